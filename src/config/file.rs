@@ -1,0 +1,124 @@
+//! The TOML file as written by the operator, before validation.
+//!
+//! Every field is optional so that the file, the CLI flags and the embedded defaults can be layered;
+//! `deny_unknown_fields` makes a typo (`memry_size`) a start-up error that names the key instead of a
+//! silently ignored line.
+
+use serde::Deserialize;
+
+/// The whole config file. Field names are the TOML keys.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Plain-text listening addresses (HTTP/1.1 and, unless disabled, h2c prior knowledge).
+    pub listen: Option<Vec<String>>,
+    /// The origin, `HOST:PORT`.
+    pub upstream: Option<String>,
+    /// Worker threads; defaults to the number of cores.
+    pub threads: Option<i64>,
+    /// How long SIGTERM waits before it starts draining, e.g. `"5s"`.
+    pub grace_period: Option<String>,
+    /// How long draining may take after the grace period.
+    pub shutdown_timeout: Option<String>,
+    /// Upstream keep-alive pool size (idle connections kept per process).
+    pub upstream_keepalive_pool: Option<i64>,
+    #[serde(default)]
+    pub server: ServerSection,
+    #[serde(default)]
+    pub tls: TlsSection,
+    #[serde(default)]
+    pub proxy: ProxySection,
+    #[serde(default)]
+    pub cache: CacheSection,
+    #[serde(default)]
+    pub log: LogSection,
+    #[serde(default)]
+    pub admin: AdminSection,
+}
+
+/// `[admin]`: the operator endpoint (stats), on its own listener.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminSection {
+    /// Address of the admin listener; absent means no admin endpoint.
+    pub listen: Option<String>,
+}
+
+/// `[server]`: the client-facing side.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    /// Accept HTTP/2 prior knowledge (h2c) on plain listeners.
+    pub h2c: Option<bool>,
+}
+
+/// `[tls]`: TLS listeners with rustls; h2 is offered through ALPN.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    pub listen: Option<Vec<String>>,
+    pub cert: Option<String>,
+    pub key: Option<String>,
+}
+
+/// `[proxy]`: how requests are forwarded to the origin.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxySection {
+    /// Add a `Via` header to requests and responses.
+    pub via: Option<bool>,
+    /// The pseudonym used in `Via`.
+    pub via_name: Option<String>,
+    /// `"x-forwarded-for"`, `"forwarded"`, `"both"` or `"none"`.
+    pub forwarded: Option<String>,
+    pub connect_timeout: Option<String>,
+    pub read_timeout: Option<String>,
+    pub write_timeout: Option<String>,
+    /// How long an idle pooled upstream connection is kept.
+    pub idle_timeout: Option<String>,
+}
+
+/// `[cache]`: storage and policy.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheSection {
+    pub enabled: Option<bool>,
+    /// Hard bound on body + metadata bytes held by the memory tier, e.g. `"512MiB"`.
+    pub memory_size: Option<String>,
+    /// Larger responses pass through uncached.
+    pub max_object_size: Option<String>,
+    /// Expected number of objects; sizes TinyUFO's admission sketch.
+    pub estimated_objects: Option<i64>,
+    /// Freshness for responses that carry none (off when absent: such responses are not cached).
+    pub default_ttl: Option<String>,
+    /// Fraction of (Date - Last-Modified) used as heuristic freshness.
+    pub heuristic_fraction: Option<f64>,
+    /// Upper bound for heuristic freshness.
+    pub heuristic_max: Option<String>,
+    /// How long concurrent misses wait for the one origin fetch before going themselves.
+    pub lock_timeout: Option<String>,
+    /// The name this cache uses in `Cache-Status`.
+    pub status_name: Option<String>,
+    /// Per path-prefix TTL overrides, off unless listed.
+    pub ttl_overrides: Option<Vec<TtlOverrideEntry>>,
+}
+
+/// One `[[cache.ttl_overrides]]` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TtlOverrideEntry {
+    pub prefix: String,
+    pub ttl: String,
+}
+
+/// `[log]`: access and error logging.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSection {
+    /// `"stdout"`, `"stderr"`, `"off"` or a file path.
+    pub access: Option<String>,
+    /// `"common"` or `"json"`.
+    pub format: Option<String>,
+    /// Error log level: `error`, `warn`, `info`, `debug`, `trace`.
+    pub level: Option<String>,
+}

@@ -1,0 +1,21 @@
+//! Lacquer: a distributed web accelerator, an HTTP caching reverse proxy on Pingora.
+//!
+//! The crate is laid out the way a request travels:
+//! * [`config`]: the TOML file, CLI flags and validation;
+//! * [`server`]: builds the Pingora server, listeners and services from a [`config::Config`];
+//! * [`proxy`]: the request path as Pingora's phase-named callbacks;
+//! * [`policy`]: what may be stored and for how long (RFC 9111);
+//! * [`storage`]: the cache tiers;
+//! * [`upstream`]: where requests go when the cache cannot answer;
+//! * [`observe`] and [`admin`]: what an operator sees.
+//!
+//! `docs/architecture.md` has the picture.
+
+pub mod admin;
+pub mod config;
+pub mod observe;
+pub mod policy;
+pub mod proxy;
+pub mod server;
+pub mod storage;
+pub mod upstream;

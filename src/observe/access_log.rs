@@ -1,0 +1,260 @@
+//! The access log: one line per request with cache status and timings.
+//!
+//! Lines are formatted on the worker thread and handed to one writer thread through a channel,
+//! so a slow disk or a blocked stdout pipe never stalls request handling; the writer flushes
+//! whenever the channel runs dry.
+
+use crate::config::{AccessLogFormat, AccessLogTarget};
+use std::io::{BufWriter, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// One request's worth of log fields.
+#[derive(Debug, Clone, Default)]
+pub struct AccessRecord<'a> {
+    pub client: String,
+    pub method: &'a str,
+    pub uri: String,
+    pub version: &'a str,
+    pub status: u16,
+    pub bytes: usize,
+    pub referer: &'a str,
+    pub user_agent: &'a str,
+    pub cache: &'static str,
+    pub cache_status: &'a str,
+    pub upstream_ms: Option<f64>,
+    pub total_ms: f64,
+}
+
+/// A running access log.
+pub struct AccessLog {
+    format: AccessLogFormat,
+    sender: SyncSender<String>,
+    dropped: AtomicU64,
+}
+
+impl AccessLog {
+    /// Opens the target and starts the writer thread; `None` when the log is off.
+    pub fn start(
+        target: &AccessLogTarget,
+        format: AccessLogFormat,
+    ) -> std::io::Result<Option<AccessLog>> {
+        let sink: Box<dyn Write + Send> = match target {
+            AccessLogTarget::Off => return Ok(None),
+            AccessLogTarget::Stdout => Box::new(std::io::stdout()),
+            AccessLogTarget::Stderr => Box::new(std::io::stderr()),
+            AccessLogTarget::File(path) => Box::new(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)?,
+            ),
+        };
+        let (sender, receiver) = sync_channel(65_536);
+        std::thread::Builder::new()
+            .name("access-log".into())
+            .spawn(move || write_lines(receiver, sink))?;
+        Ok(Some(AccessLog {
+            format,
+            sender,
+            dropped: AtomicU64::new(0),
+        }))
+    }
+
+    /// Formats and queues one line; if the writer is far behind the line is dropped and counted.
+    pub fn log(&self, record: &AccessRecord<'_>) {
+        let line = match self.format {
+            AccessLogFormat::Common => common_line(record, SystemTime::now()),
+            AccessLogFormat::Json => json_line(record, SystemTime::now()),
+        };
+        if let Err(TrySendError::Full(_)) = self.sender.try_send(line) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Lines dropped because the writer could not keep up.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+fn write_lines(receiver: Receiver<String>, sink: Box<dyn Write + Send>) {
+    let mut out = BufWriter::with_capacity(64 * 1024, sink);
+    while let Ok(line) = receiver.recv() {
+        let _ = out.write_all(line.as_bytes());
+        while let Ok(line) = receiver.try_recv() {
+            let _ = out.write_all(line.as_bytes());
+        }
+        let _ = out.flush();
+    }
+}
+
+/// Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+fn civil(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+struct Clock {
+    year: i64,
+    month: u32,
+    day: u32,
+    hour: u64,
+    minute: u64,
+    second: u64,
+    millis: u32,
+}
+
+fn clock(time: SystemTime) -> Clock {
+    let since = time.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
+    let secs = since.as_secs();
+    let (year, month, day) = civil((secs / 86_400) as i64);
+    Clock {
+        year,
+        month,
+        day,
+        hour: secs % 86_400 / 3600,
+        minute: secs % 3600 / 60,
+        second: secs % 60,
+        millis: since.subsec_millis(),
+    }
+}
+
+const MONTHS: [&str; 12] = [
+    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+];
+
+fn quote_common(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+/// NCSA combined format plus `cache=`, `cache_status="..."`, upstream and total milliseconds.
+fn common_line(r: &AccessRecord<'_>, now: SystemTime) -> String {
+    let c = clock(now);
+    let upstream = r
+        .upstream_ms
+        .map_or("-".to_string(), |ms| format!("{ms:.3}"));
+    format!(
+        "{} - - [{:02}/{}/{}:{:02}:{:02}:{:02} +0000] \"{} {} {}\" {} {} \"{}\" \"{}\" cache={} upstream_ms={} total_ms={:.3} cache_status=\"{}\"\n",
+        r.client,
+        c.day,
+        MONTHS[(c.month - 1) as usize],
+        c.year,
+        c.hour,
+        c.minute,
+        c.second,
+        r.method,
+        quote_common(&r.uri),
+        r.version,
+        r.status,
+        r.bytes,
+        quote_common(if r.referer.is_empty() { "-" } else { r.referer }),
+        quote_common(if r.user_agent.is_empty() { "-" } else { r.user_agent }),
+        r.cache,
+        upstream,
+        r.total_ms,
+        quote_common(r.cache_status),
+    )
+}
+
+fn json_string(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() + 2);
+    out.push('"');
+    for ch in value.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn json_line(r: &AccessRecord<'_>, now: SystemTime) -> String {
+    let c = clock(now);
+    let upstream = r
+        .upstream_ms
+        .map_or("null".to_string(), |ms| format!("{ms:.3}"));
+    format!(
+        "{{\"time\":\"{}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z\",\"client\":{},\"method\":{},\"uri\":{},\"version\":{},\"status\":{},\"bytes\":{},\"referer\":{},\"user_agent\":{},\"cache\":\"{}\",\"cache_status\":{},\"upstream_ms\":{},\"total_ms\":{:.3}}}\n",
+        c.year,
+        c.month,
+        c.day,
+        c.hour,
+        c.minute,
+        c.second,
+        c.millis,
+        json_string(&r.client),
+        json_string(r.method),
+        json_string(&r.uri),
+        json_string(r.version),
+        r.status,
+        r.bytes,
+        json_string(r.referer),
+        json_string(r.user_agent),
+        r.cache,
+        json_string(r.cache_status),
+        upstream,
+        r.total_ms,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> AccessRecord<'static> {
+        AccessRecord {
+            client: "127.0.0.1".into(),
+            method: "GET",
+            uri: "/a\"b".into(),
+            version: "HTTP/1.1",
+            status: 200,
+            bytes: 12,
+            cache: "hit",
+            cache_status: "lacquer; hit",
+            total_ms: 0.5,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn common_format() {
+        let t = UNIX_EPOCH + Duration::from_secs(1_795_000_000);
+        let line = common_line(&record(), t);
+        assert!(
+            line.starts_with("127.0.0.1 - - [18/Nov/2026:11:06:40 +0000]"),
+            "{line}"
+        );
+        assert!(line.contains("\"GET /a\\\"b HTTP/1.1\" 200 12"), "{line}");
+        assert!(
+            line.contains("cache=hit upstream_ms=- total_ms=0.500"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn json_format_escapes() {
+        let line = json_line(&record(), UNIX_EPOCH);
+        assert!(
+            line.starts_with("{\"time\":\"1970-01-01T00:00:00.000Z\""),
+            "{line}"
+        );
+        assert!(line.contains("\"uri\":\"/a\\\"b\""), "{line}");
+        assert!(line.contains("\"upstream_ms\":null"), "{line}");
+    }
+}

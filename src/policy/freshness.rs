@@ -1,0 +1,236 @@
+//! Freshness lifetime and age (RFC 9111 §4.2), as pure functions of the response.
+//!
+//! Pingora's `resp_cacheable` has neither heuristic freshness nor upstream `Age`; these functions
+//! supply both and are what the rest of the policy builds on.
+
+use http::StatusCode;
+use httpdate::HttpDate;
+use pingora_cache::cache_control::CacheControl;
+use pingora_http::ResponseHeader;
+use std::time::{Duration, SystemTime};
+
+/// Statuses a cache may store with heuristic freshness (RFC 9110 §15.1, "heuristically cacheable").
+pub fn heuristically_cacheable(status: StatusCode) -> bool {
+    matches!(
+        status.as_u16(),
+        200 | 203 | 204 | 206 | 300 | 301 | 308 | 404 | 405 | 410 | 414 | 501
+    )
+}
+
+/// Statuses this cache understands well enough to store at all, given explicit freshness.
+///
+/// 206 is excluded because Lacquer always fetches whole responses and serves ranges itself;
+/// 304 is never an entry; informational statuses are not final.
+pub fn storable_status(status: StatusCode) -> bool {
+    let code = status.as_u16();
+    (200..600).contains(&code) && code != 206 && code != 304
+}
+
+/// How fresh a response is allowed to be and how old it already was when it arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Freshness {
+    /// Freshness lifetime (RFC 9111 §4.2.1).
+    pub lifetime: Duration,
+    /// Age when received (RFC 9111 §4.2.3 `corrected_initial_age`).
+    pub initial_age: Duration,
+    /// Where the lifetime came from, for `Cache-Status` and logs.
+    pub source: FreshnessSource,
+}
+
+/// The rule that produced a freshness lifetime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FreshnessSource {
+    SMaxAge,
+    MaxAge,
+    Expires,
+    Heuristic,
+    Override,
+    Default,
+}
+
+/// Inputs that are configuration rather than response.
+#[derive(Debug, Clone, Copy)]
+pub struct FreshnessRules {
+    /// Fraction of `Date - Last-Modified` granted heuristically.
+    pub heuristic_fraction: f64,
+    /// Cap on heuristic freshness.
+    pub heuristic_max: Duration,
+    /// Lifetime for responses with no freshness information (None: do not store them).
+    pub default_ttl: Option<Duration>,
+    /// Lifetime forced by a path-prefix override (None: no override applies).
+    pub override_ttl: Option<Duration>,
+}
+
+fn header_date(resp: &ResponseHeader, name: http::header::HeaderName) -> Option<SystemTime> {
+    let mut values = resp.headers.get_all(name).iter();
+    let first = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    let parsed: HttpDate = first.to_str().ok()?.trim().parse().ok()?;
+    Some(parsed.into())
+}
+
+/// Parses `Age` (RFC 9111 §5.1): a non-negative integer; invalid values are ignored, huge ones clamp.
+pub fn parse_age(resp: &ResponseHeader) -> Option<Duration> {
+    let value = resp.headers.get(http::header::AGE)?.to_str().ok()?.trim();
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let seconds = value
+        .parse::<u64>()
+        .unwrap_or(u32::MAX as u64)
+        .min(u32::MAX as u64);
+    Some(Duration::from_secs(seconds))
+}
+
+/// RFC 9111 §4.2.3: the response's age when it was received at `response_time`.
+pub fn initial_age(
+    resp: &ResponseHeader,
+    request_time: SystemTime,
+    response_time: SystemTime,
+) -> Duration {
+    let apparent_age = header_date(resp, http::header::DATE)
+        .and_then(|date| response_time.duration_since(date).ok())
+        .unwrap_or_default();
+    let response_delay = response_time
+        .duration_since(request_time)
+        .unwrap_or_default();
+    let corrected_age_value = parse_age(resp).unwrap_or_default() + response_delay;
+    apparent_age.max(corrected_age_value)
+}
+
+/// The response's freshness, or `None` when nothing grants any (and so it is not stored).
+///
+/// Order: override, `s-maxage`, `max-age`, `Expires` (relative to `Date`), heuristic from
+/// `Last-Modified` for heuristically cacheable statuses, then the configured default.
+pub fn freshness(
+    resp: &ResponseHeader,
+    cc: Option<&CacheControl>,
+    rules: &FreshnessRules,
+    request_time: SystemTime,
+    response_time: SystemTime,
+) -> Option<Freshness> {
+    let initial_age = initial_age(resp, request_time, response_time);
+    let make = |lifetime: Duration, source| {
+        Some(Freshness {
+            lifetime,
+            initial_age,
+            source,
+        })
+    };
+    if let Some(ttl) = rules.override_ttl {
+        return make(ttl, FreshnessSource::Override);
+    }
+    if let Some(cc) = cc {
+        if let Ok(Some(s)) = cc.s_maxage() {
+            return make(Duration::from_secs(s.into()), FreshnessSource::SMaxAge);
+        }
+        if let Ok(Some(s)) = cc.max_age() {
+            return make(Duration::from_secs(s.into()), FreshnessSource::MaxAge);
+        }
+    }
+    if resp.headers.contains_key(http::header::EXPIRES) {
+        // an invalid or duplicated Expires means "already expired" (RFC 9111 §5.3)
+        let lifetime = header_date(resp, http::header::EXPIRES)
+            .and_then(|expires| {
+                let date = header_date(resp, http::header::DATE).unwrap_or(response_time);
+                expires.duration_since(date).ok()
+            })
+            .unwrap_or_default();
+        return make(lifetime, FreshnessSource::Expires);
+    }
+    if heuristically_cacheable(resp.status) {
+        if let Some(last_modified) = header_date(resp, http::header::LAST_MODIFIED) {
+            let date = header_date(resp, http::header::DATE).unwrap_or(response_time);
+            if let Ok(since) = date.duration_since(last_modified) {
+                let lifetime = since
+                    .mul_f64(rules.heuristic_fraction)
+                    .min(rules.heuristic_max);
+                return make(lifetime, FreshnessSource::Heuristic);
+            }
+        }
+    }
+    rules
+        .default_ttl
+        .and_then(|ttl| make(ttl, FreshnessSource::Default))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resp(headers: &[(&str, &str)]) -> ResponseHeader {
+        let mut r = ResponseHeader::build(200, None).unwrap();
+        for (k, v) in headers {
+            r.append_header(k.to_string(), *v).unwrap();
+        }
+        r
+    }
+
+    const RULES: FreshnessRules = FreshnessRules {
+        heuristic_fraction: 0.1,
+        heuristic_max: Duration::from_secs(86400),
+        default_ttl: None,
+        override_ttl: None,
+    };
+
+    fn fresh(headers: &[(&str, &str)]) -> Option<Freshness> {
+        let r = resp(headers);
+        let cc = CacheControl::from_resp_headers(&r);
+        let now = SystemTime::now();
+        freshness(&r, cc.as_ref(), &RULES, now, now)
+    }
+
+    #[test]
+    fn s_maxage_beats_max_age_beats_expires() {
+        let f = fresh(&[("cache-control", "max-age=10, s-maxage=20")]).unwrap();
+        assert_eq!(
+            (f.lifetime.as_secs(), f.source),
+            (20, FreshnessSource::SMaxAge)
+        );
+        let f = fresh(&[
+            ("cache-control", "max-age=10"),
+            ("expires", "Thu, 01 Jan 2099 00:00:00 GMT"),
+        ])
+        .unwrap();
+        assert_eq!(f.lifetime.as_secs(), 10);
+    }
+
+    #[test]
+    fn invalid_expires_means_expired() {
+        let f = fresh(&[("expires", "0")]).unwrap();
+        assert_eq!(f.lifetime, Duration::ZERO);
+    }
+
+    #[test]
+    fn heuristic_uses_a_fraction_of_last_modified_age() {
+        let now = SystemTime::now();
+        let lm = httpdate::fmt_http_date(now - Duration::from_secs(1000));
+        let date = httpdate::fmt_http_date(now);
+        let f = fresh(&[("last-modified", &lm), ("date", &date)]).unwrap();
+        assert_eq!(f.source, FreshnessSource::Heuristic);
+        assert!((99..=101).contains(&f.lifetime.as_secs()), "{f:?}");
+    }
+
+    #[test]
+    fn no_information_means_not_stored() {
+        assert!(fresh(&[]).is_none());
+    }
+
+    #[test]
+    fn age_parsing() {
+        assert_eq!(
+            parse_age(&resp(&[("age", "30")])),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(parse_age(&resp(&[("age", "-3")])), None);
+        assert_eq!(parse_age(&resp(&[("age", "abc")])), None);
+        assert_eq!(
+            parse_age(&resp(&[("age", "99999999999999999999")])),
+            Some(Duration::from_secs(u32::MAX as u64))
+        );
+        let f = fresh(&[("cache-control", "max-age=100"), ("age", "30")]).unwrap();
+        assert_eq!(f.initial_age.as_secs(), 30);
+    }
+}

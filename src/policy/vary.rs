@@ -1,0 +1,138 @@
+//! The variant key (RFC 9111 §4.1): which stored response matches a request under `Vary`.
+//!
+//! Every variant is stored under its own secondary key, so variants never overwrite each other
+//! (the nginx trap). Request values are normalized before hashing: surrounding whitespace and the
+//! spacing of comma lists do not create new variants, and `Accept-Encoding` is reduced to the one
+//! thing that changes the stored representation: whether the client takes gzip.
+
+use pingora_cache::key::HashBinary;
+use pingora_cache::VarianceBuilder;
+use pingora_http::{RequestHeader, ResponseHeader};
+
+/// Whether the response has `Vary: *`, which no later request can match.
+pub fn has_star(resp: &ResponseHeader) -> bool {
+    vary_names(resp).any(|name| name == "*")
+}
+
+/// The lowercased field names listed in the response's `Vary` header(s).
+pub fn vary_names(resp: &ResponseHeader) -> impl Iterator<Item = String> + '_ {
+    resp.headers
+        .get_all(http::header::VARY)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|name| name.trim().to_ascii_lowercase())
+        .filter(|name| !name.is_empty())
+}
+
+/// Whether the client accepts gzip (q > 0), the only `Accept-Encoding` distinction we store by.
+pub fn accepts_gzip(req: &RequestHeader) -> bool {
+    let mut gzip_q: Option<f32> = None;
+    let mut star_q: Option<f32> = None;
+    for value in req.headers.get_all(http::header::ACCEPT_ENCODING) {
+        let Ok(value) = value.to_str() else { continue };
+        for item in value.split(',') {
+            let mut parts = item.split(';');
+            let coding = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+            let q = parts
+                .filter_map(|p| {
+                    let (k, v) = p.split_once('=')?;
+                    (k.trim().eq_ignore_ascii_case("q")).then(|| v.trim().parse::<f32>().ok())?
+                })
+                .next()
+                .unwrap_or(1.0);
+            match coding.as_str() {
+                "gzip" | "x-gzip" => gzip_q = Some(q),
+                "*" => star_q = Some(q),
+                _ => {}
+            }
+        }
+    }
+    gzip_q.or(star_q).is_some_and(|q| q > 0.0)
+}
+
+/// Normalizes one request field's values: trimmed, comma lists re-joined with ", ".
+fn normalized_value(req: &RequestHeader, name: &str) -> Vec<u8> {
+    let mut out = String::new();
+    for value in req.headers.get_all(name) {
+        let text = String::from_utf8_lossy(value.as_bytes());
+        for item in text.split(',') {
+            let item = item.split_whitespace().collect::<Vec<_>>().join(" ");
+            if item.is_empty() {
+                continue;
+            }
+            if !out.is_empty() {
+                out.push_str(", ");
+            }
+            out.push_str(&item);
+        }
+    }
+    out.into_bytes()
+}
+
+/// The variance hash for `req` against a stored response's `Vary`, or `None` without `Vary`.
+pub fn variance_key(resp: &ResponseHeader, req: &RequestHeader) -> Option<HashBinary> {
+    let mut builder = VarianceBuilder::new();
+    for name in vary_names(resp) {
+        let value = if name == "accept-encoding" {
+            if accepts_gzip(req) {
+                b"gzip".to_vec()
+            } else {
+                Vec::new()
+            }
+        } else {
+            normalized_value(req, &name)
+        };
+        builder.add_owned_name_value(name, value);
+    }
+    builder.finalize()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(headers: &[(&str, &str)]) -> RequestHeader {
+        let mut r = RequestHeader::build("GET", b"/", None).unwrap();
+        for (k, v) in headers {
+            r.append_header(k.to_string(), *v).unwrap();
+        }
+        r
+    }
+
+    fn resp(vary: &str) -> ResponseHeader {
+        let mut r = ResponseHeader::build(200, None).unwrap();
+        r.insert_header("vary", vary).unwrap();
+        r
+    }
+
+    #[test]
+    fn whitespace_does_not_make_new_variants() {
+        let r = resp("Accept-Language");
+        assert_eq!(
+            variance_key(&r, &req(&[("accept-language", "en,  fr")])),
+            variance_key(&r, &req(&[("accept-language", " en , fr ")]))
+        );
+        assert_ne!(
+            variance_key(&r, &req(&[("accept-language", "en")])),
+            variance_key(&r, &req(&[("accept-language", "fr")]))
+        );
+    }
+
+    #[test]
+    fn accept_encoding_is_reduced_to_gzip_or_not() {
+        let r = resp("accept-encoding");
+        let gzip = variance_key(&r, &req(&[("accept-encoding", "gzip, deflate, br")]));
+        assert_eq!(
+            gzip,
+            variance_key(&r, &req(&[("accept-encoding", "br;q=0.5, gzip")]))
+        );
+        let identity = variance_key(&r, &req(&[]));
+        assert_ne!(gzip, identity);
+        assert_eq!(
+            identity,
+            variance_key(&r, &req(&[("accept-encoding", "br;q=1, gzip;q=0")]))
+        );
+        assert_eq!(gzip, variance_key(&r, &req(&[("accept-encoding", "*")])));
+    }
+}

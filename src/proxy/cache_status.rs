@@ -1,0 +1,202 @@
+//! The RFC 9211 `Cache-Status` header: how this cache handled the request.
+//!
+//! One value per response, e.g. `lacquer; hit; ttl=58`, `lacquer; fwd=uri-miss; stored`,
+//! `lacquer; fwd=stale; fwd-status=304`, `lacquer; fwd=method`. The same classification feeds the
+//! access log's short cache field.
+
+use pingora_cache::{CachePhase, NoCacheReason};
+use std::fmt::Write;
+
+/// Why a request went forward to the origin (RFC 9211 §2.2 `fwd`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forward {
+    /// The cache was configured or asked not to be used for this request.
+    Bypass,
+    /// The method is not cacheable.
+    Method,
+    /// No stored response for the URI.
+    UriMiss,
+    /// Stored responses exist but none matches the request's `Vary`-selected fields.
+    VaryMiss,
+    /// A stored response was stale and went to the origin.
+    Stale,
+    /// The request's own directives required going to the origin.
+    Request,
+}
+
+impl Forward {
+    fn as_str(self) -> &'static str {
+        match self {
+            Forward::Bypass => "bypass",
+            Forward::Method => "method",
+            Forward::UriMiss => "uri-miss",
+            Forward::VaryMiss => "vary-miss",
+            Forward::Stale => "stale",
+            Forward::Request => "request",
+        }
+    }
+}
+
+/// A classified response, renderable as `Cache-Status` and as a short log word.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CacheStatus {
+    /// Served from cache without contacting the origin.
+    pub hit: bool,
+    /// Why the origin was contacted, if it was.
+    pub fwd: Option<Forward>,
+    /// Status the origin answered with, when forwarded.
+    pub fwd_status: Option<u16>,
+    /// The response was stored.
+    pub stored: bool,
+    /// Remaining freshness in seconds (negative when stale), on hits.
+    pub ttl: Option<i64>,
+    /// Extra detail such as why a response was not stored.
+    pub detail: Option<&'static str>,
+}
+
+/// What the proxy noted about the request while handling it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Observations {
+    /// Cache was never enabled because the method is not cacheable.
+    pub method_not_cacheable: bool,
+    /// Cache was skipped on the client's request (`no-store`, disabled cache, ...).
+    pub bypassed: bool,
+    /// A lookup found other variants but not this one.
+    pub vary_miss: bool,
+    /// The origin's response was judged storable.
+    pub storable: bool,
+    /// Why it was not storable, when judged.
+    pub not_stored_reason: Option<&'static str>,
+}
+
+impl CacheStatus {
+    /// Classifies a finished request from the cache phase and the proxy's observations.
+    pub fn classify(
+        phase: CachePhase,
+        seen: &Observations,
+        upstream_status: Option<u16>,
+        ttl: Option<i64>,
+    ) -> CacheStatus {
+        let miss_kind = if seen.vary_miss {
+            Forward::VaryMiss
+        } else {
+            Forward::UriMiss
+        };
+        let mut status = CacheStatus {
+            fwd_status: upstream_status,
+            ..Default::default()
+        };
+        match phase {
+            CachePhase::Hit | CachePhase::StaleUpdating => {
+                status.hit = true;
+                status.ttl = ttl;
+                status.fwd_status = None;
+            }
+            CachePhase::Miss => {
+                status.fwd = Some(miss_kind);
+                status.stored = seen.storable;
+            }
+            CachePhase::Expired => {
+                status.fwd = Some(Forward::Stale);
+                status.stored = seen.storable;
+            }
+            CachePhase::Revalidated | CachePhase::RevalidatedNoCache(_) => {
+                status.fwd = Some(Forward::Stale);
+                status.stored = matches!(phase, CachePhase::Revalidated);
+                status.ttl = ttl;
+            }
+            CachePhase::Disabled(reason) => {
+                status.fwd = Some(match reason {
+                    NoCacheReason::NeverEnabled if seen.method_not_cacheable => Forward::Method,
+                    NoCacheReason::NeverEnabled if seen.bypassed => Forward::Request,
+                    NoCacheReason::NeverEnabled => Forward::Bypass,
+                    // decided after a lookup: the response turned out not storable
+                    _ => miss_kind,
+                });
+                status.detail = seen.not_stored_reason.or(match reason {
+                    NoCacheReason::NeverEnabled => None,
+                    other => Some(other.as_str()),
+                });
+            }
+            CachePhase::Bypass | CachePhase::Uninit | CachePhase::CacheKey | CachePhase::Stale => {
+                status.fwd = Some(Forward::Bypass);
+            }
+        }
+        if status.fwd.is_none() && !status.hit {
+            status.fwd = Some(Forward::Bypass);
+        }
+        status
+    }
+
+    /// Renders the RFC 9211 field value with our cache's name.
+    pub fn header_value(&self, name: &str) -> String {
+        let mut out = String::with_capacity(48);
+        out.push_str(name);
+        if self.hit {
+            out.push_str("; hit");
+        }
+        if let Some(fwd) = self.fwd {
+            let _ = write!(out, "; fwd={}", fwd.as_str());
+        }
+        if let Some(code) = self.fwd_status {
+            if self.fwd.is_some() {
+                let _ = write!(out, "; fwd-status={code}");
+            }
+        }
+        if self.stored {
+            out.push_str("; stored");
+        }
+        if let Some(ttl) = self.ttl {
+            let _ = write!(out, "; ttl={ttl}");
+        }
+        if let Some(detail) = self.detail {
+            let _ = write!(out, "; detail={detail}");
+        }
+        out
+    }
+
+    /// One word for the access log: hit, miss, stale, revalidated, pass.
+    pub fn log_word(&self) -> &'static str {
+        match (self.hit, self.fwd) {
+            (true, _) => "hit",
+            (false, Some(Forward::UriMiss | Forward::VaryMiss)) => "miss",
+            (false, Some(Forward::Stale)) if self.ttl.is_some() => "revalidated",
+            (false, Some(Forward::Stale)) => "stale",
+            _ => "pass",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_rfc9211_values() {
+        let hit = CacheStatus::classify(CachePhase::Hit, &Observations::default(), None, Some(58));
+        assert_eq!(hit.header_value("lacquer"), "lacquer; hit; ttl=58");
+        let seen = Observations {
+            storable: true,
+            ..Default::default()
+        };
+        let miss = CacheStatus::classify(CachePhase::Miss, &seen, Some(200), None);
+        assert_eq!(
+            miss.header_value("lacquer"),
+            "lacquer; fwd=uri-miss; fwd-status=200; stored"
+        );
+        let post = Observations {
+            method_not_cacheable: true,
+            ..Default::default()
+        };
+        let pass = CacheStatus::classify(
+            CachePhase::Disabled(NoCacheReason::NeverEnabled),
+            &post,
+            Some(201),
+            None,
+        );
+        assert_eq!(
+            pass.header_value("lacquer"),
+            "lacquer; fwd=method; fwd-status=201"
+        );
+    }
+}

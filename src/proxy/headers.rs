@@ -1,0 +1,132 @@
+//! Header rewriting at the proxy boundary: hop-by-hop fields, `Via`, and forwarding headers.
+//!
+//! Pingora 0.9 already strips hop-by-hop fields from requests it forwards upstream (including the
+//! fields a `Connection` header nominates). Responses are our job: whatever the origin marks as
+//! hop-by-hop must neither be stored nor passed on (RFC 9110 §7.6.1).
+
+use crate::config::ForwardedHeaders;
+use http::header::{self, HeaderName};
+use pingora_http::{RequestHeader, ResponseHeader};
+use std::net::IpAddr;
+
+/// Hop-by-hop response fields removed before a response is stored or forwarded.
+/// `Transfer-Encoding` is left to Pingora, which re-frames bodies itself.
+const HOP_BY_HOP: [&str; 5] = ["keep-alive", "proxy-connection", "te", "trailer", "upgrade"];
+
+/// Removes hop-by-hop fields from an upstream response, including those named by `Connection`.
+pub fn strip_hop_by_hop(resp: &mut ResponseHeader) {
+    let nominated: Vec<HeaderName> = resp
+        .headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in nominated {
+        // never let an origin make us drop framing or identity fields
+        if name != header::CONTENT_LENGTH
+            && name != header::TRANSFER_ENCODING
+            && name != header::DATE
+        {
+            resp.remove_header(&name);
+        }
+    }
+    resp.remove_header(&header::CONNECTION);
+    if resp.status != http::StatusCode::SWITCHING_PROTOCOLS {
+        for name in HOP_BY_HOP {
+            resp.remove_header(name);
+        }
+    }
+}
+
+/// Our `Via` entry (RFC 9110 §7.6.3) for a message received with the given protocol version.
+pub fn via_value(version: http::Version, pseudonym: &str) -> String {
+    let proto = match version {
+        http::Version::HTTP_10 => "1.0",
+        http::Version::HTTP_2 => "2",
+        http::Version::HTTP_3 => "3",
+        _ => "1.1",
+    };
+    format!("{proto} {pseudonym}")
+}
+
+/// Adds forwarding information about the client to an upstream request.
+pub fn add_forwarded(
+    req: &mut RequestHeader,
+    style: ForwardedHeaders,
+    client: Option<IpAddr>,
+    tls: bool,
+) {
+    let Some(client) = client else { return };
+    if matches!(
+        style,
+        ForwardedHeaders::XForwardedFor | ForwardedHeaders::Both
+    ) {
+        let xff = match req
+            .headers
+            .get("x-forwarded-for")
+            .and_then(|v| v.to_str().ok())
+        {
+            Some(existing) if !existing.trim().is_empty() => format!("{existing}, {client}"),
+            _ => client.to_string(),
+        };
+        let _ = req.insert_header("x-forwarded-for", xff);
+        let _ = req.insert_header("x-forwarded-proto", if tls { "https" } else { "http" });
+        if let Some(host) = req.headers.get(header::HOST).cloned() {
+            if !req.headers.contains_key("x-forwarded-host") {
+                let _ = req.insert_header("x-forwarded-host", host);
+            }
+        }
+    }
+    if matches!(style, ForwardedHeaders::Forwarded | ForwardedHeaders::Both) {
+        let node = match client {
+            IpAddr::V4(v4) => v4.to_string(),
+            IpAddr::V6(v6) => format!("\"[{v6}]\""),
+        };
+        let proto = if tls { "https" } else { "http" };
+        let element = format!("for={node};proto={proto}");
+        let value = match req
+            .headers
+            .get(header::FORWARDED)
+            .and_then(|v| v.to_str().ok())
+        {
+            Some(existing) if !existing.trim().is_empty() => format!("{existing}, {element}"),
+            _ => element,
+        };
+        let _ = req.insert_header(header::FORWARDED, value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_nominated_fields_are_removed() {
+        let mut resp = ResponseHeader::build(200, None).unwrap();
+        resp.insert_header("connection", "close, x-secret").unwrap();
+        resp.insert_header("x-secret", "1").unwrap();
+        resp.insert_header("keep-alive", "timeout=5").unwrap();
+        resp.insert_header("content-length", "3").unwrap();
+        strip_hop_by_hop(&mut resp);
+        assert!(resp.headers.get("x-secret").is_none());
+        assert!(resp.headers.get("keep-alive").is_none());
+        assert!(resp.headers.get("connection").is_none());
+        assert!(resp.headers.get("content-length").is_some());
+    }
+
+    #[test]
+    fn forwarding_headers_append() {
+        let mut req = RequestHeader::build("GET", b"/", None).unwrap();
+        req.insert_header("x-forwarded-for", "10.0.0.1").unwrap();
+        add_forwarded(
+            &mut req,
+            ForwardedHeaders::Both,
+            Some("127.0.0.2".parse().unwrap()),
+            false,
+        );
+        assert_eq!(req.headers["x-forwarded-for"], "10.0.0.1, 127.0.0.2");
+        assert_eq!(req.headers["forwarded"], "for=127.0.0.2;proto=http");
+    }
+}

@@ -1,0 +1,342 @@
+//! The proxy: Lacquer's request path as Pingora's phase-named callbacks.
+//!
+//! A request moves through these phases (see `docs/architecture.md` for the picture):
+//!
+//! 1. `request_cache_filter`: decide whether the cache is used at all (method, client directives,
+//!    config) and enable it with our storage and the cache lock.
+//! 2. `cache_key_callback`: the key is host + path + query; `cache_vary_filter` adds the variant.
+//! 3. Lookup (Pingora's state machine): a fresh hit is served from storage; concurrent misses wait
+//!    on the cache lock so one origin fetch fills the cache for all of them.
+//! 4. `upstream_peer` / `upstream_request_filter`: forward to the origin with `Via` and forwarding
+//!    headers; `upstream_response_filter` drops hop-by-hop fields before anything is stored.
+//! 5. `response_cache_filter`: the [`CachePolicy`] decides whether and how long to store.
+//! 6. `response_filter`: every response gets `Cache-Status` and `Via`; `logging` writes the access
+//!    log line.
+
+pub mod cache_status;
+pub mod headers;
+
+use crate::config::Config;
+use crate::observe::access_log::{AccessLog, AccessRecord};
+use crate::policy::{vary, CachePolicy};
+use crate::storage::memory::MemoryTier;
+use crate::upstream::Upstream;
+use async_trait::async_trait;
+use cache_status::{CacheStatus, Observations};
+use pingora_cache::cache_control::CacheControl;
+use pingora_cache::key::HashBinary;
+use pingora_cache::lock::{CacheKeyLockImpl, CacheLock};
+use pingora_cache::{CacheKey, CacheMeta, CacheOptionOverrides, RespCacheable};
+use pingora_core::upstreams::peer::HttpPeer;
+use pingora_error::Result;
+use pingora_http::{RequestHeader, ResponseHeader};
+use pingora_proxy::{ProxyHttp, Session};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+/// Per-request state carried between phases.
+pub struct RequestCtx {
+    started: Instant,
+    request_time: SystemTime,
+    upstream_started: Option<Instant>,
+    upstream_ms: Option<f64>,
+    upstream_status: Option<u16>,
+    seen: Observations,
+    cache_status: Option<CacheStatus>,
+}
+
+/// Lacquer's implementation of Pingora's [`ProxyHttp`].
+pub struct LacquerProxy {
+    config: Arc<Config>,
+    policy: CachePolicy,
+    storage: &'static MemoryTier,
+    cache_lock: &'static CacheKeyLockImpl,
+    upstream: Upstream,
+    access_log: Option<AccessLog>,
+}
+
+impl LacquerProxy {
+    /// Builds the proxy around an already created storage (shared with the admin endpoint).
+    pub fn new(
+        config: Arc<Config>,
+        storage: &'static MemoryTier,
+        access_log: Option<AccessLog>,
+    ) -> Self {
+        let lock: &'static CacheLock = Box::leak(CacheLock::new_boxed(config.cache.lock_timeout));
+        LacquerProxy {
+            policy: CachePolicy::new(&config.cache),
+            upstream: Upstream::new(&config),
+            config,
+            storage,
+            cache_lock: lock,
+            access_log,
+        }
+    }
+
+    fn lock_overrides(&self) -> CacheOptionOverrides {
+        let mut overrides = CacheOptionOverrides::default();
+        overrides.wait_timeout = Some(self.config.cache.lock_timeout);
+        overrides
+    }
+}
+
+fn client_ip(session: &Session) -> Option<IpAddr> {
+    session
+        .client_addr()
+        .and_then(|addr| addr.as_inet())
+        .map(|inet| inet.ip())
+}
+
+/// The host part of the cache key: the `Host` header (or the URI authority for HTTP/2), lowercased.
+fn request_host(req: &RequestHeader) -> String {
+    req.headers
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| req.uri.authority().map(|a| a.as_str()))
+        .unwrap_or("")
+        .to_ascii_lowercase()
+}
+
+/// Builds the primary cache key for a request: host + path + query.
+pub fn cache_key_for(req: &RequestHeader) -> CacheKey {
+    let path = req
+        .uri
+        .path_and_query()
+        .map(|pq| pq.as_str())
+        .unwrap_or("/");
+    let mut primary = request_host(req);
+    primary.push_str(path);
+    CacheKey::new(primary, "")
+}
+
+fn version_str(version: http::Version) -> &'static str {
+    match version {
+        http::Version::HTTP_10 => "HTTP/1.0",
+        http::Version::HTTP_2 => "HTTP/2.0",
+        http::Version::HTTP_3 => "HTTP/3.0",
+        http::Version::HTTP_09 => "HTTP/0.9",
+        _ => "HTTP/1.1",
+    }
+}
+
+#[async_trait]
+impl ProxyHttp for LacquerProxy {
+    type CTX = RequestCtx;
+
+    fn new_ctx(&self) -> Self::CTX {
+        RequestCtx {
+            started: Instant::now(),
+            request_time: SystemTime::now(),
+            upstream_started: None,
+            upstream_ms: None,
+            upstream_status: None,
+            seen: Observations::default(),
+            cache_status: None,
+        }
+    }
+
+    fn request_cache_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<()> {
+        if !self.config.cache.enabled {
+            ctx.seen.bypassed = true;
+            return Ok(());
+        }
+        let req = session.req_header();
+        let is_purge = req.method.as_str() == "PURGE";
+        if !is_purge && !self.policy.request_cacheable(req) {
+            ctx.seen.method_not_cacheable = true;
+            return Ok(());
+        }
+        if CacheControl::from_req_headers(req).is_some_and(|cc| cc.no_store()) {
+            ctx.seen.bypassed = true;
+            return Ok(());
+        }
+        session.cache.enable(
+            self.storage,
+            None,
+            None,
+            Some(self.cache_lock),
+            Some(self.lock_overrides()),
+        );
+        session
+            .cache
+            .set_max_file_size_bytes(self.policy.max_object_size());
+        Ok(())
+    }
+
+    fn cache_key_callback(&self, session: &Session, _ctx: &mut Self::CTX) -> Result<CacheKey> {
+        Ok(cache_key_for(session.req_header()))
+    }
+
+    fn cache_vary_filter(
+        &self,
+        meta: &CacheMeta,
+        ctx: &mut Self::CTX,
+        req: &RequestHeader,
+    ) -> Option<HashBinary> {
+        let variance = vary::variance_key(meta.response_header(), req);
+        if variance.is_some() {
+            // if this lookup ends in a miss, it missed among stored variants
+            ctx.seen.vary_miss = true;
+        }
+        variance
+    }
+
+    fn response_cache_filter(
+        &self,
+        session: &Session,
+        resp: &ResponseHeader,
+        ctx: &mut Self::CTX,
+    ) -> Result<RespCacheable> {
+        let decision = self
+            .policy
+            .response_decision(session.req_header(), resp, ctx.request_time);
+        match &decision {
+            RespCacheable::Cacheable(_) => ctx.seen.storable = true,
+            RespCacheable::Uncacheable(reason) => {
+                ctx.seen.not_stored_reason = Some(reason.as_str());
+            }
+        }
+        Ok(decision)
+    }
+
+    fn should_serve_stale(
+        &self,
+        _session: &mut Session,
+        _ctx: &mut Self::CTX,
+        error: Option<&pingora_error::Error>,
+    ) -> bool {
+        match error {
+            // stale-while-revalidate: Pingora has already checked the stored window
+            None => true,
+            // stale-if-error: only for failures of the origin itself
+            Some(e) => e.esource() == &pingora_error::ErrorSource::Upstream,
+        }
+    }
+
+    fn is_purge(&self, session: &Session, _ctx: &Self::CTX) -> bool {
+        session.req_header().method.as_str() == "PURGE"
+            && client_ip(session).is_some_and(|ip| ip.is_loopback())
+    }
+
+    async fn upstream_peer(
+        &self,
+        _session: &mut Session,
+        ctx: &mut Self::CTX,
+    ) -> Result<Box<HttpPeer>> {
+        ctx.upstream_started = Some(Instant::now());
+        Ok(Box::new(self.upstream.peer()))
+    }
+
+    async fn upstream_request_filter(
+        &self,
+        session: &mut Session,
+        upstream_request: &mut RequestHeader,
+        _ctx: &mut Self::CTX,
+    ) -> Result<()> {
+        let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
+        headers::add_forwarded(
+            upstream_request,
+            self.config.proxy.forwarded,
+            client_ip(session),
+            tls,
+        );
+        if self.config.proxy.via {
+            let version = session.req_header().version;
+            upstream_request.append_header(
+                http::header::VIA,
+                headers::via_value(version, &self.config.proxy.via_name),
+            )?;
+        }
+        if !upstream_request.headers.contains_key(http::header::HOST) {
+            let host = upstream_request
+                .uri
+                .authority()
+                .map(|a| a.to_string())
+                .unwrap_or_else(|| self.upstream.host().to_string());
+            upstream_request.insert_header(http::header::HOST, host)?;
+        }
+        Ok(())
+    }
+
+    async fn upstream_response_filter(
+        &self,
+        _session: &mut Session,
+        upstream_response: &mut ResponseHeader,
+        ctx: &mut Self::CTX,
+    ) -> Result<()> {
+        ctx.upstream_status = Some(upstream_response.status.as_u16());
+        if let Some(started) = ctx.upstream_started {
+            ctx.upstream_ms = Some(started.elapsed().as_secs_f64() * 1000.0);
+        }
+        headers::strip_hop_by_hop(upstream_response);
+        Ok(())
+    }
+
+    async fn response_filter(
+        &self,
+        session: &mut Session,
+        upstream_response: &mut ResponseHeader,
+        ctx: &mut Self::CTX,
+    ) -> Result<()> {
+        let phase = session.cache.phase();
+        let ttl = session.cache.maybe_cache_meta().map(|meta| {
+            let now = SystemTime::now();
+            match meta.fresh_until().duration_since(now) {
+                Ok(left) => left.as_secs() as i64,
+                Err(past) => -(past.duration().as_secs() as i64),
+            }
+        });
+        let status = CacheStatus::classify(phase, &ctx.seen, ctx.upstream_status, ttl);
+        upstream_response.insert_header(
+            "cache-status",
+            status.header_value(&self.config.cache.status_name),
+        )?;
+        if self.config.proxy.via {
+            upstream_response.append_header(
+                http::header::VIA,
+                headers::via_value(session.req_header().version, &self.config.proxy.via_name),
+            )?;
+        }
+        ctx.cache_status = Some(status);
+        Ok(())
+    }
+
+    async fn logging(
+        &self,
+        session: &mut Session,
+        _e: Option<&pingora_error::Error>,
+        ctx: &mut Self::CTX,
+    ) {
+        let Some(log) = &self.access_log else { return };
+        let req = session.req_header();
+        let header = |name: http::header::HeaderName| {
+            req.headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+        };
+        let status = session
+            .response_written()
+            .map(|r| r.status.as_u16())
+            .unwrap_or(0);
+        let cache_status = ctx.cache_status.clone().unwrap_or_default();
+        let rendered = cache_status.header_value(&self.config.cache.status_name);
+        log.log(&AccessRecord {
+            client: client_ip(session)
+                .map(|ip| ip.to_string())
+                .unwrap_or_else(|| "-".into()),
+            method: req.method.as_str(),
+            uri: req.uri.to_string(),
+            version: version_str(req.version),
+            status,
+            bytes: session.body_bytes_sent(),
+            referer: header(http::header::REFERER),
+            user_agent: header(http::header::USER_AGENT),
+            cache: cache_status.log_word(),
+            cache_status: &rendered,
+            upstream_ms: ctx.upstream_ms,
+            total_ms: ctx.started.elapsed().as_secs_f64() * 1000.0,
+        });
+    }
+}

@@ -1,0 +1,109 @@
+//! Start-up: turns a validated [`Config`] into a running Pingora server.
+//!
+//! Signals are Pingora's: SIGINT stops at once (fast shutdown), SIGTERM stops accepting, waits
+//! `grace_period` and then drains for at most `shutdown_timeout`, SIGQUIT hands listeners to a new
+//! process (graceful upgrade). Pingora's own default grace period is 300 s; ours is 5 s.
+
+use crate::admin::AdminApp;
+use crate::config::Config;
+use crate::observe::access_log::AccessLog;
+use crate::proxy::LacquerProxy;
+use crate::storage::memory::MemoryTier;
+use pingora_core::apps::HttpServerOptions;
+use pingora_core::listeners::tls::TlsSettings;
+use pingora_core::server::configuration::ServerConf;
+use pingora_core::server::Server;
+use pingora_core::services::listening::Service;
+use std::convert::Infallible;
+use std::fmt;
+use std::sync::Arc;
+
+/// Why the server could not start.
+#[derive(Debug)]
+pub struct StartError(String);
+
+impl fmt::Display for StartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for StartError {}
+
+fn init_logging(config: &Config) {
+    let _ = env_logger::Builder::new()
+        .filter_level(config.log.level)
+        .parse_default_env()
+        .format_timestamp_millis()
+        .try_init();
+}
+
+fn server_conf(config: &Config) -> ServerConf {
+    ServerConf {
+        threads: config.threads,
+        grace_period_seconds: Some(config.grace_period.as_secs()),
+        graceful_shutdown_timeout_seconds: Some(config.shutdown_timeout.as_secs()),
+        upstream_keepalive_pool_size: config.upstream_keepalive_pool,
+        ..ServerConf::default()
+    }
+}
+
+/// Builds the memory tier the config asks for.
+pub fn memory_tier(config: &Config) -> &'static MemoryTier {
+    MemoryTier::new(
+        config.cache.memory_size,
+        config.cache.max_object_size,
+        config.cache.estimated_objects,
+    )
+    .leak()
+}
+
+/// Runs the server until a signal stops the process; returns only on a start-up failure.
+pub fn run(config: Config) -> Result<Infallible, StartError> {
+    init_logging(&config);
+    let mut server = Server::new_with_opt_and_conf(None, server_conf(&config));
+    server.bootstrap();
+
+    let memory = memory_tier(&config);
+    let access_log = AccessLog::start(&config.log.access, config.log.format)
+        .map_err(|e| StartError(format!("log.access: cannot open: {e}")))?;
+    let config = Arc::new(config);
+
+    let proxy = LacquerProxy::new(config.clone(), memory, access_log);
+    let mut service =
+        pingora_proxy::http_proxy_service_with_name(&server.configuration, proxy, "lacquer");
+    if config.h2c {
+        let mut options = HttpServerOptions::default();
+        options.h2c = true;
+        if let Some(app) = service.app_logic_mut() {
+            app.server_options = Some(options);
+        }
+    }
+    for addr in &config.listen {
+        service.add_tcp(&addr.to_string());
+    }
+    if let Some(tls) = &config.tls {
+        for addr in &tls.listen {
+            let mut settings = TlsSettings::intermediate(&tls.cert, &tls.key)
+                .map_err(|e| StartError(format!("tls.cert/tls.key: {e}")))?;
+            settings.enable_h2();
+            service.add_tls_with_settings(&addr.to_string(), None, settings);
+        }
+    }
+    server.add_service(service);
+
+    if let Some(addr) = config.admin_listen {
+        let mut admin = Service::new("lacquer admin".to_string(), AdminApp::new(memory));
+        admin.add_tcp(&addr.to_string());
+        server.add_service(admin);
+    }
+
+    log::info!(
+        "lacquer listening on {:?} -> origin {} ({} threads, memory tier {} bytes)",
+        config.listen,
+        config.upstream_name,
+        config.threads,
+        config.cache.memory_size
+    );
+    server.run_forever()
+}

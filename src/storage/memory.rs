@@ -1,0 +1,637 @@
+//! The memory tier: a byte-bounded in-process cache on TinyUFO (S3-FIFO eviction, TinyLFU admission).
+//!
+//! # Why it looks like this
+//! * **Hard byte bound.** Every object is charged its body, its header bytes and a fixed
+//!   overhead ([`OBJECT_OVERHEAD`]). TinyUFO weighs items in `u16` units, so charges are rounded
+//!   *up* to a unit sized for the largest admissible object; the sum of charges therefore never
+//!   exceeds `memory_size`. [`MemoryTier::stats`] reports the exact bytes held.
+//! * **Decoded metadata.** Objects keep [`StoredMeta`], not serialized `CacheMeta`.
+//! * **Streaming fills.** A miss writes into an in-flight entry; concurrent lookups of the same key
+//!   stream the body as it arrives (`support_streaming_partial_write`). A reader never sees a
+//!   truncated body as complete: if the writer is dropped before `finish`, readers get an error.
+//! * **Collision safety.** The full 128-bit combined key is kept with each object and checked on
+//!   lookup, since TinyUFO indexes by a 64-bit hash of it.
+
+use super::object::{Body, RangeCursor, StoredMeta, OBJECT_OVERHEAD};
+use async_trait::async_trait;
+use bytes::Bytes;
+use parking_lot::{Mutex, RwLock};
+use pingora_cache::eviction::CacheEntryKey;
+use pingora_cache::key::{CacheHashKey, CompactCacheKey};
+use pingora_cache::storage::{
+    streaming_write::U64WriteId, HandleHit, HandleMiss, HitHandler, MissFinishType, MissHandler,
+    PurgeOutcome, PurgeTarget, PurgeType, Storage,
+};
+use pingora_cache::trace::SpanHandle;
+use pingora_cache::{CacheKey, CacheMeta};
+use pingora_error::{Error, ErrorType, Result};
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::SystemTime;
+use tinyufo::TinyUfo;
+use tokio::sync::watch;
+
+/// A stored object: metadata (replaceable on revalidation) and an immutable body.
+struct MemoryObject {
+    key: u128,
+    meta: RwLock<Arc<StoredMeta>>,
+    body: Body,
+    /// Bytes charged to the budget when inserted.
+    charged: usize,
+}
+
+/// Progress of an in-flight fill, broadcast to streaming readers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FillState {
+    /// This many chunks are readable so far.
+    Partial(usize),
+    /// All chunks written; the body is complete.
+    Complete,
+    /// The writer went away before finishing: the body is incomplete and must not be served.
+    Aborted,
+}
+
+/// The body of an in-flight fill, shared between the writer and streaming readers.
+struct FillBody {
+    chunks: RwLock<Vec<Bytes>>,
+    state: watch::Sender<FillState>,
+}
+
+/// An in-flight fill as seen by lookups.
+struct InFlight {
+    write_id: u64,
+    meta: Arc<StoredMeta>,
+    body: Arc<FillBody>,
+}
+
+/// Counters describing what the memory tier holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Bytes charged for all objects currently held (body + headers + overhead).
+    pub bytes: usize,
+    /// Objects currently held.
+    pub objects: usize,
+    /// The configured bound on `bytes`.
+    pub limit: usize,
+    /// Objects evicted (or rejected by admission) to stay within `limit`.
+    pub evictions: u64,
+    /// Fills currently being written.
+    pub in_flight: usize,
+}
+
+/// The in-process memory tier. See the module docs for its guarantees.
+pub struct MemoryTier {
+    objects: TinyUfo<u128, Arc<MemoryObject>>,
+    in_flight: Mutex<HashMap<u128, Vec<InFlight>>>,
+    in_flight_count: AtomicUsize,
+    next_write_id: AtomicU64,
+    /// Bytes per TinyUFO weight unit.
+    unit: usize,
+    limit: usize,
+    max_charge: usize,
+    bytes: AtomicUsize,
+    count: AtomicUsize,
+    evictions: AtomicU64,
+}
+
+fn key_of(hash: [u8; 16]) -> u128 {
+    u128::from_be_bytes(hash)
+}
+
+impl MemoryTier {
+    /// Creates a tier holding at most `limit` bytes, admitting objects whose body is at most
+    /// `max_object_size` bytes; `estimated_objects` sizes the admission sketch.
+    pub fn new(limit: usize, max_object_size: usize, estimated_objects: usize) -> Self {
+        // headers of a maximal object are budgeted at 64 KiB
+        let max_charge = max_object_size + OBJECT_OVERHEAD + 64 * 1024;
+        let unit = max_charge.div_ceil(u16::MAX as usize).max(64);
+        MemoryTier {
+            objects: TinyUfo::new(limit / unit, estimated_objects.max(16)),
+            in_flight: Mutex::new(HashMap::new()),
+            in_flight_count: AtomicUsize::new(0),
+            next_write_id: AtomicU64::new(1),
+            unit,
+            limit,
+            max_charge,
+            bytes: AtomicUsize::new(0),
+            count: AtomicUsize::new(0),
+            evictions: AtomicU64::new(0),
+        }
+    }
+
+    /// A leaked, `'static` tier as Pingora's cache API requires.
+    pub fn leak(self) -> &'static MemoryTier {
+        Box::leak(Box::new(self))
+    }
+
+    /// What the tier holds now.
+    pub fn stats(&self) -> MemoryStats {
+        MemoryStats {
+            bytes: self.bytes.load(Ordering::Relaxed),
+            objects: self.count.load(Ordering::Relaxed),
+            limit: self.limit,
+            evictions: self.evictions.load(Ordering::Relaxed),
+            in_flight: self.in_flight_count.load(Ordering::Relaxed),
+        }
+    }
+
+    fn get_object(&self, key: u128) -> Option<Arc<MemoryObject>> {
+        self.objects.get(&key).filter(|obj| obj.key == key)
+    }
+
+    fn get_in_flight(
+        &self,
+        key: u128,
+        write_id: Option<u64>,
+    ) -> Option<(Arc<StoredMeta>, Arc<FillBody>)> {
+        if self.in_flight_count.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let map = self.in_flight.lock();
+        let fills = map.get(&key)?;
+        let fill = match write_id {
+            Some(id) => fills.iter().find(|f| f.write_id == id)?,
+            None => fills.first()?,
+        };
+        Some((fill.meta.clone(), fill.body.clone()))
+    }
+
+    fn remove_in_flight(&self, key: u128, write_id: u64) {
+        let mut map = self.in_flight.lock();
+        if let Some(fills) = map.get_mut(&key) {
+            let before = fills.len();
+            fills.retain(|f| f.write_id != write_id);
+            if fills.len() != before {
+                self.in_flight_count.fetch_sub(1, Ordering::Release);
+            }
+            if fills.is_empty() {
+                map.remove(&key);
+            }
+        }
+    }
+
+    /// Inserts a complete object, replacing any previous one; returns whether it was admitted.
+    fn insert(&self, key: u128, meta: Arc<StoredMeta>, body: Body) -> bool {
+        let charged = body.len() + meta.header_bytes() + OBJECT_OVERHEAD;
+        if charged > self.max_charge || charged > self.limit {
+            return false;
+        }
+        let weight = charged.div_ceil(self.unit) as u16;
+        self.remove_key(key);
+        let object = Arc::new(MemoryObject {
+            key,
+            meta: RwLock::new(meta),
+            body,
+            charged,
+        });
+        self.bytes.fetch_add(charged, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let mut admitted = true;
+        for evicted in self.objects.force_put(key, object, weight) {
+            if evicted.data.key == key {
+                admitted = false;
+            }
+            self.bytes
+                .fetch_sub(evicted.data.charged, Ordering::Relaxed);
+            self.count.fetch_sub(1, Ordering::Relaxed);
+            self.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+        admitted
+    }
+
+    fn remove_key(&self, key: u128) -> bool {
+        match self.objects.remove(&key) {
+            Some(old) => {
+                self.bytes.fetch_sub(old.charged, Ordering::Relaxed);
+                self.count.fetch_sub(1, Ordering::Relaxed);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Serves a hit from a complete object.
+struct CompleteHit {
+    object: Arc<MemoryObject>,
+    cursor: RangeCursor,
+}
+
+/// Serves a hit by streaming an in-flight fill.
+struct StreamingHit {
+    body: Arc<FillBody>,
+    state: watch::Receiver<FillState>,
+    next_chunk: usize,
+}
+
+impl StreamingHit {
+    async fn read(&mut self) -> Result<Option<Bytes>> {
+        loop {
+            let state = *self.state.borrow_and_update();
+            {
+                let chunks = self.body.chunks.read();
+                if self.next_chunk < chunks.len() {
+                    let chunk = chunks[self.next_chunk].clone();
+                    self.next_chunk += 1;
+                    return Ok(Some(chunk));
+                }
+            }
+            match state {
+                FillState::Complete => return Ok(None),
+                FillState::Aborted => {
+                    return Error::e_explain(ErrorType::InternalError, "cache fill aborted")
+                }
+                FillState::Partial(_) => {}
+            }
+            if self.state.changed().await.is_err() {
+                // writer dropped without marking completion
+                if *self.state.borrow() != FillState::Complete {
+                    return Error::e_explain(ErrorType::InternalError, "cache fill abandoned");
+                }
+            }
+        }
+    }
+}
+
+enum MemoryHit {
+    Complete(CompleteHit),
+    Streaming(StreamingHit),
+}
+
+#[async_trait]
+impl HandleHit for MemoryHit {
+    async fn read_body(&mut self) -> Result<Option<Bytes>> {
+        match self {
+            MemoryHit::Complete(hit) => Ok(hit.cursor.next(hit.object.body.chunks())),
+            MemoryHit::Streaming(hit) => hit.read().await,
+        }
+    }
+
+    async fn finish(
+        self: Box<Self>,
+        _storage: &'static (dyn Storage + Sync),
+        _key: &CacheKey,
+        _trace: &SpanHandle,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    fn can_seek(&self) -> bool {
+        matches!(self, MemoryHit::Complete(_))
+    }
+
+    fn seek(&mut self, start: usize, end: Option<usize>) -> Result<()> {
+        match self {
+            MemoryHit::Complete(hit) => hit
+                .cursor
+                .seek(hit.object.body.len(), start, end)
+                .or_else(|e| Error::e_explain(ErrorType::InternalError, e)),
+            MemoryHit::Streaming(_) => {
+                Error::e_explain(ErrorType::InternalError, "cannot seek a streaming fill")
+            }
+        }
+    }
+
+    fn should_count_access(&self) -> bool {
+        matches!(self, MemoryHit::Complete(_))
+    }
+
+    fn get_eviction_weight(&self) -> usize {
+        match self {
+            MemoryHit::Complete(hit) => hit.object.charged,
+            MemoryHit::Streaming(_) => 0,
+        }
+    }
+
+    fn as_any(&self) -> &(dyn Any + Send + Sync) {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut (dyn Any + Send + Sync) {
+        self
+    }
+}
+
+/// Writes a fill; on `finish` the object becomes visible as complete.
+struct MemoryMiss {
+    tier: &'static MemoryTier,
+    key: u128,
+    write_id: U64WriteId,
+    meta: Arc<StoredMeta>,
+    body: Arc<FillBody>,
+    finished: bool,
+}
+
+#[async_trait]
+impl HandleMiss for MemoryMiss {
+    async fn write_body(&mut self, data: Bytes, eof: bool) -> Result<()> {
+        let count = {
+            let mut chunks = self.body.chunks.write();
+            if !data.is_empty() {
+                chunks.push(data);
+            }
+            chunks.len()
+        };
+        let _ = eof; // completion is signalled by `finish`, after the object is indexed
+        self.body.state.send_replace(FillState::Partial(count));
+        Ok(())
+    }
+
+    async fn finish(mut self: Box<Self>) -> Result<MissFinishType> {
+        let chunks = self.body.chunks.read().clone();
+        let body = Body::from_chunks(chunks);
+        let size = body.len();
+        // index the complete object before dropping the in-flight entry, so lookups never see a gap
+        self.tier.insert(self.key, self.meta.clone(), body);
+        self.body.state.send_replace(FillState::Complete);
+        self.finished = true;
+        self.tier.remove_in_flight(self.key, self.write_id.into());
+        Ok(MissFinishType::Created(size))
+    }
+
+    fn streaming_write_tag(&self) -> Option<&[u8]> {
+        Some(self.write_id.as_bytes())
+    }
+}
+
+impl Drop for MemoryMiss {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.body.state.send_replace(FillState::Aborted);
+            self.tier.remove_in_flight(self.key, self.write_id.into());
+        }
+    }
+}
+
+fn streaming_hit(meta: &StoredMeta, body: Arc<FillBody>) -> (CacheMeta, HitHandler) {
+    let state = body.state.subscribe();
+    let hit = MemoryHit::Streaming(StreamingHit {
+        body,
+        state,
+        next_chunk: 0,
+    });
+    (meta.to_meta(), Box::new(hit))
+}
+
+impl MemoryTier {
+    fn lookup_key(&'static self, key: u128) -> Option<(CacheMeta, HitHandler)> {
+        // prefer an in-flight fill, so a refreshed object is visible while it is being written
+        if let Some((meta, body)) = self.get_in_flight(key, None) {
+            return Some(streaming_hit(&meta, body));
+        }
+        let object = self.get_object(key)?;
+        let meta = object.meta.read().to_meta();
+        let cursor = RangeCursor::whole(object.body.len());
+        Some((
+            meta,
+            Box::new(MemoryHit::Complete(CompleteHit { object, cursor })),
+        ))
+    }
+
+    fn purge_key(&self, key: &CompactCacheKey) -> bool {
+        let key = key_of(key.combined_bin());
+        let removed_fill = {
+            let mut map = self.in_flight.lock();
+            match map.remove(&key) {
+                Some(fills) => {
+                    for fill in &fills {
+                        fill.body.state.send_replace(FillState::Aborted);
+                    }
+                    self.in_flight_count
+                        .fetch_sub(fills.len(), Ordering::Release);
+                    true
+                }
+                None => false,
+            }
+        };
+        self.remove_key(key) || removed_fill
+    }
+}
+
+#[async_trait]
+impl Storage for MemoryTier {
+    async fn lookup(
+        &'static self,
+        key: &CacheKey,
+        _trace: &SpanHandle,
+    ) -> Result<Option<(CacheMeta, HitHandler)>> {
+        Ok(self.lookup_key(key_of(key.combined_bin())))
+    }
+
+    async fn lookup_streaming_write(
+        &'static self,
+        key: &CacheKey,
+        streaming_write_tag: Option<&[u8]>,
+        _trace: &SpanHandle,
+    ) -> Result<Option<(CacheMeta, HitHandler)>> {
+        let key = key_of(key.combined_bin());
+        let write_id = streaming_write_tag
+            .and_then(|tag| U64WriteId::try_from(tag).ok())
+            .map(u64::from);
+        match write_id.and_then(|id| self.get_in_flight(key, Some(id))) {
+            Some((meta, body)) => Ok(Some(streaming_hit(&meta, body))),
+            None => Ok(self.lookup_key(key)),
+        }
+    }
+
+    async fn get_miss_handler(
+        &'static self,
+        key: &CacheKey,
+        meta: &CacheMeta,
+        _trace: &SpanHandle,
+    ) -> Result<MissHandler> {
+        let key = key_of(key.combined_bin());
+        let write_id = self.next_write_id.fetch_add(1, Ordering::Relaxed);
+        let meta = Arc::new(StoredMeta::from_meta(meta));
+        let (state, _) = watch::channel(FillState::Partial(0));
+        let body = Arc::new(FillBody {
+            chunks: RwLock::new(Vec::new()),
+            state,
+        });
+        self.in_flight
+            .lock()
+            .entry(key)
+            .or_default()
+            .push(InFlight {
+                write_id,
+                meta: meta.clone(),
+                body: body.clone(),
+            });
+        self.in_flight_count.fetch_add(1, Ordering::Release);
+        Ok(Box::new(MemoryMiss {
+            tier: self,
+            key,
+            write_id: write_id.into(),
+            meta,
+            body,
+            finished: false,
+        }))
+    }
+
+    async fn purge(
+        &'static self,
+        target: PurgeTarget<'_>,
+        _purge_type: PurgeType,
+        _trace: &SpanHandle,
+    ) -> Result<PurgeOutcome> {
+        if matches!(target, PurgeTarget::Exact(CacheEntryKey::Identified { .. })) {
+            return Ok(PurgeOutcome::NotFound);
+        }
+        if self.purge_key(target.key()) {
+            Ok(PurgeOutcome::Purged(None))
+        } else {
+            Ok(PurgeOutcome::NotFound)
+        }
+    }
+
+    async fn expire(
+        &'static self,
+        target: PurgeTarget<'_>,
+        _trace: &SpanHandle,
+    ) -> Result<PurgeOutcome> {
+        if matches!(target, PurgeTarget::Exact(CacheEntryKey::Identified { .. })) {
+            return Ok(PurgeOutcome::NotFound);
+        }
+        let key = key_of(target.key().combined_bin());
+        let Some(object) = self.get_object(key) else {
+            return Ok(PurgeOutcome::NotFound);
+        };
+        let mut guard = object.meta.write();
+        let mut meta = (**guard).clone();
+        meta.fresh_until = SystemTime::now()
+            .checked_sub(std::time::Duration::from_secs(1))
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        *guard = Arc::new(meta);
+        Ok(PurgeOutcome::Expired)
+    }
+
+    async fn update_meta(
+        &'static self,
+        key: &CacheKey,
+        meta: &CacheMeta,
+        _trace: &SpanHandle,
+    ) -> Result<bool> {
+        match self.get_object(key_of(key.combined_bin())) {
+            Some(object) => {
+                *object.meta.write() = Arc::new(StoredMeta::from_meta(meta));
+                Ok(true)
+            }
+            // evicted meanwhile: nothing to update, the next request refetches
+            None => Ok(false),
+        }
+    }
+
+    fn support_streaming_partial_write(&self) -> bool {
+        true
+    }
+
+    fn as_any(&self) -> &(dyn Any + Send + Sync + 'static) {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pingora_cache::trace::Span;
+    use pingora_http::ResponseHeader;
+    use std::time::Duration;
+
+    fn meta() -> CacheMeta {
+        let header = ResponseHeader::build(200, None).unwrap();
+        let now = SystemTime::now();
+        CacheMeta::new(now + Duration::from_secs(60), now, 0, 0, header)
+    }
+
+    async fn fill(tier: &'static MemoryTier, key: &CacheKey, body: &[u8]) {
+        let span = Span::inactive().handle();
+        let mut miss = tier.get_miss_handler(key, &meta(), &span).await.unwrap();
+        for chunk in body.chunks(4096) {
+            miss.write_body(Bytes::copy_from_slice(chunk), false)
+                .await
+                .unwrap();
+        }
+        miss.finish().await.unwrap();
+    }
+
+    async fn read_all(hit: &mut HitHandler) -> Vec<u8> {
+        let mut out = Vec::new();
+        while let Some(b) = hit.read_body().await.unwrap() {
+            out.extend_from_slice(&b);
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn write_then_read_and_purge() {
+        let tier = MemoryTier::new(4 << 20, 1 << 20, 1024).leak();
+        let span = Span::inactive().handle();
+        let key = CacheKey::new("/a", "");
+        assert!(tier.lookup(&key, &span).await.unwrap().is_none());
+        let body: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        fill(tier, &key, &body).await;
+        let (_, mut hit) = tier.lookup(&key, &span).await.unwrap().unwrap();
+        assert_eq!(read_all(&mut hit).await, body);
+        assert_eq!(tier.stats().objects, 1);
+        let outcome = tier
+            .purge(
+                PurgeTarget::Active(&key.to_compact()),
+                PurgeType::Invalidation,
+                &span,
+            )
+            .await
+            .unwrap();
+        assert_eq!(outcome, PurgeOutcome::Purged(None));
+        assert!(tier.lookup(&key, &span).await.unwrap().is_none());
+        assert_eq!(tier.stats().bytes, 0);
+    }
+
+    #[tokio::test]
+    async fn byte_bound_holds_when_overfilled() {
+        let limit = 2 << 20;
+        let tier = MemoryTier::new(limit, 256 << 10, 1024).leak();
+        let body = vec![7u8; 10_000];
+        for i in 0..(3 * limit / body.len()) {
+            fill(tier, &CacheKey::new(format!("/obj/{i}"), ""), &body).await;
+            assert!(tier.stats().bytes <= limit, "{:?}", tier.stats());
+        }
+        let stats = tier.stats();
+        assert!(stats.evictions > 0);
+        assert!(
+            stats.bytes > limit / 2,
+            "tier should stay well used: {stats:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn streaming_reader_sees_whole_body_or_error() {
+        let tier = MemoryTier::new(4 << 20, 1 << 20, 1024).leak();
+        let span = Span::inactive().handle();
+        let key = CacheKey::new("/s", "");
+        let mut miss = tier.get_miss_handler(&key, &meta(), &span).await.unwrap();
+        miss.write_body(Bytes::from_static(b"hello "), false)
+            .await
+            .unwrap();
+        let (_, mut reader) = tier.lookup(&key, &span).await.unwrap().unwrap();
+        let reading = tokio::spawn(async move { read_all(&mut reader).await });
+        miss.write_body(Bytes::from_static(b"world"), true)
+            .await
+            .unwrap();
+        miss.finish().await.unwrap();
+        assert_eq!(reading.await.unwrap(), b"hello world");
+
+        // an abandoned fill makes its streaming readers fail instead of ending early
+        let key2 = CacheKey::new("/t", "");
+        let mut miss = tier.get_miss_handler(&key2, &meta(), &span).await.unwrap();
+        miss.write_body(Bytes::from_static(b"partial"), false)
+            .await
+            .unwrap();
+        let (_, mut reader) = tier.lookup(&key2, &span).await.unwrap().unwrap();
+        assert_eq!(&reader.read_body().await.unwrap().unwrap()[..], b"partial");
+        drop(miss);
+        assert!(reader.read_body().await.is_err());
+        assert!(tier.lookup(&key2, &span).await.unwrap().is_none());
+    }
+}

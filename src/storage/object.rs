@@ -1,0 +1,200 @@
+//! What a stored response is: decoded metadata plus a body kept as the chunks it arrived in.
+//!
+//! Pingora's own `MemCache` keeps `CacheMeta` serialized (MessagePack + zstd) and decodes it on
+//! every hit. We keep the decoded parts instead and rebuild a `CacheMeta` from them, which costs one
+//! header-map clone. Bodies are `Bytes` chunks, so a 50 MB object is never copied into one buffer
+//! and a hit hands out reference-counted slices.
+
+use bytes::{Bytes, BytesMut};
+use pingora_cache::key::HashBinary;
+use pingora_cache::CacheMeta;
+use pingora_http::ResponseHeader;
+use std::time::SystemTime;
+
+/// Bodies up to this size are copied into one exactly-sized buffer when stored, so the memory
+/// tier never pins a much larger network read buffer behind a small slice.
+pub const COALESCE_LIMIT: usize = 64 * 1024;
+
+/// Fixed per-object bookkeeping charged to the memory budget on top of header and body bytes
+/// (the object struct, the TinyUFO bucket and index entry, the `Arc`s).
+pub const OBJECT_OVERHEAD: usize = 256;
+
+/// The decoded fields of a `CacheMeta`, enough to rebuild an equivalent one on every hit.
+#[derive(Debug, Clone)]
+pub struct StoredMeta {
+    pub fresh_until: SystemTime,
+    pub created: SystemTime,
+    /// The reference point for `Age`: `updated`, or the epoch override when one was set.
+    pub epoch: SystemTime,
+    pub stale_while_revalidate_sec: u32,
+    pub stale_if_error_sec: u32,
+    pub variance: Option<HashBinary>,
+    pub header: ResponseHeader,
+}
+
+impl StoredMeta {
+    /// Captures the parts of `meta` that survive storage.
+    pub fn from_meta(meta: &CacheMeta) -> Self {
+        StoredMeta {
+            fresh_until: meta.fresh_until(),
+            created: meta.created(),
+            epoch: meta.epoch(),
+            stale_while_revalidate_sec: meta.stale_while_revalidate_sec(),
+            stale_if_error_sec: meta.stale_if_error_sec(),
+            variance: meta.variance(),
+            header: meta.response_header_copy(),
+        }
+    }
+
+    /// Rebuilds a `CacheMeta` equivalent to the stored one.
+    pub fn to_meta(&self) -> CacheMeta {
+        let mut meta = CacheMeta::new(
+            self.fresh_until,
+            self.created,
+            self.stale_while_revalidate_sec,
+            self.stale_if_error_sec,
+            self.header.clone(),
+        );
+        if self.epoch != self.created {
+            meta.set_epoch_override(self.epoch);
+        }
+        if let Some(variance) = self.variance {
+            meta.set_variance(variance);
+        }
+        meta
+    }
+
+    /// Approximate heap bytes of the header (names, values, map overhead).
+    pub fn header_bytes(&self) -> usize {
+        let fields: usize = self
+            .header
+            .headers
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len() + 48)
+            .sum();
+        // the case-preserving name map doubles the names
+        fields * 2 + 128
+    }
+}
+
+/// A complete body: its chunks and total length.
+#[derive(Debug, Clone, Default)]
+pub struct Body {
+    chunks: Vec<Bytes>,
+    len: usize,
+}
+
+impl Body {
+    /// Builds a body from the chunks written by a miss; small bodies are coalesced into one
+    /// exactly-sized buffer (see [`COALESCE_LIMIT`]).
+    pub fn from_chunks(chunks: Vec<Bytes>) -> Self {
+        let len = chunks.iter().map(Bytes::len).sum();
+        let chunks = if chunks.len() > 1 && len <= COALESCE_LIMIT {
+            let mut joined = BytesMut::with_capacity(len);
+            for chunk in &chunks {
+                joined.extend_from_slice(chunk);
+            }
+            vec![joined.freeze()]
+        } else if chunks.len() == 1 && len <= COALESCE_LIMIT {
+            // detach from a possibly larger shared read buffer
+            vec![Bytes::copy_from_slice(&chunks[0])]
+        } else {
+            chunks
+        };
+        Body { chunks, len }
+    }
+
+    /// Total body length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the body has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The stored chunks, in order.
+    pub fn chunks(&self) -> &[Bytes] {
+        &self.chunks
+    }
+}
+
+/// Reads a byte range of a chunked body chunk by chunk, without copying.
+#[derive(Debug, Clone)]
+pub struct RangeCursor {
+    /// Next absolute offset to return.
+    pos: usize,
+    /// Exclusive end offset.
+    end: usize,
+}
+
+impl RangeCursor {
+    /// A cursor over the whole body.
+    pub fn whole(len: usize) -> Self {
+        RangeCursor { pos: 0, end: len }
+    }
+
+    /// Repositions to `[start, end)`; `end` beyond the body is clamped.
+    pub fn seek(&mut self, len: usize, start: usize, end: Option<usize>) -> Result<(), String> {
+        if start >= len && len > 0 {
+            return Err(format!("seek start {start} beyond body length {len}"));
+        }
+        self.pos = start;
+        self.end = end.map_or(len, |e| e.min(len));
+        Ok(())
+    }
+
+    /// Returns the next slice of `chunks` within the range, or `None` at the end.
+    pub fn next(&mut self, chunks: &[Bytes]) -> Option<Bytes> {
+        if self.pos >= self.end {
+            return None;
+        }
+        let mut offset = 0;
+        for chunk in chunks {
+            let chunk_end = offset + chunk.len();
+            if self.pos < chunk_end {
+                let from = self.pos - offset;
+                let to = chunk.len().min(self.end - offset);
+                self.pos = offset + to;
+                return Some(chunk.slice(from..to));
+            }
+            offset = chunk_end;
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn collect(body: &Body, cursor: &mut RangeCursor) -> Vec<u8> {
+        let mut out = Vec::new();
+        while let Some(b) = cursor.next(body.chunks()) {
+            out.extend_from_slice(&b);
+        }
+        out
+    }
+
+    #[test]
+    fn cursor_reads_ranges_across_chunks() {
+        let chunks: Vec<Bytes> = (0..4)
+            .map(|i| Bytes::from(vec![b'a' + i as u8; 100_000]))
+            .collect();
+        let body = Body::from_chunks(chunks);
+        assert_eq!(body.len(), 400_000);
+        let mut cursor = RangeCursor::whole(body.len());
+        assert_eq!(collect(&body, &mut cursor).len(), 400_000);
+        cursor.seek(body.len(), 99_998, Some(100_002)).unwrap();
+        assert_eq!(collect(&body, &mut cursor), b"aabb");
+        assert!(cursor.seek(body.len(), 400_000, None).is_err());
+    }
+
+    #[test]
+    fn small_bodies_are_coalesced() {
+        let body = Body::from_chunks(vec![Bytes::from_static(b"ab"), Bytes::from_static(b"cd")]);
+        assert_eq!(body.chunks().len(), 1);
+        assert_eq!(&body.chunks()[0][..], b"abcd");
+    }
+}
