@@ -18,6 +18,10 @@ use pingora_cache::{CacheMeta, NoCacheReason, RespCacheable};
 use pingora_http::{RequestHeader, ResponseHeader};
 use std::time::{Duration, SystemTime};
 
+/// The response said `no-store`.
+pub const REASON_NO_STORE: &str = "no-store";
+/// The response said `private` (a shared cache never stores it).
+pub const REASON_PRIVATE: &str = "private";
 /// Why a response was not stored, as reported in `Cache-Status` `detail` and logs.
 pub const REASON_NO_FRESHNESS: &str = "no-freshness";
 /// The response carried `Set-Cookie` (see [`CachePolicy::response_decision`]).
@@ -93,8 +97,11 @@ impl CachePolicy {
             return uncacheable(REASON_STATUS);
         }
         let cc = CacheControl::from_resp_headers(resp);
-        if cc.as_ref().is_some_and(|cc| cc.no_store() || cc.private()) {
-            return RespCacheable::Uncacheable(NoCacheReason::OriginNotCache);
+        if cc.as_ref().is_some_and(|cc| cc.no_store()) {
+            return uncacheable(REASON_NO_STORE);
+        }
+        if cc.as_ref().is_some_and(|cc| cc.private()) {
+            return uncacheable(REASON_PRIVATE);
         }
         if req.headers.contains_key(http::header::AUTHORIZATION)
             && !cc

@@ -463,6 +463,21 @@ impl TestOrigin {
         }
     }
 
+    /// Async version of [`wait_for_hits`](Self::wait_for_hits) for `#[tokio::test]`s
+    /// (does not block the test's runtime).
+    pub async fn wait_for_hits_async(&self, n: usize, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.hits() >= n {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Async version of [`wait_for_hits_for`](Self::wait_for_hits_for) for `#[tokio::test]`s
     /// (does not block the test's runtime).
     pub async fn wait_for_hits_for_async(&self, path: &str, n: usize, timeout: Duration) -> bool {
@@ -698,13 +713,8 @@ async fn read_request(
         .iter()
         .any(|v| v.eq_ignore_ascii_case("100-continue"));
     if expects_body && expect_continue && buf.is_empty() {
-        if stream
-            .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
-            .await
-            .is_err()
-        {
-            return Err(ReadError::Io);
-        }
+        let sent = stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await;
+        sent.map_err(|_| ReadError::Io)?;
     }
 
     // --- body ---
@@ -742,10 +752,7 @@ async fn read_line(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<String,
     }
 }
 
-async fn read_chunked_body(
-    stream: &mut TcpStream,
-    buf: &mut BytesMut,
-) -> Result<Bytes, ReadError> {
+async fn read_chunked_body(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<Bytes, ReadError> {
     let mut body = BytesMut::new();
     loop {
         let line = read_line(stream, buf).await?;
@@ -806,9 +813,10 @@ async fn write_response(
     if !has_header(&headers, "date") {
         headers.push(("Date".into(), http_date(SystemTime::now())));
     }
-    let own_framing = has_header(&headers, "content-length") || has_header(&headers, "transfer-encoding");
+    let own_framing =
+        has_header(&headers, "content-length") || has_header(&headers, "transfer-encoding");
     let mut close = req_close || has_token(&headers, "connection", "close");
-    if !own_framing && !(status < 200 || status == 204) {
+    if !(own_framing || status < 200 || status == 204) {
         match &body {
             Body::Empty | Body::Bytes(_) | Body::Generated { .. } if status != 304 => {
                 headers.push(("Content-Length".into(), body.len().to_string()));
@@ -943,7 +951,7 @@ fn gen_word(index: u64, seed: u8) -> [u8; 8] {
 pub fn fill_generated(buf: &mut [u8], offset: usize, seed: u8) {
     let mut k = 0;
     // Unaligned head.
-    while k < buf.len() && (offset + k) % 8 != 0 {
+    while k < buf.len() && (offset + k) & 7 != 0 {
         let i = offset + k;
         buf[k] = gen_word((i / 8) as u64, seed)[i % 8];
         k += 1;

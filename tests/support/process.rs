@@ -11,6 +11,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long [`LacquerProcess`] waits for its listen port to accept connections.
@@ -78,10 +79,8 @@ impl TempDir {
                 .map(|d| d.subsec_nanos())
                 .unwrap_or(0);
             let n = TEMP_COUNTER.fetch_add(1, Ordering::SeqCst);
-            let path = std::env::temp_dir().join(format!(
-                "{prefix}-{}-{n}-{nanos}",
-                std::process::id()
-            ));
+            let path =
+                std::env::temp_dir().join(format!("{prefix}-{}-{n}-{nanos}", std::process::id()));
             match std::fs::create_dir(&path) {
                 Ok(()) => return TempDir { path, keep: false },
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
@@ -390,7 +389,10 @@ impl LacquerProcess {
 
     /// Overwrites the config file (panics if the process was started without one).
     pub fn write_config(&self, config_toml: &str) {
-        let p = self.config_path.as_ref().expect("started without a config file");
+        let p = self
+            .config_path
+            .as_ref()
+            .expect("started without a config file");
         std::fs::write(p, config_toml).expect("rewrite config");
     }
 
@@ -401,7 +403,9 @@ impl LacquerProcess {
 
     /// The exit status if the process has exited (non-blocking).
     pub fn exit_status(&mut self) -> Option<ExitStatus> {
-        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
     }
 
     /// Waits up to `timeout` for the process to exit; returns its status if it did.
@@ -511,7 +515,8 @@ pub fn check_config(config_toml: &str) -> Output {
 }
 
 /// Runs `program args...` with stdin closed, capturing stdout and stderr, killing it
-/// after `timeout` (then its status reports the kill).
+/// after `timeout` (then its status reports the kill). Output written by orphaned
+/// grandchildren that keep the pipes open is not waited for beyond 2 s.
 pub fn run_with_timeout(program: &Path, args: &[&str], timeout: Duration) -> Output {
     let mut child = Command::new(program)
         .args(args)
@@ -520,18 +525,8 @@ pub fn run_with_timeout(program: &Path, args: &[&str], timeout: Duration) -> Out
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("failed to spawn {}: {e}", program.display()));
-    let mut out = child.stdout.take().expect("stdout pipe");
-    let mut err = child.stderr.take().expect("stderr pipe");
-    let t_out = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = out.read_to_end(&mut v);
-        v
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = err.read_to_end(&mut v);
-        v
-    });
+    let out = collect_pipe(child.stdout.take().expect("stdout pipe"));
+    let err = collect_pipe(child.stderr.take().expect("stderr pipe"));
     let status = match wait_child_timeout(&mut child, timeout) {
         Some(s) => s,
         None => {
@@ -539,10 +534,45 @@ pub fn run_with_timeout(program: &Path, args: &[&str], timeout: Duration) -> Out
             child.wait().expect("wait for killed child")
         }
     };
+    let deadline = Instant::now() + Duration::from_secs(2);
     Output {
         status,
-        stdout: t_out.join().unwrap_or_default(),
-        stderr: t_err.join().unwrap_or_default(),
+        stdout: out.finish(deadline),
+        stderr: err.finish(deadline),
+    }
+}
+
+/// A pipe drained into memory by a background thread.
+struct PipeCollector {
+    data: Arc<Mutex<Vec<u8>>>,
+    done: std::sync::mpsc::Receiver<()>,
+}
+
+fn collect_pipe(mut pipe: impl Read + Send + 'static) -> PipeCollector {
+    let data = Arc::new(Mutex::new(Vec::new()));
+    let (tx, done) = std::sync::mpsc::channel();
+    let sink = data.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        loop {
+            match pipe.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => sink.lock().unwrap().extend_from_slice(&buf[..n]),
+            }
+        }
+        let _ = tx.send(());
+    });
+    PipeCollector { data, done }
+}
+
+impl PipeCollector {
+    /// Waits (until `deadline` at most) for EOF, then returns what was read.
+    fn finish(self, deadline: Instant) -> Vec<u8> {
+        let _ = self
+            .done
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()));
+        let v = self.data.lock().unwrap().clone();
+        v
     }
 }
 
@@ -600,7 +630,18 @@ impl MemcachedProcess {
         let port = self.port.to_string();
         // `-u root` is needed (and only used) when running as root.
         let child = Command::new(&bin)
-            .args(["-p", &port, "-l", "127.0.0.1", "-U", "0", "-m", "64", "-u", "root"])
+            .args([
+                "-p",
+                &port,
+                "-l",
+                "127.0.0.1",
+                "-U",
+                "0",
+                "-m",
+                "64",
+                "-u",
+                "root",
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -609,7 +650,11 @@ impl MemcachedProcess {
         self.child = Some(child);
         let deadline = Instant::now() + MEMCACHED_START_TIMEOUT;
         loop {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
                 self.child = None;
                 return Err(format!(
                     "memcached exited with {status} before accepting on port {}: {}",
@@ -751,13 +796,24 @@ fn reply_complete(out: &[u8]) -> bool {
         .unwrap_or("")
         .to_string();
     const TERMINALS: [&str; 9] = [
-        "END", "OK", "STORED", "NOT_STORED", "EXISTS", "NOT_FOUND", "DELETED", "TOUCHED", "ERROR",
+        "END",
+        "OK",
+        "STORED",
+        "NOT_STORED",
+        "EXISTS",
+        "NOT_FOUND",
+        "DELETED",
+        "TOUCHED",
+        "ERROR",
     ];
     TERMINALS.contains(&last.as_str())
         || last.starts_with("VERSION ")
         || last.starts_with("CLIENT_ERROR")
         || last.starts_with("SERVER_ERROR")
-        || (!text.starts_with("VALUE") && !text.starts_with("STAT") && last.chars().all(|c| c.is_ascii_digit()) && !last.is_empty())
+        || (!text.starts_with("VALUE")
+            && !text.starts_with("STAT")
+            && last.chars().all(|c| c.is_ascii_digit())
+            && !last.is_empty())
 }
 
 impl Drop for MemcachedProcess {

@@ -1,0 +1,131 @@
+//! Helpers shared by Lacquer's integration tests on top of `tests/support`.
+#![allow(dead_code)]
+
+use crate::support::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime};
+
+/// Decodes `%XX` and `+` in a query value.
+pub fn url_decode(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 3;
+                        continue;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Looks up a query parameter of a recorded request.
+pub fn query_param(req: &RecordedRequest, name: &str) -> Option<String> {
+    req.query()?
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| url_decode(v))
+}
+
+/// An origin whose responses are scripted by the request's query string, so each test states
+/// what the origin does right in the URL it requests:
+/// * `cc=` Cache-Control; `expires=` seconds from now, or a literal (`invalid`);
+/// * `lm=` Last-Modified as seconds from now (negative = past); `age=` Age; `etag=` ETag;
+/// * `vary=` Vary; `status=` status code; `cookie=1` adds Set-Cookie; `hdr=name:value` any header;
+/// * `sleep=` milliseconds before answering; `len=` a generated body of that many bytes.
+///
+/// The default body is `"<path> #<n>"`, n counting requests to the origin, so a refetch is visible.
+pub fn scripted_origin() -> TestOrigin {
+    let counter = AtomicUsize::new(0);
+    TestOrigin::start(move |req| {
+        let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+        let status: u16 = query_param(req, "status")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(200);
+        let mut resp = match query_param(req, "len").and_then(|l| l.parse::<usize>().ok()) {
+            Some(len) => OriginResponse::generated(len, 7).status(status),
+            None => OriginResponse::ok(format!("{} #{n}", req.path)).status(status),
+        };
+        resp = resp.header("x-origin-count", n.to_string());
+        if let Some(cc) = query_param(req, "cc") {
+            resp = resp.header("Cache-Control", cc);
+        }
+        if let Some(e) = query_param(req, "expires") {
+            let value = match e.parse::<i64>() {
+                Ok(secs) => http_date_offset(secs),
+                Err(_) => e,
+            };
+            resp = resp.header("Expires", value);
+        }
+        if let Some(lm) = query_param(req, "lm").and_then(|v| v.parse::<i64>().ok()) {
+            resp = resp.header("Last-Modified", http_date_offset(lm));
+        }
+        if let Some(age) = query_param(req, "age") {
+            resp = resp.header("Age", age);
+        }
+        if let Some(etag) = query_param(req, "etag") {
+            resp = resp.header("ETag", etag);
+        }
+        if let Some(vary) = query_param(req, "vary") {
+            resp = resp.header("Vary", vary);
+        }
+        if query_param(req, "cookie").is_some() {
+            resp = resp.header("Set-Cookie", "session=secret");
+        }
+        if let Some(h) = query_param(req, "hdr") {
+            if let Some((k, v)) = h.split_once(':') {
+                resp = resp.header(k.to_string(), v.to_string());
+            }
+        }
+        if let Some(ms) = query_param(req, "sleep").and_then(|v| v.parse::<u64>().ok()) {
+            resp = resp.delay(Duration::from_millis(ms));
+        }
+        resp
+    })
+}
+
+/// Seconds since the epoch, for building unique paths.
+pub fn unique() -> u128 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// Reads `/stats` from the admin endpoint and returns the number after `"key":`.
+pub async fn admin_stat(admin_port: u16, key: &str) -> u64 {
+    let resp = get(&format!("http://127.0.0.1:{admin_port}/stats"), &[]).await;
+    let text = resp.text();
+    let needle = format!("\"{key}\":");
+    let start = text
+        .find(&needle)
+        .unwrap_or_else(|| panic!("{key} not in {text}"))
+        + needle.len();
+    text[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect::<String>()
+        .parse()
+        .unwrap()
+}
+
+/// Resident set size of a process in bytes, from /proc.
+pub fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kb * 1024
+}
