@@ -12,7 +12,7 @@
 //! * **Collision safety.** The full 128-bit combined key is kept with each object and checked on
 //!   lookup, since TinyUFO indexes by a 64-bit hash of it.
 
-use super::object::{Body, RangeCursor, StoredMeta, OBJECT_OVERHEAD};
+use super::object::{owned_chunk, Body, RangeCursor, StoredMeta, OBJECT_OVERHEAD};
 use async_trait::async_trait;
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
@@ -86,6 +86,9 @@ pub struct MemoryTier {
     objects: TinyUfo<u128, Arc<MemoryObject>>,
     in_flight: Mutex<HashMap<u128, Vec<InFlight>>>,
     in_flight_count: AtomicUsize,
+    /// Serializes inserts: TinyUFO evicts for an item and then admits it, so two concurrent puts
+    /// could each make room for one item and together overshoot the bound.
+    insert_lock: Mutex<()>,
     next_write_id: AtomicU64,
     /// Bytes per TinyUFO weight unit.
     unit: usize,
@@ -111,6 +114,7 @@ impl MemoryTier {
             objects: TinyUfo::new(limit / unit, estimated_objects.max(16)),
             in_flight: Mutex::new(HashMap::new()),
             in_flight_count: AtomicUsize::new(0),
+            insert_lock: Mutex::new(()),
             next_write_id: AtomicU64::new(1),
             unit,
             limit,
@@ -174,33 +178,43 @@ impl MemoryTier {
 
     /// Inserts a complete object, replacing any previous one; returns whether it was admitted.
     fn insert(&self, key: u128, meta: Arc<StoredMeta>, body: Body) -> bool {
-        let charged = body.len() + meta.header_bytes() + OBJECT_OVERHEAD;
+        let charged = body.charge() + meta.header_bytes() + OBJECT_OVERHEAD;
         if charged > self.max_charge || charged > self.limit {
             return false;
         }
         let weight = charged.div_ceil(self.unit) as u16;
-        self.remove_key(key);
         let object = Arc::new(MemoryObject {
             key,
             meta: RwLock::new(meta),
             body,
             charged,
         });
-        self.bytes.fetch_add(charged, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
+        let _serialized = self.insert_lock.lock();
+        self.remove_key(key);
         let mut admitted = true;
         for evicted in self.objects.force_put(key, object, weight) {
             if evicted.data.key == key {
                 admitted = false;
+                self.evictions.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.account_eviction(&evicted.data);
             }
-            self.bytes
-                .fetch_sub(evicted.data.charged, Ordering::Relaxed);
-            self.count.fetch_sub(1, Ordering::Relaxed);
-            self.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+        // counted after evictions, so a concurrent reader of the stats never sees an overshoot
+        if admitted {
+            self.bytes.fetch_add(charged, Ordering::Relaxed);
+            self.count.fetch_add(1, Ordering::Relaxed);
         }
         admitted
     }
 
+    fn account_eviction(&self, object: &MemoryObject) {
+        self.bytes.fetch_sub(object.charged, Ordering::Relaxed);
+        self.count.fetch_sub(1, Ordering::Relaxed);
+        self.evictions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Removes an object and its charge; callers hold `insert_lock`.
     fn remove_key(&self, key: u128) -> bool {
         match self.objects.remove(&key) {
             Some(old) => {
@@ -326,15 +340,16 @@ struct MemoryMiss {
 
 #[async_trait]
 impl HandleMiss for MemoryMiss {
-    async fn write_body(&mut self, data: Bytes, eof: bool) -> Result<()> {
+    async fn write_body(&mut self, data: Bytes, _eof: bool) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
         let count = {
             let mut chunks = self.body.chunks.write();
-            if !data.is_empty() {
-                chunks.push(data);
-            }
+            chunks.push(owned_chunk(&data));
             chunks.len()
         };
-        let _ = eof; // completion is signalled by `finish`, after the object is indexed
+        // completion itself is signalled by `finish`, after the object is indexed
         self.body.state.send_replace(FillState::Partial(count));
         Ok(())
     }
@@ -406,6 +421,7 @@ impl MemoryTier {
                 None => false,
             }
         };
+        let _serialized = self.insert_lock.lock();
         self.remove_key(key) || removed_fill
     }
 }
@@ -590,9 +606,9 @@ mod tests {
 
     #[tokio::test]
     async fn byte_bound_holds_when_overfilled() {
-        let limit = 2 << 20;
-        let tier = MemoryTier::new(limit, 256 << 10, 1024).leak();
-        let body = vec![7u8; 10_000];
+        let limit = 32 << 20;
+        let tier = MemoryTier::new(limit, 1 << 20, 4096).leak();
+        let body = vec![7u8; 262_144];
         for i in 0..(3 * limit / body.len()) {
             fill(tier, &CacheKey::new(format!("/obj/{i}"), ""), &body).await;
             assert!(tier.stats().bytes <= limit, "{:?}", tier.stats());
@@ -633,5 +649,45 @@ mod tests {
         drop(miss);
         assert!(reader.read_body().await.is_err());
         assert!(tier.lookup(&key2, &span).await.unwrap().is_none());
+    }
+}
+
+#[cfg(test)]
+mod concurrency_tests {
+    use super::*;
+    use pingora_cache::trace::Span;
+    use pingora_http::ResponseHeader;
+    use std::time::Duration;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn byte_bound_holds_under_concurrent_fills() {
+        let limit = 32 << 20;
+        let tier = MemoryTier::new(limit, 1 << 20, 4096).leak();
+        let mut tasks = Vec::new();
+        for t in 0..8 {
+            tasks.push(tokio::spawn(async move {
+                let span = Span::inactive().handle();
+                for i in 0..48 {
+                    let key = CacheKey::new(format!("/c/{t}/{i}"), "");
+                    let now = SystemTime::now();
+                    let header = ResponseHeader::build(200, None).unwrap();
+                    let meta = CacheMeta::new(now + Duration::from_secs(60), now, 0, 0, header);
+                    let mut miss = tier.get_miss_handler(&key, &meta, &span).await.unwrap();
+                    for _ in 0..4 {
+                        miss.write_body(Bytes::from(vec![1u8; 65_536]), false)
+                            .await
+                            .unwrap();
+                        tokio::task::yield_now().await;
+                    }
+                    miss.finish().await.unwrap();
+                    let stats = tier.stats();
+                    assert!(stats.bytes <= limit, "{stats:?}");
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert!(tier.stats().bytes <= limit, "{:?}", tier.stats());
     }
 }

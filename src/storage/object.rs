@@ -5,19 +5,24 @@
 //! header-map clone. Bodies are `Bytes` chunks, so a 50 MB object is never copied into one buffer
 //! and a hit hands out reference-counted slices.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use pingora_cache::key::HashBinary;
 use pingora_cache::CacheMeta;
 use pingora_http::ResponseHeader;
 use std::time::SystemTime;
 
-/// Bodies up to this size are copied into one exactly-sized buffer when stored, so the memory
-/// tier never pins a much larger network read buffer behind a small slice.
-pub const COALESCE_LIMIT: usize = 64 * 1024;
-
 /// Fixed per-object bookkeeping charged to the memory budget on top of header and body bytes
 /// (the object struct, the TinyUFO bucket and index entry, the `Arc`s).
 pub const OBJECT_OVERHEAD: usize = 256;
+
+/// Bookkeeping charged per body chunk (the `Bytes` handle and its shared header).
+pub const CHUNK_OVERHEAD: usize = 64;
+
+/// Copies an incoming chunk into a buffer of exactly its size, so a stored body owns exactly the
+/// memory it is charged for and never pins a larger network read buffer behind a small slice.
+pub fn owned_chunk(data: &[u8]) -> Bytes {
+    Bytes::copy_from_slice(data)
+}
 
 /// The decoded fields of a `CacheMeta`, enough to rebuild an equivalent one on every hit.
 #[derive(Debug, Clone)]
@@ -33,6 +38,19 @@ pub struct StoredMeta {
 }
 
 impl StoredMeta {
+    /// Placeholder metadata for internal entries that are never served.
+    pub fn empty() -> Self {
+        StoredMeta {
+            fresh_until: SystemTime::UNIX_EPOCH,
+            created: SystemTime::UNIX_EPOCH,
+            epoch: SystemTime::UNIX_EPOCH,
+            stale_while_revalidate_sec: 0,
+            stale_if_error_sec: 0,
+            variance: None,
+            header: ResponseHeader::build(200, None).expect("static status"),
+        }
+    }
+
     /// Captures the parts of `meta` that survive storage.
     pub fn from_meta(meta: &CacheMeta) -> Self {
         StoredMeta {
@@ -85,28 +103,20 @@ pub struct Body {
 }
 
 impl Body {
-    /// Builds a body from the chunks written by a miss; small bodies are coalesced into one
-    /// exactly-sized buffer (see [`COALESCE_LIMIT`]).
+    /// Builds a body from chunks that own their memory (see [`owned_chunk`]).
     pub fn from_chunks(chunks: Vec<Bytes>) -> Self {
         let len = chunks.iter().map(Bytes::len).sum();
-        let chunks = if chunks.len() > 1 && len <= COALESCE_LIMIT {
-            let mut joined = BytesMut::with_capacity(len);
-            for chunk in &chunks {
-                joined.extend_from_slice(chunk);
-            }
-            vec![joined.freeze()]
-        } else if chunks.len() == 1 && len <= COALESCE_LIMIT {
-            // detach from a possibly larger shared read buffer
-            vec![Bytes::copy_from_slice(&chunks[0])]
-        } else {
-            chunks
-        };
         Body { chunks, len }
     }
 
     /// Total body length in bytes.
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Bytes charged to a memory budget for this body: data plus per-chunk bookkeeping.
+    pub fn charge(&self) -> usize {
+        self.len + self.chunks.len() * CHUNK_OVERHEAD
     }
 
     /// Whether the body has no bytes.
@@ -127,12 +137,20 @@ pub struct RangeCursor {
     pos: usize,
     /// Exclusive end offset.
     end: usize,
+    /// Index of the chunk holding `pos`, and that chunk's absolute start offset.
+    chunk: usize,
+    chunk_start: usize,
 }
 
 impl RangeCursor {
     /// A cursor over the whole body.
     pub fn whole(len: usize) -> Self {
-        RangeCursor { pos: 0, end: len }
+        RangeCursor {
+            pos: 0,
+            end: len,
+            chunk: 0,
+            chunk_start: 0,
+        }
     }
 
     /// Repositions to `[start, end)`; `end` beyond the body is clamped.
@@ -142,6 +160,8 @@ impl RangeCursor {
         }
         self.pos = start;
         self.end = end.map_or(len, |e| e.min(len));
+        self.chunk = 0;
+        self.chunk_start = 0;
         Ok(())
     }
 
@@ -150,16 +170,16 @@ impl RangeCursor {
         if self.pos >= self.end {
             return None;
         }
-        let mut offset = 0;
-        for chunk in chunks {
-            let chunk_end = offset + chunk.len();
+        while let Some(chunk) = chunks.get(self.chunk) {
+            let chunk_end = self.chunk_start + chunk.len();
             if self.pos < chunk_end {
-                let from = self.pos - offset;
-                let to = chunk.len().min(self.end - offset);
-                self.pos = offset + to;
+                let from = self.pos - self.chunk_start;
+                let to = chunk.len().min(self.end - self.chunk_start);
+                self.pos = self.chunk_start + to;
                 return Some(chunk.slice(from..to));
             }
-            offset = chunk_end;
+            self.chunk += 1;
+            self.chunk_start = chunk_end;
         }
         None
     }
@@ -192,9 +212,10 @@ mod tests {
     }
 
     #[test]
-    fn small_bodies_are_coalesced() {
-        let body = Body::from_chunks(vec![Bytes::from_static(b"ab"), Bytes::from_static(b"cd")]);
-        assert_eq!(body.chunks().len(), 1);
-        assert_eq!(&body.chunks()[0][..], b"abcd");
+    fn owned_chunks_do_not_share_the_source_buffer() {
+        let big = Bytes::from(vec![9u8; 65_536]);
+        let small = owned_chunk(&big[..10]);
+        assert_eq!(small.len(), 10);
+        assert_ne!(small.as_ptr(), big.as_ptr());
     }
 }

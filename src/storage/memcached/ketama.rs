@@ -102,10 +102,10 @@ impl KetamaRing {
     ) -> Option<usize> {
         let hash = key_hash(key);
         let start = self.points.partition_point(|&(point, _)| point < hash);
-        let (after, before) = self.points.split_at(start);
-        before
+        let (wrapped, clockwise) = self.points.split_at(start);
+        clockwise
             .iter()
-            .chain(after)
+            .chain(wrapped)
             .map(|&(_, index)| index as usize)
             .find(|&index| is_usable(index))
     }
@@ -170,7 +170,23 @@ mod tests {
         let checked = check_vectors(include_str!(
             "../../../tests/vectors/ketama_libmemcached.json"
         ));
-        assert_eq!(checked, 9 * 200);
+        // 200 shared keys per ring, plus one point-label key per server.
+        assert_eq!(checked, 9 * 200 + 38);
+    }
+
+    #[test]
+    fn a_key_hashing_onto_a_point_belongs_to_that_point() {
+        // "host-j" hashes exactly onto the first point of digest j of that
+        // server (port 11211 is left out of labels), so lookup must pick it.
+        let all = names(0..10);
+        let ring = equal_ring(&all);
+        for (i, name) in all.iter().enumerate() {
+            let host = name.strip_suffix(":11211").unwrap();
+            for j in 0..40 {
+                let key = format!("{host}-{j}");
+                assert_eq!(ring.server_for(key.as_bytes()), Some(i), "{key}");
+            }
+        }
     }
 
     /// Asserts every placement in a vector file; returns how many were checked.
@@ -189,7 +205,9 @@ mod tests {
             for case in ring.get("cases").array() {
                 let key = case.at(0).str();
                 let want = case.at(1).str();
-                let got = kr.server_for(key.as_bytes()).map(|i| kr.servers()[i].as_str());
+                let got = kr
+                    .server_for(key.as_bytes())
+                    .map(|i| kr.servers()[i].as_str());
                 assert_eq!(got, Some(want), "ring {id}, key {key:?}");
                 checked += 1;
             }
@@ -399,23 +417,26 @@ mod tests {
                             self.i += 1;
                         }
                         let text = std::str::from_utf8(&self.s[start..self.i]).unwrap();
-                        Value::Num(text.parse().unwrap_or_else(|_| panic!("bad number {text:?}")))
+                        Value::Num(
+                            text.parse()
+                                .unwrap_or_else(|_| panic!("bad number {text:?}")),
+                        )
                     }
                 }
             }
             fn string(&mut self) -> String {
                 assert_eq!(self.s[self.i], b'"', "expected string at {}", self.i);
                 self.i += 1;
-                let mut out = String::new();
+                let mut out = Vec::new();
                 loop {
                     let c = self.s[self.i];
                     self.i += 1;
                     match c {
-                        b'"' => return out,
+                        b'"' => return String::from_utf8(out).expect("UTF-8 string"),
                         b'\\' => {
                             let e = self.s[self.i];
                             self.i += 1;
-                            out.push(match e {
+                            let c = match e {
                                 b'n' => '\n',
                                 b't' => '\t',
                                 b'r' => '\r',
@@ -426,9 +447,10 @@ mod tests {
                                     char::from_u32(code).expect("no surrogate pairs in vectors")
                                 }
                                 other => other as char,
-                            });
+                            };
+                            out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
                         }
-                        _ => out.push(c as char),
+                        _ => out.push(c),
                     }
                 }
             }

@@ -1,0 +1,123 @@
+//! Start-up configuration: every bad value stops the binary with the key and the reason.
+
+mod support;
+
+use support::*;
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn check(toml: &str) -> std::process::Output {
+    check_config(toml)
+}
+
+#[test]
+fn invalid_values_name_the_key_and_reason() {
+    for (toml, key, reason) in [
+        (
+            "upstream = \"127.0.0.1:1\"\n[cache]\nmemory_size = \"12XB\"",
+            "cache.memory_size",
+            "unknown unit",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\nthreads = 0",
+            "threads",
+            "at least 1",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\nlisten = [\"localhost\"]",
+            "listen",
+            "not an IP:PORT",
+        ),
+        ("upstream = \"nohost\"", "upstream", "no port"),
+        (
+            "upstream = \"127.0.0.1:1\"\n[cache]\nmemry_size = \"1MiB\"",
+            "unknown field `memry_size`",
+            "line 3",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\n[log]\nformat = \"xml\"",
+            "log.format",
+            "not one of",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\n[proxy]\nconnect_timeout = \"0s\"",
+            "proxy.connect_timeout",
+            "greater than zero",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\n[tls]\nlisten = [\"127.0.0.1:0\"]",
+            "tls.cert",
+            "required",
+        ),
+        ("threads = 2", "upstream", "no origin configured"),
+    ] {
+        let out = check(toml);
+        assert_eq!(out.status.code(), Some(2), "{toml}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains(key) && err.contains(reason), "{toml}:\n{err}");
+    }
+}
+
+#[test]
+fn valid_config_checks_clean() {
+    let out = check("upstream = \"127.0.0.1:8080\"\n[cache]\nmemory_size = \"64MiB\"");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("valid"));
+}
+
+#[test]
+fn flags_are_validated_and_override_the_file() {
+    let out = run_lacquer(&["--upstream", "127.0.0.1:1", "--memory-size", "lots"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("cache.memory_size"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = run_lacquer(&["--upstream", "127.0.0.1:1", "--threads", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("threads"));
+
+    let out = run_lacquer(&["--listen", "127.0.0.1:9"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("upstream"));
+}
+
+#[test]
+fn help_documents_every_flag() {
+    let out = run_lacquer(&["--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--config",
+        "--check-config",
+        "--upstream",
+        "--listen",
+        "--threads",
+        "--memory-size",
+        "--max-object-size",
+        "--access-log",
+        "--log-format",
+        "--log-level",
+        "--tls-listen",
+        "--tls-cert",
+        "--tls-key",
+        "--no-cache",
+    ] {
+        assert!(help.contains(flag), "--help lacks {flag}");
+    }
+}
+
+#[test]
+fn missing_config_file_is_named() {
+    let out = run_lacquer(&["--config", "/nonexistent/lacquer.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("/nonexistent/lacquer.toml") && err.contains("cannot read"),
+        "{err}"
+    );
+}
