@@ -228,3 +228,36 @@ async fn purge_removes_one_object() {
     let again = request("PURGE", &lacquer.url("/never-stored"), &[], None).await;
     assert_eq!(again.status, 404);
 }
+
+#[tokio::test]
+async fn fast_and_standard_hit_paths_agree() {
+    let origin = scripted_origin();
+    let lacquer = proxy(&origin);
+    let path = "/agree?cc=max-age%3D60&etag=%22v1%22";
+    get(&lacquer.url(path), &[]).await;
+    // plain GET: the fast path; with a non-matching validator: Pingora's cache state machine
+    let fast = get(&lacquer.url(path), &[]).await;
+    let standard = get(&lacquer.url(path), &[("if-none-match", "\"other\"")]).await;
+    assert!(fast.is_hit() && standard.is_hit());
+    assert_eq!(fast.status, 200);
+    assert_eq!(standard.status, 200);
+    assert_eq!(fast.body, standard.body);
+    for name in [
+        "etag",
+        "cache-control",
+        "content-length",
+        "content-type",
+        "x-origin-count",
+        "via",
+    ] {
+        assert_eq!(fast.header(name), standard.header(name), "{name}");
+    }
+    assert!(fast.age().is_some() && standard.age().is_some());
+    // the standard path still answers what the fast path declines
+    let not_modified = get(&lacquer.url(path), &[("if-none-match", "\"v1\"")]).await;
+    assert_eq!(not_modified.status, 304);
+    let range = get(&lacquer.url(path), &[("range", "bytes=0-3")]).await;
+    assert_eq!(range.status, 206);
+    assert_eq!(&range.body[..], &fast.body[..4]);
+    assert_eq!(origin.hits_for(path), 1);
+}

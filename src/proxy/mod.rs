@@ -14,6 +14,7 @@
 //!    log line.
 
 pub mod cache_status;
+pub mod fast_hit;
 pub mod headers;
 
 use crate::config::Config;
@@ -123,6 +124,44 @@ fn version_str(version: http::Version) -> &'static str {
 #[async_trait]
 impl ProxyHttp for LacquerProxy {
     type CTX = RequestCtx;
+
+    async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
+        if !self.config.cache.enabled || !fast_hit::eligible(&self.policy, session.req_header()) {
+            return Ok(false);
+        }
+        let now = SystemTime::now();
+        let Some(hit) = fast_hit::lookup(self.storage, session.req_header(), now) else {
+            return Ok(false);
+        };
+        let (mut head, ttl) = fast_hit::response_head(&hit, now);
+        let status = CacheStatus {
+            hit: true,
+            ttl: Some(ttl),
+            ..Default::default()
+        };
+        head.insert_header(
+            "cache-status",
+            status.header_value(&self.config.cache.status_name),
+        )?;
+        if self.config.proxy.via {
+            head.append_header(
+                http::header::VIA,
+                headers::via_value(session.req_header().version, &self.config.proxy.via_name),
+            )?;
+        }
+        ctx.cache_status = Some(status);
+        let head_only = session.req_header().method == http::Method::HEAD || hit.body_len() == 0;
+        session.write_response_header(head, head_only).await?;
+        if !head_only {
+            let chunks = hit.chunks();
+            for (i, chunk) in chunks.iter().enumerate() {
+                session
+                    .write_response_body(Some(chunk.clone()), i + 1 == chunks.len())
+                    .await?;
+            }
+        }
+        Ok(true)
+    }
 
     fn new_ctx(&self) -> Self::CTX {
         RequestCtx {

@@ -141,6 +141,23 @@ impl MemoryTier {
         }
     }
 
+    /// A fresh, complete, non-varying object for the proxy's hit fast path, if one is stored
+    /// under `key` and no fill of it is in flight. Everything else goes the standard way.
+    pub fn fresh_hit(&self, key: [u8; 16], now: SystemTime) -> Option<FreshHit> {
+        let key = key_of(key);
+        if self.in_flight_count.load(Ordering::Acquire) != 0
+            && self.get_in_flight(key, None).is_some()
+        {
+            return None;
+        }
+        let object = self.get_object(key)?;
+        let meta = object.meta.read().clone();
+        if meta.variance.is_some() || meta.fresh_until <= now {
+            return None;
+        }
+        Some(FreshHit { object, meta })
+    }
+
     fn get_object(&self, key: u128) -> Option<Arc<MemoryObject>> {
         self.objects.get(&key).filter(|obj| obj.key == key)
     }
@@ -224,6 +241,29 @@ impl MemoryTier {
             }
             None => false,
         }
+    }
+}
+
+/// A fresh object found by [`MemoryTier::fresh_hit`]: its metadata and body, reference-counted.
+pub struct FreshHit {
+    object: Arc<MemoryObject>,
+    meta: Arc<StoredMeta>,
+}
+
+impl FreshHit {
+    /// The stored metadata (response head, freshness, age reference).
+    pub fn meta(&self) -> &StoredMeta {
+        &self.meta
+    }
+
+    /// The body chunks.
+    pub fn chunks(&self) -> &[Bytes] {
+        self.object.body.chunks()
+    }
+
+    /// The body length.
+    pub fn body_len(&self) -> usize {
+        self.object.body.len()
     }
 }
 

@@ -1,0 +1,70 @@
+//! The hot-hit fast path: fresh, unconditional, non-range hits answered from `request_filter`.
+//!
+//! Pingora's cache state machine does a lot per hit that the commonest case never needs: it
+//! enables per-request cache state, rebuilds `CacheMeta`, runs the lock, vary and range machinery.
+//! For a request that is a plain GET or HEAD with no validators, no `Range`, no request
+//! directives and no credentials, whose object is in the memory tier, fresh and not varying, the
+//! answer is fully determined: the stored head plus `Age`, and the stored body. This module
+//! serves exactly that case and declines everything else, which then takes the standard path.
+//!
+//! It shares the decisions of the standard path rather than copying them: the cache key is
+//! [`super::cache_key_for`], cacheability of the request is [`CachePolicy::request_cacheable`],
+//! freshness is the stored `fresh_until` the policy computed, and `Age` is derived from the same
+//! stored epoch Pingora uses. The integration tests exercise it on every hit they make.
+
+use super::cache_key_for;
+use crate::policy::CachePolicy;
+use crate::storage::memory::{FreshHit, MemoryTier};
+use http::header;
+use pingora_cache::key::CacheHashKey;
+use pingora_http::{RequestHeader, ResponseHeader};
+use std::time::SystemTime;
+
+/// Request fields whose presence means the standard path must decide.
+const DECLINE_IF_PRESENT: [header::HeaderName; 9] = [
+    header::RANGE,
+    header::IF_NONE_MATCH,
+    header::IF_MODIFIED_SINCE,
+    header::IF_MATCH,
+    header::IF_UNMODIFIED_SINCE,
+    header::IF_RANGE,
+    header::CACHE_CONTROL,
+    header::PRAGMA,
+    header::AUTHORIZATION,
+];
+
+/// Whether a request is one the fast path may answer, judged on the request alone.
+pub fn eligible(policy: &CachePolicy, req: &RequestHeader) -> bool {
+    policy.request_cacheable(req)
+        && !DECLINE_IF_PRESENT
+            .iter()
+            .any(|h| req.headers.contains_key(h))
+}
+
+/// Looks the request up in the memory tier; `Some` only for a fresh, non-varying, complete object.
+pub fn lookup(memory: &MemoryTier, req: &RequestHeader, now: SystemTime) -> Option<FreshHit> {
+    memory.fresh_hit(cache_key_for(req).combined_bin(), now)
+}
+
+/// Builds the response head for a fast hit: the stored head, `Age` (RFC 9111 §4), and chunked
+/// framing when the stored response has no length. Returns the head and the remaining TTL.
+pub fn response_head(hit: &FreshHit, now: SystemTime) -> (Box<ResponseHeader>, i64) {
+    let meta = hit.meta();
+    let mut head = Box::new(meta.header.clone());
+    let age = now
+        .duration_since(meta.epoch)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let _ = head.insert_header(header::AGE, age);
+    head.set_version(http::Version::HTTP_11);
+    let no_body = matches!(head.status.as_u16(), 204 | 304);
+    if !no_body && !head.headers.contains_key(header::CONTENT_LENGTH) {
+        let _ = head.insert_header(header::CONTENT_LENGTH, hit.body_len());
+    }
+    let ttl = meta
+        .fresh_until
+        .duration_since(now)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    (head, ttl)
+}
