@@ -8,6 +8,7 @@ command -v cc >/dev/null || need+=(build-essential)
 command -v cmake >/dev/null || need+=(cmake)
 command -v memcached >/dev/null || [ -x /usr/bin/memcached ] || need+=(memcached)
 command -v curl >/dev/null || need+=(curl)
+command -v openssl >/dev/null || need+=(openssl)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
