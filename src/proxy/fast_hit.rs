@@ -3,8 +3,8 @@
 //! Pingora's cache state machine does a lot per hit that the commonest case never needs: it
 //! enables per-request cache state, rebuilds `CacheMeta`, runs the lock, vary and range machinery.
 //! For a request that is a plain GET or HEAD with no validators, no `Range`, no request
-//! directives and no credentials, whose object is in the memory tier, fresh and not varying, the
-//! answer is fully determined: the stored head plus `Age`, and the stored body. This module
+//! directives and no credentials, whose object (or the variant it selects) is in the memory tier
+//! and fresh, the answer is fully determined: the stored head plus `Age`, and the stored body. This module
 //! serves exactly that case and declines everything else, which then takes the standard path.
 //!
 //! It shares the decisions of the standard path rather than copying them: the cache key is
@@ -13,7 +13,7 @@
 //! stored epoch Pingora uses. The integration tests exercise it on every hit they make.
 
 use super::cache_key_for;
-use crate::policy::CachePolicy;
+use crate::policy::{vary, CachePolicy};
 use crate::storage::memory::{FreshHit, MemoryTier};
 use http::header;
 use pingora_cache::key::CacheHashKey;
@@ -41,9 +41,33 @@ pub fn eligible(policy: &CachePolicy, req: &RequestHeader) -> bool {
             .any(|h| req.headers.contains_key(h))
 }
 
-/// Looks the request up in the memory tier; `Some` only for a fresh, non-varying, complete object.
+/// Looks the request up in the memory tier; `Some` only for a fresh, complete object that is the
+/// variant this request selects.
+///
+/// Variants are resolved the way Pingora's state machine does it, with the same
+/// [`vary::variance_key`]: the object under the primary key names the `Vary` fields; if the
+/// request's variance differs from that object's, the variant is looked up under the key with the
+/// request's variance, and must carry exactly that variance.
 pub fn lookup(memory: &MemoryTier, req: &RequestHeader, now: SystemTime) -> Option<FreshHit> {
-    memory.fresh_hit(cache_key_for(req).combined_bin(), now)
+    let mut key = cache_key_for(req);
+    let primary = memory.complete_object(key.combined_bin())?;
+    let hit = match primary.meta().variance {
+        None => primary,
+        Some(stored) => {
+            let wanted = vary::variance_key(&primary.meta().header, req)?;
+            if wanted == stored {
+                primary
+            } else {
+                key.set_variance_key(wanted);
+                let variant = memory.complete_object(key.combined_bin())?;
+                if variant.meta().variance != Some(wanted) {
+                    return None;
+                }
+                variant
+            }
+        }
+    };
+    (hit.meta().fresh_until > now).then_some(hit)
 }
 
 /// Builds the response head for a fast hit: the stored head, `Age` (RFC 9111 §4), and chunked

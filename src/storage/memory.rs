@@ -141,9 +141,9 @@ impl MemoryTier {
         }
     }
 
-    /// A fresh, complete, non-varying object for the proxy's hit fast path, if one is stored
-    /// under `key` and no fill of it is in flight. Everything else goes the standard way.
-    pub fn fresh_hit(&self, key: [u8; 16], now: SystemTime) -> Option<FreshHit> {
+    /// The complete object stored under `key` for the proxy's hit fast path, if there is one and
+    /// no fill of it is in flight. Freshness and variance are the caller's to judge.
+    pub fn complete_object(&self, key: [u8; 16]) -> Option<FreshHit> {
         let key = key_of(key);
         if self.in_flight_count.load(Ordering::Acquire) != 0
             && self.get_in_flight(key, None).is_some()
@@ -152,9 +152,6 @@ impl MemoryTier {
         }
         let object = self.get_object(key)?;
         let meta = object.meta.read().clone();
-        if meta.variance.is_some() || meta.fresh_until <= now {
-            return None;
-        }
         Some(FreshHit { object, meta })
     }
 
@@ -244,7 +241,7 @@ impl MemoryTier {
     }
 }
 
-/// A fresh object found by [`MemoryTier::fresh_hit`]: its metadata and body, reference-counted.
+/// An object found by [`MemoryTier::complete_object`]: its metadata and body, reference-counted.
 pub struct FreshHit {
     object: Arc<MemoryObject>,
     meta: Arc<StoredMeta>,
