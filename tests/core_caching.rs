@@ -261,3 +261,32 @@ async fn fast_and_standard_hit_paths_agree() {
     assert_eq!(&range.body[..], &fast.body[..4]);
     assert_eq!(origin.hits_for(path), 1);
 }
+
+#[tokio::test]
+async fn configured_default_ttl_and_prefix_overrides() {
+    let origin = scripted_origin();
+    let lacquer = LacquerProcess::start_simple(
+        origin.addr(),
+        "[log]\naccess = \"off\"\n[cache]\ndefault_ttl = \"30s\"\n[[cache.ttl_overrides]]\nprefix = \"/static/\"\nttl = \"1h\"",
+    );
+    // no freshness information: stored for default_ttl
+    let plain = "/plain";
+    get(&lacquer.url(plain), &[]).await;
+    let hit = get(&lacquer.url(plain), &[]).await;
+    assert!(hit.is_hit(), "{:?}", hit.cache_status());
+    let ttl: i64 = hit.cache_status_param("ttl").unwrap().parse().unwrap();
+    assert!((25..=30).contains(&ttl), "ttl {ttl}");
+
+    // the prefix override replaces the origin's max-age
+    let asset = "/static/app.js?cc=max-age%3D5";
+    get(&lacquer.url(asset), &[]).await;
+    let hit = get(&lacquer.url(asset), &[]).await;
+    let ttl: i64 = hit.cache_status_param("ttl").unwrap().parse().unwrap();
+    assert!((3590..=3600).contains(&ttl), "ttl {ttl}");
+
+    // overrides never make no-store storable
+    let secret = "/static/secret?cc=no-store";
+    get(&lacquer.url(secret), &[]).await;
+    get(&lacquer.url(secret), &[]).await;
+    assert_eq!(origin.hits_for(secret), 2);
+}
