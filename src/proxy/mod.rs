@@ -75,6 +75,29 @@ impl LacquerProxy {
         }
     }
 
+    /// Adds what every downstream response carries, on both the fast and the standard path:
+    /// `Cache-Status` and our `Via`; keeps the classification for the access log.
+    fn finish_response_head(
+        &self,
+        head: &mut ResponseHeader,
+        request_version: http::Version,
+        status: CacheStatus,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        head.insert_header(
+            "cache-status",
+            status.header_value(&self.config.cache.status_name),
+        )?;
+        if self.config.proxy.via {
+            head.append_header(
+                http::header::VIA,
+                headers::via_value(request_version, &self.config.proxy.via_name),
+            )?;
+        }
+        ctx.cache_status = Some(status);
+        Ok(())
+    }
+
     fn lock_overrides(&self) -> CacheOptionOverrides {
         let mut overrides = CacheOptionOverrides::default();
         overrides.wait_timeout = Some(self.config.cache.lock_timeout);
@@ -139,17 +162,7 @@ impl ProxyHttp for LacquerProxy {
             ttl: Some(ttl),
             ..Default::default()
         };
-        head.insert_header(
-            "cache-status",
-            status.header_value(&self.config.cache.status_name),
-        )?;
-        if self.config.proxy.via {
-            head.append_header(
-                http::header::VIA,
-                headers::via_value(session.req_header().version, &self.config.proxy.via_name),
-            )?;
-        }
-        ctx.cache_status = Some(status);
+        self.finish_response_head(&mut head, session.req_header().version, status, ctx)?;
         let head_only = session.req_header().method == http::Method::HEAD || hit.body_len() == 0;
         session.write_response_header(head, head_only).await?;
         if !head_only {
@@ -327,18 +340,7 @@ impl ProxyHttp for LacquerProxy {
             }
         });
         let status = CacheStatus::classify(phase, &ctx.seen, ctx.upstream_status, ttl);
-        upstream_response.insert_header(
-            "cache-status",
-            status.header_value(&self.config.cache.status_name),
-        )?;
-        if self.config.proxy.via {
-            upstream_response.append_header(
-                http::header::VIA,
-                headers::via_value(session.req_header().version, &self.config.proxy.via_name),
-            )?;
-        }
-        ctx.cache_status = Some(status);
-        Ok(())
+        self.finish_response_head(upstream_response, session.req_header().version, status, ctx)
     }
 
     async fn logging(
