@@ -50,7 +50,10 @@ pub fn eligible(policy: &CachePolicy, req: &RequestHeader) -> bool {
 /// request's variance, and must carry exactly that variance.
 pub fn lookup(memory: &MemoryTier, req: &RequestHeader, now: SystemTime) -> Option<FreshHit> {
     let mut key = cache_key_for(req);
-    let primary = memory.complete_object(key.combined_bin())?;
+    // hash the primary key once; the variant key is derived from this hash
+    let primary_bin = key.primary_bin();
+    key.set_primary_bin_override(primary_bin);
+    let primary = memory.complete_object(primary_bin)?;
     let hit = match primary.meta().variance {
         None => primary,
         Some(stored) => {
