@@ -290,3 +290,34 @@ async fn configured_default_ttl_and_prefix_overrides() {
     get(&lacquer.url(secret), &[]).await;
     assert_eq!(origin.hits_for(secret), 2);
 }
+
+#[tokio::test]
+async fn targeted_cache_control_fields_take_precedence() {
+    let origin = scripted_origin();
+    let lacquer = proxy(&origin);
+    // ours beats Cache-Control, and is not passed on to the client
+    let ours = "/t1?cc=no-store&hdr=Lacquer-Cache-Control:max-age%3D60";
+    get(&lacquer.url(ours), &[]).await;
+    let hit = get(&lacquer.url(ours), &[]).await;
+    assert!(hit.is_hit(), "{:?}", hit.cache_status());
+    assert_eq!(
+        hit.header("cache-control").as_deref(),
+        Some("no-store"),
+        "browsers keep their policy"
+    );
+    assert!(!hit.has_header("lacquer-cache-control"));
+
+    // CDN-Cache-Control: no-store beats Cache-Control: max-age
+    let cdn = "/t2?cc=max-age%3D60&hdr=CDN-Cache-Control:no-store";
+    get(&lacquer.url(cdn), &[]).await;
+    let again = get(&lacquer.url(cdn), &[]).await;
+    assert!(!again.is_hit());
+    assert!(!again.has_header("cdn-cache-control"));
+    assert_eq!(origin.hits_for(cdn), 2);
+
+    // a targeted field replaces Expires as well: no max-age there means no freshness
+    let expires = "/t3?expires=3600&hdr=Lacquer-Cache-Control:public";
+    get(&lacquer.url(expires), &[]).await;
+    get(&lacquer.url(expires), &[]).await;
+    assert_eq!(origin.hits_for(expires), 2);
+}

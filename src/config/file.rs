@@ -99,6 +99,11 @@ pub struct CacheSection {
     pub lock_timeout: Option<String>,
     /// The name this cache uses in `Cache-Status`.
     pub status_name: Option<String>,
+    /// The cache-control field targeted at this cache (RFC 9213), obeyed before
+    /// `CDN-Cache-Control` and `Cache-Control`.
+    pub targeted_field: Option<String>,
+    /// Forward the targeted fields (ours and `CDN-Cache-Control`) to clients.
+    pub forward_targeted_fields: Option<bool>,
     /// Per path-prefix TTL overrides, off unless listed.
     pub ttl_overrides: Option<Vec<TtlOverrideEntry>>,
 }

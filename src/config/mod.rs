@@ -119,6 +119,10 @@ pub struct CacheConfig {
     pub lock_timeout: Duration,
     pub status_name: String,
     pub ttl_overrides: Vec<TtlOverride>,
+    /// Our targeted cache-control field name, lowercase (RFC 9213).
+    pub targeted_field: String,
+    /// Whether targeted fields are passed on to clients.
+    pub forward_targeted_fields: bool,
 }
 
 /// Logging settings.
@@ -493,6 +497,17 @@ fn validate_cache(file: &FileConfig) -> Result<CacheConfig, ConfigError> {
             format!("\"{status_name}\" must be a non-empty HTTP token"),
         ));
     }
+    let targeted_field = section
+        .targeted_field
+        .clone()
+        .unwrap_or_else(|| "lacquer-cache-control".into())
+        .to_ascii_lowercase();
+    if http::HeaderName::from_bytes(targeted_field.as_bytes()).is_err() {
+        return Err(ConfigError::new(
+            "cache.targeted_field",
+            format!("\"{targeted_field}\" is not a valid header name"),
+        ));
+    }
     let mut ttl_overrides = Vec::new();
     for (i, entry) in section.ttl_overrides.iter().flatten().enumerate() {
         let key = format!("cache.ttl_overrides[{i}]");
@@ -520,6 +535,8 @@ fn validate_cache(file: &FileConfig) -> Result<CacheConfig, ConfigError> {
         lock_timeout: positive_duration("cache.lock_timeout", &section.lock_timeout, "10s")?,
         status_name,
         ttl_overrides,
+        targeted_field,
+        forward_targeted_fields: section.forward_targeted_fields.unwrap_or(false),
     })
 }
 

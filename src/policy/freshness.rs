@@ -59,6 +59,8 @@ pub struct FreshnessRules {
     pub default_ttl: Option<Duration>,
     /// Lifetime forced by a path-prefix override (None: no override applies).
     pub override_ttl: Option<Duration>,
+    /// `Expires` is ignored: a targeted field (RFC 9213) replaced `Cache-Control` and `Expires`.
+    pub ignore_expires: bool,
 }
 
 fn header_date(resp: &ResponseHeader, name: http::header::HeaderName) -> Option<SystemTime> {
@@ -130,7 +132,7 @@ pub fn freshness(
             return make(Duration::from_secs(s.into()), FreshnessSource::MaxAge);
         }
     }
-    if resp.headers.contains_key(http::header::EXPIRES) {
+    if !rules.ignore_expires && resp.headers.contains_key(http::header::EXPIRES) {
         // an invalid or duplicated Expires means "already expired" (RFC 9111 §5.3)
         let lifetime = header_date(resp, http::header::EXPIRES)
             .and_then(|expires| {
@@ -173,6 +175,7 @@ mod tests {
         heuristic_max: Duration::from_secs(86400),
         default_ttl: None,
         override_ttl: None,
+        ignore_expires: false,
     };
 
     fn fresh(headers: &[(&str, &str)]) -> Option<Freshness> {

@@ -8,12 +8,13 @@
 //! [`freshness`] holds the pure freshness and age arithmetic; [`vary`] the variant key.
 
 pub mod freshness;
+pub mod targeted;
 pub mod vary;
 
 use crate::config::CacheConfig;
 use freshness::{freshness, storable_status, Freshness, FreshnessRules};
 use http::Method;
-use pingora_cache::cache_control::{CacheControl, InterpretCacheControl};
+use pingora_cache::cache_control::InterpretCacheControl;
 use pingora_cache::{CacheMeta, NoCacheReason, RespCacheable};
 use pingora_http::{RequestHeader, ResponseHeader};
 use std::time::{Duration, SystemTime};
@@ -43,6 +44,7 @@ pub struct CachePolicy {
     default_ttl: Option<Duration>,
     ttl_overrides: Vec<(String, Duration)>,
     max_object_size: usize,
+    targeted: targeted::TargetedFields,
 }
 
 impl CachePolicy {
@@ -58,7 +60,13 @@ impl CachePolicy {
                 .map(|o| (o.prefix.clone(), o.ttl))
                 .collect(),
             max_object_size: config.max_object_size,
+            targeted: targeted::TargetedFields::new(&config.targeted_field),
         }
+    }
+
+    /// The targeted cache-control fields this cache obeys (RFC 9213), most specific first.
+    pub fn targeted_fields(&self) -> &targeted::TargetedFields {
+        &self.targeted
     }
 
     /// The largest body this cache stores.
@@ -96,7 +104,7 @@ impl CachePolicy {
         if !storable_status(resp.status) {
             return uncacheable(REASON_STATUS);
         }
-        let cc = CacheControl::from_resp_headers(resp);
+        let (cc, targeted) = self.targeted.cache_control(resp);
         if cc.as_ref().is_some_and(|cc| cc.no_store()) {
             return uncacheable(REASON_NO_STORE);
         }
@@ -124,6 +132,7 @@ impl CachePolicy {
             heuristic_max: self.heuristic_max,
             default_ttl: self.default_ttl,
             override_ttl: self.override_ttl(req.uri.path()),
+            ignore_expires: targeted,
         };
         let now = SystemTime::now();
         let Some(mut fresh) = freshness(resp, cc.as_ref(), &rules, request_time, now) else {

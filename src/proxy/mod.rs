@@ -76,7 +76,8 @@ impl LacquerProxy {
     }
 
     /// Adds what every downstream response carries, on both the fast and the standard path:
-    /// `Cache-Status` and our `Via`; keeps the classification for the access log.
+    /// `Cache-Status` and our `Via`, minus the fields targeted at us (RFC 9213) unless configured
+    /// to forward them; keeps the classification for the access log.
     fn finish_response_head(
         &self,
         head: &mut ResponseHeader,
@@ -84,6 +85,9 @@ impl LacquerProxy {
         status: CacheStatus,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
+        if !self.config.cache.forward_targeted_fields {
+            self.policy.targeted_fields().strip(head);
+        }
         head.insert_header(
             "cache-status",
             status.header_value(&self.config.cache.status_name),

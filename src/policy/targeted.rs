@@ -1,0 +1,93 @@
+//! Targeted cache-control fields (RFC 9213): directives meant for this cache only.
+//!
+//! An origin can say `Lacquer-Cache-Control: max-age=3600` (the name is configurable) or
+//! `CDN-Cache-Control: ...` to give Lacquer a policy different from what browsers get in
+//! `Cache-Control`. The first field of the target list that is present and parses replaces
+//! `Cache-Control` *and* `Expires` for this cache; the targeted fields are removed from responses
+//! to clients unless configured otherwise, since they were meant for us.
+
+use pingora_cache::cache_control::CacheControl;
+use pingora_http::ResponseHeader;
+
+/// The target list, most specific first.
+#[derive(Debug, Clone)]
+pub struct TargetedFields {
+    names: Vec<String>,
+}
+
+impl TargetedFields {
+    /// Our own field (lowercase) first, then `CDN-Cache-Control`.
+    pub fn new(own_field: &str) -> Self {
+        let mut names = vec![own_field.to_ascii_lowercase()];
+        if names[0] != "cdn-cache-control" {
+            names.push("cdn-cache-control".to_string());
+        }
+        TargetedFields { names }
+    }
+
+    /// The field names of the target list, most specific first.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The cache control that governs this cache for `resp`, and whether it came from a targeted
+    /// field (in which case `Expires` must be ignored too).
+    pub fn cache_control(&self, resp: &ResponseHeader) -> (Option<CacheControl>, bool) {
+        for name in &self.names {
+            if let Some(cc) = CacheControl::from_resp_headers_named(name, resp) {
+                return (Some(cc), true);
+            }
+        }
+        (CacheControl::from_resp_headers(resp), false)
+    }
+
+    /// Removes the targeted fields from a response going to a client.
+    pub fn strip(&self, resp: &mut ResponseHeader) {
+        for name in &self.names {
+            resp.remove_header(name.as_str());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resp(headers: &[(&str, &str)]) -> ResponseHeader {
+        let mut r = ResponseHeader::build(200, None).unwrap();
+        for (k, v) in headers {
+            r.append_header(k.to_string(), *v).unwrap();
+        }
+        r
+    }
+
+    #[test]
+    fn most_specific_field_wins() {
+        let fields = TargetedFields::new("Lacquer-Cache-Control");
+        let r = resp(&[
+            ("cache-control", "no-store"),
+            ("cdn-cache-control", "max-age=10"),
+            ("lacquer-cache-control", "max-age=20"),
+        ]);
+        let (cc, targeted) = fields.cache_control(&r);
+        assert!(targeted);
+        assert_eq!(cc.unwrap().max_age().unwrap(), Some(20));
+        let (cc, targeted) = fields.cache_control(&resp(&[("cache-control", "max-age=5")]));
+        assert!(!targeted);
+        assert_eq!(cc.unwrap().max_age().unwrap(), Some(5));
+    }
+
+    #[test]
+    fn strip_removes_only_targeted_fields() {
+        let fields = TargetedFields::new("lacquer-cache-control");
+        let mut r = resp(&[
+            ("cache-control", "no-store"),
+            ("cdn-cache-control", "max-age=10"),
+            ("lacquer-cache-control", "max-age=20"),
+        ]);
+        fields.strip(&mut r);
+        assert!(r.headers.get("cdn-cache-control").is_none());
+        assert!(r.headers.get("lacquer-cache-control").is_none());
+        assert!(r.headers.get("cache-control").is_some());
+    }
+}
