@@ -198,13 +198,19 @@ impl<'a> Reader<'a> {
         Ok(self.take(1)?[0])
     }
     fn u16(&mut self) -> Result<u16, EntryError> {
-        Ok(u16::from_be_bytes(self.take(2)?.try_into().expect("2 bytes")))
+        Ok(u16::from_be_bytes(
+            self.take(2)?.try_into().expect("2 bytes"),
+        ))
     }
     fn u32(&mut self) -> Result<u32, EntryError> {
-        Ok(u32::from_be_bytes(self.take(4)?.try_into().expect("4 bytes")))
+        Ok(u32::from_be_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
     }
     fn u64(&mut self) -> Result<u64, EntryError> {
-        Ok(u64::from_be_bytes(self.take(8)?.try_into().expect("8 bytes")))
+        Ok(u64::from_be_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
     }
 }
 
@@ -249,12 +255,7 @@ fn read_meta(reader: &mut Reader<'_>) -> Result<StoredMeta, EntryError> {
     let stale_if_error_sec = reader.u32()?;
     let variance = match reader.u8()? {
         0 => None,
-        1 => Some(
-            reader
-                .take(16)?
-                .try_into()
-                .expect("16 bytes"),
-        ),
+        1 => Some(reader.take(16)?.try_into().expect("16 bytes")),
         _ => return Err(EntryError::Malformed("bad variance flag")),
     };
     let status = reader.u16()?;
@@ -362,7 +363,13 @@ mod tests {
         assert_eq!(decoded.meta.variance, Some([3u8; 16]));
         assert_eq!(decoded.meta.stale_if_error_sec, 7);
         assert_eq!(decoded.meta.header.status, 200);
-        let multi: Vec<_> = decoded.meta.header.headers.get_all("x-multi").iter().collect();
+        let multi: Vec<_> = decoded
+            .meta
+            .header
+            .headers
+            .get_all("x-multi")
+            .iter()
+            .collect();
         assert_eq!(multi.len(), 2);
         match decoded.body {
             EntryBody::Inline(b) => assert_eq!(&b[..], b"hello world"),
@@ -379,7 +386,10 @@ mod tests {
         let mut flipped = value.to_vec();
         let mid = flipped.len() / 2;
         flipped[mid] ^= 1;
-        assert_eq!(decode(&Bytes::from(flipped), "k").unwrap_err(), EntryError::Checksum);
+        assert_eq!(
+            decode(&Bytes::from(flipped), "k").unwrap_err(),
+            EntryError::Checksum
+        );
         assert!(decode(&Bytes::from_static(b"garbage value"), "k").is_err());
         assert!(decode(&Bytes::new(), "k").is_err());
     }
@@ -399,7 +409,10 @@ mod tests {
         }
         let chunk = encode_chunk("k", 42, 1, b"56789");
         assert_eq!(&decode_chunk(&chunk, "k", 42, 1).unwrap()[..], b"56789");
-        assert!(decode_chunk(&chunk, "k", 41, 1).is_err(), "chunk of an older write");
+        assert!(
+            decode_chunk(&chunk, "k", 41, 1).is_err(),
+            "chunk of an older write"
+        );
         assert!(decode_chunk(&chunk, "k", 42, 0).is_err());
         assert!(decode(&chunk, "k").is_err());
     }

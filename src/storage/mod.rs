@@ -2,6 +2,10 @@
 //!
 //! * [`memory`]: the per-node in-process tier (TinyUFO, byte-bounded, streaming fills).
 //! * [`object`]: what a stored response is (decoded metadata + chunked body), shared by tiers.
+//! * [`entry`]: the value format of the shared memcached tier (versioned, checksummed, chunked).
+//! * [`memcached`]: ketama placement and the async memcached client.
 
+pub mod entry;
+pub mod memcached;
 pub mod memory;
 pub mod object;

@@ -122,14 +122,27 @@ def libmemcached_ring(lib, servers):
     return lambda key: names[lib.memcached_generate_hash(memc, key.encode(), len(key))]
 
 
-def emit(path, generator, rings, keys, make_lookup):
+def point_label_keys(servers):
+    """Keys that hash exactly onto a ring point: the labels of each server's first
+    digest, as libmemcached spells them ("host-0" on port 11211, else
+    "host:port-0").  They pin down that a key equal to a point belongs to that
+    point's server (libmemcached: first point >= hash; uhashring: first point >
+    hash, so these are only in the libmemcached file)."""
+    keys = []
+    for name, _ in servers:
+        host, port = name.rsplit(":", 1)
+        keys.append(f"{host}-0" if port == "11211" else f"{name}-0")
+    return keys
+
+
+def emit(path, generator, rings, keys, make_lookup, extra_keys=lambda servers: []):
     out = {"generator": generator, "rings": []}
     for ring_id, servers in rings:
         lookup = make_lookup(servers)
         out["rings"].append({
             "id": ring_id,
             "servers": [[name, weight] for name, weight in servers],
-            "cases": [[key, lookup(key)] for key in keys],
+            "cases": [[key, lookup(key)] for key in keys + extra_keys(servers)],
         })
     with open(path, "w") as f:
         # One case per line keeps diffs readable.
@@ -182,10 +195,13 @@ def main():
         return
     lm = emit(os.path.join(HERE, "ketama_libmemcached.json"),
               f"libmemcached {lib.memcached_lib_version().decode()} MEMCACHED_BEHAVIOR_KETAMA_WEIGHTED",
-              LIBMEMCACHED_RINGS, keys, lambda servers: libmemcached_ring(lib, servers))
+              LIBMEMCACHED_RINGS, keys, lambda servers: libmemcached_ring(lib, servers),
+              point_label_keys)
     # Cross-check: on the shared rings the two references must agree exactly.
     for a, b in zip(uh["rings"], lm["rings"]):
-        assert a["cases"] == b["cases"], a["id"]
+        assert a["cases"] == b["cases"][:len(keys)], a["id"]
+        for key, server in b["cases"][len(keys):]:
+            assert key.startswith(server.replace(":11211", "") + "-"), (key, server)
     print(f"{len(keys)} keys; uhashring and libmemcached agree on {len(uh['rings'])} shared rings")
 
 

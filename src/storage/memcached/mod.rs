@@ -1,0 +1,9 @@
+//! The shared tier's transport: memcached servers placed by ketama.
+//!
+//! * [`ketama`]: libmemcached-compatible consistent hashing, so other ketama clients agree on
+//!   which server holds a key (`pingora-ketama` is CRC32/nginx-style and does not).
+//! * [`client`]: a small async, pooled, pipelining client for one server, with connect and
+//!   operation timeouts, so a slow or dead memcached costs a miss, never a stuck request.
+
+pub mod client;
+pub mod ketama;
