@@ -16,6 +16,7 @@
 pub mod cache_status;
 pub mod fast_hit;
 pub mod headers;
+pub mod invalidation;
 
 use crate::config::Config;
 use crate::observe::access_log::{AccessLog, AccessRecord};
@@ -133,8 +134,14 @@ pub fn cache_key_for(req: &RequestHeader) -> CacheKey {
         .path_and_query()
         .map(|pq| pq.as_str())
         .unwrap_or("/");
-    let mut primary = request_host(req);
-    primary.push_str(path);
+    cache_key_from(&request_host(req), path)
+}
+
+/// The primary cache key for a lowercase host and a path with its query.
+pub fn cache_key_from(host: &str, path_and_query: &str) -> CacheKey {
+    let mut primary = String::with_capacity(host.len() + path_and_query.len());
+    primary.push_str(host);
+    primary.push_str(path_and_query);
     CacheKey::new(primary, "")
 }
 
@@ -317,11 +324,16 @@ impl ProxyHttp for LacquerProxy {
 
     async fn upstream_response_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         upstream_response: &mut ResponseHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
         ctx.upstream_status = Some(upstream_response.status.as_u16());
+        if invalidation::invalidates(&session.req_header().method, upstream_response.status) {
+            let host = request_host(session.req_header());
+            let keys = invalidation::targets(&host, session.req_header(), upstream_response);
+            invalidation::purge(self.storage, &keys).await;
+        }
         if let Some(started) = ctx.upstream_started {
             ctx.upstream_ms = Some(started.elapsed().as_secs_f64() * 1000.0);
         }

@@ -36,6 +36,9 @@ use tokio::sync::watch;
 /// A stored object: metadata (replaceable on revalidation) and an immutable body.
 struct MemoryObject {
     key: u128,
+    /// The primary key (without variance) this object is a variant of; equal to `key` when the
+    /// object does not vary.
+    primary: u128,
     meta: RwLock<Arc<StoredMeta>>,
     body: Body,
     /// Bytes charged to the budget when inserted.
@@ -89,6 +92,9 @@ pub struct MemoryTier {
     /// Serializes inserts: TinyUFO evicts for an item and then admits it, so two concurrent puts
     /// could each make room for one item and together overshoot the bound.
     insert_lock: Mutex<()>,
+    /// Primary key -> keys of the variants stored under it, so purging a URL purges every
+    /// variant (nginx purges only one).
+    variants: Mutex<HashMap<u128, Vec<u128>>>,
     next_write_id: AtomicU64,
     /// Bytes per TinyUFO weight unit.
     unit: usize,
@@ -115,6 +121,7 @@ impl MemoryTier {
             in_flight: Mutex::new(HashMap::new()),
             in_flight_count: AtomicUsize::new(0),
             insert_lock: Mutex::new(()),
+            variants: Mutex::new(HashMap::new()),
             next_write_id: AtomicU64::new(1),
             unit,
             limit,
@@ -191,7 +198,7 @@ impl MemoryTier {
     }
 
     /// Inserts a complete object, replacing any previous one; returns whether it was admitted.
-    fn insert(&self, key: u128, meta: Arc<StoredMeta>, body: Body) -> bool {
+    fn insert(&self, key: u128, primary: u128, meta: Arc<StoredMeta>, body: Body) -> bool {
         let charged = body.charge() + meta.header_bytes() + OBJECT_OVERHEAD;
         if charged > self.max_charge || charged > self.limit {
             return false;
@@ -199,16 +206,21 @@ impl MemoryTier {
         let weight = charged.div_ceil(self.unit) as u16;
         let object = Arc::new(MemoryObject {
             key,
+            primary,
             meta: RwLock::new(meta),
             body,
             charged,
         });
         let _serialized = self.insert_lock.lock();
         self.remove_key(key);
+        if primary != key {
+            self.variants.lock().entry(primary).or_default().push(key);
+        }
         let mut admitted = true;
         for evicted in self.objects.force_put(key, object, weight) {
             if evicted.data.key == key {
                 admitted = false;
+                self.forget_variant(&evicted.data);
                 self.evictions.fetch_add(1, Ordering::Relaxed);
             } else {
                 self.account_eviction(&evicted.data);
@@ -223,15 +235,29 @@ impl MemoryTier {
     }
 
     fn account_eviction(&self, object: &MemoryObject) {
+        self.forget_variant(object);
         self.bytes.fetch_sub(object.charged, Ordering::Relaxed);
         self.count.fetch_sub(1, Ordering::Relaxed);
         self.evictions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn forget_variant(&self, object: &MemoryObject) {
+        if object.primary != object.key {
+            let mut variants = self.variants.lock();
+            if let Some(keys) = variants.get_mut(&object.primary) {
+                keys.retain(|k| *k != object.key);
+                if keys.is_empty() {
+                    variants.remove(&object.primary);
+                }
+            }
+        }
     }
 
     /// Removes an object and its charge; callers hold `insert_lock`.
     fn remove_key(&self, key: u128) -> bool {
         match self.objects.remove(&key) {
             Some(old) => {
+                self.forget_variant(&old);
                 self.bytes.fetch_sub(old.charged, Ordering::Relaxed);
                 self.count.fetch_sub(1, Ordering::Relaxed);
                 true
@@ -369,6 +395,7 @@ impl HandleHit for MemoryHit {
 struct MemoryMiss {
     tier: &'static MemoryTier,
     key: u128,
+    primary: u128,
     write_id: U64WriteId,
     meta: Arc<StoredMeta>,
     body: Arc<FillBody>,
@@ -396,7 +423,8 @@ impl HandleMiss for MemoryMiss {
         let body = Body::from_chunks(chunks);
         let size = body.len();
         // index the complete object before dropping the in-flight entry, so lookups never see a gap
-        self.tier.insert(self.key, self.meta.clone(), body);
+        self.tier
+            .insert(self.key, self.primary, self.meta.clone(), body);
         self.body.state.send_replace(FillState::Complete);
         self.finished = true;
         self.tier.remove_in_flight(self.key, self.write_id.into());
@@ -442,8 +470,8 @@ impl MemoryTier {
         ))
     }
 
-    fn purge_key(&self, key: &CompactCacheKey) -> bool {
-        let key = key_of(key.combined_bin());
+    fn purge_key(&self, target: &CompactCacheKey) -> bool {
+        let key = key_of(target.combined_bin());
         let removed_fill = {
             let mut map = self.in_flight.lock();
             match map.remove(&key) {
@@ -459,7 +487,15 @@ impl MemoryTier {
             }
         };
         let _serialized = self.insert_lock.lock();
-        self.remove_key(key) || removed_fill
+        let mut removed = self.remove_key(key) || removed_fill;
+        // purging a URL (no variance given) purges all its variants too
+        if target.variance.is_none() {
+            let variant_keys = self.variants.lock().remove(&key).unwrap_or_default();
+            for variant in variant_keys {
+                removed |= self.remove_key(variant);
+            }
+        }
+        removed
     }
 }
 
@@ -495,6 +531,7 @@ impl Storage for MemoryTier {
         meta: &CacheMeta,
         _trace: &SpanHandle,
     ) -> Result<MissHandler> {
+        let primary = key_of(key.primary_bin());
         let key = key_of(key.combined_bin());
         let write_id = self.next_write_id.fetch_add(1, Ordering::Relaxed);
         let meta = Arc::new(StoredMeta::from_meta(meta));
@@ -516,6 +553,7 @@ impl Storage for MemoryTier {
         Ok(Box::new(MemoryMiss {
             tier: self,
             key,
+            primary,
             write_id: write_id.into(),
             meta,
             body,

@@ -44,7 +44,7 @@ pub fn query_param(req: &RecordedRequest, name: &str) -> Option<String> {
 /// what the origin does right in the URL it requests:
 /// * `cc=` Cache-Control; `expires=` seconds from now, or a literal (`invalid`);
 /// * `lm=` Last-Modified as seconds from now (negative = past); `age=` Age; `etag=` ETag;
-/// * `vary=` Vary; `status=` status code; `cookie=1` adds Set-Cookie; `hdr=name:value` any header;
+/// * `vary=` Vary; `status=` status code (`unsafe_status=` for methods other than GET/HEAD); `cookie=1` adds Set-Cookie; `hdr=name:value` any header;
 /// * `sleep=` milliseconds before answering; `len=` a generated body of that many bytes.
 ///
 /// The default body is `"<path> #<n>"`, n counting requests to the origin, so a refetch is visible.
@@ -52,7 +52,9 @@ pub fn scripted_origin() -> TestOrigin {
     let counter = AtomicUsize::new(0);
     TestOrigin::start(move |req| {
         let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
-        let status: u16 = query_param(req, "status")
+        let safe = req.method == "GET" || req.method == "HEAD";
+        let status: u16 = query_param(req, if safe { "status" } else { "unsafe_status" })
+            .or_else(|| query_param(req, "status"))
             .and_then(|s| s.parse().ok())
             .unwrap_or(200);
         let mut resp = match query_param(req, "len").and_then(|l| l.parse::<usize>().ok()) {

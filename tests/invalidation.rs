@@ -1,0 +1,112 @@
+//! Invalidation: unsafe methods (RFC 9111 §4.4) and PURGE remove every variant of a URL.
+
+mod common;
+mod support;
+
+use common::*;
+use support::*;
+
+fn proxy(origin: &TestOrigin) -> LacquerProcess {
+    LacquerProcess::start_simple(origin.addr(), "[log]\naccess = \"off\"")
+}
+
+async fn warm_variants(lacquer: &LacquerProcess, path: &str) {
+    for lang in ["en", "fr"] {
+        get(&lacquer.url(path), &[("accept-language", lang)]).await;
+        let hit = get(&lacquer.url(path), &[("accept-language", lang)]).await;
+        assert!(hit.is_hit(), "{lang} variant should be stored");
+    }
+}
+
+#[tokio::test]
+async fn successful_unsafe_request_invalidates_every_variant_of_the_uri() {
+    let origin = scripted_origin();
+    let lacquer = proxy(&origin);
+    let path = "/doc?cc=max-age%3D600&vary=Accept-Language";
+    warm_variants(&lacquer, path).await;
+    assert_eq!(origin.hits_for(path), 2);
+
+    let posted = post(&lacquer.url(path), &[], "edit").await;
+    assert_eq!(posted.status, 200);
+    for lang in ["en", "fr"] {
+        let after = get(&lacquer.url(path), &[("accept-language", lang)]).await;
+        assert!(!after.is_hit(), "{lang} variant survived the POST");
+    }
+    assert_eq!(origin.hits_for(path), 2 + 1 + 2);
+}
+
+#[tokio::test]
+async fn failed_unsafe_request_does_not_invalidate() {
+    let origin = scripted_origin();
+    let lacquer = proxy(&origin);
+    // GET answers 200 and is stored; a POST to the very same URI gets 500
+    let stays = "/stays?cc=max-age%3D600&unsafe_status=500";
+    get(&lacquer.url(stays), &[]).await;
+    assert!(get(&lacquer.url(stays), &[]).await.is_hit());
+    let failed = post(&lacquer.url(stays), &[], "x").await;
+    assert_eq!(failed.status, 500);
+    assert!(
+        get(&lacquer.url(stays), &[]).await.is_hit(),
+        "an error response must not invalidate"
+    );
+    // the same URI with a successful POST is invalidated (control)
+    let goes = "/goes?cc=max-age%3D600";
+    get(&lacquer.url(goes), &[]).await;
+    assert_eq!(post(&lacquer.url(goes), &[], "x").await.status, 200);
+    assert!(!get(&lacquer.url(goes), &[]).await.is_hit());
+}
+
+#[tokio::test]
+async fn location_and_content_location_on_the_same_host_are_invalidated() {
+    let origin = scripted_origin();
+    let lacquer = proxy(&origin);
+    let target = "/article?cc=max-age%3D600";
+    let other_host = "/elsewhere?cc=max-age%3D600";
+    get(&lacquer.url(target), &[]).await;
+    get(&lacquer.url(other_host), &[]).await;
+    let location = format!(
+        "/form?status=303&hdr=Location:{}",
+        target
+            .replace('%', "%25")
+            .replace('?', "%3F")
+            .replace('&', "%26")
+            .replace('=', "%3D")
+    );
+    let resp = post(&lacquer.url(&location), &[], "x").await;
+    assert_eq!(resp.status, 303);
+    assert!(
+        !get(&lacquer.url(target), &[]).await.is_hit(),
+        "Location target survived"
+    );
+    let foreign = format!(
+        "/form2?hdr=Content-Location:http://other.example{}",
+        other_host
+            .replace('%', "%25")
+            .replace('?', "%3F")
+            .replace('&', "%26")
+            .replace('=', "%3D")
+    );
+    post(&lacquer.url(&foreign), &[], "x").await;
+    assert!(
+        get(&lacquer.url(other_host), &[]).await.is_hit(),
+        "another host's URI must not be touched"
+    );
+}
+
+#[tokio::test]
+async fn purge_removes_every_variant() {
+    let origin = scripted_origin();
+    let lacquer = proxy(&origin);
+    let path = "/pv?cc=max-age%3D600&vary=Accept-Language";
+    warm_variants(&lacquer, path).await;
+    let purged = request("PURGE", &lacquer.url(path), &[], None).await;
+    assert_eq!(purged.status, 200);
+    for lang in ["en", "fr"] {
+        assert!(
+            !get(&lacquer.url(path), &[("accept-language", lang)])
+                .await
+                .is_hit(),
+            "{lang}"
+        );
+    }
+}
