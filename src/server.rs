@@ -9,6 +9,8 @@ use crate::config::Config;
 use crate::observe::access_log::AccessLog;
 use crate::proxy::LacquerProxy;
 use crate::storage::memory::MemoryTier;
+use crate::storage::tiered::TieredStorage;
+use pingora_cache::storage::Storage;
 use pingora_core::apps::HttpServerOptions;
 use pingora_core::listeners::tls::TlsSettings;
 use pingora_core::server::configuration::ServerConf;
@@ -48,14 +50,17 @@ fn server_conf(config: &Config) -> ServerConf {
     }
 }
 
-/// Builds the memory tier the config asks for.
+/// Builds the memory tier the config asks for; with a shared tier it becomes a near cache.
 pub fn memory_tier(config: &Config) -> &'static MemoryTier {
-    MemoryTier::new(
+    let mut memory = MemoryTier::new(
         config.cache.memory_size,
         config.cache.max_object_size,
         config.cache.estimated_objects,
-    )
-    .leak()
+    );
+    if let Some(shared) = &config.cache.memcached {
+        memory.set_local_ttl(shared.local_ttl);
+    }
+    memory.leak()
 }
 
 /// Runs the server until a signal stops the process; returns only on a start-up failure.
@@ -69,7 +74,16 @@ pub fn run(config: Config) -> Result<Infallible, StartError> {
         .map_err(|e| StartError(format!("log.access: cannot open: {e}")))?;
     let config = Arc::new(config);
 
-    let proxy = LacquerProxy::new(config.clone(), memory, access_log);
+    let tiered: Option<&'static TieredStorage> = config
+        .cache
+        .memcached
+        .as_ref()
+        .map(|shared| &*Box::leak(Box::new(TieredStorage::new(memory, shared))));
+    let storage: &'static (dyn Storage + Sync) = match tiered {
+        Some(tiered) => tiered,
+        None => memory,
+    };
+    let proxy = LacquerProxy::new(config.clone(), storage, memory, access_log);
     let mut service =
         pingora_proxy::http_proxy_service_with_name(&server.configuration, proxy, "lacquer");
     if config.h2c {
@@ -93,7 +107,7 @@ pub fn run(config: Config) -> Result<Infallible, StartError> {
     server.add_service(service);
 
     if let Some(addr) = config.admin_listen {
-        let mut admin = Service::new("lacquer admin".to_string(), AdminApp::new(memory));
+        let mut admin = Service::new("lacquer admin".to_string(), AdminApp::new(memory, tiered));
         admin.add_tcp(&addr.to_string());
         server.add_service(admin);
     }

@@ -106,6 +106,9 @@ pub struct CacheSection {
     pub forward_targeted_fields: Option<bool>,
     /// Per path-prefix TTL overrides, off unless listed.
     pub ttl_overrides: Option<Vec<TtlOverrideEntry>>,
+    /// The shared memcached tier.
+    #[serde(default)]
+    pub memcached: super::memcached::MemcachedSection,
 }
 
 /// One `[[cache.ttl_overrides]]` entry.

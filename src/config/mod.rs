@@ -11,6 +11,7 @@
 
 pub mod cli;
 pub mod file;
+pub mod memcached;
 pub mod units;
 
 use std::fmt;
@@ -123,6 +124,8 @@ pub struct CacheConfig {
     pub targeted_field: String,
     /// Whether targeted fields are passed on to clients.
     pub forward_targeted_fields: bool,
+    /// The shared memcached tier, if servers are configured.
+    pub memcached: Option<memcached::MemcachedConfig>,
 }
 
 /// Logging settings.
@@ -537,6 +540,7 @@ fn validate_cache(file: &FileConfig) -> Result<CacheConfig, ConfigError> {
         ttl_overrides,
         targeted_field,
         forward_targeted_fields: section.forward_targeted_fields.unwrap_or(false),
+        memcached: memcached::validate(&section.memcached)?,
     })
 }
 

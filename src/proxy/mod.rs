@@ -28,6 +28,7 @@ use cache_status::{CacheStatus, Observations};
 use pingora_cache::cache_control::CacheControl;
 use pingora_cache::key::HashBinary;
 use pingora_cache::lock::{CacheKeyLockImpl, CacheLock};
+use pingora_cache::storage::Storage;
 use pingora_cache::{CacheKey, CacheMeta, CacheOptionOverrides, RespCacheable};
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_error::Result;
@@ -52,17 +53,22 @@ pub struct RequestCtx {
 pub struct LacquerProxy {
     config: Arc<Config>,
     policy: CachePolicy,
-    storage: &'static MemoryTier,
+    /// Where Pingora's cache state machine stores and looks up: the memory tier alone, or the
+    /// tiered store when a memcached cluster is configured.
+    storage: &'static (dyn Storage + Sync),
+    /// This node's memory tier, which the hot-hit fast path reads directly.
+    memory: &'static MemoryTier,
     cache_lock: &'static CacheKeyLockImpl,
     upstream: Upstream,
     access_log: Option<AccessLog>,
 }
 
 impl LacquerProxy {
-    /// Builds the proxy around an already created storage (shared with the admin endpoint).
+    /// Builds the proxy around already created storage (shared with the admin endpoint).
     pub fn new(
         config: Arc<Config>,
-        storage: &'static MemoryTier,
+        storage: &'static (dyn Storage + Sync),
+        memory: &'static MemoryTier,
         access_log: Option<AccessLog>,
     ) -> Self {
         let lock: &'static CacheLock = Box::leak(CacheLock::new_boxed(config.cache.lock_timeout));
@@ -71,6 +77,7 @@ impl LacquerProxy {
             upstream: Upstream::new(&config),
             config,
             storage,
+            memory,
             cache_lock: lock,
             access_log,
         }
@@ -164,7 +171,7 @@ impl ProxyHttp for LacquerProxy {
             return Ok(false);
         }
         let now = SystemTime::now();
-        let Some(hit) = fast_hit::lookup(self.storage, session.req_header(), now) else {
+        let Some(hit) = fast_hit::lookup(self.memory, session.req_header(), now) else {
             return Ok(false);
         };
         let (mut head, ttl) = fast_hit::response_head(&hit, now);

@@ -43,6 +43,8 @@ struct MemoryObject {
     body: Body,
     /// Bytes charged to the budget when inserted.
     charged: usize,
+    /// When this node stops trusting its copy (near-cache mode, see [`MemoryTier::set_local_ttl`]).
+    local_until: Option<std::time::Instant>,
 }
 
 /// Progress of an in-flight fill, broadcast to streaming readers.
@@ -95,6 +97,8 @@ pub struct MemoryTier {
     /// Primary key -> keys of the variants stored under it, so purging a URL purges every
     /// variant (nginx purges only one).
     variants: Mutex<HashMap<u128, Vec<u128>>>,
+    /// Near-cache mode: how long an object is trusted locally (None: until evicted or stale).
+    local_ttl: Option<std::time::Duration>,
     next_write_id: AtomicU64,
     /// Bytes per TinyUFO weight unit.
     unit: usize,
@@ -122,6 +126,7 @@ impl MemoryTier {
             in_flight_count: AtomicUsize::new(0),
             insert_lock: Mutex::new(()),
             variants: Mutex::new(HashMap::new()),
+            local_ttl: None,
             next_write_id: AtomicU64::new(1),
             unit,
             limit,
@@ -163,7 +168,52 @@ impl MemoryTier {
     }
 
     fn get_object(&self, key: u128) -> Option<Arc<MemoryObject>> {
-        self.objects.get(&key).filter(|obj| obj.key == key)
+        let object = self.objects.get(&key).filter(|obj| obj.key == key)?;
+        match object.local_until {
+            Some(until) if std::time::Instant::now() >= until => None,
+            _ => Some(object),
+        }
+    }
+
+    /// Makes this tier a near cache in front of a shared tier: every object is trusted for at most
+    /// `ttl` after it was stored here, then looked up in the shared tier again. This bounds how
+    /// long a purge made through another node can go unseen here.
+    pub fn set_local_ttl(&mut self, ttl: std::time::Duration) {
+        self.local_ttl = Some(ttl);
+    }
+
+    /// Stores a complete object obtained elsewhere (a shared-tier hit) under `key`.
+    pub fn promote(&self, key: &CacheKey, meta: StoredMeta, body: Body) -> bool {
+        self.insert(
+            key_of(key.combined_bin()),
+            key_of(key.primary_bin()),
+            Arc::new(meta),
+            body,
+        )
+    }
+
+    /// The metadata and body stored under `key`, for writing them to a shared tier.
+    pub fn stored_parts(&self, key: &CacheKey) -> Option<(Arc<StoredMeta>, Body)> {
+        let object = self.get_object(key_of(key.combined_bin()))?;
+        let meta = object.meta.read().clone();
+        Some((meta, object.body.clone()))
+    }
+
+    /// A hit handler over a body that is not (or not yet) stored here.
+    pub fn detached_hit(meta: &StoredMeta, body: Body) -> (CacheMeta, HitHandler) {
+        let object = Arc::new(MemoryObject {
+            key: 0,
+            primary: 0,
+            meta: RwLock::new(Arc::new(meta.clone())),
+            charged: 0,
+            local_until: None,
+            body,
+        });
+        let cursor = RangeCursor::whole(object.body.len());
+        (
+            meta.to_meta(),
+            Box::new(MemoryHit::Complete(CompleteHit { object, cursor })),
+        )
     }
 
     fn get_in_flight(
@@ -210,6 +260,7 @@ impl MemoryTier {
             meta: RwLock::new(meta),
             body,
             charged,
+            local_until: self.local_ttl.map(|ttl| std::time::Instant::now() + ttl),
         });
         let _serialized = self.insert_lock.lock();
         self.remove_key(key);

@@ -3,9 +3,11 @@
 //! * [`memory`]: the per-node in-process tier (TinyUFO, byte-bounded, streaming fills).
 //! * [`object`]: what a stored response is (decoded metadata + chunked body), shared by tiers.
 //! * [`entry`]: the value format of the shared memcached tier (versioned, checksummed, chunked).
-//! * [`memcached`]: ketama placement and the async memcached client.
+//! * [`memcached`]: ketama placement, the async memcached client and the cluster's health.
+//! * [`tiered`]: the memory tier in front of the memcached cluster shared by all nodes.
 
 pub mod entry;
 pub mod memcached;
 pub mod memory;
 pub mod object;
+pub mod tiered;

@@ -2,8 +2,10 @@
 //!
 //! * [`ketama`]: libmemcached-compatible consistent hashing, so other ketama clients agree on
 //!   which server holds a key (`pingora-ketama` is CRC32/nginx-style and does not).
+//! * [`cluster`]: placement plus per-server failure counting and ejection.
 //! * [`client`]: a small async, pooled, pipelining client for one server, with connect and
 //!   operation timeouts, so a slow or dead memcached costs a miss, never a stuck request.
 
 pub mod client;
+pub mod cluster;
 pub mod ketama;

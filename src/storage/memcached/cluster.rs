@@ -1,0 +1,185 @@
+//! The memcached cluster: which server holds a key, and whether that server is usable.
+//!
+//! Each server counts consecutive failures; at `failure_limit` it is ejected for `retry_after`,
+//! after which the next operation is a probe. While a server is out, its keys are misses: they are
+//! *not* rehashed onto the other servers (unless `rehash_on_eject`), because a rehashed key would
+//! leave a stale copy behind when the server returns (the twemproxy/mcrouter trap). Every failure
+//! costs at most the operation timeout; nothing here ever fails a client request.
+
+use super::client::{ServerClient, ServerConfig};
+use super::ketama::KetamaRing;
+use crate::config::memcached::MemcachedConfig;
+use bytes::Bytes;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Instant;
+
+/// One server and its health.
+struct Node {
+    name: String,
+    client: ServerClient,
+    consecutive_failures: AtomicU32,
+    ejected_until: Mutex<Option<Instant>>,
+}
+
+/// Counters an operator reads in `/stats`.
+#[derive(Debug, Default)]
+pub struct ClusterCounters {
+    pub errors: AtomicU64,
+    pub ejections: AtomicU64,
+    pub skipped_ejected: AtomicU64,
+}
+
+/// The configured servers, placed on a libmemcached-compatible ketama ring.
+pub struct Cluster {
+    ring: KetamaRing,
+    nodes: Vec<Node>,
+    failure_limit: u32,
+    retry_after: std::time::Duration,
+    rehash_on_eject: bool,
+    /// Failure and ejection counters.
+    pub counters: ClusterCounters,
+}
+
+impl Cluster {
+    /// Builds the ring and one pooled client per server; connects lazily.
+    pub fn new(config: &MemcachedConfig) -> Self {
+        let ring = KetamaRing::new(
+            &config
+                .servers
+                .iter()
+                .map(|s| (s.name.clone(), s.weight))
+                .collect::<Vec<_>>(),
+        );
+        let nodes = config
+            .servers
+            .iter()
+            .map(|s| Node {
+                name: s.name.clone(),
+                client: ServerClient::new(ServerConfig {
+                    addr: s.addr,
+                    pool_size: config.pool_size,
+                    connect_timeout: config.connect_timeout,
+                    op_timeout: config.op_timeout,
+                }),
+                consecutive_failures: AtomicU32::new(0),
+                ejected_until: Mutex::new(None),
+            })
+            .collect();
+        Cluster {
+            ring,
+            nodes,
+            failure_limit: config.failure_limit,
+            retry_after: config.retry_after,
+            rehash_on_eject: config.rehash_on_eject,
+            counters: ClusterCounters::default(),
+        }
+    }
+
+    fn usable(&self, index: usize) -> bool {
+        match *self.nodes[index].ejected_until.lock() {
+            Some(until) => Instant::now() >= until,
+            None => true,
+        }
+    }
+
+    /// The server for `key`, or `None` when it is ejected (and rehashing is off).
+    fn node_for(&self, key: &[u8]) -> Option<usize> {
+        let index = self.ring.server_for(key)?;
+        if self.usable(index) {
+            return Some(index);
+        }
+        self.counters
+            .skipped_ejected
+            .fetch_add(1, Ordering::Relaxed);
+        if self.rehash_on_eject {
+            self.ring.server_for_excluding(key, |i| self.usable(i))
+        } else {
+            None
+        }
+    }
+
+    fn record<T, E: std::fmt::Display>(&self, index: usize, result: Result<T, E>) -> Option<T> {
+        let node = &self.nodes[index];
+        match result {
+            Ok(value) => {
+                if node.consecutive_failures.swap(0, Ordering::Relaxed) >= self.failure_limit {
+                    *node.ejected_until.lock() = None;
+                    log::info!("memcached {} is back in service", node.name);
+                }
+                Some(value)
+            }
+            Err(e) => {
+                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                let failures = node.consecutive_failures.fetch_add(1, Ordering::Relaxed) + 1;
+                if failures >= self.failure_limit {
+                    let mut until = node.ejected_until.lock();
+                    let newly = until.is_none_or(|t| Instant::now() >= t);
+                    *until = Some(Instant::now() + self.retry_after);
+                    if newly {
+                        self.counters.ejections.fetch_add(1, Ordering::Relaxed);
+                        log::warn!(
+                            "memcached {} ejected for {:?} after {failures} consecutive failures: {e}",
+                            node.name,
+                            self.retry_after
+                        );
+                    }
+                } else {
+                    log::debug!("memcached {} failed ({failures}): {e}", node.name);
+                }
+                None
+            }
+        }
+    }
+
+    /// Fetches one value; any failure is a miss.
+    pub async fn get(&self, key: &[u8]) -> Option<Bytes> {
+        let index = self.node_for(key)?;
+        let result = self.nodes[index].client.get(key).await;
+        self.record(index, result).flatten()
+    }
+
+    /// Fetches several values that live with `placement_key` (chunks of one object are placed by
+    /// their object's key, so one pipelined request fetches them all).
+    pub async fn get_multi_with(
+        &self,
+        placement_key: &[u8],
+        keys: &[Vec<u8>],
+    ) -> Option<Vec<Option<Bytes>>> {
+        let index = self.node_for(placement_key)?;
+        let result = self.nodes[index].client.get_multi(keys).await;
+        self.record(index, result)
+    }
+
+    /// Stores one value on the server of `placement_key`; returns whether it was stored.
+    pub async fn set_with(
+        &self,
+        placement_key: &[u8],
+        key: &[u8],
+        value: Bytes,
+        ttl_secs: u32,
+    ) -> bool {
+        let Some(index) = self.node_for(placement_key) else {
+            return false;
+        };
+        let result = self.nodes[index].client.set(key, value, ttl_secs).await;
+        self.record(index, result).is_some()
+    }
+
+    /// Deletes one value; returns whether the server answered.
+    pub async fn delete(&self, key: &[u8]) -> bool {
+        let Some(index) = self.node_for(key) else {
+            return false;
+        };
+        let result = self.nodes[index].client.delete(key).await;
+        self.record(index, result).is_some()
+    }
+
+    /// Names of the servers currently ejected.
+    pub fn ejected(&self) -> Vec<String> {
+        (0..self.nodes.len())
+            .filter(|i| !self.usable(*i))
+            .map(|i| self.nodes[i].name.clone())
+            .collect()
+    }
+}

@@ -1,0 +1,321 @@
+//! The tiered store: this node's memory tier in front of the memcached cluster shared by all nodes.
+//!
+//! * **Lookup**: memory first; on a memory miss, memcached. A memcached hit is checked (format,
+//!   CRC-32, echoed key, every chunk) and promoted into memory, where it is trusted for the short
+//!   `local_ttl` only, so hot objects are served locally yet stay coherent with the cluster.
+//! * **Fill**: the origin's response streams into the memory tier as before; when it completes,
+//!   the entry is written to memcached in a spawned task, off the client's critical path. Bodies
+//!   larger than one item go in chunks, with the manifest written last.
+//! * **Purge**: removes this node's copy and the memcached entry. Other nodes keep theirs for at
+//!   most `local_ttl`.
+//!
+//! Anything wrong in memcached (unreachable server, timeout, garbage, a missing chunk) is a miss
+//! and is counted; it never fails a request.
+
+use super::entry::{self, ChunkList, EntryBody};
+use super::memcached::cluster::Cluster;
+use super::memory::MemoryTier;
+use super::object::{Body, StoredMeta};
+use crate::config::memcached::MemcachedConfig;
+use async_trait::async_trait;
+use bytes::Bytes;
+use pingora_cache::key::{CacheHashKey, CompactCacheKey};
+use pingora_cache::storage::{
+    HandleMiss, HitHandler, MissFinishType, MissHandler, PurgeOutcome, PurgeTarget, PurgeType,
+    Storage,
+};
+use pingora_cache::trace::SpanHandle;
+use pingora_cache::{CacheKey, CacheMeta};
+use pingora_error::Result;
+use std::any::Any;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// Room left in each memcached item for the entry's own header (key, metadata, checksum).
+const ITEM_HEADROOM: usize = 16 * 1024;
+/// memcached reads TTLs above 30 days as absolute times.
+const MAX_TTL_SECS: u64 = 30 * 24 * 3600;
+
+/// Counters of the shared tier, for `/stats`.
+#[derive(Debug, Default)]
+pub struct SharedCounters {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    pub rejected: AtomicU64,
+    pub writes: AtomicU64,
+    pub write_failures: AtomicU64,
+}
+
+/// The memcached key of a cache key: `{namespace}:{hex of Pingora's combined Blake2b-128 hash}`.
+/// Always 36+ printable bytes without whitespace, within memcached's 250-byte limit.
+pub fn memcached_key(namespace: &str, key: &impl CacheHashKey) -> String {
+    format!("{namespace}:{}", key.combined())
+}
+
+/// The logical key echoed inside every value: the primary key, plus `#` and the variance in hex.
+pub fn logical_key(key: &CacheKey) -> String {
+    let primary = String::from_utf8_lossy(key.primary_key()).into_owned();
+    match key.variance() {
+        Some(v) => format!("{primary}#{v}"),
+        None => primary,
+    }
+}
+
+fn chunk_key(mc_key: &str, write_id: u64, index: u32) -> String {
+    format!("{mc_key}:{write_id:016x}:{index}")
+}
+
+/// The memory tier in front of the memcached cluster.
+pub struct TieredStorage {
+    memory: &'static MemoryTier,
+    cluster: Arc<Cluster>,
+    namespace: String,
+    chunk_size: usize,
+    item_size: usize,
+    keep: Duration,
+    next_write: AtomicU64,
+    /// What the shared tier has done.
+    pub counters: Arc<SharedCounters>,
+}
+
+impl TieredStorage {
+    /// Wraps `memory` (already in near-cache mode) with the configured cluster.
+    pub fn new(memory: &'static MemoryTier, config: &MemcachedConfig) -> Self {
+        let seed = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1);
+        TieredStorage {
+            memory,
+            cluster: Arc::new(Cluster::new(config)),
+            namespace: config.namespace.clone(),
+            chunk_size: config.item_size.saturating_sub(ITEM_HEADROOM).max(1024),
+            item_size: config.item_size,
+            keep: config.keep,
+            next_write: AtomicU64::new(seed),
+            counters: Arc::new(SharedCounters::default()),
+        }
+    }
+
+    /// The cluster, for `/stats`.
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// Fetches and verifies an entry from memcached.
+    async fn shared_lookup(&self, key: &CacheKey) -> Option<(StoredMeta, Body)> {
+        let mc_key = memcached_key(&self.namespace, key);
+        let Some(value) = self.cluster.get(mc_key.as_bytes()).await else {
+            self.counters.misses.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        let logical = logical_key(key);
+        let result = match entry::decode(&value, &logical) {
+            Ok(decoded) => match decoded.body {
+                EntryBody::Inline(bytes) => Some((decoded.meta, Body::from_chunks(vec![bytes]))),
+                EntryBody::Chunked(list) => self
+                    .fetch_chunks(&mc_key, &logical, &list)
+                    .await
+                    .map(|body| (decoded.meta, body)),
+            },
+            Err(e) => {
+                log::debug!("memcached value for {logical} rejected: {e}");
+                None
+            }
+        };
+        match &result {
+            Some(_) => self.counters.hits.fetch_add(1, Ordering::Relaxed),
+            None => self.counters.rejected.fetch_add(1, Ordering::Relaxed),
+        };
+        result
+    }
+
+    async fn fetch_chunks(&self, mc_key: &str, logical: &str, list: &ChunkList) -> Option<Body> {
+        let keys: Vec<Vec<u8>> = (0..list.count)
+            .map(|i| chunk_key(mc_key, list.write_id, i).into_bytes())
+            .collect();
+        let values = self
+            .cluster
+            .get_multi_with(mc_key.as_bytes(), &keys)
+            .await?;
+        let mut chunks = Vec::with_capacity(values.len());
+        let mut crc = crc32fast::Hasher::new();
+        for (i, value) in values.into_iter().enumerate() {
+            let data = entry::decode_chunk(&value?, logical, list.write_id, i as u32).ok()?;
+            crc.update(&data);
+            chunks.push(data);
+        }
+        let body = Body::from_chunks(chunks);
+        (body.len() as u64 == list.body_len && crc.finalize() == list.body_crc).then_some(body)
+    }
+
+    fn ttl_secs(&self, meta: &StoredMeta) -> u32 {
+        let fresh = meta
+            .fresh_until
+            .duration_since(SystemTime::now())
+            .unwrap_or_default();
+        let stale = meta.stale_while_revalidate_sec.max(meta.stale_if_error_sec);
+        let ttl = fresh.as_secs() + u64::from(stale) + self.keep.as_secs();
+        ttl.clamp(1, MAX_TTL_SECS) as u32
+    }
+
+    /// Writes a complete object to memcached: one value, or chunks and then the manifest.
+    async fn write_entry(&self, key: &CacheKey, meta: &StoredMeta, body: &Body) -> bool {
+        let mc_key = memcached_key(&self.namespace, key);
+        let logical = logical_key(key);
+        let ttl = self.ttl_secs(meta);
+        if body.len() + ITEM_HEADROOM <= self.item_size {
+            let value = entry::encode_complete(&logical, meta, body.chunks());
+            return self
+                .cluster
+                .set_with(mc_key.as_bytes(), mc_key.as_bytes(), value, ttl)
+                .await;
+        }
+        let write_id = self.next_write.fetch_add(1, Ordering::Relaxed);
+        let flat: Vec<u8> = body.chunks().concat();
+        let mut count = 0u32;
+        for (i, piece) in flat.chunks(self.chunk_size).enumerate() {
+            let value = entry::encode_chunk(&logical, write_id, i as u32, piece);
+            let chunk = chunk_key(&mc_key, write_id, i as u32);
+            if !self
+                .cluster
+                .set_with(mc_key.as_bytes(), chunk.as_bytes(), value, ttl)
+                .await
+            {
+                return false;
+            }
+            count += 1;
+        }
+        let list = ChunkList {
+            write_id,
+            body_len: flat.len() as u64,
+            count,
+            body_crc: crc32fast::hash(&flat),
+        };
+        // the manifest goes last: until it is there, readers see a miss, never a partial body
+        let manifest = entry::encode_manifest(&logical, meta, &list);
+        self.cluster
+            .set_with(mc_key.as_bytes(), mc_key.as_bytes(), manifest, ttl)
+            .await
+    }
+
+    /// Writes what the memory tier holds for `key` to memcached, in the background.
+    fn spawn_write(&'static self, key: CacheKey) {
+        let Some((meta, body)) = self.memory.stored_parts(&key) else {
+            return;
+        };
+        tokio::spawn(async move {
+            if self.write_entry(&key, &meta, &body).await {
+                self.counters.writes.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.counters.write_failures.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+}
+
+/// A fill that, once complete in memory, is also written to memcached.
+struct TieredMiss {
+    inner: MissHandler,
+    key: CacheKey,
+    tier: &'static TieredStorage,
+}
+
+#[async_trait]
+impl HandleMiss for TieredMiss {
+    async fn write_body(&mut self, data: Bytes, eof: bool) -> Result<()> {
+        self.inner.write_body(data, eof).await
+    }
+
+    async fn finish(self: Box<Self>) -> Result<MissFinishType> {
+        let TieredMiss { inner, key, tier } = *self;
+        let finished = inner.finish().await?;
+        tier.spawn_write(key);
+        Ok(finished)
+    }
+
+    fn streaming_write_tag(&self) -> Option<&[u8]> {
+        self.inner.streaming_write_tag()
+    }
+}
+
+#[async_trait]
+impl Storage for TieredStorage {
+    async fn lookup(
+        &'static self,
+        key: &CacheKey,
+        trace: &SpanHandle,
+    ) -> Result<Option<(CacheMeta, HitHandler)>> {
+        if let Some(hit) = self.memory.lookup(key, trace).await? {
+            return Ok(Some(hit));
+        }
+        let Some((meta, body)) = self.shared_lookup(key).await else {
+            return Ok(None);
+        };
+        self.memory.promote(key, meta.clone(), body.clone());
+        Ok(Some(MemoryTier::detached_hit(&meta, body)))
+    }
+
+    async fn lookup_streaming_write(
+        &'static self,
+        key: &CacheKey,
+        streaming_write_tag: Option<&[u8]>,
+        trace: &SpanHandle,
+    ) -> Result<Option<(CacheMeta, HitHandler)>> {
+        self.memory
+            .lookup_streaming_write(key, streaming_write_tag, trace)
+            .await
+    }
+
+    async fn get_miss_handler(
+        &'static self,
+        key: &CacheKey,
+        meta: &CacheMeta,
+        trace: &SpanHandle,
+    ) -> Result<MissHandler> {
+        let inner = self.memory.get_miss_handler(key, meta, trace).await?;
+        Ok(Box::new(TieredMiss {
+            inner,
+            key: key.clone(),
+            tier: self,
+        }))
+    }
+
+    async fn purge(
+        &'static self,
+        target: PurgeTarget<'_>,
+        purge_type: PurgeType,
+        trace: &SpanHandle,
+    ) -> Result<PurgeOutcome> {
+        let local = self.memory.purge(target, purge_type, trace).await?;
+        let compact: &CompactCacheKey = target.key();
+        let mc_key = memcached_key(&self.namespace, compact);
+        let shared = self.cluster.delete(mc_key.as_bytes()).await;
+        Ok(match local {
+            PurgeOutcome::NotFound if shared => PurgeOutcome::Purged(None),
+            other => other,
+        })
+    }
+
+    async fn update_meta(
+        &'static self,
+        key: &CacheKey,
+        meta: &CacheMeta,
+        trace: &SpanHandle,
+    ) -> Result<bool> {
+        let updated = self.memory.update_meta(key, meta, trace).await?;
+        if updated {
+            self.spawn_write(key.clone());
+        }
+        Ok(updated)
+    }
+
+    fn support_streaming_partial_write(&self) -> bool {
+        self.memory.support_streaming_partial_write()
+    }
+
+    fn as_any(&self) -> &(dyn Any + Send + Sync + 'static) {
+        self
+    }
+}

@@ -1,0 +1,234 @@
+//! The shared tier: two Lacquer nodes over three real memcached servers form one cache.
+
+mod common;
+mod support;
+
+use common::*;
+use lacquer::storage::memcached::ketama::KetamaRing;
+use lacquer::storage::tiered::memcached_key;
+use support::*;
+
+struct Cluster {
+    servers: Vec<MemcachedProcess>,
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        Cluster {
+            servers: (0..3).map(|_| MemcachedProcess::start()).collect(),
+        }
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.servers.iter().map(|m| m.addr().to_string()).collect()
+    }
+
+    /// The server ketama places `key` on, computed independently of the proxy's own placement.
+    fn server_for(&self, key: &str) -> usize {
+        let ring = KetamaRing::new(&self.names().into_iter().map(|n| (n, 1)).collect::<Vec<_>>());
+        ring.server_for(key.as_bytes()).unwrap()
+    }
+
+    fn node(&self, origin: &TestOrigin) -> (LacquerProcess, u16) {
+        let admin = free_port();
+        let servers: Vec<String> = self.names().iter().map(|n| format!("\"{n}\"")).collect();
+        let extra = format!(
+            "[log]\naccess = \"off\"\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n\
+             [cache.memcached]\nservers = [{}]\nretry_after = \"1s\"\nlocal_ttl = \"2s\"\n\
+             op_timeout = \"200ms\"\nconnect_timeout = \"100ms\"",
+            servers.join(", ")
+        );
+        (LacquerProcess::start_simple(origin.addr(), &extra), admin)
+    }
+}
+
+/// The site both nodes serve, as a load balancer in front of them would pass it on.
+const SITE: [(&str, &str); 1] = [("host", "shop.example")];
+
+/// Waits (bounded) until node's shared-tier counter reaches `n`.
+async fn wait_for_stat(admin: u16, key: &str, n: u64) -> u64 {
+    let mut value = 0;
+    for _ in 0..100 {
+        value = admin_stat(admin, key).await;
+        if value >= n {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    value
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_object_fetched_through_one_node_is_a_hit_on_the_other() {
+    let cluster = Cluster::start();
+    let origin = scripted_origin();
+    let (a, admin_a) = cluster.node(&origin);
+    let (b, admin_b) = cluster.node(&origin);
+    let path = "/shared?cc=max-age%3D300";
+
+    let first = get(&a.url(path), &SITE).await;
+    assert_eq!(first.status, 200);
+    assert_eq!(
+        wait_for_stat(admin_a, "writes", 1).await,
+        1,
+        "A wrote the entry to memcached"
+    );
+
+    let from_b = get(&b.url(path), &SITE).await;
+    assert!(from_b.is_hit(), "{:?}", from_b.cache_status());
+    assert_eq!(from_b.body, first.body);
+    assert_eq!(
+        admin_stat(admin_b, "hits").await,
+        1,
+        "B's hit came from memcached"
+    );
+    assert_eq!(origin.hits_for(path), 1, "no second origin request");
+    // promoted: B now answers from its own memory tier
+    assert!(get(&b.url(path), &SITE).await.is_hit());
+    assert_eq!(admin_stat(admin_b, "hits").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_five_megabyte_object_round_trips_through_chunks() {
+    let cluster = Cluster::start();
+    let origin = scripted_origin();
+    let (a, admin_a) = cluster.node(&origin);
+    let (b, _admin_b) = cluster.node(&origin);
+    let len = 5 * 1024 * 1024 + 3;
+    let path = format!("/big?cc=max-age%3D300&len={len}");
+    let first = get(&a.url(&path), &SITE).await;
+    assert_eq!(first.body.len(), len);
+    assert_eq!(wait_for_stat(admin_a, "writes", 1).await, 1);
+    let from_b = get(&b.url(&path), &SITE).await;
+    assert!(from_b.is_hit(), "{:?}", from_b.cache_status());
+    assert_eq!(from_b.body.len(), len);
+    assert!(
+        verify_generated(&from_b.body, 7, 0),
+        "reassembled body differs"
+    );
+    assert_eq!(origin.hits_for(&path), 1);
+    let items: u64 = cluster
+        .servers
+        .iter()
+        .map(|m| m.stat("curr_items").unwrap_or(0))
+        .sum();
+    assert!(
+        items >= 6,
+        "5 MB in 1 MiB items needs a manifest and at least 5 chunks ({items})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn garbage_and_truncated_values_are_misses_and_counted() {
+    let cluster = Cluster::start();
+    let origin = scripted_origin();
+    let (node, admin) = cluster.node(&origin);
+    let host = SITE[0].1;
+    for (i, bad) in [
+        b"not a lacquer entry at all".to_vec(),
+        b"LQ\x01\x01\x00\x00\x05hello-truncated".to_vec(),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let path = format!("/planted/{i}?cc=max-age%3D300");
+        let key = memcached_key("lq", &lacquer::proxy::cache_key_from(host, &path));
+        let server = &cluster.servers[cluster.server_for(&key)];
+        let reply = server.command(&format!("set {key} 0 300 {}", bad.len()), Some(&bad));
+        assert!(reply.starts_with("STORED"), "{reply}");
+        let resp = get(&node.url(&path), &SITE).await;
+        assert_eq!(resp.status, 200);
+        assert!(
+            resp.text().starts_with(&format!("{path} #")),
+            "{}",
+            resp.text()
+        );
+        assert!(!resp.is_hit());
+        assert_eq!(
+            origin.hits_for(&path),
+            1,
+            "a planted value must never be served"
+        );
+    }
+    assert_eq!(admin_stat(admin, "rejected").await, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_memcached_costs_misses_not_errors_and_is_used_again_after_restart() {
+    let mut cluster = Cluster::start();
+    let origin = scripted_origin();
+    let (a, admin_a) = cluster.node(&origin);
+    let (b, _admin_b) = cluster.node(&origin);
+    let urls = [a.url(""), b.url("")];
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for t in 0..4usize {
+        let urls = urls.clone();
+        let stop = stop.clone();
+        tasks.push(tokio::spawn(async move {
+            let client = http_client();
+            let (mut ok, mut failed) = (0usize, Vec::new());
+            for n in 0..100_000usize {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                // a mix: 40 hot paths (hits after the first) and a unique miss every 5th request
+                let path = if n % 5 == 0 {
+                    format!("/miss/{t}/{n}?cc=max-age%3D300")
+                } else {
+                    format!("/hot/{}?cc=max-age%3D300", n % 40)
+                };
+                let url = format!("{}{}", urls[n % 2].trim_end_matches('/'), path);
+                match send(&client, "GET", &url, &SITE, None).await {
+                    Ok(r) if r.status == 200 && r.text().starts_with(&format!("{path} #")) => {
+                        ok += 1
+                    }
+                    Ok(r) => failed.push(format!("{path}: {} {}", r.status, r.text())),
+                    Err(e) => failed.push(format!("{path}: {e}")),
+                }
+            }
+            (ok, failed)
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    cluster.servers[1].kill();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        wait_for_stat(admin_a, "ejections", 1).await >= 1,
+        "the dead server should have been ejected"
+    );
+    cluster.servers[1].restart();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut total = 0;
+    for t in tasks {
+        let (ok, failed) = t.await.unwrap();
+        assert!(
+            failed.is_empty(),
+            "client-visible failures: {:?}",
+            &failed[..failed.len().min(5)]
+        );
+        total += ok;
+    }
+    assert!(total > 100, "the load ran ({total} requests)");
+
+    // after retry_after the restarted server is probed and used again: a new object placed on it
+    // is written by A and found by B
+    let path = (0..500)
+        .map(|i| format!("/after/{i}?cc=max-age%3D300"))
+        .find(|p| {
+            let key = memcached_key("lq", &lacquer::proxy::cache_key_from(SITE[0].1, p));
+            cluster.server_for(&key) == 1
+        })
+        .unwrap();
+    let mut used_again = false;
+    for _ in 0..20 {
+        let _ = get(&a.url(&path), &SITE).await;
+        if cluster.servers[1].stat("curr_items").unwrap_or(0) > 0 {
+            used_again = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(used_again, "the restarted memcached never received a write");
+}
