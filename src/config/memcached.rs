@@ -155,7 +155,9 @@ pub fn validate(section: &MemcachedSection) -> Result<Option<MemcachedConfig>, C
         connect_timeout: duration("connect_timeout", &section.connect_timeout, "50ms")?,
         op_timeout: duration("op_timeout", &section.op_timeout, "100ms")?,
         pool_size,
-        local_ttl: duration("local_ttl", &section.local_ttl, "5s")?,
+        // zero is allowed: no local copies at all, every hit is read from memcached
+        local_ttl: parse_duration(section.local_ttl.as_deref().unwrap_or("5s"))
+            .map_err(|e| ConfigError::new("cache.memcached.local_ttl", e))?,
         failure_limit,
         retry_after: duration("retry_after", &section.retry_after, "5s")?,
         rehash_on_eject: section.rehash_on_eject.unwrap_or(false),

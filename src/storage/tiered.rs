@@ -74,6 +74,8 @@ pub struct TieredStorage {
     chunk_size: usize,
     item_size: usize,
     keep: Duration,
+    /// Zero means memcached hits are not copied into the memory tier.
+    local_ttl: Duration,
     next_write: AtomicU64,
     /// What the shared tier has done.
     pub counters: Arc<SharedCounters>,
@@ -93,6 +95,7 @@ impl TieredStorage {
             chunk_size: config.item_size.saturating_sub(ITEM_HEADROOM).max(1024),
             item_size: config.item_size,
             keep: config.keep,
+            local_ttl: config.local_ttl,
             next_write: AtomicU64::new(seed),
             counters: Arc::new(SharedCounters::default()),
         }
@@ -253,7 +256,9 @@ impl Storage for TieredStorage {
         let Some((meta, body)) = self.shared_lookup(key).await else {
             return Ok(None);
         };
-        self.memory.promote(key, meta.clone(), body.clone());
+        if !self.local_ttl.is_zero() {
+            self.memory.promote(key, meta.clone(), body.clone());
+        }
         Ok(Some(MemoryTier::detached_hit(&meta, body)))
     }
 
