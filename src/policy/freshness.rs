@@ -162,13 +162,7 @@ pub fn freshness(
 mod tests {
     use super::*;
 
-    fn resp(headers: &[(&str, &str)]) -> ResponseHeader {
-        let mut r = ResponseHeader::build(200, None).unwrap();
-        for (k, v) in headers {
-            r.append_header(k.to_string(), *v).unwrap();
-        }
-        r
-    }
+    use crate::policy::test_headers::response as resp;
 
     const RULES: FreshnessRules = FreshnessRules {
         heuristic_fraction: 0.1,

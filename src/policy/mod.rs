@@ -186,6 +186,30 @@ fn content_length(resp: &ResponseHeader) -> Option<u64> {
         .ok()
 }
 
+/// Header builders shared by the policy modules' unit tests.
+#[cfg(test)]
+pub(crate) mod test_headers {
+    use pingora_http::{RequestHeader, ResponseHeader};
+
+    /// A 200 response with the given fields, in order.
+    pub fn response(headers: &[(&str, &str)]) -> ResponseHeader {
+        let mut r = ResponseHeader::build(200, None).unwrap();
+        for (k, v) in headers {
+            r.append_header(k.to_string(), *v).unwrap();
+        }
+        r
+    }
+
+    /// A `GET /` request with the given fields, in order.
+    pub fn request(headers: &[(&str, &str)]) -> RequestHeader {
+        let mut r = RequestHeader::build("GET", b"/", None).unwrap();
+        for (k, v) in headers {
+            r.append_header(k.to_string(), *v).unwrap();
+        }
+        r
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -53,13 +53,7 @@ impl TargetedFields {
 mod tests {
     use super::*;
 
-    fn resp(headers: &[(&str, &str)]) -> ResponseHeader {
-        let mut r = ResponseHeader::build(200, None).unwrap();
-        for (k, v) in headers {
-            r.append_header(k.to_string(), *v).unwrap();
-        }
-        r
-    }
+    use crate::policy::test_headers::response as resp;
 
     #[test]
     fn most_specific_field_wins() {

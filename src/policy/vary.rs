@@ -92,13 +92,7 @@ pub fn variance_key(resp: &ResponseHeader, req: &RequestHeader) -> Option<HashBi
 mod tests {
     use super::*;
 
-    fn req(headers: &[(&str, &str)]) -> RequestHeader {
-        let mut r = RequestHeader::build("GET", b"/", None).unwrap();
-        for (k, v) in headers {
-            r.append_header(k.to_string(), *v).unwrap();
-        }
-        r
-    }
+    use crate::policy::test_headers::request as req;
 
     fn resp(vary: &str) -> ResponseHeader {
         let mut r = ResponseHeader::build(200, None).unwrap();
