@@ -232,3 +232,32 @@ async fn a_dead_memcached_costs_misses_not_errors_and_is_used_again_after_restar
     }
     assert!(used_again, "the restarted memcached never received a write");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_purge_through_one_node_reaches_the_other_within_local_ttl() {
+    let cluster = Cluster::start();
+    let origin = scripted_origin();
+    let (a, admin_a) = cluster.node(&origin);
+    let (b, _admin_b) = cluster.node(&origin);
+    let path = "/purged?cc=max-age%3D300";
+    get(&a.url(path), &SITE).await;
+    assert_eq!(wait_for_stat(admin_a, "writes", 1).await, 1);
+    assert!(get(&b.url(path), &SITE).await.is_hit(), "B holds a copy");
+
+    let purged = request("PURGE", &a.url(path), &SITE, None).await;
+    assert_eq!(purged.status, 200);
+    assert!(
+        !get(&a.url(path), &SITE).await.is_hit(),
+        "A refetches at once"
+    );
+    // B trusts its copy for local_ttl (2 s here), then asks memcached again: the entry that A's
+    // refetch wrote is the new one, so B serves the refetched body
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let from_b = get(&b.url(path), &SITE).await;
+    assert!(
+        from_b.text().ends_with("#2"),
+        "B still serves the purged copy: {}",
+        from_b.text()
+    );
+    assert_eq!(origin.hits_for(path), 2);
+}
