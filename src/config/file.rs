@@ -106,6 +106,8 @@ pub struct CacheSection {
     pub forward_targeted_fields: Option<bool>,
     /// Per path-prefix TTL overrides, off unless listed.
     pub ttl_overrides: Option<Vec<TtlOverrideEntry>>,
+    /// Whether a client's `no-cache` forces revalidation with the origin.
+    pub honor_client_no_cache: Option<bool>,
     /// The shared memcached tier.
     #[serde(default)]
     pub memcached: super::memcached::MemcachedSection,

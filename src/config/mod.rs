@@ -126,6 +126,8 @@ pub struct CacheConfig {
     pub forward_targeted_fields: bool,
     /// The shared memcached tier, if servers are configured.
     pub memcached: Option<memcached::MemcachedConfig>,
+    /// Whether a client's `no-cache` forces revalidation (RFC 9111 allows ignoring it).
+    pub honor_client_no_cache: bool,
 }
 
 /// Logging settings.
@@ -541,6 +543,7 @@ fn validate_cache(file: &FileConfig) -> Result<CacheConfig, ConfigError> {
         targeted_field,
         forward_targeted_fields: section.forward_targeted_fields.unwrap_or(false),
         memcached: memcached::validate(&section.memcached)?,
+        honor_client_no_cache: section.honor_client_no_cache.unwrap_or(true),
     })
 }
 

@@ -8,6 +8,7 @@
 //! [`freshness`] holds the pure freshness and age arithmetic; [`vary`] the variant key.
 
 pub mod freshness;
+pub mod request_directives;
 pub mod targeted;
 pub mod vary;
 

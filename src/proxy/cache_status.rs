@@ -67,6 +67,8 @@ pub struct Observations {
     pub storable: bool,
     /// Why it was not storable, when judged.
     pub not_stored_reason: Option<&'static str>,
+    /// The client's own directives sent a stored response to the origin.
+    pub client_forced: bool,
 }
 
 impl CacheStatus {
@@ -121,6 +123,9 @@ impl CacheStatus {
             CachePhase::Bypass | CachePhase::Uninit | CachePhase::CacheKey | CachePhase::Stale => {
                 status.fwd = Some(Forward::Bypass);
             }
+        }
+        if seen.client_forced && status.fwd == Some(Forward::Stale) {
+            status.fwd = Some(Forward::Request);
         }
         if status.fwd.is_none() && !status.hit {
             status.fwd = Some(Forward::Bypass);

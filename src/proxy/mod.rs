@@ -20,6 +20,7 @@ pub mod invalidation;
 
 use crate::config::Config;
 use crate::observe::access_log::{AccessLog, AccessRecord};
+use crate::policy::request_directives::RequestDirectives;
 use crate::policy::{vary, CachePolicy};
 use crate::storage::memory::MemoryTier;
 use crate::upstream::Upstream;
@@ -28,8 +29,9 @@ use cache_status::{CacheStatus, Observations};
 use pingora_cache::cache_control::CacheControl;
 use pingora_cache::key::HashBinary;
 use pingora_cache::lock::{CacheKeyLockImpl, CacheLock};
+use pingora_cache::storage::HitHandler;
 use pingora_cache::storage::Storage;
-use pingora_cache::{CacheKey, CacheMeta, CacheOptionOverrides, RespCacheable};
+use pingora_cache::{CacheKey, CacheMeta, CacheOptionOverrides, ForcedFreshness, RespCacheable};
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_error::Result;
 use pingora_http::{RequestHeader, ResponseHeader};
@@ -46,6 +48,7 @@ pub struct RequestCtx {
     upstream_ms: Option<f64>,
     upstream_status: Option<u16>,
     seen: Observations,
+    directives: RequestDirectives,
     cache_status: Option<CacheStatus>,
 }
 
@@ -202,6 +205,7 @@ impl ProxyHttp for LacquerProxy {
             upstream_ms: None,
             upstream_status: None,
             seen: Observations::default(),
+            directives: RequestDirectives::default(),
             cache_status: None,
         }
     }
@@ -221,6 +225,7 @@ impl ProxyHttp for LacquerProxy {
             ctx.seen.bypassed = true;
             return Ok(());
         }
+        ctx.directives = RequestDirectives::parse(req);
         session.cache.enable(
             self.storage,
             None,
@@ -236,6 +241,46 @@ impl ProxyHttp for LacquerProxy {
 
     fn cache_key_callback(&self, session: &Session, _ctx: &mut Self::CTX) -> Result<CacheKey> {
         Ok(cache_key_for(session.req_header()))
+    }
+
+    async fn cache_hit_filter(
+        &self,
+        _session: &mut Session,
+        meta: &CacheMeta,
+        _hit_handler: &mut HitHandler,
+        _is_fresh: bool,
+        ctx: &mut Self::CTX,
+    ) -> Result<Option<ForcedFreshness>> {
+        if !ctx.directives.any() {
+            return Ok(None);
+        }
+        let remaining = match meta.fresh_until().duration_since(SystemTime::now()) {
+            Ok(left) => left.as_secs() as i64,
+            Err(past) => -(past.duration().as_secs() as i64) - 1,
+        };
+        let verdict = ctx.directives.judge(
+            meta.response_header(),
+            meta.age(),
+            remaining,
+            self.config.cache.honor_client_no_cache,
+        );
+        if verdict == Some(ForcedFreshness::ForceExpired) {
+            ctx.seen.client_forced = true;
+        }
+        Ok(verdict)
+    }
+
+    async fn proxy_upstream_filter(
+        &self,
+        session: &mut Session,
+        ctx: &mut Self::CTX,
+    ) -> Result<bool> {
+        if ctx.directives.only_if_cached {
+            // RFC 9111 §5.2.1.7: nothing usable is stored, and the client forbids the origin
+            session.respond_error(504).await?;
+            return Ok(false);
+        }
+        Ok(true)
     }
 
     fn cache_vary_filter(
