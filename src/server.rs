@@ -10,7 +10,6 @@ use crate::observe::access_log::AccessLog;
 use crate::proxy::LacquerProxy;
 use crate::storage::memory::MemoryTier;
 use crate::storage::tiered::TieredStorage;
-use pingora_cache::storage::Storage;
 use pingora_core::apps::HttpServerOptions;
 use pingora_core::listeners::tls::TlsSettings;
 use pingora_core::server::configuration::ServerConf;
@@ -79,11 +78,7 @@ pub fn run(config: Config) -> Result<Infallible, StartError> {
         .memcached
         .as_ref()
         .map(|shared| &*Box::leak(Box::new(TieredStorage::new(memory, shared))));
-    let storage: &'static (dyn Storage + Sync) = match tiered {
-        Some(tiered) => tiered,
-        None => memory,
-    };
-    let proxy = LacquerProxy::new(config.clone(), storage, memory, access_log);
+    let proxy = LacquerProxy::new(config.clone(), memory, tiered, access_log);
     let mut service =
         pingora_proxy::http_proxy_service_with_name(&server.configuration, proxy, "lacquer");
     if config.h2c {

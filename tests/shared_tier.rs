@@ -30,11 +30,15 @@ impl Cluster {
     }
 
     fn node(&self, origin: &TestOrigin) -> (LacquerProcess, u16) {
+        self.node_with_local_ttl(origin, "2s")
+    }
+
+    fn node_with_local_ttl(&self, origin: &TestOrigin, local_ttl: &str) -> (LacquerProcess, u16) {
         let admin = free_port();
         let servers: Vec<String> = self.names().iter().map(|n| format!("\"{n}\"")).collect();
         let extra = format!(
             "[log]\naccess = \"off\"\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n\
-             [cache.memcached]\nservers = [{}]\nretry_after = \"1s\"\nlocal_ttl = \"2s\"\n\
+             [cache.memcached]\nservers = [{}]\nretry_after = \"1s\"\nlocal_ttl = \"{local_ttl}\"\n\
              op_timeout = \"200ms\"\nconnect_timeout = \"100ms\"",
             servers.join(", ")
         );
@@ -86,6 +90,45 @@ async fn an_object_fetched_through_one_node_is_a_hit_on_the_other() {
     // promoted: B now answers from its own memory tier
     assert!(get(&b.url(path), &SITE).await.is_hit());
     assert_eq!(admin_stat(admin_b, "hits").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_promotion_every_hit_reads_memcached_and_a_miss_asks_it_once() {
+    let cluster = Cluster::start();
+    let origin = scripted_origin();
+    let (a, admin) = cluster.node_with_local_ttl(&origin, "0s");
+    let path = "/lang?cc=max-age%3D300&vary=Accept-Language";
+    let en = [("host", "shop.example"), ("accept-language", "en")];
+    let fr = [("host", "shop.example"), ("accept-language", "fr")];
+
+    let first = get(&a.url(path), &en).await;
+    assert_eq!(first.cache_fwd().as_deref(), Some("uri-miss"));
+    assert_eq!(
+        admin_stat(admin, "misses").await,
+        1,
+        "one memcached read for a miss, not one per lookup phase"
+    );
+    assert_eq!(wait_for_stat(admin, "writes", 1).await, 1);
+
+    // the memory tier keeps nothing: each hit is a verified memcached read
+    for n in 1..=3 {
+        let hit = get(&a.url(path), &en).await;
+        assert!(hit.is_hit(), "{:?}", hit.cache_status());
+        assert_eq!(hit.body, first.body);
+        assert_eq!(admin_stat(admin, "hits").await, n);
+    }
+
+    // another variant: found missing among the stored variants, fetched once, then a hit
+    let fr_first = get(&a.url(path), &fr).await;
+    assert_eq!(fr_first.cache_fwd().as_deref(), Some("vary-miss"));
+    assert_ne!(fr_first.body, first.body);
+    assert_eq!(wait_for_stat(admin, "writes", 2).await, 2);
+    let fr_hit = get(&a.url(path), &fr).await;
+    assert!(fr_hit.is_hit(), "{:?}", fr_hit.cache_status());
+    assert_eq!(fr_hit.body, fr_first.body);
+    let en_hit = get(&a.url(path), &en).await;
+    assert_eq!(en_hit.body, first.body);
+    assert_eq!(origin.hits_for(path), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

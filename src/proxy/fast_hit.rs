@@ -3,9 +3,14 @@
 //! Pingora's cache state machine does a lot per hit that the commonest case never needs: it
 //! enables per-request cache state, rebuilds `CacheMeta`, runs the lock, vary and range machinery.
 //! For a request that is a plain GET or HEAD with no validators, no `Range`, no request
-//! directives and no credentials, whose object (or the variant it selects) is in the memory tier
-//! and fresh, the answer is fully determined: the stored head plus `Age`, and the stored body. This module
+//! directives and no credentials, whose object (or the variant it selects) is stored and fresh,
+//! the answer is fully determined: the stored head plus `Age`, and the stored body. This module
 //! serves exactly that case and declines everything else, which then takes the standard path.
+//!
+//! The object is looked for in the memory tier, then (when a memcached cluster is configured and
+//! the memory tier has nothing under the URL) in memcached, through the same verified read and
+//! promotion the tiered store uses. A memcached miss is remembered for the request
+//! ([`Lookup::Absent`]), so the standard path does not ask memcached a second time.
 //!
 //! It shares the decisions of the standard path rather than copying them: the cache key is
 //! [`super::cache_key_for`], cacheability of the request is [`CachePolicy::request_cacheable`],
@@ -15,6 +20,7 @@
 use super::cache_key_for;
 use crate::policy::{vary, CachePolicy};
 use crate::storage::memory::{FreshHit, MemoryTier};
+use crate::storage::tiered::TieredStorage;
 use http::header;
 use pingora_cache::key::CacheHashKey;
 use pingora_http::{RequestHeader, ResponseHeader};
@@ -41,36 +47,85 @@ pub fn eligible(policy: &CachePolicy, req: &RequestHeader) -> bool {
             .any(|h| req.headers.contains_key(h))
 }
 
-/// Looks the request up in the memory tier; `Some` only for a fresh, complete object that is the
-/// variant this request selects.
+/// What a fast-path lookup found.
+pub enum Lookup {
+    /// A fresh, complete object that is the variant this request selects: serve it.
+    Fresh(FreshHit),
+    /// Nothing is stored under the URL in the place looked at.
+    Absent,
+    /// Something is stored, but the standard path must decide (stale, in flight, another variant).
+    Decline,
+}
+
+/// Looks the request up in the memory tier.
 ///
 /// Variants are resolved the way Pingora's state machine does it, with the same
 /// [`vary::variance_key`]: the object under the primary key names the `Vary` fields; if the
 /// request's variance differs from that object's, the variant is looked up under the key with the
 /// request's variance, and must carry exactly that variance.
-pub fn lookup(memory: &MemoryTier, req: &RequestHeader, now: SystemTime) -> Option<FreshHit> {
+pub fn lookup(memory: &MemoryTier, req: &RequestHeader, now: SystemTime) -> Lookup {
     let mut key = cache_key_for(req);
     // hash the primary key once; the variant key is derived from this hash
     let primary_bin = key.primary_bin();
     key.set_primary_bin_override(primary_bin);
-    let primary = memory.complete_object(primary_bin)?;
+    let Some(primary) = memory.complete_object(primary_bin) else {
+        return Lookup::Absent;
+    };
     let hit = match primary.meta().variance {
         None => primary,
         Some(stored) => {
-            let wanted = vary::variance_key(&primary.meta().header, req)?;
+            let Some(wanted) = vary::variance_key(&primary.meta().header, req) else {
+                return Lookup::Decline;
+            };
             if wanted == stored {
                 primary
             } else {
                 key.set_variance_key(wanted);
-                let variant = memory.complete_object(key.combined_bin())?;
-                if variant.meta().variance != Some(wanted) {
-                    return None;
+                match memory.complete_object(key.combined_bin()) {
+                    Some(variant) if variant.meta().variance == Some(wanted) => variant,
+                    _ => return Lookup::Decline,
                 }
-                variant
             }
         }
     };
-    (hit.meta().fresh_until > now).then_some(hit)
+    fresh_or_decline(hit, now)
+}
+
+/// Looks the request up in memcached, for a request whose URL the memory tier does not hold.
+/// Hits are promoted into the memory tier by the read itself, as on the standard path.
+pub async fn shared_lookup(tier: &TieredStorage, req: &RequestHeader, now: SystemTime) -> Lookup {
+    let mut key = cache_key_for(req);
+    let Some((meta, body)) = tier.read_for_fast_path(&key).await else {
+        return Lookup::Absent;
+    };
+    let hit = match meta.variance {
+        None => MemoryTier::detached_fresh_hit(meta, body),
+        Some(stored) => {
+            let Some(wanted) = vary::variance_key(&meta.header, req) else {
+                return Lookup::Decline;
+            };
+            if wanted == stored {
+                MemoryTier::detached_fresh_hit(meta, body)
+            } else {
+                key.set_variance_key(wanted);
+                match tier.read_for_fast_path(&key).await {
+                    Some((meta, body)) if meta.variance == Some(wanted) => {
+                        MemoryTier::detached_fresh_hit(meta, body)
+                    }
+                    _ => return Lookup::Decline,
+                }
+            }
+        }
+    };
+    fresh_or_decline(hit, now)
+}
+
+fn fresh_or_decline(hit: FreshHit, now: SystemTime) -> Lookup {
+    if hit.meta().fresh_until > now {
+        Lookup::Fresh(hit)
+    } else {
+        Lookup::Decline
+    }
 }
 
 /// Builds the response head for a fast hit: the stored head, `Age` (RFC 9111 §4), and chunked

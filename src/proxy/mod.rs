@@ -23,6 +23,7 @@ use crate::observe::access_log::{AccessLog, AccessRecord};
 use crate::policy::request_directives::RequestDirectives;
 use crate::policy::{vary, CachePolicy};
 use crate::storage::memory::MemoryTier;
+use crate::storage::tiered::{PrimaryKnownMissing, TieredStorage};
 use crate::upstream::Upstream;
 use async_trait::async_trait;
 use cache_status::{CacheStatus, Observations};
@@ -50,6 +51,8 @@ pub struct RequestCtx {
     seen: Observations,
     directives: RequestDirectives,
     cache_status: Option<CacheStatus>,
+    /// The fast path looked the URL up in memcached and found nothing there.
+    shared_primary_missing: bool,
 }
 
 /// Lacquer's implementation of Pingora's [`ProxyHttp`].
@@ -61,21 +64,35 @@ pub struct LacquerProxy {
     storage: &'static (dyn Storage + Sync),
     /// This node's memory tier, which the hot-hit fast path reads directly.
     memory: &'static MemoryTier,
+    /// The tiered store, which the fast path reads on a memory miss, and its view for requests
+    /// whose URL the fast path already found missing in memcached.
+    shared: Option<(&'static TieredStorage, &'static PrimaryKnownMissing)>,
     cache_lock: &'static CacheKeyLockImpl,
     upstream: Upstream,
     access_log: Option<AccessLog>,
 }
 
 impl LacquerProxy {
-    /// Builds the proxy around already created storage (shared with the admin endpoint).
+    /// Builds the proxy around already created storage (shared with the admin endpoint): the
+    /// memory tier, and the tiered store in front of memcached when one is configured.
     pub fn new(
         config: Arc<Config>,
-        storage: &'static (dyn Storage + Sync),
         memory: &'static MemoryTier,
+        tiered: Option<&'static TieredStorage>,
         access_log: Option<AccessLog>,
     ) -> Self {
         let lock: &'static CacheLock = Box::leak(CacheLock::new_boxed(config.cache.lock_timeout));
+        let storage: &'static (dyn Storage + Sync) = match tiered {
+            Some(tiered) => tiered,
+            None => memory,
+        };
+        let shared = tiered.map(|tier| {
+            let view: &'static PrimaryKnownMissing =
+                Box::leak(Box::new(PrimaryKnownMissing::new(tier)));
+            (tier, view)
+        });
         LacquerProxy {
+            shared,
             policy: CachePolicy::new(&config.cache),
             upstream: Upstream::new(&config),
             config,
@@ -174,8 +191,22 @@ impl ProxyHttp for LacquerProxy {
             return Ok(false);
         }
         let now = SystemTime::now();
-        let Some(hit) = fast_hit::lookup(self.memory, session.req_header(), now) else {
-            return Ok(false);
+        let hit = match fast_hit::lookup(self.memory, session.req_header(), now) {
+            fast_hit::Lookup::Fresh(hit) => hit,
+            fast_hit::Lookup::Decline => return Ok(false),
+            fast_hit::Lookup::Absent => {
+                let Some((tier, _)) = self.shared else {
+                    return Ok(false);
+                };
+                match fast_hit::shared_lookup(tier, session.req_header(), now).await {
+                    fast_hit::Lookup::Fresh(hit) => hit,
+                    fast_hit::Lookup::Decline => return Ok(false),
+                    fast_hit::Lookup::Absent => {
+                        ctx.shared_primary_missing = true;
+                        return Ok(false);
+                    }
+                }
+            }
         };
         let (mut head, ttl) = fast_hit::response_head(&hit, now);
         let status = CacheStatus {
@@ -207,6 +238,7 @@ impl ProxyHttp for LacquerProxy {
             seen: Observations::default(),
             directives: RequestDirectives::default(),
             cache_status: None,
+            shared_primary_missing: false,
         }
     }
 
@@ -226,8 +258,12 @@ impl ProxyHttp for LacquerProxy {
             return Ok(());
         }
         ctx.directives = RequestDirectives::parse(req);
+        let storage: &'static (dyn Storage + Sync) = match self.shared {
+            Some((_, known_missing)) if ctx.shared_primary_missing => known_missing,
+            _ => self.storage,
+        };
         session.cache.enable(
-            self.storage,
+            storage,
             None,
             None,
             Some(self.cache_lock),
@@ -290,8 +326,9 @@ impl ProxyHttp for LacquerProxy {
         req: &RequestHeader,
     ) -> Option<HashBinary> {
         let variance = vary::variance_key(meta.response_header(), req);
-        if variance.is_some() {
-            // if this lookup ends in a miss, it missed among stored variants
+        // Called at lookup (a stored object names its Vary fields) and again when a fetched
+        // response is about to be stored; only the first means the URL missed among variants.
+        if variance.is_some() && ctx.upstream_started.is_none() {
             ctx.seen.vary_miss = true;
         }
         variance

@@ -194,9 +194,26 @@ impl MemoryTier {
 
     /// The metadata and body stored under `key`, for writing them to a shared tier.
     pub fn stored_parts(&self, key: &CacheKey) -> Option<(Arc<StoredMeta>, Body)> {
-        let object = self.get_object(key_of(key.combined_bin()))?;
+        // not `get_object`: the writer wants what was just stored, even when this node's own
+        // trust in it has already run out (a `local_ttl` of zero)
+        let key = key_of(key.combined_bin());
+        let object = self.objects.get(&key).filter(|obj| obj.key == key)?;
         let meta = object.meta.read().clone();
         Some((meta, object.body.clone()))
+    }
+
+    /// A fast-path hit over an object read from elsewhere (a shared-tier hit) and not stored here.
+    pub fn detached_fresh_hit(meta: StoredMeta, body: Body) -> FreshHit {
+        let meta = Arc::new(meta);
+        let object = Arc::new(MemoryObject {
+            key: 0,
+            primary: 0,
+            meta: RwLock::new(meta.clone()),
+            charged: 0,
+            local_until: None,
+            body,
+        });
+        FreshHit { object, meta }
     }
 
     /// A hit handler over a body that is not (or not yet) stored here.

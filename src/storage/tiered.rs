@@ -106,6 +106,16 @@ impl TieredStorage {
         &self.cluster
     }
 
+    /// Reads `key` from memcached for the proxy's hit fast path, promoting a hit into the memory
+    /// tier exactly as a standard lookup does. The caller judges freshness and variance.
+    pub async fn read_for_fast_path(&self, key: &CacheKey) -> Option<(StoredMeta, Body)> {
+        let (meta, body) = self.shared_lookup(key).await?;
+        if !self.local_ttl.is_zero() {
+            self.memory.promote(key, meta.clone(), body.clone());
+        }
+        Some((meta, body))
+    }
+
     /// Fetches and verifies an entry from memcached.
     async fn shared_lookup(&self, key: &CacheKey) -> Option<(StoredMeta, Body)> {
         let mc_key = memcached_key(&self.namespace, key);
@@ -215,6 +225,82 @@ impl TieredStorage {
                 self.counters.write_failures.fetch_add(1, Ordering::Relaxed);
             }
         });
+    }
+}
+
+/// The tiered store as seen by a request whose primary key the hit fast path has just looked up
+/// in memcached and not found: the primary lookup reads the memory tier only (which may have
+/// been filled since), so a miss costs one memcached round trip, not two. Everything else,
+/// including variant lookups, fills and purges, is the tiered store's.
+pub struct PrimaryKnownMissing {
+    tier: &'static TieredStorage,
+}
+
+impl PrimaryKnownMissing {
+    /// A view of `tier`; one per process is enough, as it holds no per-request state.
+    pub fn new(tier: &'static TieredStorage) -> Self {
+        PrimaryKnownMissing { tier }
+    }
+}
+
+#[async_trait]
+impl Storage for PrimaryKnownMissing {
+    async fn lookup(
+        &'static self,
+        key: &CacheKey,
+        trace: &SpanHandle,
+    ) -> Result<Option<(CacheMeta, HitHandler)>> {
+        if key.variance().is_none() {
+            self.tier.memory.lookup(key, trace).await
+        } else {
+            self.tier.lookup(key, trace).await
+        }
+    }
+
+    async fn lookup_streaming_write(
+        &'static self,
+        key: &CacheKey,
+        streaming_write_tag: Option<&[u8]>,
+        trace: &SpanHandle,
+    ) -> Result<Option<(CacheMeta, HitHandler)>> {
+        self.tier
+            .lookup_streaming_write(key, streaming_write_tag, trace)
+            .await
+    }
+
+    async fn get_miss_handler(
+        &'static self,
+        key: &CacheKey,
+        meta: &CacheMeta,
+        trace: &SpanHandle,
+    ) -> Result<MissHandler> {
+        self.tier.get_miss_handler(key, meta, trace).await
+    }
+
+    async fn purge(
+        &'static self,
+        target: PurgeTarget<'_>,
+        purge_type: PurgeType,
+        trace: &SpanHandle,
+    ) -> Result<PurgeOutcome> {
+        self.tier.purge(target, purge_type, trace).await
+    }
+
+    async fn update_meta(
+        &'static self,
+        key: &CacheKey,
+        meta: &CacheMeta,
+        trace: &SpanHandle,
+    ) -> Result<bool> {
+        self.tier.update_meta(key, meta, trace).await
+    }
+
+    fn support_streaming_partial_write(&self) -> bool {
+        self.tier.support_streaming_partial_write()
+    }
+
+    fn as_any(&self) -> &(dyn Any + Send + Sync + 'static) {
+        self
     }
 }
 
