@@ -132,6 +132,39 @@ async fn without_promotion_every_hit_reads_memcached_and_a_miss_asks_it_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn purging_a_url_retires_every_variant_in_memcached() {
+    let cluster = Cluster::start();
+    let origin = scripted_origin();
+    // no promotion, so every lookup below reads memcached, where only the primary slot is deleted
+    let (a, admin) = cluster.node_with_local_ttl(&origin, "0s");
+    let path = "/purge-variants?cc=max-age%3D300&vary=Accept-Language";
+    let en = [("host", "shop.example"), ("accept-language", "en")];
+    let fr = [("host", "shop.example"), ("accept-language", "fr")];
+    get(&a.url(path), &en).await;
+    get(&a.url(path), &fr).await;
+    assert_eq!(wait_for_stat(admin, "writes", 2).await, 2);
+    assert!(get(&a.url(path), &en).await.is_hit());
+    assert!(get(&a.url(path), &fr).await.is_hit());
+
+    let purged = request("PURGE", &a.url(path), &SITE, None).await;
+    assert_eq!(purged.status, 200);
+    // en (first stored, so in the primary slot) is fetched again and takes the primary slot; the
+    // fr variant still sits in memcached under its own key, older than the new primary, so it is
+    // a miss and fetched again too: a purge of the URL purges every representation
+    let en_again = get(&a.url(path), &en).await;
+    assert!(!en_again.is_hit(), "{:?}", en_again.cache_status());
+    assert_eq!(wait_for_stat(admin, "writes", 3).await, 3);
+    let fr_again = get(&a.url(path), &fr).await;
+    assert!(
+        !fr_again.is_hit(),
+        "purged variant served: {:?}",
+        fr_again.cache_status()
+    );
+    assert!(fr_again.text().ends_with("#4"), "{}", fr_again.text());
+    assert_eq!(origin.hits_for(path), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_five_megabyte_object_round_trips_through_chunks() {
     let cluster = Cluster::start();
     let origin = scripted_origin();

@@ -62,7 +62,9 @@ pub enum Lookup {
 /// Variants are resolved the way Pingora's state machine does it, with the same
 /// [`vary::variance_key`]: the object under the primary key names the `Vary` fields; if the
 /// request's variance differs from that object's, the variant is looked up under the key with the
-/// request's variance, and must carry exactly that variance.
+/// request's variance, and must carry exactly that variance and be no older than the object in
+/// the primary slot (a purge deletes only that slot: what it held marks every older variant
+/// invalid, see [`variant_is_current`]).
 pub fn lookup(memory: &MemoryTier, req: &RequestHeader, now: SystemTime) -> Lookup {
     let mut key = cache_key_for(req);
     // hash the primary key once; the variant key is derived from this hash
@@ -82,7 +84,9 @@ pub fn lookup(memory: &MemoryTier, req: &RequestHeader, now: SystemTime) -> Look
             } else {
                 key.set_variance_key(wanted);
                 match memory.complete_object(key.combined_bin()) {
-                    Some(variant) if variant.meta().variance == Some(wanted) => variant,
+                    Some(variant) if variant_is_current(variant.meta(), primary.meta(), wanted) => {
+                        variant
+                    }
                     _ => return Lookup::Decline,
                 }
             }
@@ -109,8 +113,8 @@ pub async fn shared_lookup(tier: &TieredStorage, req: &RequestHeader, now: Syste
             } else {
                 key.set_variance_key(wanted);
                 match tier.read_for_fast_path(&key).await {
-                    Some((meta, body)) if meta.variance == Some(wanted) => {
-                        MemoryTier::detached_fresh_hit(meta, body)
+                    Some((variant, body)) if variant_is_current(&variant, &meta, wanted) => {
+                        MemoryTier::detached_fresh_hit(variant, body)
                     }
                     _ => return Lookup::Decline,
                 }
@@ -118,6 +122,19 @@ pub async fn shared_lookup(tier: &TieredStorage, req: &RequestHeader, now: Syste
         }
     };
     fresh_or_decline(hit, now)
+}
+
+/// Whether a variant found under its own key may be served: it carries the variance asked for
+/// and was created no earlier than the object in the primary slot. This is Pingora's tombstone
+/// rule (`valid_after` in `pingora_cache::HttpCache::cache_vary_lookup`), applied the same way
+/// here so both paths agree: purging a URL deletes only the primary slot, and whatever fills it
+/// next retires every variant stored before the purge, in memcached as in memory.
+pub fn variant_is_current(
+    variant: &crate::storage::object::StoredMeta,
+    primary: &crate::storage::object::StoredMeta,
+    wanted: pingora_cache::key::HashBinary,
+) -> bool {
+    variant.variance == Some(wanted) && variant.created >= primary.created
 }
 
 fn fresh_or_decline(hit: FreshHit, now: SystemTime) -> Lookup {

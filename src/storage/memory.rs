@@ -602,7 +602,12 @@ impl Storage for MemoryTier {
         let primary = key_of(key.primary_bin());
         let key = key_of(key.combined_bin());
         let write_id = self.next_write_id.fetch_add(1, Ordering::Relaxed);
-        let meta = Arc::new(StoredMeta::from_meta(meta));
+        let mut meta = StoredMeta::from_meta(meta);
+        // Pingora's `created` has whole seconds; variants are retired by comparing it with the
+        // primary slot's (see `proxy::fast_hit::variant_is_current`), so a purge and a refill
+        // within one second must still order: record when this fill started, to the nanosecond.
+        meta.created = meta.created.max(SystemTime::now());
+        let meta = Arc::new(meta);
         let (state, _) = watch::channel(FillState::Partial(0));
         let body = Arc::new(FillBody {
             chunks: RwLock::new(Vec::new()),
