@@ -6,6 +6,7 @@
 //! leave a stale copy behind when the server returns (the twemproxy/mcrouter trap). Every failure
 //! costs at most the operation timeout; nothing here ever fails a client request.
 
+use super::batch::GetBatcher;
 use super::client::{ServerClient, ServerConfig};
 use super::ketama::KetamaRing;
 use crate::config::memcached::MemcachedConfig;
@@ -14,10 +15,15 @@ use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
 
+/// The most keys one batched multi-get carries (see [`GetBatcher`]).
+const MAX_BATCH_KEYS: usize = 32;
+
 /// One server and its health.
 struct Node {
     name: String,
     client: ServerClient,
+    /// Single gets (the hit path) go through here, so concurrent ones share round trips.
+    gets: GetBatcher,
     consecutive_failures: AtomicU32,
     ejected_until: Mutex<Option<Instant>>,
 }
@@ -37,6 +43,7 @@ pub struct Cluster {
     failure_limit: u32,
     retry_after: std::time::Duration,
     rehash_on_eject: bool,
+    op_timeout: std::time::Duration,
     /// Failure and ejection counters.
     pub counters: ClusterCounters,
 }
@@ -62,6 +69,7 @@ impl Cluster {
                     connect_timeout: config.connect_timeout,
                     op_timeout: config.op_timeout,
                 }),
+                gets: GetBatcher::new(config.pool_size, MAX_BATCH_KEYS),
                 consecutive_failures: AtomicU32::new(0),
                 ejected_until: Mutex::new(None),
             })
@@ -72,6 +80,7 @@ impl Cluster {
             failure_limit: config.failure_limit,
             retry_after: config.retry_after,
             rehash_on_eject: config.rehash_on_eject,
+            op_timeout: config.op_timeout,
             counters: ClusterCounters::default(),
         }
     }
@@ -133,10 +142,20 @@ impl Cluster {
     }
 
     /// Fetches one value; any failure is a miss.
+    /// Concurrent gets to one server share round trips (see [`GetBatcher`]); a failed batch
+    /// counts as one failure of the server, however many gets it carried. A get queued behind
+    /// a slow batch still costs at most `op_timeout` in all.
     pub async fn get(&self, key: &[u8]) -> Option<Bytes> {
         let index = self.node_for(key)?;
-        let result = self.nodes[index].client.get(key).await;
-        self.record(index, result).flatten()
+        let node = &self.nodes[index];
+        let batched = node.gets.get(key, |keys| async move {
+            let result = node.client.get_multi(&keys).await;
+            self.record(index, result)
+        });
+        tokio::time::timeout(self.op_timeout, batched)
+            .await
+            .ok()
+            .flatten()
     }
 
     /// Fetches several values that live with `placement_key` (chunks of one object are placed by

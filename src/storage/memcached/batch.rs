@@ -1,0 +1,266 @@
+//! Opportunistic batching of gets to one memcached server.
+//!
+//! Every hit served from memcached costs a round trip, and on a busy node the round trip's
+//! fixed costs (a send that wakes the server, a receive that wakes us, an epoll turn) outweigh
+//! the bytes. So gets to one server are batched without waiting for anything: while the server
+//! already has `max_in_flight` batches outstanding, new gets queue up; when a batch returns, the
+//! first queued caller becomes the next leader and sends everything queued (up to `max_keys`)
+//! as one pipelined multi-get, each distinct key once. An idle server sees no delay at all: a
+//! get that finds a free slot goes out at once.
+//!
+//! This is leader/follower hand-off rather than a background task, so there is nothing to spawn
+//! and nothing to shut down. A leader whose caller goes away hands leadership on when it drops;
+//! the followers of its batch see a miss, which is always safe.
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::future::Future;
+use tokio::sync::oneshot;
+
+/// What a queued get is told.
+enum Message {
+    /// The value fetched for its key (`None`: a miss or a failed batch).
+    Value(Option<Bytes>),
+    /// A slot is free: lead the next batch.
+    Lead,
+}
+
+struct Waiter {
+    key: Vec<u8>,
+    reply: oneshot::Sender<Message>,
+}
+
+struct State {
+    queue: VecDeque<Waiter>,
+    in_flight: usize,
+}
+
+/// Batches concurrent gets to one server; see the module docs.
+pub struct GetBatcher {
+    state: Mutex<State>,
+    max_in_flight: usize,
+    max_keys: usize,
+}
+
+impl GetBatcher {
+    /// A batcher that keeps at most `max_in_flight` batches of at most `max_keys` keys
+    /// outstanding.
+    pub fn new(max_in_flight: usize, max_keys: usize) -> Self {
+        GetBatcher {
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                in_flight: 0,
+            }),
+            max_in_flight: max_in_flight.max(1),
+            max_keys: max_keys.max(1),
+        }
+    }
+
+    /// Gets `key`, alone or in a batch. `fetch` performs one multi-get (values in key order, or
+    /// `None` when the batch failed) and is called once per batch this caller leads.
+    pub async fn get<F, Fut>(&self, key: &[u8], fetch: F) -> Option<Bytes>
+    where
+        F: FnOnce(Vec<Vec<u8>>) -> Fut,
+        Fut: Future<Output = Option<Vec<Option<Bytes>>>>,
+    {
+        let queued = {
+            let mut state = self.state.lock();
+            if state.in_flight < self.max_in_flight {
+                state.in_flight += 1;
+                None
+            } else {
+                let (reply, receiver) = oneshot::channel();
+                state.queue.push_back(Waiter {
+                    key: key.to_vec(),
+                    reply,
+                });
+                Some(receiver)
+            }
+        };
+        if let Some(receiver) = queued {
+            match receiver.await {
+                Ok(Message::Value(value)) => return value,
+                Ok(Message::Lead) => {}
+                // the leader of our batch went away: a miss
+                Err(_) => return None,
+            }
+        }
+        self.lead(key, fetch).await
+    }
+
+    /// Sends `own` plus whatever is queued as one multi-get and hands out the values.
+    async fn lead<F, Fut>(&self, own: &[u8], fetch: F) -> Option<Bytes>
+    where
+        F: FnOnce(Vec<Vec<u8>>) -> Fut,
+        Fut: Future<Output = Option<Vec<Option<Bytes>>>>,
+    {
+        let _slot = Slot(self);
+        let followers: Vec<Waiter> = {
+            let mut state = self.state.lock();
+            let take = state.queue.len().min(self.max_keys - 1);
+            state.queue.drain(..take).collect()
+        };
+        // each distinct key once; `slots[i]` is the position of follower i's key
+        let mut keys: Vec<Vec<u8>> = vec![own.to_vec()];
+        let mut slots = Vec::with_capacity(followers.len());
+        for waiter in &followers {
+            let position = match keys.iter().position(|k| *k == waiter.key) {
+                Some(position) => position,
+                None => {
+                    keys.push(waiter.key.clone());
+                    keys.len() - 1
+                }
+            };
+            slots.push(position);
+        }
+        let values = fetch(keys).await;
+        for (waiter, position) in followers.into_iter().zip(slots) {
+            let value = values
+                .as_ref()
+                .and_then(|v| v.get(position).cloned().flatten());
+            // a follower that gave up is simply not told
+            let _ = waiter.reply.send(Message::Value(value));
+        }
+        values.and_then(|mut v| v.swap_remove(0))
+    }
+
+    /// Frees a batch slot and passes it to the first queued caller still waiting.
+    fn release(&self) {
+        let mut state = self.state.lock();
+        state.in_flight -= 1;
+        while let Some(waiter) = state.queue.pop_front() {
+            if waiter.reply.send(Message::Lead).is_ok() {
+                state.in_flight += 1;
+                return;
+            }
+        }
+    }
+
+    /// Batches outstanding and gets queued behind them (for tests and diagnostics).
+    pub fn load(&self) -> (usize, usize) {
+        let state = self.state.lock();
+        (state.in_flight, state.queue.len())
+    }
+}
+
+/// A batch slot, released (and handed on) however the leader's future ends.
+struct Slot<'a>(&'a GetBatcher);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use tokio::sync::Notify;
+
+    fn value_of(key: &[u8]) -> Option<Bytes> {
+        (key != b"missing").then(|| Bytes::from([b"v:", key].concat()))
+    }
+
+    type Fetched = std::pin::Pin<Box<dyn Future<Output = Option<Vec<Option<Bytes>>>> + Send>>;
+
+    /// A fetch that records its batches and waits for `gate` before answering.
+    fn gated_fetch(
+        batches: Arc<Mutex<Vec<Vec<Vec<u8>>>>>,
+        gate: Arc<Notify>,
+    ) -> impl FnOnce(Vec<Vec<u8>>) -> Fetched {
+        move |keys| {
+            Box::pin(async move {
+                batches.lock().push(keys.clone());
+                gate.notified().await;
+                Some(keys.iter().map(|k| value_of(k)).collect())
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn an_idle_server_gets_each_key_at_once() {
+        let batcher = GetBatcher::new(2, 16);
+        let calls = AtomicUsize::new(0);
+        for key in [&b"a"[..], b"b", b"missing"] {
+            let got = batcher
+                .get(key, |keys| {
+                    calls.fetch_add(1, Ordering::Relaxed);
+                    async move { Some(keys.iter().map(|k| value_of(k)).collect()) }
+                })
+                .await;
+            assert_eq!(got, value_of(key));
+        }
+        assert_eq!(calls.load(Ordering::Relaxed), 3);
+        assert_eq!(batcher.load(), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn gets_queued_behind_a_busy_server_go_out_as_one_deduplicated_batch() {
+        let batcher = Arc::new(GetBatcher::new(1, 16));
+        let batches = Arc::new(Mutex::new(Vec::new()));
+        let gate = Arc::new(Notify::new());
+        let mut tasks = Vec::new();
+        for key in ["first", "x", "y", "x", "missing", "x"] {
+            let (batcher, batches, gate) = (batcher.clone(), batches.clone(), gate.clone());
+            tasks.push(tokio::spawn(async move {
+                let got = batcher
+                    .get(key.as_bytes(), gated_fetch(batches, gate))
+                    .await;
+                (key, got)
+            }));
+            // let each task reach the batcher in order
+            tokio::task::yield_now().await;
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            batcher.load(),
+            (1, 5),
+            "one batch out, five queued behind it"
+        );
+        // release batches one at a time until every task is done
+        while tasks.iter().any(|t| !t.is_finished()) {
+            gate.notify_one();
+            tokio::task::yield_now().await;
+        }
+        for task in tasks {
+            let (key, got) = task.await.unwrap();
+            assert_eq!(got, value_of(key.as_bytes()), "{key}");
+        }
+        let batches = batches.lock();
+        assert_eq!(batches.len(), 2, "{batches:?}");
+        assert_eq!(batches[0], vec![b"first".to_vec()]);
+        let second: Vec<&[u8]> = batches[1].iter().map(|k| &k[..]).collect();
+        assert_eq!(second, vec![&b"x"[..], b"y", b"missing"]);
+        assert_eq!(batcher.load(), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_leader_hands_its_slot_to_the_next_queued_get() {
+        let batcher = Arc::new(GetBatcher::new(1, 16));
+        let batches = Arc::new(Mutex::new(Vec::new()));
+        let gate = Arc::new(Notify::new());
+        let leader = {
+            let (batcher, batches, gate) = (batcher.clone(), batches.clone(), gate.clone());
+            tokio::spawn(async move { batcher.get(b"a", gated_fetch(batches, gate)).await })
+        };
+        tokio::task::yield_now().await;
+        let follower = {
+            let (batcher, batches, gate) = (batcher.clone(), batches.clone(), gate.clone());
+            tokio::spawn(async move { batcher.get(b"b", gated_fetch(batches, gate)).await })
+        };
+        tokio::task::yield_now().await;
+        assert_eq!(batcher.load(), (1, 1));
+        leader.abort();
+        let _ = leader.await;
+        // the follower was handed the slot and leads its own batch
+        while batches.lock().len() < 2 {
+            tokio::task::yield_now().await;
+        }
+        gate.notify_one();
+        assert_eq!(follower.await.unwrap(), value_of(b"b"));
+        assert_eq!(batcher.load(), (0, 0));
+    }
+}
