@@ -21,7 +21,7 @@ pub mod invalidation;
 use crate::config::Config;
 use crate::observe::access_log::{AccessLog, AccessRecord};
 use crate::policy::request_directives::RequestDirectives;
-use crate::policy::{vary, CachePolicy};
+use crate::policy::{preconditions, revalidation, vary, CachePolicy};
 use crate::storage::memory::MemoryTier;
 use crate::upstream::Upstream;
 use async_trait::async_trait;
@@ -50,6 +50,10 @@ pub struct RequestCtx {
     seen: Observations,
     directives: RequestDirectives,
     cache_status: Option<CacheStatus>,
+    /// The client's `If-Match` / `If-Unmodified-Since` failed against the stored response.
+    precondition_failed: bool,
+    /// The origin's 304 to our revalidation, whose fields update the stored head.
+    not_modified: Option<Box<ResponseHeader>>,
 }
 
 /// Lacquer's implementation of Pingora's [`ProxyHttp`].
@@ -207,6 +211,8 @@ impl ProxyHttp for LacquerProxy {
             seen: Observations::default(),
             directives: RequestDirectives::default(),
             cache_status: None,
+            precondition_failed: false,
+            not_modified: None,
         }
     }
 
@@ -297,12 +303,38 @@ impl ProxyHttp for LacquerProxy {
         variance
     }
 
+    fn cache_not_modified_filter(
+        &self,
+        session: &Session,
+        resp: &ResponseHeader,
+        ctx: &mut Self::CTX,
+    ) -> Result<bool> {
+        // Pingora can only turn the stored response into a 304; a failed precondition becomes a
+        // header-only 304 here and is rewritten to 412 in `response_filter`
+        Ok(match preconditions::evaluate(session.req_header(), resp) {
+            preconditions::Outcome::Proceed => false,
+            preconditions::Outcome::NotModified => true,
+            preconditions::Outcome::Failed => {
+                ctx.precondition_failed = true;
+                true
+            }
+        })
+    }
+
     fn response_cache_filter(
         &self,
         session: &Session,
         resp: &ResponseHeader,
         ctx: &mut Self::CTX,
     ) -> Result<RespCacheable> {
+        let updated;
+        let resp = match ctx.not_modified.take() {
+            Some(not_modified) => {
+                updated = revalidation::merge(resp, &not_modified);
+                &updated
+            }
+            None => resp,
+        };
         let decision = self
             .policy
             .response_decision(session.req_header(), resp, ctx.request_time);
@@ -390,6 +422,11 @@ impl ProxyHttp for LacquerProxy {
             ctx.upstream_ms = Some(started.elapsed().as_secs_f64() * 1000.0);
         }
         headers::strip_hop_by_hop(upstream_response);
+        if upstream_response.status == http::StatusCode::NOT_MODIFIED
+            && session.cache.maybe_cache_meta().is_some()
+        {
+            ctx.not_modified = Some(Box::new(upstream_response.clone()));
+        }
         Ok(())
     }
 
@@ -407,6 +444,9 @@ impl ProxyHttp for LacquerProxy {
                 Err(past) => -(past.duration().as_secs() as i64),
             }
         });
+        if ctx.precondition_failed && upstream_response.status == http::StatusCode::NOT_MODIFIED {
+            preconditions::to_precondition_failed(upstream_response);
+        }
         let status = CacheStatus::classify(phase, &ctx.seen, ctx.upstream_status, ttl);
         self.finish_response_head(upstream_response, session.req_header().version, status, ctx)
     }
