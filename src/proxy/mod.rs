@@ -218,7 +218,7 @@ impl ProxyHttp for LacquerProxy {
 
     fn request_cache_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<()> {
         if !self.config.cache.enabled {
-            ctx.seen.bypassed = true;
+            ctx.seen.disabled = true;
             return Ok(());
         }
         let req = session.req_header();
@@ -296,8 +296,9 @@ impl ProxyHttp for LacquerProxy {
         req: &RequestHeader,
     ) -> Option<HashBinary> {
         let variance = vary::variance_key(meta.response_header(), req);
-        if variance.is_some() {
-            // if this lookup ends in a miss, it missed among stored variants
+        if variance.is_some() && ctx.upstream_started.is_none() {
+            // a lookup (not the storing of a fetched response): if it ends in a miss, it missed
+            // among stored variants
             ctx.seen.vary_miss = true;
         }
         variance
