@@ -99,6 +99,28 @@ async fn if_match_and_if_unmodified_since_fail_with_412_from_a_fresh_entry() {
 }
 
 #[tokio::test]
+async fn a_failed_if_match_on_a_miss_is_412_and_the_response_is_stored() {
+    let origin = scripted_origin();
+    let lacquer = proxy(&origin);
+    let path = format!(
+        "/if-match-miss?cc={}&etag={}",
+        q("max-age=600"),
+        q("\"v1\"")
+    );
+    let failed = get(&lacquer.url(&path), &[("if-match", "\"v0\"")]).await;
+    assert_eq!(failed.status, 412);
+    assert!(failed.body.is_empty());
+    assert!(
+        origin.last_request().unwrap().header("if-match").is_none(),
+        "the cache evaluates the precondition itself"
+    );
+    let full = get(&lacquer.url(&path), &[("if-match", "\"v1\"")]).await;
+    assert_eq!(full.status, 200);
+    assert!(full.is_hit());
+    assert_eq!(origin.hits_for(&path), 1);
+}
+
+#[tokio::test]
 async fn a_conditional_request_on_a_miss_stores_the_full_response() {
     let origin = scripted_origin();
     let lacquer = proxy(&origin);
