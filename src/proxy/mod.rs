@@ -424,8 +424,9 @@ impl ProxyHttp for LacquerProxy {
         }
         headers::strip_hop_by_hop(upstream_response);
         if upstream_response.status == http::StatusCode::NOT_MODIFIED
-            && session.cache.maybe_cache_meta().is_some()
+            && session.cache.phase() == pingora_cache::CachePhase::Stale
         {
+            // the origin validated our stored response (Pingora revalidates only in this phase)
             ctx.not_modified = Some(Box::new(upstream_response.clone()));
         }
         Ok(())
