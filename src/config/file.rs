@@ -108,6 +108,9 @@ pub struct CacheSection {
     pub ttl_overrides: Option<Vec<TtlOverrideEntry>>,
     /// Whether a client's `no-cache` forces revalidation with the origin.
     pub honor_client_no_cache: Option<bool>,
+    /// How long a stale response may be served when the origin fails and the response has no
+    /// `stale-if-error` of its own (RFC 5861 grace; off by default).
+    pub stale_if_error_grace: Option<String>,
     /// The shared memcached tier.
     #[serde(default)]
     pub memcached: super::memcached::MemcachedSection,

@@ -128,6 +128,9 @@ pub struct CacheConfig {
     pub memcached: Option<memcached::MemcachedConfig>,
     /// Whether a client's `no-cache` forces revalidation (RFC 9111 allows ignoring it).
     pub honor_client_no_cache: bool,
+    /// Stale responses without their own `stale-if-error` may be served this long past their
+    /// freshness when the origin fails (zero: never). `must-revalidate` still forbids it.
+    pub stale_if_error_grace: Duration,
 }
 
 /// Logging settings.
@@ -359,6 +362,22 @@ fn size_or(key: &str, value: &Option<String>, default: &str) -> Result<usize, Co
     usize::try_from(bytes).map_err(|_| ConfigError::new(key, "too large for this machine"))
 }
 
+/// A duration that HTTP can express: whole seconds (delta-seconds), at most 2^31.
+fn whole_seconds(
+    key: &str,
+    value: &Option<String>,
+    default: &str,
+) -> Result<Duration, ConfigError> {
+    let duration = duration_or(key, value, default)?;
+    if duration.subsec_nanos() != 0 {
+        return Err(ConfigError::new(key, "must be a whole number of seconds"));
+    }
+    if duration.as_secs() > 1 << 31 {
+        return Err(ConfigError::new(key, "must be at most 2147483648s"));
+    }
+    Ok(duration)
+}
+
 fn positive_duration(
     key: &str,
     value: &Option<String>,
@@ -544,6 +563,11 @@ fn validate_cache(file: &FileConfig) -> Result<CacheConfig, ConfigError> {
         forward_targeted_fields: section.forward_targeted_fields.unwrap_or(false),
         memcached: memcached::validate(&section.memcached)?,
         honor_client_no_cache: section.honor_client_no_cache.unwrap_or(true),
+        stale_if_error_grace: whole_seconds(
+            "cache.stale_if_error_grace",
+            &section.stale_if_error_grace,
+            "0s",
+        )?,
     })
 }
 

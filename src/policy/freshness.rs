@@ -3,9 +3,9 @@
 //! Pingora's `resp_cacheable` has neither heuristic freshness nor upstream `Age`; these functions
 //! supply both and are what the rest of the policy builds on.
 
+use super::delta_seconds::{first_directive, DeltaSeconds};
 use http::StatusCode;
 use httpdate::HttpDate;
-use pingora_cache::cache_control::CacheControl;
 use pingora_http::ResponseHeader;
 use std::time::{Duration, SystemTime};
 
@@ -14,6 +14,15 @@ pub fn heuristically_cacheable(status: StatusCode) -> bool {
     matches!(
         status.as_u16(),
         200 | 203 | 204 | 206 | 300 | 301 | 308 | 404 | 405 | 410 | 414 | 501
+    )
+}
+
+/// Statuses whose caching semantics this cache implements: the final codes defined by RFC 9110.
+/// A response with `must-understand` (RFC 9111 §5.2.2.3) is stored only with one of these.
+pub fn understood_status(status: StatusCode) -> bool {
+    matches!(
+        status.as_u16(),
+        200..=206 | 300..=305 | 307 | 308 | 400..=417 | 421 | 422 | 426 | 500..=505
     )
 }
 
@@ -50,7 +59,10 @@ pub enum FreshnessSource {
 
 /// Inputs that are configuration rather than response.
 #[derive(Debug, Clone, Copy)]
-pub struct FreshnessRules {
+pub struct FreshnessRules<'a> {
+    /// The field whose `s-maxage` / `max-age` govern: `Cache-Control` or the targeted field
+    /// (RFC 9213) that replaced it.
+    pub cache_control_field: &'a str,
     /// Fraction of `Date - Last-Modified` granted heuristically.
     pub heuristic_fraction: f64,
     /// Cap on heuristic freshness.
@@ -105,10 +117,10 @@ pub fn initial_age(
 /// The response's freshness, or `None` when nothing grants any (and so it is not stored).
 ///
 /// Order: override, `s-maxage`, `max-age`, `Expires` (relative to `Date`), heuristic from
-/// `Last-Modified` for heuristically cacheable statuses, then the configured default.
+/// `Last-Modified` for heuristically cacheable statuses, then the configured default. An invalid
+/// `s-maxage` or `max-age` (see [`super::delta_seconds`]) means stale: lifetime zero.
 pub fn freshness(
     resp: &ResponseHeader,
-    cc: Option<&CacheControl>,
     rules: &FreshnessRules,
     request_time: SystemTime,
     response_time: SystemTime,
@@ -124,12 +136,14 @@ pub fn freshness(
     if let Some(ttl) = rules.override_ttl {
         return make(ttl, FreshnessSource::Override);
     }
-    if let Some(cc) = cc {
-        if let Ok(Some(s)) = cc.s_maxage() {
-            return make(Duration::from_secs(s.into()), FreshnessSource::SMaxAge);
-        }
-        if let Ok(Some(s)) = cc.max_age() {
-            return make(Duration::from_secs(s.into()), FreshnessSource::MaxAge);
+    for (directive, source) in [
+        ("s-maxage", FreshnessSource::SMaxAge),
+        ("max-age", FreshnessSource::MaxAge),
+    ] {
+        match first_directive(resp, rules.cache_control_field, directive) {
+            Some(DeltaSeconds::Seconds(s)) => return make(Duration::from_secs(s), source),
+            Some(DeltaSeconds::Invalid) => return make(Duration::ZERO, source),
+            None => {}
         }
     }
     if !rules.ignore_expires && resp.headers.contains_key(http::header::EXPIRES) {
@@ -165,6 +179,7 @@ mod tests {
     use crate::policy::test_headers::response as resp;
 
     const RULES: FreshnessRules = FreshnessRules {
+        cache_control_field: "cache-control",
         heuristic_fraction: 0.1,
         heuristic_max: Duration::from_secs(86400),
         default_ttl: None,
@@ -174,9 +189,8 @@ mod tests {
 
     fn fresh(headers: &[(&str, &str)]) -> Option<Freshness> {
         let r = resp(headers);
-        let cc = CacheControl::from_resp_headers(&r);
         let now = SystemTime::now();
-        freshness(&r, cc.as_ref(), &RULES, now, now)
+        freshness(&r, &RULES, now, now)
     }
 
     #[test]

@@ -7,13 +7,16 @@
 //!
 //! [`freshness`] holds the pure freshness and age arithmetic; [`vary`] the variant key.
 
+pub mod delta_seconds;
 pub mod freshness;
+pub mod preconditions;
 pub mod request_directives;
+pub mod revalidation;
 pub mod targeted;
 pub mod vary;
 
 use crate::config::CacheConfig;
-use freshness::{freshness, storable_status, Freshness, FreshnessRules};
+use freshness::{freshness, storable_status, understood_status, Freshness, FreshnessRules};
 use http::Method;
 use pingora_cache::cache_control::InterpretCacheControl;
 use pingora_cache::{CacheMeta, NoCacheReason, RespCacheable};
@@ -36,6 +39,8 @@ pub const REASON_TOO_LARGE: &str = "too-large";
 pub const REASON_AUTHORIZATION: &str = "authorization";
 /// The status code is not one this cache stores.
 pub const REASON_STATUS: &str = "status";
+/// The response said `must-understand` and this cache does not know its status code.
+pub const REASON_MUST_UNDERSTAND: &str = "must-understand";
 
 /// The configured policy.
 #[derive(Debug, Clone)]
@@ -46,6 +51,8 @@ pub struct CachePolicy {
     ttl_overrides: Vec<(String, Duration)>,
     max_object_size: usize,
     targeted: targeted::TargetedFields,
+    /// `stale-if-error` seconds granted to responses that carry none.
+    stale_if_error_grace: u32,
 }
 
 impl CachePolicy {
@@ -62,6 +69,7 @@ impl CachePolicy {
                 .collect(),
             max_object_size: config.max_object_size,
             targeted: targeted::TargetedFields::new(&config.targeted_field),
+            stale_if_error_grace: config.stale_if_error_grace.as_secs().min(u32::MAX as u64) as u32,
         }
     }
 
@@ -106,7 +114,13 @@ impl CachePolicy {
             return uncacheable(REASON_STATUS);
         }
         let (cc, targeted) = self.targeted.cache_control(resp);
-        if cc.as_ref().is_some_and(|cc| cc.no_store()) {
+        // must-understand: store only statuses we understand, and then ignore no-store
+        // (RFC 9111 §5.2.2.3)
+        let must_understand = cc.as_ref().is_some_and(|cc| cc.has_key("must-understand"));
+        if must_understand && !understood_status(resp.status) {
+            return uncacheable(REASON_MUST_UNDERSTAND);
+        }
+        if !must_understand && cc.as_ref().is_some_and(|cc| cc.no_store()) {
             return uncacheable(REASON_NO_STORE);
         }
         if cc.as_ref().is_some_and(|cc| cc.private()) {
@@ -129,6 +143,7 @@ impl CachePolicy {
             return uncacheable(REASON_TOO_LARGE);
         }
         let rules = FreshnessRules {
+            cache_control_field: self.targeted.governing_field(resp),
             heuristic_fraction: self.heuristic_fraction,
             heuristic_max: self.heuristic_max,
             default_ttl: self.default_ttl,
@@ -136,19 +151,24 @@ impl CachePolicy {
             ignore_expires: targeted,
         };
         let now = SystemTime::now();
-        let Some(mut fresh) = freshness(resp, cc.as_ref(), &rules, request_time, now) else {
+        let Some(mut fresh) = freshness(resp, &rules, request_time, now) else {
             return uncacheable(REASON_NO_FRESHNESS);
         };
         let mut header = resp.clone();
-        let (mut swr, mut sie) = (0, 0);
+        let (mut swr, mut sie) = (0, self.stale_if_error_grace);
         if let Some(cc) = &cc {
             if cc.no_cache() && rules.override_ttl.is_none() {
                 // stored, but never served without revalidation (RFC 9111 §5.2.2.4)
                 fresh.lifetime = Duration::ZERO;
             }
-            if !(cc.must_revalidate() || cc.proxy_revalidate()) {
+            if cc.must_revalidate() || cc.proxy_revalidate() {
+                // never served stale, whatever else is said or configured (RFC 9111 §5.2.2.2)
+                sie = 0;
+            } else {
                 swr = cc.stale_while_revalidate().ok().flatten().unwrap_or(0);
-                sie = cc.stale_if_error().ok().flatten().unwrap_or(0);
+                if let Ok(Some(seconds)) = cc.stale_if_error() {
+                    sie = seconds;
+                }
             }
             cc.strip_private_headers(&mut header);
         }

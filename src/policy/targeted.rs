@@ -41,6 +41,16 @@ impl TargetedFields {
         (CacheControl::from_resp_headers(resp), false)
     }
 
+    /// The name of the field whose directives govern this cache for `resp`: the first targeted
+    /// field present, else `cache-control`.
+    pub fn governing_field<'a>(&'a self, resp: &ResponseHeader) -> &'a str {
+        self.names
+            .iter()
+            .find(|name| resp.headers.contains_key(name.as_str()))
+            .map(|name| name.as_str())
+            .unwrap_or("cache-control")
+    }
+
     /// Removes the targeted fields from a response going to a client.
     pub fn strip(&self, resp: &mut ResponseHeader) {
         for name in &self.names {

@@ -51,8 +51,15 @@ pub fn accepts_gzip(req: &RequestHeader) -> bool {
     gzip_q.or(star_q).is_some_and(|q| q > 0.0)
 }
 
+/// Stands for a field the request does not carry. No field value can contain NUL, so an absent
+/// field never matches a present one, not even an empty one (RFC 9111 §4.1).
+const ABSENT: &[u8] = b"\0absent";
+
 /// Normalizes one request field's values: trimmed, comma lists re-joined with ", ".
 fn normalized_value(req: &RequestHeader, name: &str) -> Vec<u8> {
+    if !req.headers.contains_key(name) {
+        return ABSENT.to_vec();
+    }
     let mut out = String::new();
     for value in req.headers.get_all(name) {
         let text = String::from_utf8_lossy(value.as_bytes());
@@ -110,6 +117,15 @@ mod tests {
         assert_ne!(
             variance_key(&r, &req(&[("accept-language", "en")])),
             variance_key(&r, &req(&[("accept-language", "fr")]))
+        );
+    }
+
+    #[test]
+    fn an_absent_field_differs_from_an_empty_one() {
+        let r = resp("X-Client");
+        assert_ne!(
+            variance_key(&r, &req(&[])),
+            variance_key(&r, &req(&[("x-client", "")]))
         );
     }
 

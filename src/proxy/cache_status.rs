@@ -59,8 +59,10 @@ pub struct CacheStatus {
 pub struct Observations {
     /// Cache was never enabled because the method is not cacheable.
     pub method_not_cacheable: bool,
-    /// Cache was skipped on the client's request (`no-store`, disabled cache, ...).
+    /// Cache was skipped on the client's request (`no-store`).
     pub bypassed: bool,
+    /// Cache is switched off by configuration (`cache.enabled = false`).
+    pub disabled: bool,
     /// A lookup found other variants but not this one.
     pub vary_miss: bool,
     /// The origin's response was judged storable.
@@ -110,6 +112,7 @@ impl CacheStatus {
             CachePhase::Disabled(reason) => {
                 status.fwd = Some(match reason {
                     NoCacheReason::NeverEnabled if seen.method_not_cacheable => Forward::Method,
+                    NoCacheReason::NeverEnabled if seen.disabled => Forward::Bypass,
                     NoCacheReason::NeverEnabled if seen.bypassed => Forward::Request,
                     NoCacheReason::NeverEnabled => Forward::Bypass,
                     // decided after a lookup: the response turned out not storable

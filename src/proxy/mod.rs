@@ -21,7 +21,7 @@ pub mod invalidation;
 use crate::config::Config;
 use crate::observe::access_log::{AccessLog, AccessRecord};
 use crate::policy::request_directives::RequestDirectives;
-use crate::policy::{vary, CachePolicy};
+use crate::policy::{preconditions, revalidation, vary, CachePolicy};
 use crate::storage::memory::MemoryTier;
 use crate::storage::tiered::{PrimaryKnownMissing, TieredStorage};
 use crate::upstream::Upstream;
@@ -53,6 +53,10 @@ pub struct RequestCtx {
     cache_status: Option<CacheStatus>,
     /// The fast path looked the URL up in memcached and found nothing there.
     shared_primary_missing: bool,
+    /// The client's `If-Match` / `If-Unmodified-Since` failed against the stored response.
+    precondition_failed: bool,
+    /// The origin's 304 to our revalidation, whose fields update the stored head.
+    not_modified: Option<Box<ResponseHeader>>,
 }
 
 /// Lacquer's implementation of Pingora's [`ProxyHttp`].
@@ -239,12 +243,14 @@ impl ProxyHttp for LacquerProxy {
             directives: RequestDirectives::default(),
             cache_status: None,
             shared_primary_missing: false,
+            precondition_failed: false,
+            not_modified: None,
         }
     }
 
     fn request_cache_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<()> {
         if !self.config.cache.enabled {
-            ctx.seen.bypassed = true;
+            ctx.seen.disabled = true;
             return Ok(());
         }
         let req = session.req_header();
@@ -326,12 +332,30 @@ impl ProxyHttp for LacquerProxy {
         req: &RequestHeader,
     ) -> Option<HashBinary> {
         let variance = vary::variance_key(meta.response_header(), req);
-        // Called at lookup (a stored object names its Vary fields) and again when a fetched
-        // response is about to be stored; only the first means the URL missed among variants.
         if variance.is_some() && ctx.upstream_started.is_none() {
+            // a lookup (not the storing of a fetched response): if it ends in a miss, it missed
+            // among stored variants
             ctx.seen.vary_miss = true;
         }
         variance
+    }
+
+    fn cache_not_modified_filter(
+        &self,
+        session: &Session,
+        resp: &ResponseHeader,
+        ctx: &mut Self::CTX,
+    ) -> Result<bool> {
+        // Pingora can only turn the stored response into a 304; a failed precondition becomes a
+        // header-only 304 here and is rewritten to 412 in `response_filter`
+        Ok(match preconditions::evaluate(session.req_header(), resp) {
+            preconditions::Outcome::Proceed => false,
+            preconditions::Outcome::NotModified => true,
+            preconditions::Outcome::Failed => {
+                ctx.precondition_failed = true;
+                true
+            }
+        })
     }
 
     fn response_cache_filter(
@@ -340,6 +364,14 @@ impl ProxyHttp for LacquerProxy {
         resp: &ResponseHeader,
         ctx: &mut Self::CTX,
     ) -> Result<RespCacheable> {
+        let updated;
+        let resp = match ctx.not_modified.take() {
+            Some(not_modified) => {
+                updated = revalidation::merge(resp, &not_modified);
+                &updated
+            }
+            None => resp,
+        };
         let decision = self
             .policy
             .response_decision(session.req_header(), resp, ctx.request_time);
@@ -427,6 +459,12 @@ impl ProxyHttp for LacquerProxy {
             ctx.upstream_ms = Some(started.elapsed().as_secs_f64() * 1000.0);
         }
         headers::strip_hop_by_hop(upstream_response);
+        if upstream_response.status == http::StatusCode::NOT_MODIFIED
+            && session.cache.phase() == pingora_cache::CachePhase::Stale
+        {
+            // the origin validated our stored response (Pingora revalidates only in this phase)
+            ctx.not_modified = Some(Box::new(upstream_response.clone()));
+        }
         Ok(())
     }
 
@@ -444,6 +482,9 @@ impl ProxyHttp for LacquerProxy {
                 Err(past) => -(past.duration().as_secs() as i64),
             }
         });
+        if ctx.precondition_failed && upstream_response.status == http::StatusCode::NOT_MODIFIED {
+            preconditions::to_precondition_failed(upstream_response);
+        }
         let status = CacheStatus::classify(phase, &ctx.seen, ctx.upstream_status, ttl);
         self.finish_response_head(upstream_response, session.req_header().version, status, ctx)
     }

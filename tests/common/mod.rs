@@ -2,7 +2,9 @@
 #![allow(dead_code)]
 
 use crate::support::*;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 /// Decodes `%XX` and `+` in a query value.
@@ -31,6 +33,31 @@ pub fn url_decode(value: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Percent-encodes a query value for the scripted origin (`q("max-age=60, public")`).
+pub fn q(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() * 2);
+    for c in value.chars() {
+        match c {
+            ' ' | '"' | ',' | '=' | '%' | '&' | '#' | '+' | '/' | '*' | ';' => {
+                out.push_str(&format!("%{:02X}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Every value of a repeatable query parameter, in order.
+pub fn query_params(req: &RecordedRequest, name: &str) -> Vec<String> {
+    req.query()
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .filter(|(k, _)| *k == name)
+        .map(|(_, v)| url_decode(v))
+        .collect()
+}
+
 /// Looks up a query parameter of a recorded request.
 pub fn query_param(req: &RecordedRequest, name: &str) -> Option<String> {
     req.query()?
@@ -45,13 +72,36 @@ pub fn query_param(req: &RecordedRequest, name: &str) -> Option<String> {
 /// * `cc=` Cache-Control; `expires=` seconds from now, or a literal (`invalid`);
 /// * `lm=` Last-Modified as seconds from now (negative = past); `age=` Age; `etag=` ETag;
 /// * `vary=` Vary; `status=` status code (`unsafe_status=` for methods other than GET/HEAD); `cookie=1` adds Set-Cookie; `hdr=name:value` any header;
-/// * `sleep=` milliseconds before answering; `len=` a generated body of that many bytes.
+/// * `sleep=` milliseconds before answering; `len=` a generated body of that many bytes;
+/// * `hdr=` may repeat; `date=` Date as seconds from now (or a literal);
+/// * `r304=1`: a request carrying `If-None-Match` or `If-Modified-Since` is answered `304` with
+///   the scripted fields (no body), plus each `hdr304=name:value`, and `cc304=` instead of `cc=`;
+/// * `fail_after=N`: every request after the N-th for this exact target is answered with
+///   `fail_status` (default 503) and no scripted fields, as a failing origin would;
+/// * `sleep_after=N:ms`: requests after the N-th for this target wait `ms` before answering.
 ///
 /// The default body is `"<path> #<n>"`, n counting requests to the origin, so a refetch is visible.
 pub fn scripted_origin() -> TestOrigin {
     let counter = AtomicUsize::new(0);
+    let per_target = Mutex::new(HashMap::<String, usize>::new());
     TestOrigin::start(move |req| {
         let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+        let nth_for_target = {
+            let mut seen = per_target.lock().unwrap();
+            let count = seen.entry(req.path.clone()).or_insert(0);
+            *count += 1;
+            *count
+        };
+        if let Some(limit) = query_param(req, "fail_after").and_then(|v| v.parse::<usize>().ok()) {
+            if nth_for_target > limit {
+                let status = query_param(req, "fail_status")
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(503);
+                return OriginResponse::ok(format!("failure #{n}"))
+                    .status(status)
+                    .header("x-origin-count", n.to_string());
+            }
+        }
         let safe = req.method == "GET" || req.method == "HEAD";
         let status: u16 = query_param(req, if safe { "status" } else { "unsafe_status" })
             .or_else(|| query_param(req, "status"))
@@ -62,9 +112,6 @@ pub fn scripted_origin() -> TestOrigin {
             None => OriginResponse::ok(format!("{} #{n}", req.path)).status(status),
         };
         resp = resp.header("x-origin-count", n.to_string());
-        if let Some(cc) = query_param(req, "cc") {
-            resp = resp.header("Cache-Control", cc);
-        }
         if let Some(e) = query_param(req, "expires") {
             let value = match e.parse::<i64>() {
                 Ok(secs) => http_date_offset(secs),
@@ -87,13 +134,46 @@ pub fn scripted_origin() -> TestOrigin {
         if query_param(req, "cookie").is_some() {
             resp = resp.header("Set-Cookie", "session=secret");
         }
-        if let Some(h) = query_param(req, "hdr") {
+        for h in query_params(req, "hdr") {
             if let Some((k, v)) = h.split_once(':') {
                 resp = resp.header(k.to_string(), v.to_string());
             }
         }
+        if let Some(d) = query_param(req, "date") {
+            let value = match d.parse::<i64>() {
+                Ok(secs) => http_date_offset(secs),
+                Err(_) => d,
+            };
+            resp = resp.header("Date", value);
+        }
         if let Some(ms) = query_param(req, "sleep").and_then(|v| v.parse::<u64>().ok()) {
             resp = resp.delay(Duration::from_millis(ms));
+        }
+        if let Some((after, ms)) = query_param(req, "sleep_after").and_then(|v| {
+            let (a, m) = v.split_once(':')?;
+            Some((a.parse::<usize>().ok()?, m.parse::<u64>().ok()?))
+        }) {
+            if nth_for_target > after {
+                resp = resp.delay(Duration::from_millis(ms));
+            }
+        }
+        let conditional =
+            req.header("if-none-match").is_some() || req.header("if-modified-since").is_some();
+        let not_modified = conditional && query_param(req, "r304").is_some();
+        let cc = match not_modified {
+            true => query_param(req, "cc304").or_else(|| query_param(req, "cc")),
+            false => query_param(req, "cc"),
+        };
+        if let Some(cc) = cc {
+            resp = resp.header("Cache-Control", cc);
+        }
+        if not_modified {
+            resp = resp.status(304).body(Vec::new());
+            for h in query_params(req, "hdr304") {
+                if let Some((k, v)) = h.split_once(':') {
+                    resp = resp.header(k.to_string(), v.to_string());
+                }
+            }
         }
         resp
     })
