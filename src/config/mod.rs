@@ -10,6 +10,7 @@
 //! a memory-only cache in front of that origin.
 
 pub mod cli;
+pub mod compression;
 pub mod file;
 pub mod memcached;
 pub mod units;
@@ -128,6 +129,8 @@ pub struct CacheConfig {
     pub memcached: Option<memcached::MemcachedConfig>,
     /// Whether a client's `no-cache` forces revalidation (RFC 9111 allows ignoring it).
     pub honor_client_no_cache: bool,
+    /// gzip on store (`[cache.compression]`).
+    pub compression: compression::CompressionConfig,
 }
 
 /// Logging settings.
@@ -544,6 +547,7 @@ fn validate_cache(file: &FileConfig) -> Result<CacheConfig, ConfigError> {
         forward_targeted_fields: section.forward_targeted_fields.unwrap_or(false),
         memcached: memcached::validate(&section.memcached)?,
         honor_client_no_cache: section.honor_client_no_cache.unwrap_or(true),
+        compression: compression::validate(&section.compression)?,
     })
 }
 

@@ -70,7 +70,9 @@ pub fn lookup(memory: &MemoryTier, req: &RequestHeader, now: SystemTime) -> Opti
             }
         }
     };
-    (hit.meta().fresh_until > now).then_some(hit)
+    // a gzip copy for a client that does not take gzip is decoded on the standard path
+    let servable = !crate::compression::needs_gunzip(req, &hit.meta().header);
+    (servable && hit.meta().fresh_until > now).then_some(hit)
 }
 
 /// Builds the response head for a fast hit: the stored head, `Age` (RFC 9111 §4), and chunked

@@ -18,6 +18,7 @@ pub mod fast_hit;
 pub mod headers;
 pub mod invalidation;
 
+use crate::compression::{self, CompressionCtx};
 use crate::config::Config;
 use crate::observe::access_log::{AccessLog, AccessRecord};
 use crate::policy::request_directives::RequestDirectives;
@@ -50,6 +51,7 @@ pub struct RequestCtx {
     seen: Observations,
     directives: RequestDirectives,
     cache_status: Option<CacheStatus>,
+    compression: CompressionCtx,
 }
 
 /// Lacquer's implementation of Pingora's [`ProxyHttp`].
@@ -207,6 +209,7 @@ impl ProxyHttp for LacquerProxy {
             seen: Observations::default(),
             directives: RequestDirectives::default(),
             cache_status: None,
+            compression: CompressionCtx::default(),
         }
     }
 
@@ -303,9 +306,12 @@ impl ProxyHttp for LacquerProxy {
         resp: &ResponseHeader,
         ctx: &mut Self::CTX,
     ) -> Result<RespCacheable> {
-        let decision = self
-            .policy
-            .response_decision(session.req_header(), resp, ctx.request_time);
+        let decision = if compression::storable(resp) {
+            self.policy
+                .response_decision(session.req_header(), resp, ctx.request_time)
+        } else {
+            RespCacheable::Uncacheable(pingora_cache::NoCacheReason::Custom("content-coding"))
+        };
         match &decision {
             RespCacheable::Cacheable(_) => ctx.seen.storable = true,
             RespCacheable::Uncacheable(reason) => {
@@ -347,8 +353,12 @@ impl ProxyHttp for LacquerProxy {
         &self,
         session: &mut Session,
         upstream_request: &mut RequestHeader,
-        _ctx: &mut Self::CTX,
+        ctx: &mut Self::CTX,
     ) -> Result<()> {
+        let cache_enabled = session.cache.enabled();
+        if let Some(ae) = compression::upstream_accept_encoding(&ctx.compression, cache_enabled) {
+            upstream_request.insert_header(http::header::ACCEPT_ENCODING, ae)?;
+        }
         let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
         headers::add_forwarded(
             upstream_request,
@@ -390,7 +400,57 @@ impl ProxyHttp for LacquerProxy {
             ctx.upstream_ms = Some(started.elapsed().as_secs_f64() * 1000.0);
         }
         headers::strip_hop_by_hop(upstream_response);
-        Ok(())
+        let will_store = session.cache.enabled()
+            && matches!(
+                self.policy.response_decision(
+                    session.req_header(),
+                    upstream_response,
+                    ctx.request_time
+                ),
+                RespCacheable::Cacheable(_)
+            );
+        compression::on_upstream_response(
+            &self.config.cache.compression,
+            &mut ctx.compression,
+            session.req_header(),
+            upstream_response,
+            will_store,
+        )
+    }
+
+    fn upstream_response_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<bytes::Bytes>,
+        end_of_stream: bool,
+        ctx: &mut Self::CTX,
+    ) -> Result<Option<std::time::Duration>> {
+        compression::on_upstream_body(&mut ctx.compression, body, end_of_stream)?;
+        Ok(None)
+    }
+
+    fn range_header_filter(
+        &self,
+        session: &mut Session,
+        resp: &mut ResponseHeader,
+        _ctx: &mut Self::CTX,
+    ) -> pingora_proxy::RangeType {
+        if compression::needs_gunzip(session.req_header(), resp) {
+            // ranges of the decoded body are unknown until it is decoded: serve it whole
+            return pingora_proxy::RangeType::None;
+        }
+        pingora_proxy::range_header_filter(session.req_header(), resp, Some(200))
+    }
+
+    fn response_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<bytes::Bytes>,
+        end_of_stream: bool,
+        ctx: &mut Self::CTX,
+    ) -> Result<Option<std::time::Duration>> {
+        compression::on_downstream_body(&mut ctx.compression, body, end_of_stream)?;
+        Ok(None)
     }
 
     async fn response_filter(
@@ -408,6 +468,11 @@ impl ProxyHttp for LacquerProxy {
             }
         });
         let status = CacheStatus::classify(phase, &ctx.seen, ctx.upstream_status, ttl);
+        compression::on_downstream_head(
+            &mut ctx.compression,
+            session.req_header(),
+            upstream_response,
+        );
         self.finish_response_head(upstream_response, session.req_header().version, status, ctx)
     }
 
