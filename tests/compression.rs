@@ -117,6 +117,27 @@ async fn decoded_responses_are_chunked_on_http11() {
 }
 
 #[tokio::test]
+async fn h2_clients_get_the_decoded_body_too() {
+    let origin = scripted_origin();
+    let lacquer = proxy(&origin);
+    let path = "/h2?cc=max-age%3D60&gzip=1&ct=text/html&len=70000";
+    let plain = generated_bytes(70000, 7);
+    let client = h2c_client();
+    let url = lacquer.url(path);
+    let miss = send(&client, "GET", &url, &[], None).await.unwrap();
+    assert_eq!(miss.version, http::Version::HTTP_2);
+    assert_identity(&miss, &plain);
+    let hit = send(&client, "GET", &url, &[], None).await.unwrap();
+    assert!(hit.is_hit());
+    assert_identity(&hit, &plain);
+    let gzip_hit = send(&client, "GET", &url, &[("accept-encoding", "gzip")], None)
+        .await
+        .unwrap();
+    assert_gzip(&gzip_hit, &plain);
+    assert_eq!(origin.hits_for(path), 1);
+}
+
+#[tokio::test]
 async fn head_requests_get_the_headers_of_their_representation() {
     let origin = scripted_origin();
     let lacquer = proxy(&origin);
