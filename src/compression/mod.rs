@@ -103,14 +103,19 @@ pub fn needs_gunzip(req: &RequestHeader, resp: &ResponseHeader) -> bool {
 ///
 /// A request that may be cached asks for gzip so that the one stored copy is compressed; after
 /// an origin answered with a coding the client cannot take, the retry asks for identity.
-pub fn upstream_accept_encoding(ctx: &CompressionCtx, cache_enabled: bool) -> Option<&'static str> {
-    if ctx.identity_retry {
+pub fn upstream_accept_encoding(
+    ctx: &mut CompressionCtx,
+    cache_enabled: bool,
+) -> Option<&'static str> {
+    let replaced = if ctx.identity_retry {
         Some("identity")
     } else if cache_enabled {
         Some("gzip")
     } else {
         None
-    }
+    };
+    ctx.replaced_accept_encoding = replaced.is_some();
+    replaced
 }
 
 /// Per-request compression state, kept in the proxy's request context.
@@ -119,6 +124,10 @@ pub struct CompressionCtx {
     /// Set after an origin answered with a coding the client refuses: the next attempt asks for
     /// identity.
     identity_retry: bool,
+    /// Whether the origin was sent our `Accept-Encoding` rather than the client's: only then is
+    /// a coding the client refuses Lacquer's to correct (otherwise the origin answered the
+    /// client's own request, and its answer passes as before).
+    replaced_accept_encoding: bool,
     /// The encoder for a response being gzip-coded on its way into the cache.
     store_gzip: Option<StoreGzip>,
     /// The decoder for a gzip response going to a client that does not take gzip.
@@ -136,7 +145,7 @@ pub fn on_upstream_response(
 ) -> Result<()> {
     ctx.store_gzip = None;
     let coding = content_coding(resp);
-    if coding == ContentCoding::Other {
+    if coding == ContentCoding::Other && ctx.replaced_accept_encoding {
         let accepts = resp
             .headers
             .get(http::header::CONTENT_ENCODING)
@@ -153,6 +162,8 @@ pub fn on_upstream_response(
             e.set_retry(first_attempt);
             return Err(e);
         }
+    }
+    if coding == ContentCoding::Other {
         return Ok(());
     }
     if will_store && req.method != http::Method::HEAD && StoreGzip::wants(config, resp) {

@@ -356,7 +356,8 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
     ) -> Result<()> {
         let cache_enabled = session.cache.enabled();
-        if let Some(ae) = compression::upstream_accept_encoding(&ctx.compression, cache_enabled) {
+        if let Some(ae) = compression::upstream_accept_encoding(&mut ctx.compression, cache_enabled)
+        {
             upstream_request.insert_header(http::header::ACCEPT_ENCODING, ae)?;
         }
         let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
