@@ -250,6 +250,33 @@ async fn compress_on_store_for_listed_types_above_min_size() {
 }
 
 #[tokio::test]
+async fn the_memory_tier_holds_the_compressed_copy_once() {
+    let origin = scripted_origin();
+    let admin = free_port();
+    let lacquer = LacquerProcess::start_simple(
+        origin.addr(),
+        &format!(
+            "[log]\naccess = \"off\"\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n\
+             [cache.compression]\nenabled = true\nmin_size = \"1KiB\""
+        ),
+    );
+    let path = "/mem?cc=max-age%3D60&ct=application/json&repeat=2000";
+    let plain = default_body(path, 1).repeat(2000);
+    for ae in ["gzip", "identity", "br;q=1, gzip;q=0", "gzip, deflate, br"] {
+        let resp = get(&lacquer.url(path), &[("accept-encoding", ae)]).await;
+        assert_eq!(resp.status, 200);
+    }
+    assert_eq!(admin_stat(admin, "objects").await, 1, "one stored copy");
+    let held = admin_stat(admin, "bytes").await as usize;
+    assert!(
+        held < plain.len() / 4,
+        "{held} bytes held for a {} byte body",
+        plain.len()
+    );
+    assert_eq!(origin.hits_for(path), 1);
+}
+
+#[tokio::test]
 async fn no_compression_on_store_for_other_types_tiny_bodies_or_no_transform() {
     let origin = scripted_origin();
     let lacquer = compressing_proxy(&origin);
