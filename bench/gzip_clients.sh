@@ -107,7 +107,9 @@ for round in $(seq "$ROUNDS"); do
       cpu=$(awk -v a="$after" -v b="$before" -v k="$TCK" 'BEGIN {printf "%.2f", (a - b) / k}')
       per=$(awk -v r="$reqs" -v c="$cpu" 'BEGIN {printf "%.0f", (c > 0 ? r / c : 0)}')
       echo "| $t | $client | $round | $rps | $cpu | $per |" >> "$OUT"
-      grep -q "Non-2xx\|Socket errors" <<<"$out" && echo "$t/$client round $round: $(grep 'Non-2xx\|Socket errors' <<<"$out")" >&2
+      if grep -q "Non-2xx\|Socket errors" <<<"$out"; then
+        echo "$t/$client round $round: $(grep 'Non-2xx\|Socket errors' <<<"$out")" >&2
+      fi
     done
   done
 done
