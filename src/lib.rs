@@ -6,12 +6,14 @@
 //! * [`proxy`]: the request path as Pingora's phase-named callbacks;
 //! * [`policy`]: what may be stored and for how long (RFC 9111);
 //! * [`storage`]: the cache tiers;
+//! * [`compression`]: one stored gzip copy, served to every client as it accepts;
 //! * [`upstream`]: where requests go when the cache cannot answer;
 //! * [`observe`] and [`admin`]: what an operator sees.
 //!
 //! `docs/architecture.md` has the picture.
 
 pub mod admin;
+pub mod compression;
 pub mod config;
 pub mod observe;
 pub mod policy;

@@ -114,6 +114,9 @@ pub struct CacheSection {
     /// The shared memcached tier.
     #[serde(default)]
     pub memcached: super::memcached::MemcachedSection,
+    /// gzip on store.
+    #[serde(default)]
+    pub compression: super::compression::CompressionSection,
 }
 
 /// One `[[cache.ttl_overrides]]` entry.

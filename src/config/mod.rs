@@ -10,6 +10,7 @@
 //! a memory-only cache in front of that origin.
 
 pub mod cli;
+pub mod compression;
 pub mod file;
 pub mod memcached;
 pub mod units;
@@ -131,6 +132,8 @@ pub struct CacheConfig {
     /// Stale responses without their own `stale-if-error` may be served this long past their
     /// freshness when the origin fails (zero: never). `must-revalidate` still forbids it.
     pub stale_if_error_grace: Duration,
+    /// gzip on store (`[cache.compression]`).
+    pub compression: compression::CompressionConfig,
 }
 
 /// Logging settings.
@@ -568,6 +571,7 @@ fn validate_cache(file: &FileConfig) -> Result<CacheConfig, ConfigError> {
             &section.stale_if_error_grace,
             "0s",
         )?,
+        compression: compression::validate(&section.compression)?,
     })
 }
 

@@ -2,8 +2,9 @@
 //!
 //! Every variant is stored under its own secondary key, so variants never overwrite each other
 //! (the nginx trap). Request values are normalized before hashing: surrounding whitespace and the
-//! spacing of comma lists do not create new variants, and `Accept-Encoding` is reduced to the one
-//! thing that changes the stored representation: whether the client takes gzip.
+//! spacing of comma lists do not create new variants, and `Accept-Encoding` creates none at all:
+//! the one stored copy is gzip or identity, and [`crate::compression`] serves every client from it
+//! (gzip as-is or decoded), so splitting on it would only multiply copies and origin fetches.
 
 use pingora_cache::key::HashBinary;
 use pingora_cache::VarianceBuilder;
@@ -23,32 +24,6 @@ pub fn vary_names(resp: &ResponseHeader) -> impl Iterator<Item = String> + '_ {
         .flat_map(|v| v.split(','))
         .map(|name| name.trim().to_ascii_lowercase())
         .filter(|name| !name.is_empty())
-}
-
-/// Whether the client accepts gzip (q > 0), the only `Accept-Encoding` distinction we store by.
-pub fn accepts_gzip(req: &RequestHeader) -> bool {
-    let mut gzip_q: Option<f32> = None;
-    let mut star_q: Option<f32> = None;
-    for value in req.headers.get_all(http::header::ACCEPT_ENCODING) {
-        let Ok(value) = value.to_str() else { continue };
-        for item in value.split(',') {
-            let mut parts = item.split(';');
-            let coding = parts.next().unwrap_or("").trim().to_ascii_lowercase();
-            let q = parts
-                .filter_map(|p| {
-                    let (k, v) = p.split_once('=')?;
-                    (k.trim().eq_ignore_ascii_case("q")).then(|| v.trim().parse::<f32>().ok())?
-                })
-                .next()
-                .unwrap_or(1.0);
-            match coding.as_str() {
-                "gzip" | "x-gzip" => gzip_q = Some(q),
-                "*" => star_q = Some(q),
-                _ => {}
-            }
-        }
-    }
-    gzip_q.or(star_q).is_some_and(|q| q > 0.0)
 }
 
 /// Stands for a field the request does not carry. No field value can contain NUL, so an absent
@@ -81,15 +56,11 @@ fn normalized_value(req: &RequestHeader, name: &str) -> Vec<u8> {
 pub fn variance_key(resp: &ResponseHeader, req: &RequestHeader) -> Option<HashBinary> {
     let mut builder = VarianceBuilder::new();
     for name in vary_names(resp) {
-        let value = if name == "accept-encoding" {
-            if accepts_gzip(req) {
-                b"gzip".to_vec()
-            } else {
-                Vec::new()
-            }
-        } else {
-            normalized_value(req, &name)
-        };
+        if name == "accept-encoding" {
+            // served from the one stored copy whatever the client accepts
+            continue;
+        }
+        let value = normalized_value(req, &name);
         builder.add_owned_name_value(name, value);
     }
     builder.finalize()
@@ -130,19 +101,28 @@ mod tests {
     }
 
     #[test]
-    fn accept_encoding_is_reduced_to_gzip_or_not() {
+    fn accept_encoding_makes_no_variants() {
         let r = resp("accept-encoding");
-        let gzip = variance_key(&r, &req(&[("accept-encoding", "gzip, deflate, br")]));
+        for ae in [
+            "gzip, deflate, br",
+            "br;q=1, gzip;q=0",
+            "*",
+            "identity;q=0, gzip",
+        ] {
+            assert_eq!(
+                variance_key(&r, &req(&[("accept-encoding", ae)])),
+                None,
+                "{ae}"
+            );
+        }
+        assert_eq!(variance_key(&r, &req(&[])), None);
+        let both = resp("Accept-Encoding, Accept-Language");
         assert_eq!(
-            gzip,
-            variance_key(&r, &req(&[("accept-encoding", "br;q=0.5, gzip")]))
+            variance_key(
+                &both,
+                &req(&[("accept-encoding", "gzip"), ("accept-language", "en")])
+            ),
+            variance_key(&both, &req(&[("accept-language", "en")]))
         );
-        let identity = variance_key(&r, &req(&[]));
-        assert_ne!(gzip, identity);
-        assert_eq!(
-            identity,
-            variance_key(&r, &req(&[("accept-encoding", "br;q=1, gzip;q=0")]))
-        );
-        assert_eq!(gzip, variance_key(&r, &req(&[("accept-encoding", "*")])));
     }
 }

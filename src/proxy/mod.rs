@@ -18,6 +18,7 @@ pub mod fast_hit;
 pub mod headers;
 pub mod invalidation;
 
+use crate::compression::{self, CompressionCtx};
 use crate::config::Config;
 use crate::observe::access_log::{AccessLog, AccessRecord};
 use crate::policy::request_directives::RequestDirectives;
@@ -57,6 +58,7 @@ pub struct RequestCtx {
     precondition_failed: bool,
     /// The origin's 304 to our revalidation, whose fields update the stored head.
     not_modified: Option<Box<ResponseHeader>>,
+    compression: CompressionCtx,
 }
 
 /// Lacquer's implementation of Pingora's [`ProxyHttp`].
@@ -245,6 +247,7 @@ impl ProxyHttp for LacquerProxy {
             shared_primary_missing: false,
             precondition_failed: false,
             not_modified: None,
+            compression: CompressionCtx::default(),
         }
     }
 
@@ -372,9 +375,12 @@ impl ProxyHttp for LacquerProxy {
             }
             None => resp,
         };
-        let decision = self
-            .policy
-            .response_decision(session.req_header(), resp, ctx.request_time);
+        let decision = if compression::storable(resp) {
+            self.policy
+                .response_decision(session.req_header(), resp, ctx.request_time)
+        } else {
+            RespCacheable::Uncacheable(pingora_cache::NoCacheReason::Custom("content-coding"))
+        };
         match &decision {
             RespCacheable::Cacheable(_) => ctx.seen.storable = true,
             RespCacheable::Uncacheable(reason) => {
@@ -416,8 +422,13 @@ impl ProxyHttp for LacquerProxy {
         &self,
         session: &mut Session,
         upstream_request: &mut RequestHeader,
-        _ctx: &mut Self::CTX,
+        ctx: &mut Self::CTX,
     ) -> Result<()> {
+        let cache_enabled = session.cache.enabled();
+        if let Some(ae) = compression::upstream_accept_encoding(&mut ctx.compression, cache_enabled)
+        {
+            upstream_request.insert_header(http::header::ACCEPT_ENCODING, ae)?;
+        }
         let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
         headers::add_forwarded(
             upstream_request,
@@ -465,7 +476,57 @@ impl ProxyHttp for LacquerProxy {
             // the origin validated our stored response (Pingora revalidates only in this phase)
             ctx.not_modified = Some(Box::new(upstream_response.clone()));
         }
-        Ok(())
+        let will_store = session.cache.enabled()
+            && matches!(
+                self.policy.response_decision(
+                    session.req_header(),
+                    upstream_response,
+                    ctx.request_time
+                ),
+                RespCacheable::Cacheable(_)
+            );
+        compression::on_upstream_response(
+            &self.config.cache.compression,
+            &mut ctx.compression,
+            session.req_header(),
+            upstream_response,
+            will_store,
+        )
+    }
+
+    fn upstream_response_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<bytes::Bytes>,
+        end_of_stream: bool,
+        ctx: &mut Self::CTX,
+    ) -> Result<Option<std::time::Duration>> {
+        compression::on_upstream_body(&mut ctx.compression, body, end_of_stream)?;
+        Ok(None)
+    }
+
+    fn range_header_filter(
+        &self,
+        session: &mut Session,
+        resp: &mut ResponseHeader,
+        _ctx: &mut Self::CTX,
+    ) -> pingora_proxy::RangeType {
+        if compression::needs_gunzip(session.req_header(), resp) {
+            // ranges of the decoded body are unknown until it is decoded: serve it whole
+            return pingora_proxy::RangeType::None;
+        }
+        pingora_proxy::range_header_filter(session.req_header(), resp, Some(200))
+    }
+
+    fn response_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<bytes::Bytes>,
+        end_of_stream: bool,
+        ctx: &mut Self::CTX,
+    ) -> Result<Option<std::time::Duration>> {
+        compression::on_downstream_body(&mut ctx.compression, body, end_of_stream)?;
+        Ok(None)
     }
 
     async fn response_filter(
@@ -486,6 +547,11 @@ impl ProxyHttp for LacquerProxy {
             preconditions::to_precondition_failed(upstream_response);
         }
         let status = CacheStatus::classify(phase, &ctx.seen, ctx.upstream_status, ttl);
+        compression::on_downstream_head(
+            &mut ctx.compression,
+            session.req_header(),
+            upstream_response,
+        );
         self.finish_response_head(upstream_response, session.req_header().version, status, ctx)
     }
 

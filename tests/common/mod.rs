@@ -79,6 +79,11 @@ pub fn query_param(req: &RecordedRequest, name: &str) -> Option<String> {
 /// * `fail_after=N`: every request after the N-th for this exact target is answered with
 ///   `fail_status` (default 503) and no scripted fields, as a failing origin would;
 /// * `sleep_after=N:ms`: requests after the N-th for this target wait `ms` before answering.
+/// * `repeat=` repeats the default body that many times (compressible text);
+/// * `ct=` Content-Type; `gzip=1` gzip-codes the body (with `Vary: Accept-Encoding`) when the
+///   request accepts gzip, `gzip=always` whatever it accepts; `br=1` labels the body
+///   `Content-Encoding: br` unless the request asks for `identity` only (an origin that ignores
+///   `Accept-Encoding: gzip`).
 ///
 /// The default body is `"<path> #<n>"`, n counting requests to the origin, so a refetch is visible.
 pub fn scripted_origin() -> TestOrigin {
@@ -109,9 +114,28 @@ pub fn scripted_origin() -> TestOrigin {
             .unwrap_or(200);
         let mut resp = match query_param(req, "len").and_then(|l| l.parse::<usize>().ok()) {
             Some(len) => OriginResponse::generated(len, 7).status(status),
-            None => OriginResponse::ok(format!("{} #{n}", req.path)).status(status),
+            None => {
+                let repeat = query_param(req, "repeat").and_then(|r| r.parse::<usize>().ok());
+                let body = format!("{} #{n}", req.path).repeat(repeat.unwrap_or(1));
+                OriginResponse::ok(body).status(status)
+            }
         };
         resp = resp.header("x-origin-count", n.to_string());
+        if let Some(ct) = query_param(req, "ct") {
+            resp = resp.header("Content-Type", ct);
+        }
+        let accepts_gzip = req
+            .header("accept-encoding")
+            .is_some_and(|ae| ae.to_ascii_lowercase().contains("gzip"));
+        match query_param(req, "gzip").as_deref() {
+            Some("always") => resp = gzip_coded(resp),
+            Some(_) if accepts_gzip => resp = gzip_coded(resp).header("Vary", "Accept-Encoding"),
+            Some(_) => resp = resp.header("Vary", "Accept-Encoding"),
+            None => {}
+        }
+        if query_param(req, "br").is_some() && req.header("accept-encoding") != Some("identity") {
+            resp = resp.header("Content-Encoding", "br");
+        }
         if let Some(e) = query_param(req, "expires") {
             let value = match e.parse::<i64>() {
                 Ok(secs) => http_date_offset(secs),
@@ -177,6 +201,16 @@ pub fn scripted_origin() -> TestOrigin {
         }
         resp
     })
+}
+
+/// Replaces a response's body by its gzip coding and labels it `Content-Encoding: gzip`.
+fn gzip_coded(resp: OriginResponse) -> OriginResponse {
+    let plain = match &resp.body {
+        Body::Bytes(b) => b.to_vec(),
+        Body::Generated { len, seed } => generated_bytes(*len, *seed),
+        other => panic!("gzip=1 needs a fixed or generated body, not {other:?}"),
+    };
+    resp.body(gzip(&plain)).header("Content-Encoding", "gzip")
 }
 
 /// Seconds since the epoch, for building unique paths.

@@ -1,0 +1,131 @@
+//! `[cache.compression]`: gzip on store for compressible identity responses.
+//!
+//! Decoding a stored gzip copy for clients that do not take gzip is always on; these keys only
+//! govern whether Lacquer itself compresses what the origin sent uncompressed.
+
+use super::units::parse_size;
+use super::ConfigError;
+use serde::Deserialize;
+
+/// The section as written in the file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompressionSection {
+    pub enabled: Option<bool>,
+    /// Media types to compress; `text/*` style prefixes allowed.
+    pub types: Option<Vec<String>>,
+    /// Responses with a smaller `Content-Length` are stored as they are.
+    pub min_size: Option<String>,
+    /// gzip level, 1 (fastest) to 9 (smallest).
+    pub level: Option<i64>,
+}
+
+/// The validated settings.
+#[derive(Debug, Clone)]
+pub struct CompressionConfig {
+    pub enabled: bool,
+    /// Lowercase media types; an entry ending in `/*` matches the whole top-level type.
+    pub types: Vec<String>,
+    pub min_size: usize,
+    pub level: u32,
+}
+
+/// The types compressed when `types` is not given: text, JSON, JavaScript, SVG, XML.
+pub const DEFAULT_TYPES: [&str; 7] = [
+    "text/*",
+    "application/json",
+    "application/javascript",
+    "application/x-javascript",
+    "application/xml",
+    "image/svg+xml",
+    "application/manifest+json",
+];
+
+impl Default for CompressionConfig {
+    fn default() -> Self {
+        CompressionConfig {
+            enabled: false,
+            types: DEFAULT_TYPES.iter().map(|t| t.to_string()).collect(),
+            min_size: 256,
+            level: 6,
+        }
+    }
+}
+
+impl CompressionConfig {
+    /// Whether a lowercase media type (without parameters) is in the list.
+    pub fn compressible(&self, media_type: &str) -> bool {
+        self.types.iter().any(|t| match t.strip_suffix("/*") {
+            Some(top) => media_type
+                .strip_prefix(top)
+                .is_some_and(|rest| rest.starts_with('/')),
+            None => t == media_type,
+        })
+    }
+}
+
+/// Validates the section; every bad value names its key.
+pub fn validate(section: &CompressionSection) -> Result<CompressionConfig, ConfigError> {
+    let defaults = CompressionConfig::default();
+    let types = match &section.types {
+        None => defaults.types,
+        Some(list) => {
+            let mut out = Vec::new();
+            for (i, t) in list.iter().enumerate() {
+                let t = t.trim().to_ascii_lowercase();
+                let valid = t
+                    .split_once('/')
+                    .is_some_and(|(top, sub)| !top.is_empty() && !sub.is_empty() && top != "*");
+                if !valid {
+                    return Err(ConfigError::new(
+                        format!("cache.compression.types[{i}]"),
+                        format!("\"{t}\" is not a media type (expected type/subtype or type/*)"),
+                    ));
+                }
+                out.push(t);
+            }
+            out
+        }
+    };
+    let min_size = match &section.min_size {
+        None => defaults.min_size,
+        Some(text) => {
+            let bytes =
+                parse_size(text).map_err(|e| ConfigError::new("cache.compression.min_size", e))?;
+            usize::try_from(bytes).map_err(|_| {
+                ConfigError::new("cache.compression.min_size", "too large for this machine")
+            })?
+        }
+    };
+    let level = match section.level {
+        None => defaults.level,
+        Some(l @ 1..=9) => l as u32,
+        Some(l) => {
+            return Err(ConfigError::new(
+                "cache.compression.level",
+                format!("{l} is outside 1..=9"),
+            ))
+        }
+    };
+    Ok(CompressionConfig {
+        enabled: section.enabled.unwrap_or(defaults.enabled),
+        types,
+        min_size,
+        level,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn type_patterns() {
+        let c = CompressionConfig::default();
+        assert!(c.compressible("text/html"));
+        assert!(c.compressible("application/json"));
+        assert!(c.compressible("image/svg+xml"));
+        assert!(!c.compressible("image/png"));
+        assert!(!c.compressible("textual/html"));
+    }
+}
