@@ -376,7 +376,7 @@ impl ProxyHttp for LacquerProxy {
         let key = format!("{}{path}", request_host(req));
         let Some(selection) = self.upstream.select(key.as_bytes(), &ctx.upstream.tried) else {
             return pingora_error::Error::e_explain(
-                pingora_error::ErrorType::ConnectNoRoute,
+                pingora_error::ErrorType::HTTPStatus(502),
                 "every backend was tried",
             );
         };
