@@ -4,11 +4,11 @@
 # round_robin and least_loaded, with all replicas equal and with one replica 5x slower.
 # Ideal throughput with n equal replicas is n * 1000/DELAY req/s; with one 5x slower replica it
 # is (n - 1 + 1/5) * 1000/DELAY.
-# Usage: bench/blami.sh [seconds per cell, default 15] [replica counts, default "1 2 4 8"]
+# Usage: bench/blami.sh [seconds per cell, default 30] [replica counts, default "1 2 4 8"]
 # Short check: bench/blami.sh 3 "1 2"
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SECS=${1:-15}; COUNTS=${2:-"1 2 4 8"}; DELAY=${DELAY:-50}; CONNS=${CONNS:-64}
+SECS=${1:-30}; COUNTS=${2:-"1 2 4 8"}; DELAY=${DELAY:-50}; CONNS=${CONNS:-64}
 command -v wrk >/dev/null || { echo "needs wrk (apt-get install wrk)" >&2; exit 1; }
 cargo build --release --bins -q
 BIN=target/release; DIR=$(mktemp -d); PIDS=()
