@@ -377,7 +377,7 @@ impl ProxyHttp for LacquerProxy {
         let Some(selection) = self.upstream.select(key.as_bytes(), &ctx.upstream.tried) else {
             return pingora_error::Error::e_explain(
                 pingora_error::ErrorType::HTTPStatus(502),
-                "every backend was tried",
+                "no backend configured",
             );
         };
         ctx.upstream.tried.push(selection.in_flight.backend().addr);
@@ -399,7 +399,10 @@ impl ProxyHttp for LacquerProxy {
             attempts: self.upstream.config().retries,
         };
         let method = &session.req_header().method;
-        e.set_retry(policy.may_retry(method, ctx.upstream.attempts(), false));
+        e.set_retry(
+            self.upstream.has_untried(&ctx.upstream.tried)
+                && policy.may_retry(method, ctx.upstream.attempts(), false),
+        );
         e
     }
 

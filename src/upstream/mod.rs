@@ -88,15 +88,20 @@ impl Upstream {
     }
 
     /// Chooses a backend for one attempt. `key` is the cache key (for `consistent`), `tried`
-    /// the addresses already attempted for this request. Healthy backends are preferred; when
-    /// none is left, any untried one is used rather than failing outright (a checker can be
-    /// wrong, an error is certain). `None` only when every backend was tried.
+    /// the addresses already attempted for this request. Untried backends come first; when
+    /// every one was tried (one backend, say, whose pooled connection was reset), all are
+    /// candidates again, the retry budget bounding the attempts. Among those, healthy backends
+    /// are preferred; when none is healthy, any is used rather than failing outright (a
+    /// checker can be wrong, an error is certain). `None` only for an empty pool.
     pub fn select(&self, key: &[u8], tried: &[std::net::SocketAddr]) -> Option<Selection> {
         let pool = &self.inner;
         let now = Instant::now();
-        let untried: Vec<usize> = (0..pool.backends.len())
+        let mut untried: Vec<usize> = (0..pool.backends.len())
             .filter(|&i| !tried.contains(&pool.backends[i].addr))
             .collect();
+        if untried.is_empty() {
+            untried = (0..pool.backends.len()).collect();
+        }
         let healthy: Vec<usize> = untried
             .iter()
             .copied()
@@ -121,6 +126,12 @@ impl Upstream {
             in_flight: InFlight::start(backend),
             peer,
         })
+    }
+
+    /// Whether some backend has not been attempted yet. A connect failure is only worth
+    /// retrying elsewhere: the same address refused (or timed out) a moment ago.
+    pub fn has_untried(&self, tried: &[std::net::SocketAddr]) -> bool {
+        self.inner.backends.iter().any(|b| !tried.contains(&b.addr))
     }
 
     /// The first origin as configured, used as `Host` when a request has none.
@@ -152,5 +163,42 @@ impl RequestUpstream {
     /// The backend of the current attempt.
     pub fn backend(&self) -> Option<&Arc<Backend>> {
         self.current.as_ref().map(|c| c.backend())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn upstream(ports: &[u16]) -> Upstream {
+        let list = ports
+            .iter()
+            .map(|p| format!("[[upstreams]]\naddress = \"127.0.0.1:{p}\"\n"))
+            .collect::<String>();
+        Upstream::new(&Config::from_toml(&list).unwrap())
+    }
+
+    #[test]
+    fn retries_prefer_untried_backends_then_reuse_them() {
+        let up = upstream(&[1, 2]);
+        let a = up.select(b"k", &[]).unwrap().in_flight.backend().addr;
+        let second = up.select(b"k", &[a]).unwrap().in_flight.backend().addr;
+        assert_ne!(a, second);
+        // both tried: a third attempt still gets a backend
+        assert!(up.select(b"k", &[a, second]).is_some());
+    }
+
+    #[test]
+    fn unhealthy_backends_are_skipped_while_others_are_up() {
+        let up = upstream(&[1, 2, 3]);
+        up.backends()[1].set_active_up(false);
+        for _ in 0..20 {
+            let chosen = up.select(b"k", &[]).unwrap().in_flight.backend().addr;
+            assert_ne!(chosen.port(), 2);
+        }
+        for b in up.backends() {
+            b.set_active_up(false);
+        }
+        assert!(up.select(b"k", &[]).is_some(), "all down: still try one");
     }
 }
