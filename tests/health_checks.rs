@@ -187,3 +187,31 @@ async fn nothing_is_retried_after_bytes_reached_the_client() {
         "the request was replayed after bytes were sent"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_byte_timeout_is_retried_on_another_backend() {
+    let fast = Replica::start("fast");
+    let stuck = Replica::start("stuck");
+    stuck.set_delay(10_000);
+    let lb = start_balancer(
+        &[(stuck.addr(), 1), (fast.addr(), 1)],
+        "[balancer]\nalgorithm = \"round_robin\"\n[balancer.passive]\nenabled = false\n\
+         [balancer.timeouts]\nfirst_byte = \"1s\"\nidle = \"1s\"\n",
+    );
+    for i in 0..4 {
+        let resp = get(&lb.url(&format!("/t/{i}")), &[]).await;
+        assert_eq!(resp.status, 200);
+        assert_eq!(resp.header("x-backend").as_deref(), Some("fast"));
+    }
+    // round robin sent two of the four to the stuck backend first
+    assert!(stuck.served() >= 2, "the stuck backend was never tried");
+    // a POST is not replayed: it times out on the stuck backend
+    let statuses: Vec<u16> = {
+        let mut v = Vec::new();
+        for i in 0..2 {
+            v.push(post(&lb.url(&format!("/tp/{i}")), &[], "x").await.status);
+        }
+        v
+    };
+    assert!(statuses.iter().any(|&s| s >= 500), "{statuses:?}");
+}
