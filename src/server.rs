@@ -10,10 +10,12 @@ use crate::observe::access_log::AccessLog;
 use crate::proxy::LacquerProxy;
 use crate::storage::memory::MemoryTier;
 use crate::storage::tiered::TieredStorage;
+use crate::upstream::health::HealthChecker;
 use pingora_core::apps::HttpServerOptions;
 use pingora_core::listeners::tls::TlsSettings;
 use pingora_core::server::configuration::ServerConf;
 use pingora_core::server::Server;
+use pingora_core::services::background::background_service;
 use pingora_core::services::listening::Service;
 use std::convert::Infallible;
 use std::fmt;
@@ -79,6 +81,10 @@ pub fn run(config: Config) -> Result<Infallible, StartError> {
         .as_ref()
         .map(|shared| &*Box::leak(Box::new(TieredStorage::new(memory, shared))));
     let proxy = LacquerProxy::new(config.clone(), memory, tiered, access_log);
+    if let Some(checks) = &config.balancer.health_check {
+        let checker = HealthChecker::new(proxy.upstream().backends().to_vec(), checks.clone());
+        server.add_service(background_service("health checks", checker));
+    }
     let mut service =
         pingora_proxy::http_proxy_service_with_name(&server.configuration, proxy, "lacquer");
     if config.h2c {
@@ -110,7 +116,13 @@ pub fn run(config: Config) -> Result<Infallible, StartError> {
     log::info!(
         "lacquer listening on {:?} -> origin {} ({} threads, memory tier {} bytes)",
         config.listen,
-        config.upstream_name,
+        config
+            .balancer
+            .backends
+            .iter()
+            .map(|b| b.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
         config.threads,
         config.cache.memory_size
     );

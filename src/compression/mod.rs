@@ -107,6 +107,7 @@ pub fn upstream_accept_encoding(
     ctx: &mut CompressionCtx,
     cache_enabled: bool,
 ) -> Option<&'static str> {
+    ctx.retry_requested = false;
     let replaced = if ctx.identity_retry {
         Some("identity")
     } else if cache_enabled {
@@ -118,12 +119,21 @@ pub fn upstream_accept_encoding(
     replaced
 }
 
+/// Whether the error ending this attempt is this module asking for the identity retry, which the
+/// proxy's `error_while_proxy` must leave as it is (nothing has reached the client yet, and the
+/// backend did nothing wrong).
+pub fn retry_requested(ctx: &CompressionCtx) -> bool {
+    ctx.retry_requested
+}
+
 /// Per-request compression state, kept in the proxy's request context.
 #[derive(Default)]
 pub struct CompressionCtx {
     /// Set after an origin answered with a coding the client refuses: the next attempt asks for
     /// identity.
     identity_retry: bool,
+    /// The current attempt ended in our own request for that retry (see [`retry_requested`]).
+    retry_requested: bool,
     /// Whether the origin was sent our `Accept-Encoding` rather than the client's: only then is
     /// a coding the client refuses Lacquer's to correct (otherwise the origin answered the
     /// client's own request, and its answer passes as before).
@@ -160,6 +170,7 @@ pub fn on_upstream_response(
             );
             // one more attempt, asking for identity; a second refusal ends in 502
             e.set_retry(first_attempt);
+            ctx.retry_requested = first_attempt;
             return Err(e);
         }
     }

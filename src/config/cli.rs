@@ -14,9 +14,10 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     pub check_config: Option<String>,
 
-    /// Origin server, HOST:PORT (config key `upstream`).
+    /// Origin server, HOST:PORT (config key `upstream`); repeat it for several replicas
+    /// (config `[[upstreams]]`, weight 1 each).
     #[arg(short = 'u', long, value_name = "HOST:PORT")]
-    pub upstream: Option<String>,
+    pub upstream: Vec<String>,
 
     /// Listening address, may repeat (config key `listen`; default 0.0.0.0:6081).
     #[arg(short = 'l', long, value_name = "ADDR")]

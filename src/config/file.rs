@@ -14,6 +14,8 @@ pub struct FileConfig {
     pub listen: Option<Vec<String>>,
     /// The origin, `HOST:PORT`.
     pub upstream: Option<String>,
+    /// Several origin replicas (`[[upstreams]]`), instead of `upstream`.
+    pub upstreams: Option<Vec<super::balancing::UpstreamEntry>>,
     /// Worker threads; defaults to the number of cores.
     pub threads: Option<i64>,
     /// How long SIGTERM waits before it starts draining, e.g. `"5s"`.
@@ -34,6 +36,12 @@ pub struct FileConfig {
     pub log: LogSection,
     #[serde(default)]
     pub admin: AdminSection,
+    /// `[balancer]`: algorithm, health checks, retries, timeouts.
+    #[serde(default)]
+    pub balancer: super::balancing::BalancerSection,
+    /// `[fairness]`: per-client cap on requests going upstream.
+    #[serde(default)]
+    pub fairness: super::balancing::FairnessSection,
 }
 
 /// `[admin]`: the operator endpoint (stats), on its own listener.

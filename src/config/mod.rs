@@ -9,6 +9,7 @@
 //! With no file at all, `lacquer --upstream 127.0.0.1:8080` is a complete configuration:
 //! a memory-only cache in front of that origin.
 
+pub mod balancing;
 pub mod cli;
 pub mod compression;
 pub mod file;
@@ -162,6 +163,10 @@ pub struct Config {
     pub log: LogConfig,
     /// Admin endpoint address, if enabled.
     pub admin_listen: Option<SocketAddr>,
+    /// The origin replicas and how requests are spread over them (`upstream` is the first one).
+    pub balancer: balancing::BalancerConfig,
+    /// Per-client cap on requests going upstream, if configured.
+    pub fairness: Option<balancing::FairnessConfig>,
 }
 
 /// The default plain listener, Varnish's customary port.
@@ -195,13 +200,9 @@ impl Config {
                 .collect::<Result<Vec<_>, _>>()?,
             None => vec![DEFAULT_LISTEN.parse().expect("default listen address")],
         };
-        let upstream_name = file.upstream.clone().ok_or_else(|| {
-            ConfigError::new(
-                "upstream",
-                "no origin configured (set `upstream = \"HOST:PORT\"` or pass --upstream)",
-            )
-        })?;
-        let upstream = resolve_addr("upstream", &upstream_name)?;
+        let backends = balancing::validate_backends(&file.upstream, &file.upstreams)?;
+        let upstream_name = backends[0].name.clone();
+        let upstream = backends[0].addr;
 
         let threads = match file.threads {
             None => std::thread::available_parallelism()
@@ -236,6 +237,8 @@ impl Config {
 
         let tls = validate_tls(&file)?;
         let proxy = validate_proxy(&file)?;
+        let balancer = balancing::validate_balancer(&file.balancer, backends, &proxy)?;
+        let fairness = balancing::validate_fairness(&file.fairness)?;
         let cache = validate_cache(&file)?;
         let log = validate_log(&file)?;
         let admin_listen = file
@@ -259,6 +262,8 @@ impl Config {
             cache,
             log,
             admin_listen,
+            balancer,
+            fairness,
         })
     }
 }
@@ -286,8 +291,23 @@ fn parse_toml(text: &str, origin: &str) -> Result<FileConfig, ConfigError> {
 
 /// Lays the CLI flags over the file: a flag that is given wins.
 fn apply_cli(mut file: FileConfig, cli: &Cli) -> FileConfig {
-    if let Some(upstream) = &cli.upstream {
-        file.upstream = Some(upstream.clone());
+    match cli.upstream.as_slice() {
+        [] => {}
+        [one] => {
+            file.upstream = Some(one.clone());
+            file.upstreams = None;
+        }
+        many => {
+            file.upstream = None;
+            file.upstreams = Some(
+                many.iter()
+                    .map(|address| balancing::UpstreamEntry {
+                        address: address.clone(),
+                        weight: None,
+                    })
+                    .collect(),
+            );
+        }
     }
     if !cli.listen.is_empty() {
         file.listen = Some(cli.listen.clone());
@@ -335,7 +355,7 @@ fn parse_socket_addr(key: &str, text: &str) -> Result<SocketAddr, ConfigError> {
 }
 
 /// Accepts `IP:PORT` or `HOSTNAME:PORT` (resolved once, at start-up).
-fn resolve_addr(key: &str, text: &str) -> Result<SocketAddr, ConfigError> {
+pub(crate) fn resolve_addr(key: &str, text: &str) -> Result<SocketAddr, ConfigError> {
     if let Ok(addr) = text.trim().parse() {
         return Ok(addr);
     }
@@ -655,7 +675,7 @@ mod tests {
     fn cli_overrides_file() {
         let file: FileConfig = toml::from_str("upstream = \"127.0.0.1:1\"\nthreads = 3").unwrap();
         let cli = Cli {
-            upstream: Some("127.0.0.1:2".into()),
+            upstream: vec!["127.0.0.1:2".into()],
             threads: Some(1),
             ..Default::default()
         };

@@ -25,7 +25,10 @@ use crate::policy::request_directives::RequestDirectives;
 use crate::policy::{preconditions, revalidation, vary, CachePolicy};
 use crate::storage::memory::MemoryTier;
 use crate::storage::tiered::{PrimaryKnownMissing, TieredStorage};
-use crate::upstream::Upstream;
+use crate::upstream::fairness::{self, Fairness};
+use crate::upstream::passive::{self, Failure};
+use crate::upstream::retry::RetryPolicy;
+use crate::upstream::{timeouts::TotalDeadline, RequestUpstream, Upstream};
 use async_trait::async_trait;
 use cache_status::{CacheStatus, Observations};
 use pingora_cache::cache_control::CacheControl;
@@ -59,6 +62,8 @@ pub struct RequestCtx {
     /// The origin's 304 to our revalidation, whose fields update the stored head.
     not_modified: Option<Box<ResponseHeader>>,
     compression: CompressionCtx,
+    /// Backends tried, the one in flight, the fairness slot (see [`crate::upstream`]).
+    upstream: RequestUpstream,
 }
 
 /// Lacquer's implementation of Pingora's [`ProxyHttp`].
@@ -75,6 +80,7 @@ pub struct LacquerProxy {
     shared: Option<(&'static TieredStorage, &'static PrimaryKnownMissing)>,
     cache_lock: &'static CacheKeyLockImpl,
     upstream: Upstream,
+    fairness: Option<Fairness>,
     access_log: Option<AccessLog>,
 }
 
@@ -101,6 +107,7 @@ impl LacquerProxy {
             shared,
             policy: CachePolicy::new(&config.cache),
             upstream: Upstream::new(&config),
+            fairness: config.fairness.clone().map(Fairness::new),
             config,
             storage,
             memory,
@@ -134,6 +141,11 @@ impl LacquerProxy {
         }
         ctx.cache_status = Some(status);
         Ok(())
+    }
+
+    /// The origin pool (shared with the health checker).
+    pub fn upstream(&self) -> &Upstream {
+        &self.upstream
     }
 
     fn lock_overrides(&self) -> CacheOptionOverrides {
@@ -248,6 +260,7 @@ impl ProxyHttp for LacquerProxy {
             precondition_failed: false,
             not_modified: None,
             compression: CompressionCtx::default(),
+            upstream: RequestUpstream::default(),
         }
     }
 
@@ -324,6 +337,16 @@ impl ProxyHttp for LacquerProxy {
             // RFC 9111 §5.2.1.7: nothing usable is stored, and the client forbids the origin
             session.respond_error(504).await?;
             return Ok(false);
+        }
+        if let Some(cap) = &self.fairness {
+            let key = fairness::client_key(session, cap.key_header(), client_ip(session));
+            match cap.admit(key).await {
+                Ok(admission) => ctx.upstream.admission = Some(admission),
+                Err(_) => {
+                    fairness::respond_too_many(session, cap.retry_after_secs()).await?;
+                    return Ok(false);
+                }
+            }
         }
         Ok(true)
     }
@@ -411,11 +434,83 @@ impl ProxyHttp for LacquerProxy {
 
     async fn upstream_peer(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         ctx: &mut Self::CTX,
     ) -> Result<Box<HttpPeer>> {
         ctx.upstream_started = Some(Instant::now());
-        Ok(Box::new(self.upstream.peer()))
+        let total = self.upstream.config().timeouts.total;
+        ctx.upstream
+            .deadline
+            .get_or_insert_with(|| TotalDeadline::start(total));
+        let req = session.req_header();
+        let path = req
+            .uri
+            .path_and_query()
+            .map(|pq| pq.as_str())
+            .unwrap_or("/");
+        let key = format!("{}{path}", request_host(req));
+        let Some(selection) = self.upstream.select(key.as_bytes(), &ctx.upstream.tried) else {
+            return pingora_error::Error::e_explain(
+                pingora_error::ErrorType::HTTPStatus(502),
+                "no backend configured",
+            );
+        };
+        ctx.upstream.tried.push(selection.in_flight.backend().addr);
+        ctx.upstream.current = Some(selection.in_flight);
+        Ok(Box::new(selection.peer))
+    }
+
+    fn fail_to_connect(
+        &self,
+        session: &mut Session,
+        _peer: &HttpPeer,
+        ctx: &mut Self::CTX,
+        mut e: Box<pingora_error::Error>,
+    ) -> Box<pingora_error::Error> {
+        if let Some(backend) = ctx.upstream.backend() {
+            passive::report(backend, Failure::Connect, &self.upstream.config().passive);
+        }
+        let policy = RetryPolicy {
+            attempts: self.upstream.config().retries,
+        };
+        let method = &session.req_header().method;
+        e.set_retry(
+            self.upstream.has_untried(&ctx.upstream.tried)
+                && policy.may_retry(method, ctx.upstream.attempts(), false),
+        );
+        e
+    }
+
+    fn error_while_proxy(
+        &self,
+        peer: &HttpPeer,
+        session: &mut Session,
+        e: Box<pingora_error::Error>,
+        ctx: &mut Self::CTX,
+        _client_reused: bool,
+    ) -> Box<pingora_error::Error> {
+        let mut e = e.more_context(format!("Peer: {peer}"));
+        if compression::retry_requested(&ctx.compression) {
+            return e;
+        }
+        let from_upstream = e.esource() == &pingora_error::ErrorSource::Upstream;
+        if from_upstream {
+            if let Some(backend) = ctx.upstream.backend() {
+                passive::report(backend, Failure::Proxy, &self.upstream.config().passive);
+            }
+        }
+        let policy = RetryPolicy {
+            attempts: self.upstream.config().retries,
+        };
+        let started = session.response_written().is_some();
+        let replayable = !session.as_ref().retry_buffer_truncated();
+        let method = &session.req_header().method;
+        e.set_retry(
+            from_upstream
+                && replayable
+                && policy.may_retry(method, ctx.upstream.attempts(), started),
+        );
+        e
     }
 
     async fn upstream_request_filter(
@@ -461,6 +556,12 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
     ) -> Result<()> {
         ctx.upstream_status = Some(upstream_response.status.as_u16());
+        if upstream_response.status.is_server_error() {
+            if let Some(backend) = ctx.upstream.backend() {
+                let failure = Failure::ServerError(upstream_response.status.as_u16());
+                passive::report(backend, failure, &self.upstream.config().passive);
+            }
+        }
         if invalidation::invalidates(&session.req_header().method, upstream_response.status) {
             let host = request_host(session.req_header());
             let keys = invalidation::targets(&host, session.req_header(), upstream_response);
@@ -501,6 +602,12 @@ impl ProxyHttp for LacquerProxy {
         end_of_stream: bool,
         ctx: &mut Self::CTX,
     ) -> Result<Option<std::time::Duration>> {
+        if ctx.upstream.deadline.is_some_and(|d| d.expired()) {
+            return pingora_error::Error::e_explain(
+                pingora_error::ErrorType::ReadTimedout,
+                "balancer.timeouts.total exceeded",
+            );
+        }
         compression::on_upstream_body(&mut ctx.compression, body, end_of_stream)?;
         Ok(None)
     }

@@ -1,42 +1,204 @@
-//! Upstream selection: which origin server a request is forwarded to, and how we connect.
+//! Upstream selection: which origin replica a request is forwarded to, and how we connect.
 //!
-//! Today one origin address; load balancing over replicas builds on this module.
+//! The pieces, one concept per module:
+//! * [`backend`]: a replica's live state (in-flight count, health verdicts) and the
+//!   [`InFlight`](backend::InFlight) guard that keeps the count honest on every exit path;
+//! * [`algorithms`]: `round_robin`, `least_loaded`, `consistent`, `random_two_choices`;
+//! * [`health`]: active HTTP probes with rise/fall thresholds, run as a background service;
+//! * [`passive`]: outlier ejection from live traffic (connect errors, timeouts, 5xx);
+//! * [`retry`]: which failures may be retried on another backend;
+//! * [`timeouts`]: connect / first byte / idle / total, applied to each peer;
+//! * [`fairness`]: the per-client cap on requests going upstream.
+//!
+//! [`Upstream::select`] is the entry point the proxy's `upstream_peer` phase calls, once per
+//! attempt, with the backends already tried excluded.
 
-use crate::config::{Config, ProxyConfig};
+pub mod algorithms;
+pub mod backend;
+pub mod fairness;
+pub mod health;
+pub mod passive;
+pub mod retry;
+pub mod timeouts;
+
+use crate::config::balancing::{Algorithm, BalancerConfig};
+use crate::config::Config;
+use algorithms::{Rng, RoundRobin};
+use backend::{Backend, InFlight};
 use pingora_core::upstreams::peer::HttpPeer;
-use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
 
-/// The origin and the connection options every request to it uses.
+/// The origin replicas, their live state and the configured way to choose among them.
+/// Cheap to clone: the state is shared with the health checker.
 #[derive(Debug, Clone)]
 pub struct Upstream {
-    addr: SocketAddr,
-    host: String,
-    options: ProxyConfig,
+    inner: Arc<Pool>,
+}
+
+#[derive(Debug)]
+struct Pool {
+    backends: Vec<Arc<Backend>>,
+    config: BalancerConfig,
+    proxy: crate::config::ProxyConfig,
+    round_robin: RoundRobin,
+    turn: AtomicU64,
+    rng: Rng,
+}
+
+/// One attempt's choice: the backend (counted in flight while this lives) and its peer.
+#[derive(Debug)]
+pub struct Selection {
+    /// Keeps the backend's in-flight count up until the request ends or moves on.
+    pub in_flight: InFlight,
+    /// Where to connect, with this upstream's timeouts.
+    pub peer: HttpPeer,
 }
 
 impl Upstream {
-    /// Builds the upstream from the validated config.
+    /// Builds the pool from the validated config; every backend starts healthy.
     pub fn new(config: &Config) -> Self {
+        let backends: Vec<Arc<Backend>> = config
+            .balancer
+            .backends
+            .iter()
+            .map(|b| Arc::new(Backend::new(b)))
+            .collect();
         Upstream {
-            addr: config.upstream,
-            host: config.upstream_name.clone(),
-            options: config.proxy.clone(),
+            inner: Arc::new(Pool {
+                round_robin: RoundRobin::new(backends.len()),
+                backends,
+                config: config.balancer.clone(),
+                proxy: config.proxy.clone(),
+                turn: AtomicU64::new(0),
+                rng: Rng::new(),
+            }),
         }
     }
 
-    /// A peer for one request, with our timeouts. Connections are pooled by Pingora per peer.
-    pub fn peer(&self) -> HttpPeer {
-        let mut peer = HttpPeer::new(self.addr, false, String::new());
-        let options = &mut peer.options;
-        options.connection_timeout = Some(self.options.connect_timeout);
-        options.read_timeout = Some(self.options.read_timeout);
-        options.write_timeout = Some(self.options.write_timeout);
-        options.idle_timeout = Some(self.options.idle_timeout);
-        peer
+    /// The backends, in configuration order.
+    pub fn backends(&self) -> &[Arc<Backend>] {
+        &self.inner.backends
     }
 
-    /// The origin as configured, used as `Host` when a request has none.
+    /// The balancer settings.
+    pub fn config(&self) -> &BalancerConfig {
+        &self.inner.config
+    }
+
+    /// Chooses a backend for one attempt. `key` is the cache key (for `consistent`), `tried`
+    /// the addresses already attempted for this request. Untried backends come first; when
+    /// every one was tried (one backend, say, whose pooled connection was reset), all are
+    /// candidates again, the retry budget bounding the attempts. Among those, healthy backends
+    /// are preferred; when none is healthy, any is used rather than failing outright (a
+    /// checker can be wrong, an error is certain). `None` only for an empty pool.
+    pub fn select(&self, key: &[u8], tried: &[std::net::SocketAddr]) -> Option<Selection> {
+        let pool = &self.inner;
+        let now = Instant::now();
+        let mut untried: Vec<usize> = (0..pool.backends.len())
+            .filter(|&i| !tried.contains(&pool.backends[i].addr))
+            .collect();
+        if untried.is_empty() {
+            untried = (0..pool.backends.len()).collect();
+        }
+        let healthy: Vec<usize> = untried
+            .iter()
+            .copied()
+            .filter(|&i| pool.backends[i].is_available(now))
+            .collect();
+        let candidates = if healthy.is_empty() { untried } else { healthy };
+        let pos = match pool.config.algorithm {
+            Algorithm::RoundRobin => pool.round_robin.pick(&pool.backends, &candidates),
+            Algorithm::LeastLoaded => {
+                let turn = pool.turn.fetch_add(1, Ordering::Relaxed);
+                algorithms::least_loaded(&pool.backends, &candidates, turn)
+            }
+            Algorithm::Consistent => algorithms::consistent(&pool.backends, &candidates, key),
+            Algorithm::RandomTwoChoices => {
+                algorithms::random_two_choices(&pool.backends, &candidates, &pool.rng)
+            }
+        }?;
+        let backend = pool.backends[candidates[pos]].clone();
+        let mut peer = HttpPeer::new(backend.addr, false, String::new());
+        timeouts::apply(&mut peer, &pool.config.timeouts, &pool.proxy);
+        Some(Selection {
+            in_flight: InFlight::start(backend),
+            peer,
+        })
+    }
+
+    /// Whether some backend has not been attempted yet. A connect failure is only worth
+    /// retrying elsewhere: the same address refused (or timed out) a moment ago.
+    pub fn has_untried(&self, tried: &[std::net::SocketAddr]) -> bool {
+        self.inner.backends.iter().any(|b| !tried.contains(&b.addr))
+    }
+
+    /// The first origin as configured, used as `Host` when a request has none.
     pub fn host(&self) -> &str {
-        &self.host
+        &self.inner.backends[0].name
+    }
+}
+
+/// What one request carries through its upstream attempts (kept in the proxy's context, so
+/// everything here is released when the request ends, however it ends).
+#[derive(Debug, Default)]
+pub struct RequestUpstream {
+    /// Backends already attempted, excluded from the next choice.
+    pub tried: Vec<std::net::SocketAddr>,
+    /// The backend of the current attempt, counted in flight.
+    pub current: Option<InFlight>,
+    /// The client's fairness slot, if a cap is configured.
+    pub admission: Option<fairness::Admission>,
+    /// When the whole upstream exchange must be over.
+    pub deadline: Option<timeouts::TotalDeadline>,
+}
+
+impl RequestUpstream {
+    /// Attempts made so far.
+    pub fn attempts(&self) -> u32 {
+        self.tried.len() as u32
+    }
+
+    /// The backend of the current attempt.
+    pub fn backend(&self) -> Option<&Arc<Backend>> {
+        self.current.as_ref().map(|c| c.backend())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn upstream(ports: &[u16]) -> Upstream {
+        let list = ports
+            .iter()
+            .map(|p| format!("[[upstreams]]\naddress = \"127.0.0.1:{p}\"\n"))
+            .collect::<String>();
+        Upstream::new(&Config::from_toml(&list).unwrap())
+    }
+
+    #[test]
+    fn retries_prefer_untried_backends_then_reuse_them() {
+        let up = upstream(&[1, 2]);
+        let a = up.select(b"k", &[]).unwrap().in_flight.backend().addr;
+        let second = up.select(b"k", &[a]).unwrap().in_flight.backend().addr;
+        assert_ne!(a, second);
+        // both tried: a third attempt still gets a backend
+        assert!(up.select(b"k", &[a, second]).is_some());
+    }
+
+    #[test]
+    fn unhealthy_backends_are_skipped_while_others_are_up() {
+        let up = upstream(&[1, 2, 3]);
+        up.backends()[1].set_active_up(false);
+        for _ in 0..20 {
+            let chosen = up.select(b"k", &[]).unwrap().in_flight.backend().addr;
+            assert_ne!(chosen.port(), 2);
+        }
+        for b in up.backends() {
+            b.set_active_up(false);
+        }
+        assert!(up.select(b"k", &[]).is_some(), "all down: still try one");
     }
 }

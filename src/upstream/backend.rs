@@ -1,0 +1,168 @@
+//! One origin replica at run time: its address and weight, the requests it has in flight, and
+//! the two health verdicts (active probes and passive outlier ejection) that decide whether it
+//! is offered traffic.
+
+use crate::config::balancing::BackendConfig;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// A backend and its live state, shared by every request and the health checker.
+#[derive(Debug)]
+pub struct Backend {
+    /// As configured (`host:port`), for logs and the `Host` fallback.
+    pub name: String,
+    /// Where requests go.
+    pub addr: SocketAddr,
+    /// Relative share of traffic.
+    pub weight: u32,
+    in_flight: AtomicUsize,
+    /// Verdict of the active health checker; `true` until probes say otherwise.
+    active_up: AtomicBool,
+    /// Passive ejection: failures seen in the window, and when an ejection ends.
+    passive: Mutex<PassiveState>,
+}
+
+#[derive(Debug, Default)]
+struct PassiveState {
+    failures: VecDeque<Instant>,
+    ejected_until: Option<Instant>,
+}
+
+impl Backend {
+    /// A backend from its validated config, considered healthy.
+    pub fn new(config: &BackendConfig) -> Self {
+        Backend {
+            name: config.name.clone(),
+            addr: config.addr,
+            weight: config.weight,
+            in_flight: AtomicUsize::new(0),
+            active_up: AtomicBool::new(true),
+            passive: Mutex::new(PassiveState::default()),
+        }
+    }
+
+    /// Requests currently sent to this backend and not yet finished.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Whether this backend should be offered traffic now.
+    pub fn is_available(&self, now: Instant) -> bool {
+        self.active_up.load(Ordering::Relaxed) && !self.is_ejected(now)
+    }
+
+    /// Whether passive checks have this backend in its cool-down.
+    pub fn is_ejected(&self, now: Instant) -> bool {
+        let state = self.passive.lock().expect("passive state lock");
+        state.ejected_until.is_some_and(|until| now < until)
+    }
+
+    /// Sets the active checker's verdict; returns whether it changed.
+    pub fn set_active_up(&self, up: bool) -> bool {
+        self.active_up.swap(up, Ordering::Relaxed) != up
+    }
+
+    /// The active checker's current verdict.
+    pub fn active_up(&self) -> bool {
+        self.active_up.load(Ordering::Relaxed)
+    }
+
+    /// Counts one failure at `now`; ejects the backend for `cooldown` once `limit` failures fall
+    /// inside `window`. Returns `true` when this failure started an ejection.
+    pub fn record_failure(
+        &self,
+        now: Instant,
+        limit: u32,
+        window: std::time::Duration,
+        cooldown: std::time::Duration,
+    ) -> bool {
+        let mut state = self.passive.lock().expect("passive state lock");
+        if state.ejected_until.is_some_and(|until| now < until) {
+            return false;
+        }
+        while state
+            .failures
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > window)
+        {
+            state.failures.pop_front();
+        }
+        state.failures.push_back(now);
+        if state.failures.len() >= limit as usize {
+            state.failures.clear();
+            state.ejected_until = Some(now + cooldown);
+            return true;
+        }
+        false
+    }
+}
+
+/// Counts one request in flight on a backend until dropped, so the count falls on every exit
+/// path: success, upstream error, retry on another backend, or the client going away.
+#[derive(Debug)]
+pub struct InFlight {
+    backend: Arc<Backend>,
+}
+
+impl InFlight {
+    /// Starts counting a request on `backend`.
+    pub fn start(backend: Arc<Backend>) -> Self {
+        backend.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight { backend }
+    }
+
+    /// The backend this request went to.
+    pub fn backend(&self) -> &Arc<Backend> {
+        &self.backend
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.backend.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn backend() -> Arc<Backend> {
+        Arc::new(Backend::new(&BackendConfig {
+            name: "127.0.0.1:1".into(),
+            addr: "127.0.0.1:1".parse().unwrap(),
+            weight: 1,
+        }))
+    }
+
+    #[test]
+    fn in_flight_falls_when_the_guard_drops() {
+        let b = backend();
+        let g1 = InFlight::start(b.clone());
+        let g2 = InFlight::start(b.clone());
+        assert_eq!(b.in_flight(), 2);
+        drop(g1);
+        assert_eq!(b.in_flight(), 1);
+        drop(g2);
+        assert_eq!(b.in_flight(), 0);
+    }
+
+    #[test]
+    fn failures_inside_the_window_eject_for_the_cooldown() {
+        let b = backend();
+        let t0 = Instant::now();
+        let (w, c) = (Duration::from_secs(10), Duration::from_secs(5));
+        assert!(!b.record_failure(t0, 3, w, c));
+        // the first failure leaves the window before the third arrives
+        assert!(!b.record_failure(t0 + Duration::from_secs(8), 3, w, c));
+        assert!(!b.record_failure(t0 + Duration::from_secs(12), 3, w, c));
+        let t = t0 + Duration::from_secs(13);
+        assert!(b.record_failure(t, 3, w, c));
+        assert!(!b.is_available(t + Duration::from_secs(1)));
+        assert!(b.is_available(t + Duration::from_secs(6)));
+    }
+}
