@@ -792,7 +792,13 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn fifty_concurrent_tasks_share_a_bounded_pool() {
         let mc = Memcached::start();
-        let c = Arc::new(client(mc.addr(), 4));
+        // generous timeouts: 2,000 round trips through 4 connections on a loaded CI machine
+        let c = Arc::new(ServerClient::new(ServerConfig {
+            addr: mc.addr(),
+            pool_size: 4,
+            connect_timeout: Duration::from_secs(2),
+            op_timeout: Duration::from_secs(4),
+        }));
         let tasks: Vec<_> = (0..50)
             .map(|t| {
                 let c = c.clone();
