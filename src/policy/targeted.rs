@@ -13,6 +13,8 @@ use pingora_http::ResponseHeader;
 #[derive(Debug, Clone)]
 pub struct TargetedFields {
     names: Vec<String>,
+    /// The same names parsed once, for [`TargetedFields::strip`] on every response.
+    header_names: Vec<http::header::HeaderName>,
 }
 
 impl TargetedFields {
@@ -22,7 +24,15 @@ impl TargetedFields {
         if names[0] != "cdn-cache-control" {
             names.push("cdn-cache-control".to_string());
         }
-        TargetedFields { names }
+        // a name that is not a valid field name can never be present in a response
+        let header_names = names
+            .iter()
+            .filter_map(|n| http::header::HeaderName::from_bytes(n.as_bytes()).ok())
+            .collect();
+        TargetedFields {
+            names,
+            header_names,
+        }
     }
 
     /// The field names of the target list, most specific first.
@@ -53,8 +63,10 @@ impl TargetedFields {
 
     /// Removes the targeted fields from a response going to a client.
     pub fn strip(&self, resp: &mut ResponseHeader) {
-        for name in &self.names {
-            resp.remove_header(name.as_str());
+        for name in &self.header_names {
+            if resp.headers.contains_key(name) {
+                resp.remove_header(name);
+            }
         }
     }
 }

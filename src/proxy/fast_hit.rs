@@ -92,7 +92,7 @@ pub fn lookup(memory: &MemoryTier, req: &RequestHeader, now: SystemTime) -> Look
             }
         }
     };
-    fresh_or_decline(hit, req, now)
+    fresh_or_decline(hit, now)
 }
 
 /// Looks the request up in memcached, for a request whose URL the memory tier does not hold.
@@ -121,7 +121,7 @@ pub async fn shared_lookup(tier: &TieredStorage, req: &RequestHeader, now: Syste
             }
         }
     };
-    fresh_or_decline(hit, req, now)
+    fresh_or_decline(hit, now)
 }
 
 /// Whether a variant found under its own key may be served: it carries the variance asked for
@@ -137,10 +137,8 @@ pub fn variant_is_current(
     variant.variance == Some(wanted) && variant.created >= primary.created
 }
 
-fn fresh_or_decline(hit: FreshHit, req: &RequestHeader, now: SystemTime) -> Lookup {
-    // a gzip copy for a client that does not take gzip is decoded on the standard path
-    let servable = !crate::compression::needs_gunzip(req, &hit.meta().header);
-    if servable && hit.meta().fresh_until > now {
+fn fresh_or_decline(hit: FreshHit, now: SystemTime) -> Lookup {
+    if hit.meta().fresh_until > now {
         Lookup::Fresh(hit)
     } else {
         Lookup::Decline

@@ -227,6 +227,12 @@ impl ProxyHttp for LacquerProxy {
             }
         };
         let (mut head, ttl) = fast_hit::response_head(&hit, now);
+        // checked on the fresh copy of the head, not the stored one (a cold cache line when the
+        // working set is large): a gzip copy for a client that does not take gzip is decoded on
+        // the standard path
+        if compression::needs_gunzip(session.req_header(), &head) {
+            return Ok(false);
+        }
         let status = CacheStatus {
             hit: true,
             ttl: Some(ttl),
