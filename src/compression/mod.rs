@@ -138,10 +138,11 @@ pub struct CompressionCtx {
     /// a coding the client refuses Lacquer's to correct (otherwise the origin answered the
     /// client's own request, and its answer passes as before).
     replaced_accept_encoding: bool,
-    /// The encoder for a response being gzip-coded on its way into the cache.
-    store_gzip: Option<StoreGzip>,
+    /// The encoder for a response being gzip-coded on its way into the cache (boxed, like the
+    /// decoder: the context is built for every request, hits included, and these are large).
+    store_gzip: Option<Box<StoreGzip>>,
     /// The decoder for a gzip response going to a client that does not take gzip.
-    gunzip: Option<Gunzip>,
+    gunzip: Option<Box<Gunzip>>,
 }
 
 /// `upstream_response_filter`: refuses (and retries once) a coding the client cannot take, and
@@ -179,7 +180,7 @@ pub fn on_upstream_response(
     }
     if will_store && req.method != http::Method::HEAD && StoreGzip::wants(config, resp) {
         StoreGzip::adjust_head(resp);
-        ctx.store_gzip = Some(StoreGzip::new(config.level));
+        ctx.store_gzip = Some(Box::new(StoreGzip::new(config.level)));
     }
     Ok(())
 }
@@ -227,7 +228,7 @@ pub fn on_downstream_head(
             // the decoded length is unknown until the end: chunked (h2 drops this field)
             let _ = resp.insert_header(http::header::TRANSFER_ENCODING, "chunked");
         }
-        ctx.gunzip = Some(Gunzip::new());
+        ctx.gunzip = Some(Box::new(Gunzip::new()));
     }
 }
 
