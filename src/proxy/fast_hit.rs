@@ -99,7 +99,7 @@ pub fn lookup(memory: &MemoryTier, req: &RequestHeader, now: SystemTime) -> Look
 /// Hits are promoted into the memory tier by the read itself, as on the standard path.
 pub async fn shared_lookup(tier: &TieredStorage, req: &RequestHeader, now: SystemTime) -> Lookup {
     let mut key = cache_key_for(req);
-    let Some((meta, body)) = tier.read_for_fast_path(&key).await else {
+    let Some((meta, body)) = tier.read_and_promote(&key).await else {
         return Lookup::Absent;
     };
     let hit = match meta.variance {
@@ -112,7 +112,7 @@ pub async fn shared_lookup(tier: &TieredStorage, req: &RequestHeader, now: Syste
                 MemoryTier::detached_fresh_hit(meta, body)
             } else {
                 key.set_variance_key(wanted);
-                match tier.read_for_fast_path(&key).await {
+                match tier.read_and_promote(&key).await {
                     Some((variant, body)) if variant_is_current(&variant, &meta, wanted) => {
                         MemoryTier::detached_fresh_hit(variant, body)
                     }

@@ -583,7 +583,10 @@ impl ProxyHttp for LacquerProxy {
             // the origin validated our stored response (Pingora revalidates only in this phase)
             ctx.not_modified = Some(Box::new(upstream_response.clone()));
         }
-        let will_store = session.cache.enabled()
+        // only gzip on store needs to know in advance (the policy runs again, with the 304
+        // merge, in response_cache_filter): skip the second evaluation when it is off
+        let will_store = self.config.cache.compression.enabled
+            && session.cache.enabled()
             && matches!(
                 self.policy.response_decision(
                     session.req_header(),

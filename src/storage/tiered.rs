@@ -106,9 +106,10 @@ impl TieredStorage {
         &self.cluster
     }
 
-    /// Reads `key` from memcached for the proxy's hit fast path, promoting a hit into the memory
-    /// tier exactly as a standard lookup does. The caller judges freshness and variance.
-    pub async fn read_for_fast_path(&self, key: &CacheKey) -> Option<(StoredMeta, Body)> {
+    /// Reads `key` from memcached and promotes a hit into the memory tier (for `local_ttl`); the
+    /// one shared read of both the standard lookup and the proxy's hit fast path. The caller
+    /// judges freshness and variance.
+    pub async fn read_and_promote(&self, key: &CacheKey) -> Option<(StoredMeta, Body)> {
         let (meta, body) = self.shared_lookup(key).await?;
         if !self.local_ttl.is_zero() {
             self.memory.promote(key, meta.clone(), body.clone());
@@ -339,12 +340,9 @@ impl Storage for TieredStorage {
         if let Some(hit) = self.memory.lookup(key, trace).await? {
             return Ok(Some(hit));
         }
-        let Some((meta, body)) = self.shared_lookup(key).await else {
+        let Some((meta, body)) = self.read_and_promote(key).await else {
             return Ok(None);
         };
-        if !self.local_ttl.is_zero() {
-            self.memory.promote(key, meta.clone(), body.clone());
-        }
         Ok(Some(MemoryTier::detached_hit(&meta, body)))
     }
 
