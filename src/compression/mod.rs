@@ -50,11 +50,13 @@ pub fn content_coding(resp: &ResponseHeader) -> ContentCoding {
         .get_all(http::header::CONTENT_ENCODING)
         .iter()
         .flat_map(|v| v.to_str().unwrap_or("?").split(','))
-        .map(|c| c.trim().to_ascii_lowercase())
-        .filter(|c| !c.is_empty() && c != "identity");
+        .map(str::trim)
+        .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("identity"));
     match (codings.next(), codings.next()) {
         (None, _) => ContentCoding::Identity,
-        (Some(c), None) if c == "gzip" || c == "x-gzip" => ContentCoding::Gzip,
+        (Some(c), None) if c.eq_ignore_ascii_case("gzip") || c.eq_ignore_ascii_case("x-gzip") => {
+            ContentCoding::Gzip
+        }
         _ => ContentCoding::Other,
     }
 }

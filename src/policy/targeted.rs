@@ -62,11 +62,19 @@ impl TargetedFields {
     }
 
     /// Removes the targeted fields from a response going to a client.
+    ///
+    /// Runs on every response: the common case (no targeted field present) is one pass over the
+    /// response's field names comparing lengths and bytes, without hashing the targeted names.
     pub fn strip(&self, resp: &mut ResponseHeader) {
+        if !resp
+            .headers
+            .keys()
+            .any(|name| self.header_names.contains(name))
+        {
+            return;
+        }
         for name in &self.header_names {
-            if resp.headers.contains_key(name) {
-                resp.remove_header(name);
-            }
+            resp.remove_header(name);
         }
     }
 }

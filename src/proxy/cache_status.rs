@@ -5,7 +5,6 @@
 //! access log's short cache field.
 
 use pingora_cache::{CachePhase, NoCacheReason};
-use std::fmt::Write;
 
 /// Why a request went forward to the origin (RFC 9211 §2.2 `fwd`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,21 +143,25 @@ impl CacheStatus {
             out.push_str("; hit");
         }
         if let Some(fwd) = self.fwd {
-            let _ = write!(out, "; fwd={}", fwd.as_str());
+            out.push_str("; fwd=");
+            out.push_str(fwd.as_str());
         }
         if let Some(code) = self.fwd_status {
             if self.fwd.is_some() {
-                let _ = write!(out, "; fwd-status={code}");
+                out.push_str("; fwd-status=");
+                push_integer(&mut out, i64::from(code));
             }
         }
         if self.stored {
             out.push_str("; stored");
         }
         if let Some(ttl) = self.ttl {
-            let _ = write!(out, "; ttl={ttl}");
+            out.push_str("; ttl=");
+            push_integer(&mut out, ttl);
         }
         if let Some(detail) = self.detail {
-            let _ = write!(out, "; detail={detail}");
+            out.push_str("; detail=");
+            out.push_str(detail);
         }
         out
     }
@@ -175,9 +178,39 @@ impl CacheStatus {
     }
 }
 
+/// Appends a decimal integer without the formatting machinery (this runs on every response).
+fn push_integer(out: &mut String, n: i64) {
+    if n < 0 {
+        out.push('-');
+    }
+    let mut digits = [0u8; 20];
+    let mut rest = n.unsigned_abs();
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    for &digit in &digits[start..] {
+        out.push(digit as char);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn integers_render_as_decimal() {
+        for n in [0i64, 7, 10, 58, -1, -120, 31_536_000, i64::MAX, i64::MIN] {
+            let mut out = String::new();
+            push_integer(&mut out, n);
+            assert_eq!(out, n.to_string());
+        }
+    }
 
     #[test]
     fn renders_rfc9211_values() {

@@ -42,13 +42,49 @@ pub fn strip_hop_by_hop(resp: &mut ResponseHeader) {
 
 /// Our `Via` entry (RFC 9110 §7.6.3) for a message received with the given protocol version.
 pub fn via_value(version: http::Version, pseudonym: &str) -> String {
-    let proto = match version {
+    format!("{} {pseudonym}", via_protocol(version))
+}
+
+fn via_protocol(version: http::Version) -> &'static str {
+    match version {
         http::Version::HTTP_10 => "1.0",
         http::Version::HTTP_2 => "2",
         http::Version::HTTP_3 => "3",
         _ => "1.1",
-    };
-    format!("{proto} {pseudonym}")
+    }
+}
+
+/// Our `Via` entries for each protocol version, rendered once at start-up: every response and
+/// every upstream request carries one, so it should cost a reference-count increment, not a
+/// `format!` and a validation.
+pub struct ViaValues {
+    by_version: [http::HeaderValue; 4],
+}
+
+impl ViaValues {
+    /// Renders the entries for a configured pseudonym (validated by the config loader).
+    pub fn new(pseudonym: &str) -> Result<Self, http::header::InvalidHeaderValue> {
+        let render = |version| http::HeaderValue::try_from(via_value(version, pseudonym));
+        Ok(ViaValues {
+            by_version: [
+                render(http::Version::HTTP_10)?,
+                render(http::Version::HTTP_11)?,
+                render(http::Version::HTTP_2)?,
+                render(http::Version::HTTP_3)?,
+            ],
+        })
+    }
+
+    /// The entry for a message received with `version`.
+    pub fn for_version(&self, version: http::Version) -> http::HeaderValue {
+        let index = match via_protocol(version) {
+            "1.0" => 0,
+            "2" => 2,
+            "3" => 3,
+            _ => 1,
+        };
+        self.by_version[index].clone()
+    }
 }
 
 /// Adds forwarding information about the client to an upstream request.

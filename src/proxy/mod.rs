@@ -82,6 +82,8 @@ pub struct LacquerProxy {
     upstream: Upstream,
     fairness: Option<Fairness>,
     access_log: Option<AccessLog>,
+    /// Our `Via` entries, rendered once.
+    via: headers::ViaValues,
 }
 
 impl LacquerProxy {
@@ -103,6 +105,8 @@ impl LacquerProxy {
                 Box::leak(Box::new(PrimaryKnownMissing::new(tier)));
             (tier, view)
         });
+        let via = headers::ViaValues::new(&config.proxy.via_name)
+            .expect("proxy.via_name is checked to be an HTTP token when the config is loaded");
         LacquerProxy {
             shared,
             policy: CachePolicy::new(&config.cache),
@@ -113,6 +117,7 @@ impl LacquerProxy {
             memory,
             cache_lock: lock,
             access_log,
+            via,
         }
     }
 
@@ -134,10 +139,7 @@ impl LacquerProxy {
             status.header_value(&self.config.cache.status_name),
         )?;
         if self.config.proxy.via {
-            head.append_header(
-                http::header::VIA,
-                headers::via_value(request_version, &self.config.proxy.via_name),
-            )?;
+            head.append_header(http::header::VIA, self.via.for_version(request_version))?;
         }
         ctx.cache_status = Some(status);
         Ok(())
@@ -162,14 +164,19 @@ fn client_ip(session: &Session) -> Option<IpAddr> {
         .map(|inet| inet.ip())
 }
 
-/// The host part of the cache key: the `Host` header (or the URI authority for HTTP/2), lowercased.
-fn request_host(req: &RequestHeader) -> String {
+/// The host part of the cache key as sent: the `Host` header (or the URI authority for HTTP/2).
+/// Hosts are case-insensitive; [`cache_key_from`] lowercases it.
+fn raw_request_host(req: &RequestHeader) -> &str {
     req.headers
         .get(http::header::HOST)
         .and_then(|h| h.to_str().ok())
         .or_else(|| req.uri.authority().map(|a| a.as_str()))
         .unwrap_or("")
-        .to_ascii_lowercase()
+}
+
+/// The host part of the cache key, lowercased.
+fn request_host(req: &RequestHeader) -> String {
+    raw_request_host(req).to_ascii_lowercase()
 }
 
 /// Builds the primary cache key for a request: host + path + query.
@@ -179,13 +186,15 @@ pub fn cache_key_for(req: &RequestHeader) -> CacheKey {
         .path_and_query()
         .map(|pq| pq.as_str())
         .unwrap_or("/");
-    cache_key_from(&request_host(req), path)
+    cache_key_from(raw_request_host(req), path)
 }
 
-/// The primary cache key for a lowercase host and a path with its query.
+/// The primary cache key for a host (lowercased here: hosts are case-insensitive) and a path with
+/// its query (case-sensitive). Built in one allocation: it runs on every request.
 pub fn cache_key_from(host: &str, path_and_query: &str) -> CacheKey {
     let mut primary = String::with_capacity(host.len() + path_and_query.len());
     primary.push_str(host);
+    primary.make_ascii_lowercase();
     primary.push_str(path_and_query);
     CacheKey::new(primary, "")
 }
@@ -539,10 +548,7 @@ impl ProxyHttp for LacquerProxy {
         );
         if self.config.proxy.via {
             let version = session.req_header().version;
-            upstream_request.append_header(
-                http::header::VIA,
-                headers::via_value(version, &self.config.proxy.via_name),
-            )?;
+            upstream_request.append_header(http::header::VIA, self.via.for_version(version))?;
         }
         if !upstream_request.headers.contains_key(http::header::HOST) {
             let host = upstream_request
