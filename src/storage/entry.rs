@@ -13,7 +13,7 @@
 //!
 //! All integers are big-endian.
 
-use super::object::StoredMeta;
+use super::object::{StoredMeta, FIELDS_ADDED_PER_HIT};
 use bytes::{BufMut, Bytes, BytesMut};
 use pingora_http::ResponseHeader;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -259,9 +259,10 @@ fn read_meta(reader: &mut Reader<'_>) -> Result<StoredMeta, EntryError> {
         _ => return Err(EntryError::Malformed("bad variance flag")),
     };
     let status = reader.u16()?;
-    let mut header =
-        ResponseHeader::build(status, None).map_err(|_| EntryError::Malformed("bad status"))?;
     let count = reader.u16()?;
+    let hint = Some(usize::from(count) + FIELDS_ADDED_PER_HIT);
+    let mut header =
+        ResponseHeader::build(status, hint).map_err(|_| EntryError::Malformed("bad status"))?;
     for _ in 0..count {
         let name_len = reader.u16()? as usize;
         let name = std::str::from_utf8(reader.take(name_len)?)

@@ -18,6 +18,40 @@ pub const OBJECT_OVERHEAD: usize = 256;
 /// Bookkeeping charged per body chunk (the `Bytes` handle and its shared header).
 pub const CHUNK_OVERHEAD: usize = 64;
 
+/// Fields a hit adds to the stored head on its way out: `Age`, `Cache-Status`, `Via`, and
+/// `Content-Length` when the origin sent none.
+pub const FIELDS_ADDED_PER_HIT: usize = 4;
+
+/// A copy of `header` whose field maps have room for [`FIELDS_ADDED_PER_HIT`] more fields.
+///
+/// Every hit clones the stored head and adds those fields. A header map clone keeps the index
+/// table's size, so a stored head that is full at its size would be rehashed (both the field map
+/// and Pingora's case-preserving name map) on every hit: measured, ~860 instructions per hit for
+/// a typical 9-field response. The copy is cloned once more before it is returned, which drops the
+/// spare entry capacity and keeps only the larger index table (a few dozen bytes per map).
+pub fn with_room_for_hit_fields(header: &ResponseHeader) -> ResponseHeader {
+    let hint = Some(header.headers.len() + FIELDS_ADDED_PER_HIT);
+    let build = if header.has_case() {
+        ResponseHeader::build
+    } else {
+        ResponseHeader::build_no_case
+    };
+    let mut roomy = build(header.status, hint).expect("a status that is already valid");
+    roomy.set_version(header.version);
+    let _ = roomy.set_reason_phrase(header.get_reason_phrase());
+    // the names and values are already valid, so the appends cannot fail
+    if header.has_case() {
+        for (name, value) in header.case_header_iter() {
+            let _ = roomy.append_header(name.clone(), value.clone());
+        }
+    } else {
+        for (name, value) in header.headers.iter() {
+            let _ = roomy.append_header(name.clone(), value.clone());
+        }
+    }
+    roomy.clone()
+}
+
 /// Copies an incoming chunk into a buffer of exactly its size, so a stored body owns exactly the
 /// memory it is charged for and never pins a larger network read buffer behind a small slice.
 pub fn owned_chunk(data: &[u8]) -> Bytes {
@@ -60,7 +94,7 @@ impl StoredMeta {
             stale_while_revalidate_sec: meta.stale_while_revalidate_sec(),
             stale_if_error_sec: meta.stale_if_error_sec(),
             variance: meta.variance(),
-            header: meta.response_header_copy(),
+            header: with_room_for_hit_fields(meta.response_header()),
         }
     }
 
@@ -195,6 +229,47 @@ mod tests {
             out.extend_from_slice(&b);
         }
         out
+    }
+
+    #[test]
+    fn stored_head_keeps_fields_case_order_and_room_for_the_hit_fields() {
+        let mut origin = ResponseHeader::build(203, None).unwrap();
+        origin.set_reason_phrase(Some("Cached Elsewhere")).unwrap();
+        for (name, value) in [
+            ("Content-Type", "text/html"),
+            ("X-Custom-Thing", "1"),
+            ("link", "</a.css>; rel=preload"),
+            ("Link", "</b.js>; rel=preload"),
+            ("ETag", "\"v1\""),
+        ] {
+            origin.append_header(name.to_string(), value).unwrap();
+        }
+        let stored = with_room_for_hit_fields(&origin);
+        assert_eq!(stored.status, origin.status);
+        assert_eq!(stored.get_reason_phrase(), Some("Cached Elsewhere"));
+        let wire = |h: &ResponseHeader| {
+            let mut buf = Vec::new();
+            h.header_to_h1_wire(&mut buf);
+            String::from_utf8(buf).unwrap()
+        };
+        assert_eq!(wire(&stored), wire(&origin));
+        assert!(wire(&stored).contains("X-Custom-Thing: 1"));
+    }
+
+    #[test]
+    fn a_hit_adds_its_fields_to_the_stored_head_without_growing_the_maps() {
+        // twelve fields fill a header map's sixteen-slot index exactly
+        let mut origin = ResponseHeader::build(200, None).unwrap();
+        for i in 0..12 {
+            origin.append_header(format!("X-Field-{i}"), "v").unwrap();
+        }
+        let stored = with_room_for_hit_fields(&origin);
+        let mut hit = stored.clone();
+        let capacity = hit.headers.capacity();
+        for name in ["Age", "Cache-Status", "Via", "Content-Length"] {
+            hit.insert_header(name, "1").unwrap();
+        }
+        assert_eq!(hit.headers.capacity(), capacity);
     }
 
     #[test]
