@@ -49,16 +49,7 @@ impl AcceptEncoding {
                 if coding == "x-gzip" {
                     coding = "gzip".into();
                 }
-                let q = parts
-                    .filter_map(|p| {
-                        let (k, v) = p.split_once('=')?;
-                        k.trim()
-                            .eq_ignore_ascii_case("q")
-                            .then(|| v.trim().parse::<f32>().ok())?
-                    })
-                    .next()
-                    .unwrap_or(1.0);
-                out.codings.push((coding, q));
+                out.codings.push((coding, q_value(parts)));
             }
         }
         out
@@ -88,6 +79,47 @@ impl AcceptEncoding {
     }
 }
 
+/// Whether the request's `Accept-Encoding` takes gzip: the same answer as
+/// `AcceptEncoding::parse(req).accepts_gzip()`, read in one pass without allocating, because
+/// every hit on a gzip-coded object asks it.
+pub fn request_accepts_gzip(req: &RequestHeader) -> bool {
+    let mut present = false;
+    let mut gzip_q = None;
+    let mut star_q = None;
+    for value in req.headers.get_all(http::header::ACCEPT_ENCODING) {
+        let Ok(value) = value.to_str() else { continue };
+        present = true;
+        for item in value.split(',') {
+            let mut parts = item.split(';');
+            let coding = parts.next().unwrap_or("").trim();
+            let slot =
+                if coding.eq_ignore_ascii_case("gzip") || coding.eq_ignore_ascii_case("x-gzip") {
+                    &mut gzip_q
+                } else if coding == "*" {
+                    &mut star_q
+                } else {
+                    continue;
+                };
+            if slot.is_none() {
+                *slot = Some(q_value(parts));
+            }
+        }
+    }
+    present && gzip_q.or(star_q).is_some_and(|q| q > 0.0)
+}
+
+/// The q-value among an item's parameters (1 when absent or unreadable, as in the full parse).
+fn q_value<'a>(mut params: impl Iterator<Item = &'a str>) -> f32 {
+    params
+        .find_map(|p| {
+            let (k, v) = p.split_once('=')?;
+            k.trim()
+                .eq_ignore_ascii_case("q")
+                .then(|| v.trim().parse::<f32>().ok())?
+        })
+        .unwrap_or(1.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,6 +134,38 @@ mod tests {
         assert!(!none.accepts_gzip());
         assert!(none.accepts("identity"));
         assert!(!ae("").accepts_gzip());
+    }
+
+    #[test]
+    fn one_pass_gzip_check_agrees_with_the_full_parse() {
+        let cases = [
+            None,
+            Some(""),
+            Some("gzip"),
+            Some("x-gzip"),
+            Some("GZIP;q=0.5"),
+            Some("gzip;q=0"),
+            Some("gzip ; q=0.000"),
+            Some("br;q=1, gzip;q=0"),
+            Some("*"),
+            Some("*;q=0"),
+            Some("gzip, *;q=0"),
+            Some("*, gzip;q=0"),
+            Some("deflate"),
+            Some("gzip;q=0, gzip"),
+            Some("identity, gzip;q=junk"),
+        ];
+        for case in cases {
+            let mut req = RequestHeader::build("GET", b"/", None).unwrap();
+            if let Some(value) = case {
+                req.insert_header("accept-encoding", value).unwrap();
+            }
+            assert_eq!(
+                request_accepts_gzip(&req),
+                AcceptEncoding::parse(&req).accepts_gzip(),
+                "{case:?}"
+            );
+        }
     }
 
     #[test]

@@ -45,6 +45,21 @@ pub enum ContentCoding {
 
 /// Reads a response's `Content-Encoding`.
 pub fn content_coding(resp: &ResponseHeader) -> ContentCoding {
+    // the common case, one field with one coding, without splitting
+    let mut fields = resp.headers.get_all(http::header::CONTENT_ENCODING).iter();
+    match (fields.next(), fields.next()) {
+        (None, _) => return ContentCoding::Identity,
+        (Some(only), None) => {
+            let coding = only.as_bytes();
+            if coding.eq_ignore_ascii_case(b"gzip") {
+                return ContentCoding::Gzip;
+            }
+            if coding.eq_ignore_ascii_case(b"identity") {
+                return ContentCoding::Identity;
+            }
+        }
+        _ => {}
+    }
     let mut codings = resp
         .headers
         .get_all(http::header::CONTENT_ENCODING)
@@ -98,7 +113,7 @@ pub fn storable(resp: &ResponseHeader) -> bool {
 /// Whether a stored or fetched response must be decoded for this client (it is gzip and the
 /// client does not take gzip). Range requests and the fast path step aside for such responses.
 pub fn needs_gunzip(req: &RequestHeader, resp: &ResponseHeader) -> bool {
-    content_coding(resp) == ContentCoding::Gzip && !AcceptEncoding::parse(req).accepts_gzip()
+    content_coding(resp) == ContentCoding::Gzip && !accept::request_accepts_gzip(req)
 }
 
 /// The `Accept-Encoding` to send upstream, or `None` to forward the client's own.
