@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# User-space instructions per request on the hit path, counted by callgrind: deterministic to a
+# fraction of a percent, so it shows a 2 % change that wall-clock runs (5-15 % spread per round)
+# cannot. It complements bench/run.sh, it does not replace it: the kernel's share (about half of
+# a hit's CPU time) and cache misses are not in it, and callgrind counts `rep movsb` per byte, so
+# copies weigh more here than on the CPU.
+#
+#   bench/hit_instructions.sh                          # this tree's release build, 1 KB demo page
+#   bench/hit_instructions.sh --bin /tmp/lacquer-old   # another build, for an A/B
+#   ORIGIN=127.0.0.1:28080 bench/hit_instructions.sh --path /gz/8k.html --header 'Accept-Encoding: gzip'
+#
+# Lacquer runs under valgrind with one worker thread; after a warm-up of 2,000 hits the counters
+# are zeroed, N hits (default 20,000) are sent over one keep-alive connection, and the total is
+# divided by N. Without ORIGIN, the demo origin is started (its /page/ pages are 1 KB, max-age 30).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=$(pwd)/target/release/lacquer
+REQUESTS=20000
+REQ_PATH=/page/1
+HEADERS=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --bin) BIN=$2; shift 2 ;;
+    --requests) REQUESTS=$2; shift 2 ;;
+    --path) REQ_PATH=$2; shift 2 ;;
+    --header) HEADERS+=("$2"); shift 2 ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+command -v valgrind >/dev/null || apt-get install -y -q valgrind >/dev/null
+[ "$BIN" = "$(pwd)/target/release/lacquer" ] && cargo build --release --bin lacquer --bin demo-origin -q
+
+WORK=$(mktemp -d /tmp/hit-instructions.XXXXXX)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+if [ -z "${ORIGIN:-}" ]; then
+  ORIGIN=127.0.0.1:$(free_port)
+  target/release/demo-origin --listen "$ORIGIN" --render-ms 0 >/dev/null 2>&1 &
+  PIDS+=($!)
+fi
+PORT=$(free_port)
+valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out" \
+  "$BIN" --listen 127.0.0.1:"$PORT" --upstream "$ORIGIN" --threads 1 --memory-size 512MiB \
+  --access-log off >"$WORK/lacquer.log" 2>&1 &
+VALGRIND=$!
+PIDS+=($VALGRIND)
+
+cat >"$WORK/client.py" <<'PY'
+import http.client, sys
+port, n, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+headers = dict(h.split(": ", 1) for h in sys.argv[4:])
+conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+for _ in range(n):
+    conn.request("GET", path, headers=headers)
+    resp = conn.getresponse()
+    resp.read()
+    if resp.status != 200:
+        sys.exit(f"status {resp.status}")
+status = resp.getheader("cache-status") or ""
+if "hit" not in status:
+    sys.exit(f"not a hit: {status}")
+PY
+for _ in $(seq 1 100); do
+  python3 "$WORK/client.py" "$PORT" 1 "$REQ_PATH" "${HEADERS[@]}" 2>/dev/null && break || sleep 0.3
+done
+python3 "$WORK/client.py" "$PORT" 2000 "$REQ_PATH" "${HEADERS[@]}"
+callgrind_control -z "$VALGRIND" >/dev/null 2>&1
+python3 "$WORK/client.py" "$PORT" "$REQUESTS" "$REQ_PATH" "${HEADERS[@]}"
+callgrind_control -d "$VALGRIND" >/dev/null 2>&1
+DUMP=$(ls -t "$WORK"/callgrind.out.* | head -1)
+TOTAL=$(callgrind_annotate "$DUMP" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }')
+echo "$(basename "$BIN") $REQ_PATH: $((TOTAL / REQUESTS)) user-space instructions per hit ($REQUESTS hits)"
