@@ -13,6 +13,7 @@ use crate::storage::tiered::TieredStorage;
 use crate::upstream::health::HealthChecker;
 use pingora_core::apps::HttpServerOptions;
 use pingora_core::listeners::tls::TlsSettings;
+use pingora_core::listeners::{L4BufferSettings, ListenerConfig};
 use pingora_core::server::configuration::ServerConf;
 use pingora_core::server::Server;
 use pingora_core::services::background::background_service;
@@ -94,15 +95,20 @@ pub fn run(config: Config) -> Result<Infallible, StartError> {
             app.server_options = Some(options);
         }
     }
+    let buffers = L4BufferSettings::default().write(config.write_buffer);
     for addr in &config.listen {
-        service.add_tcp(&addr.to_string());
+        service.add_listener(ListenerConfig::tcp(addr.to_string()).l4_buffer(buffers));
     }
     if let Some(tls) = &config.tls {
         for addr in &tls.listen {
             let mut settings = TlsSettings::intermediate(&tls.cert, &tls.key)
                 .map_err(|e| StartError(format!("tls.cert/tls.key: {e}")))?;
             settings.enable_h2();
-            service.add_tls_with_settings(&addr.to_string(), None, settings);
+            service.add_listener(
+                ListenerConfig::tcp(addr.to_string())
+                    .tls(settings)
+                    .l4_buffer(buffers),
+            );
         }
     }
     server.add_service(service);

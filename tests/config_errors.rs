@@ -52,6 +52,16 @@ fn invalid_values_name_the_key_and_reason() {
             "required",
         ),
         ("threads = 2", "upstream", "no origin configured"),
+        (
+            "upstream = \"127.0.0.1:1\"\n[server]\nwrite_buffer = \"2MiB\"",
+            "server.write_buffer",
+            "1MiB allowed",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\n[server]\nwrite_buffer = \"lots\"",
+            "server.write_buffer",
+            "",
+        ),
     ] {
         let out = check(toml);
         assert_eq!(out.status.code(), Some(2), "{toml}: {}", stderr(&out));

@@ -58,6 +58,8 @@ pub struct AdminSection {
 pub struct ServerSection {
     /// Accept HTTP/2 prior knowledge (h2c) on plain listeners.
     pub h2c: Option<bool>,
+    /// Per-connection write buffer for clients, e.g. "16KiB".
+    pub write_buffer: Option<String>,
 }
 
 /// `[tls]`: TLS listeners with rustls; h2 is offered through ALPN.

@@ -157,6 +157,10 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     pub upstream_keepalive_pool: usize,
     pub h2c: bool,
+    /// Per-connection buffer for writes to clients (`server.write_buffer`): a response whose
+    /// head and body fit goes out in one `send`. Pingora's default is one MSS (1460 bytes), which
+    /// splits any response over ~1 KB into two sends, two client wake-ups.
+    pub write_buffer: usize,
     pub tls: Option<TlsConfig>,
     pub proxy: ProxyConfig,
     pub cache: CacheConfig,
@@ -168,6 +172,9 @@ pub struct Config {
     /// Per-client cap on requests going upstream, if configured.
     pub fairness: Option<balancing::FairnessConfig>,
 }
+
+/// The largest `server.write_buffer`: it is allocated per client connection.
+const MAX_WRITE_BUFFER: usize = 1 << 20;
 
 /// The default plain listener, Varnish's customary port.
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:6081";
@@ -248,6 +255,13 @@ impl Config {
             .map(|a| parse_socket_addr("admin.listen", a))
             .transpose()?;
 
+        let write_buffer = size_or("server.write_buffer", &file.server.write_buffer, "16KiB")?;
+        if write_buffer > MAX_WRITE_BUFFER {
+            return Err(ConfigError::new(
+                "server.write_buffer",
+                format!("{write_buffer} bytes is more than the 1MiB allowed per connection"),
+            ));
+        }
         Ok(Config {
             listen,
             upstream,
@@ -257,6 +271,7 @@ impl Config {
             shutdown_timeout,
             upstream_keepalive_pool,
             h2c: file.server.h2c.unwrap_or(true),
+            write_buffer,
             tls,
             proxy,
             cache,
