@@ -39,6 +39,28 @@ impl Gunzip {
     }
 }
 
+/// Decodes a complete stored gzip body at once, for a hit whose decoded length should go out as
+/// `Content-Length` in one write. `None` when the body is not valid gzip or decodes to more than
+/// `limit` bytes (the caller then streams it instead: the bound keeps a small, highly compressed
+/// body from becoming a large buffer).
+pub fn gunzip_complete(chunks: &[Bytes], limit: usize) -> Option<Bytes> {
+    use std::io::Read;
+    let joined;
+    let coded: &[u8] = match chunks {
+        [only] => only,
+        _ => {
+            joined = chunks.concat();
+            &joined
+        }
+    };
+    let mut plain = Vec::with_capacity(coded.len().saturating_mul(4).min(limit));
+    flate2::read::MultiGzDecoder::new(coded)
+        .take(limit as u64 + 1)
+        .read_to_end(&mut plain)
+        .ok()?;
+    (plain.len() <= limit).then(|| Bytes::from(plain))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -48,6 +70,23 @@ mod tests {
         let mut e = GzEncoder::new(Vec::new(), flate2::Compression::default());
         e.write_all(data).unwrap();
         e.finish().unwrap()
+    }
+
+    #[test]
+    fn complete_bodies_decode_at_once_within_the_limit() {
+        let plain: Vec<u8> = (0..50_000u32)
+            .flat_map(|i| (i % 97).to_le_bytes())
+            .collect();
+        let coded = Bytes::from(gzip(&plain));
+        let split = [coded.slice(..100), coded.slice(100..)];
+        assert_eq!(
+            gunzip_complete(std::slice::from_ref(&coded), 1 << 20).unwrap(),
+            plain
+        );
+        assert_eq!(gunzip_complete(&split, 1 << 20).unwrap(), plain);
+        assert_eq!(gunzip_complete(&split, plain.len()).unwrap(), plain);
+        assert!(gunzip_complete(&split, plain.len() - 1).is_none());
+        assert!(gunzip_complete(&[Bytes::from_static(b"not gzip")], 1 << 20).is_none());
     }
 
     #[test]

@@ -222,6 +222,17 @@ pub fn on_upstream_body(
     Ok(())
 }
 
+/// Rewrites the head of a gzip response for its decoded body: no `Content-Encoding`, no length
+/// (the caller sets the decoded one if it knows it), no `Accept-Ranges`, a weak `ETag` and
+/// `Vary: Accept-Encoding`. Shared by the streaming decode and the fast path's whole-body decode.
+pub fn rewrite_head_for_decoded_body(resp: &mut ResponseHeader) {
+    resp.remove_header(&http::header::CONTENT_ENCODING);
+    resp.remove_header(&http::header::CONTENT_LENGTH);
+    resp.remove_header(&http::header::ACCEPT_RANGES);
+    weaken_etag(resp);
+    add_vary_accept_encoding(resp);
+}
+
 /// `response_filter`: for a gzip response to a client that does not take gzip, rewrites the
 /// head for the decoded body and starts the decoder.
 pub fn on_downstream_head(
@@ -233,11 +244,7 @@ pub fn on_downstream_head(
     if !needs_gunzip(req, resp) {
         return;
     }
-    resp.remove_header(&http::header::CONTENT_ENCODING);
-    resp.remove_header(&http::header::CONTENT_LENGTH);
-    resp.remove_header(&http::header::ACCEPT_RANGES);
-    weaken_etag(resp);
-    add_vary_accept_encoding(resp);
+    rewrite_head_for_decoded_body(resp);
     let has_body =
         !matches!(resp.status.as_u16(), 204 | 304 | 100..=199) && req.method != http::Method::HEAD;
     if has_body {

@@ -18,6 +18,7 @@
 //! stored epoch Pingora uses. The integration tests exercise it on every hit they make.
 
 use super::cache_key_for;
+use crate::compression::{self, gunzip::gunzip_complete};
 use crate::policy::{vary, CachePolicy};
 use crate::storage::memory::{FreshHit, MemoryTier};
 use crate::storage::tiered::TieredStorage;
@@ -147,6 +148,33 @@ fn fresh_or_decline(hit: FreshHit, now: SystemTime) -> Lookup {
     } else {
         Lookup::Decline
     }
+}
+
+/// Stored gzip bodies up to this size are decoded whole on the fast path for a client that does
+/// not take gzip; larger ones stream through the decoder on the standard path.
+pub const WHOLE_DECODE_MAX_STORED: usize = 64 * 1024;
+
+/// The most a body decoded whole on the fast path may decode to (a bound on the buffer a small,
+/// highly compressed body could become).
+pub const WHOLE_DECODE_MAX_DECODED: usize = 1024 * 1024;
+
+/// For a client that does not take the stored gzip copy: the body decoded whole, with `head`
+/// rewritten for it (see [`compression::rewrite_head_for_decoded_body`]) and carrying the decoded
+/// `Content-Length`, so head and body leave in one write instead of chunked pieces. `None` for
+/// HEAD, large bodies and bodies that are not valid gzip: the standard path streams those.
+pub fn decode_for_identity_client(
+    hit: &FreshHit,
+    req: &RequestHeader,
+    head: &mut ResponseHeader,
+) -> Option<bytes::Bytes> {
+    if req.method == http::Method::HEAD || hit.body_len() > WHOLE_DECODE_MAX_STORED {
+        return None;
+    }
+    let plain = gunzip_complete(hit.chunks(), WHOLE_DECODE_MAX_DECODED)?;
+    compression::rewrite_head_for_decoded_body(head);
+    head.insert_header(header::CONTENT_LENGTH, plain.len())
+        .ok()?;
+    Some(plain)
 }
 
 /// Builds the response head for a fast hit: the stored head, `Age` (RFC 9111 §4), and chunked

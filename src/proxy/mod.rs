@@ -237,10 +237,14 @@ impl ProxyHttp for LacquerProxy {
         };
         let (mut head, ttl) = fast_hit::response_head(&hit, now);
         // checked on the fresh copy of the head, not the stored one (a cold cache line when the
-        // working set is large): a gzip copy for a client that does not take gzip is decoded on
-        // the standard path
+        // working set is large): a gzip copy for a client that does not take gzip is decoded
+        // whole here when it is small, else streamed through the decoder on the standard path
+        let mut decoded = None;
         if compression::needs_gunzip(session.req_header(), &head) {
-            return Ok(false);
+            decoded = fast_hit::decode_for_identity_client(&hit, session.req_header(), &mut head);
+            if decoded.is_none() {
+                return Ok(false);
+            }
         }
         let status = CacheStatus {
             hit: true,
@@ -248,6 +252,11 @@ impl ProxyHttp for LacquerProxy {
             ..Default::default()
         };
         self.finish_response_head(&mut head, session.req_header().version, status, ctx)?;
+        if let Some(plain) = decoded {
+            session.write_response_header(head, false).await?;
+            session.write_response_body(Some(plain), true).await?;
+            return Ok(true);
+        }
         let head_only = session.req_header().method == http::Method::HEAD || hit.body_len() == 0;
         session.write_response_header(head, head_only).await?;
         if !head_only {
