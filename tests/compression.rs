@@ -383,6 +383,11 @@ fn bad_compression_values_name_the_key() {
             "unit",
         ),
         (
+            "[cache.compression]\ndecoded_copies = \"lots\"",
+            "cache.compression.decoded_copies",
+            "",
+        ),
+        (
             "[cache.compression]\ntypes = [\"html\"]",
             "cache.compression.types[0]",
             "not a media type",
@@ -406,4 +411,34 @@ fn bad_compression_values_name_the_key() {
         "{}",
         String::from_utf8_lossy(&ok.stderr)
     );
+}
+
+#[tokio::test]
+async fn decoded_copies_are_served_only_for_the_stored_object_they_came_from() {
+    let origin = scripted_origin();
+    let lacquer = proxy(&origin);
+    let path = "/copies?cc=max-age%3D60&gzip=1&ct=text/plain";
+    let url = lacquer.url(path);
+    for fill in [1, 2] {
+        let plain = default_body(path, fill);
+        // a miss, then hits: the first hit decodes and keeps a decoded copy, later ones are
+        // served from it; all are sized (decoded whole on the fast path)
+        for round in 0..4 {
+            let resp = get(&url, &[]).await;
+            assert_identity(&resp, &plain);
+            if round > 0 {
+                assert!(resp.is_hit(), "fill {fill} round {round}");
+                assert_eq!(resp.content_length(), Some(plain.len() as u64));
+            }
+        }
+        if fill == 1 {
+            // the refill after the purge is a new stored object: its old decoded copy must not
+            // be served for it
+            let purged = request("PURGE", &url, &[], None).await;
+            assert_eq!(purged.status, 200);
+        }
+    }
+    let gzip_client = get(&url, &[("accept-encoding", "gzip")]).await;
+    assert_gzip(&gzip_client, &default_body(path, 2));
+    assert_eq!(origin.hits_for(path), 2);
 }

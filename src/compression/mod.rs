@@ -20,6 +20,7 @@
 //! the `on_*` functions from the matching phase.
 
 pub mod accept;
+pub mod decoded_copies;
 pub mod gunzip;
 pub mod gzip_on_store;
 

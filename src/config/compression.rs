@@ -1,7 +1,8 @@
 //! `[cache.compression]`: gzip on store for compressible identity responses.
 //!
-//! Decoding a stored gzip copy for clients that do not take gzip is always on; these keys only
-//! govern whether Lacquer itself compresses what the origin sent uncompressed.
+//! Decoding a stored gzip copy for clients that do not take gzip is always on; these keys govern
+//! whether Lacquer itself compresses what the origin sent uncompressed, and how much memory keeps
+//! decoded copies for such clients (`decoded_copies`).
 
 use super::units::parse_size;
 use super::ConfigError;
@@ -18,6 +19,8 @@ pub struct CompressionSection {
     pub min_size: Option<String>,
     /// gzip level, 1 (fastest) to 9 (smallest).
     pub level: Option<i64>,
+    /// Memory for decoded copies of small gzip bodies, e.g. "16MiB"; "0" turns them off.
+    pub decoded_copies: Option<String>,
 }
 
 /// The validated settings.
@@ -28,6 +31,9 @@ pub struct CompressionConfig {
     pub types: Vec<String>,
     pub min_size: usize,
     pub level: u32,
+    /// Bytes of decoded copies kept for clients that do not take gzip, on top of
+    /// `cache.memory_size` (see [`crate::compression::decoded_copies`]); 0 = none.
+    pub decoded_copies: usize,
 }
 
 /// The types compressed when `types` is not given: text, JSON, JavaScript, SVG, XML.
@@ -48,6 +54,7 @@ impl Default for CompressionConfig {
             types: DEFAULT_TYPES.iter().map(|t| t.to_string()).collect(),
             min_size: 256,
             level: 6,
+            decoded_copies: 16 << 20,
         }
     }
 }
@@ -107,11 +114,25 @@ pub fn validate(section: &CompressionSection) -> Result<CompressionConfig, Confi
             ))
         }
     };
+    let decoded_copies = match &section.decoded_copies {
+        None => defaults.decoded_copies,
+        Some(text) => {
+            let bytes = parse_size(text)
+                .map_err(|e| ConfigError::new("cache.compression.decoded_copies", e))?;
+            usize::try_from(bytes).map_err(|_| {
+                ConfigError::new(
+                    "cache.compression.decoded_copies",
+                    "too large for this machine",
+                )
+            })?
+        }
+    };
     Ok(CompressionConfig {
         enabled: section.enabled.unwrap_or(defaults.enabled),
         types,
         min_size,
         level,
+        decoded_copies,
     })
 }
 

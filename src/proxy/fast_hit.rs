@@ -18,6 +18,7 @@
 //! stored epoch Pingora uses. The integration tests exercise it on every hit they make.
 
 use super::cache_key_for;
+use crate::compression::decoded_copies::{DecodedCopies, StoredIdentity};
 use crate::compression::{self, gunzip::gunzip_complete};
 use crate::policy::{vary, CachePolicy};
 use crate::storage::memory::{FreshHit, MemoryTier};
@@ -162,15 +163,36 @@ pub const WHOLE_DECODE_MAX_DECODED: usize = 1024 * 1024;
 /// rewritten for it (see [`compression::rewrite_head_for_decoded_body`]) and carrying the decoded
 /// `Content-Length`, so head and body leave in one write instead of chunked pieces. `None` for
 /// HEAD, large bodies and bodies that are not valid gzip: the standard path streams those.
+///
+/// With `copies`, a body decoded once is kept there and served again while the stored object is
+/// the same one (see [`DecodedCopies`]).
 pub fn decode_for_identity_client(
     hit: &FreshHit,
     req: &RequestHeader,
     head: &mut ResponseHeader,
+    copies: Option<&DecodedCopies>,
 ) -> Option<bytes::Bytes> {
     if req.method == http::Method::HEAD || hit.body_len() > WHOLE_DECODE_MAX_STORED {
         return None;
     }
-    let plain = gunzip_complete(hit.chunks(), WHOLE_DECODE_MAX_DECODED)?;
+    let plain = match copies {
+        None => gunzip_complete(hit.chunks(), WHOLE_DECODE_MAX_DECODED)?,
+        Some(copies) => {
+            let of = StoredIdentity {
+                primary: cache_key_for(req).primary_bin(),
+                variance: hit.meta().variance,
+                created: hit.meta().created,
+            };
+            match copies.get(&of) {
+                Some(plain) => plain,
+                None => {
+                    let plain = gunzip_complete(hit.chunks(), WHOLE_DECODE_MAX_DECODED)?;
+                    copies.put(of, plain.clone());
+                    plain
+                }
+            }
+        }
+    };
     compression::rewrite_head_for_decoded_body(head);
     head.insert_header(header::CONTENT_LENGTH, plain.len())
         .ok()?;

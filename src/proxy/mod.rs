@@ -18,6 +18,7 @@ pub mod fast_hit;
 pub mod headers;
 pub mod invalidation;
 
+use crate::compression::decoded_copies::DecodedCopies;
 use crate::compression::{self, CompressionCtx};
 use crate::config::Config;
 use crate::observe::access_log::{AccessLog, AccessRecord};
@@ -84,6 +85,8 @@ pub struct LacquerProxy {
     access_log: Option<AccessLog>,
     /// Our `Via` entries, rendered once.
     via: headers::ViaValues,
+    /// Decoded copies of small gzip bodies for clients that do not take gzip.
+    decoded_copies: Option<DecodedCopies>,
 }
 
 impl LacquerProxy {
@@ -107,6 +110,7 @@ impl LacquerProxy {
         });
         let via = headers::ViaValues::new(&config.proxy.via_name)
             .expect("proxy.via_name is checked to be an HTTP token when the config is loaded");
+        let decoded_copies = DecodedCopies::new(config.cache.compression.decoded_copies);
         LacquerProxy {
             shared,
             policy: CachePolicy::new(&config.cache),
@@ -118,6 +122,7 @@ impl LacquerProxy {
             cache_lock: lock,
             access_log,
             via,
+            decoded_copies,
         }
     }
 
@@ -241,7 +246,12 @@ impl ProxyHttp for LacquerProxy {
         // whole here when it is small, else streamed through the decoder on the standard path
         let mut decoded = None;
         if compression::needs_gunzip(session.req_header(), &head) {
-            decoded = fast_hit::decode_for_identity_client(&hit, session.req_header(), &mut head);
+            decoded = fast_hit::decode_for_identity_client(
+                &hit,
+                session.req_header(),
+                &mut head,
+                self.decoded_copies.as_ref(),
+            );
             if decoded.is_none() {
                 return Ok(false);
             }
