@@ -82,6 +82,7 @@ pub fn run(config: Config) -> Result<Infallible, StartError> {
         .as_ref()
         .map(|shared| &*Box::leak(Box::new(TieredStorage::new(memory, shared))));
     let proxy = LacquerProxy::new(config.clone(), memory, tiered, access_log);
+    let backends = proxy.upstream().backends().to_vec();
     if let Some(checks) = &config.balancer.health_check {
         let checker = HealthChecker::new(proxy.upstream().backends().to_vec(), checks.clone());
         server.add_service(background_service("health checks", checker));
@@ -114,7 +115,10 @@ pub fn run(config: Config) -> Result<Infallible, StartError> {
     server.add_service(service);
 
     if let Some(addr) = config.admin_listen {
-        let mut admin = Service::new("lacquer admin".to_string(), AdminApp::new(memory, tiered));
+        let mut admin = Service::new(
+            "lacquer admin".to_string(),
+            AdminApp::new(memory, tiered, backends.clone()),
+        );
         admin.add_tcp(&addr.to_string());
         server.add_service(admin);
     }

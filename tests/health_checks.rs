@@ -102,10 +102,14 @@ async fn backend_killed_mid_test_loses_no_idempotent_request() {
 async fn passive_check_ejects_a_backend_answering_5xx() {
     let r = [Replica::start("a"), Replica::start("b")];
     let failing = TestOrigin::start(|_| OriginResponse::ok("broken").status(502));
+    let admin = free_port();
     let lb = start_balancer(
         &[(r[0].addr(), 1), (r[1].addr(), 1), (failing.addr(), 1)],
-        "[balancer]\nalgorithm = \"round_robin\"\n\
-         [balancer.passive]\nfailures = 3\nwindow = \"60s\"\ncooldown = \"60s\"\n",
+        &format!(
+            "[admin]\nlisten = \"127.0.0.1:{admin}\"\n\
+             [balancer]\nalgorithm = \"round_robin\"\n\
+             [balancer.passive]\nfailures = 3\nwindow = \"60s\"\ncooldown = \"60s\"\n"
+        ),
     );
     let mut bad = 0;
     for i in 0..60 {
@@ -117,6 +121,24 @@ async fn passive_check_ejects_a_backend_answering_5xx() {
     assert_eq!(bad, 3);
     let ejected = format!("backend {} ejected", failing.addr());
     assert!(lb.stderr_log().contains(&ejected), "{}", lb.stderr_log());
+
+    // /stats shows each backend's state and counters, as the origins saw them
+    let stats = get(&format!("http://127.0.0.1:{admin}/stats"), &[])
+        .await
+        .text();
+    let failing_entry = format!(
+        "{{\"name\":\"{}\",\"weight\":1,\"up\":true,\"ejected\":true,\"requests\":3,\"failures\":3,\"ejections\":1,",
+        failing.addr()
+    );
+    assert!(stats.contains(&failing_entry), "{stats}");
+    for replica in &r {
+        let entry = format!(
+            "{{\"name\":\"{}\",\"weight\":1,\"up\":true,\"ejected\":false,\"requests\":{},\"failures\":0,\"ejections\":0,",
+            replica.addr(),
+            replica.served()
+        );
+        assert!(stats.contains(&entry), "{stats}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

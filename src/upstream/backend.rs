@@ -5,7 +5,7 @@
 use crate::config::balancing::BackendConfig;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -19,6 +19,12 @@ pub struct Backend {
     /// Relative share of traffic.
     pub weight: u32,
     in_flight: AtomicUsize,
+    /// Requests sent here since start (a retry counts on the backend it went to).
+    requests: AtomicU64,
+    /// Failures counted by the passive check since start.
+    failures: AtomicU64,
+    /// Passive ejections since start.
+    ejections: AtomicU64,
     /// Verdict of the active health checker; `true` until probes say otherwise.
     active_up: AtomicBool,
     /// Passive ejection: failures seen in the window, and when an ejection ends.
@@ -39,6 +45,9 @@ impl Backend {
             addr: config.addr,
             weight: config.weight,
             in_flight: AtomicUsize::new(0),
+            requests: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            ejections: AtomicU64::new(0),
             active_up: AtomicBool::new(true),
             passive: Mutex::new(PassiveState::default()),
         }
@@ -83,6 +92,7 @@ impl Backend {
         if state.ejected_until.is_some_and(|until| now < until) {
             return false;
         }
+        self.failures.fetch_add(1, Ordering::Relaxed);
         while state
             .failures
             .front()
@@ -94,10 +104,33 @@ impl Backend {
         if state.failures.len() >= limit as usize {
             state.failures.clear();
             state.ejected_until = Some(now + cooldown);
+            self.ejections.fetch_add(1, Ordering::Relaxed);
             return true;
         }
         false
     }
+}
+
+impl Backend {
+    /// Requests sent, failures counted and ejections, since start (for `/stats`).
+    pub fn totals(&self) -> BackendTotals {
+        BackendTotals {
+            requests: self.requests.load(Ordering::Relaxed),
+            failures: self.failures.load(Ordering::Relaxed),
+            ejections: self.ejections.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A backend's counters since start, as the admin endpoint reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackendTotals {
+    /// Requests sent (a retry counts on the backend it went to).
+    pub requests: u64,
+    /// Failures the passive check counted (5xx and connection errors outside an ejection).
+    pub failures: u64,
+    /// Times the passive check ejected the backend.
+    pub ejections: u64,
 }
 
 /// Counts one request in flight on a backend until dropped, so the count falls on every exit
@@ -111,6 +144,7 @@ impl InFlight {
     /// Starts counting a request on `backend`.
     pub fn start(backend: Arc<Backend>) -> Self {
         backend.in_flight.fetch_add(1, Ordering::Relaxed);
+        backend.requests.fetch_add(1, Ordering::Relaxed);
         InFlight { backend }
     }
 
