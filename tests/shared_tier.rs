@@ -340,3 +340,72 @@ async fn a_purge_through_one_node_reaches_the_other_within_local_ttl() {
     );
     assert_eq!(origin.hits_for(path), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_page_missing_everywhere_is_fetched_once_for_the_whole_cluster() {
+    let cluster = Cluster::start();
+    let origin = scripted_origin();
+    let (a, admin_a) = cluster.node(&origin);
+    let (b, admin_b) = cluster.node(&origin);
+    // a slow render, so that every request below arrives while the first fill is in flight
+    let path = "/render-once?cc=max-age%3D300&sleep=600";
+    let mut requests = Vec::new();
+    for i in 0..16 {
+        let url = if i % 2 == 0 { a.url(path) } else { b.url(path) };
+        requests.push(tokio::spawn(async move { get(&url, &SITE).await }));
+    }
+    let mut bodies = Vec::new();
+    for request in requests {
+        let resp = request.await.unwrap();
+        assert_eq!(resp.status, 200);
+        bodies.push(resp.body);
+    }
+    assert!(
+        bodies.iter().all(|b| *b == bodies[0]),
+        "one rendering for all"
+    );
+    assert_eq!(origin.hits_for(path), 1, "one fill for the whole cluster");
+    let claimed =
+        admin_stat(admin_a, "fills_claimed").await + admin_stat(admin_b, "fills_claimed").await;
+    assert_eq!(claimed, 1);
+    // the node that did not fill served its clients from the other node's fill
+    let awaited =
+        admin_stat(admin_a, "fills_awaited").await + admin_stat(admin_b, "fills_awaited").await;
+    assert!(awaited >= 1, "no request waited for the other node's fill");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fill_that_stores_nothing_releases_the_other_nodes_at_once() {
+    let cluster = Cluster::start();
+    let origin = scripted_origin();
+    // a lease far longer than the client's patience: only an early release lets B finish in time
+    let admin_b = free_port();
+    let servers: Vec<String> = cluster.names().iter().map(|n| format!("\"{n}\"")).collect();
+    let config = |admin: u16| {
+        format!(
+            "[log]\naccess = \"off\"\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n\
+             [cache.memcached]\nservers = [{}]\nfill_lease = \"60s\"",
+            servers.join(", ")
+        )
+    };
+    let a = LacquerProcess::start_simple(origin.addr(), &config(free_port()));
+    let b = LacquerProcess::start_simple(origin.addr(), &config(admin_b));
+    let path = "/not-stored?cc=no-store&sleep=400";
+    let first = tokio::spawn({
+        let url = a.url(path);
+        async move { get(&url, &SITE).await }
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // B finds A's lease and waits; A's response is not stored, so A releases the lease
+    let second = tokio::time::timeout(Duration::from_secs(20), get(&b.url(path), &SITE))
+        .await
+        .expect("B waited for the whole 60 s lease instead of being released");
+    assert_eq!(first.await.unwrap().status, 200);
+    assert_eq!(second.status, 200);
+    assert_eq!(
+        origin.hits_for(path),
+        2,
+        "B fetched for itself once released"
+    );
+    assert_eq!(admin_stat(admin_b, "fills_awaited").await, 0);
+}

@@ -74,12 +74,14 @@ impl AdminApp {
             .map(|name| format!("\"{name}\""))
             .collect();
         format!(
-            "{{\"hits\":{},\"misses\":{},\"rejected\":{},\"writes\":{},\"write_failures\":{},\"errors\":{},\"ejections\":{},\"skipped_ejected\":{},\"ejected\":[{}]}}",
+            "{{\"hits\":{},\"misses\":{},\"rejected\":{},\"writes\":{},\"write_failures\":{},\"fills_claimed\":{},\"fills_awaited\":{},\"errors\":{},\"ejections\":{},\"skipped_ejected\":{},\"ejected\":[{}]}}",
             c.hits.load(Ordering::Relaxed),
             c.misses.load(Ordering::Relaxed),
             c.rejected.load(Ordering::Relaxed),
             c.writes.load(Ordering::Relaxed),
             c.write_failures.load(Ordering::Relaxed),
+            c.fills_claimed.load(Ordering::Relaxed),
+            c.fills_awaited.load(Ordering::Relaxed),
             cluster.errors.load(Ordering::Relaxed),
             cluster.ejections.load(Ordering::Relaxed),
             cluster.skipped_ejected.load(Ordering::Relaxed),

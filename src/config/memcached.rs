@@ -34,6 +34,8 @@ pub struct MemcachedSection {
     pub item_size: Option<String>,
     /// How long entries outlive their freshness in memcached, for revalidation.
     pub keep: Option<String>,
+    /// How long one node's fill of a URL holds off the other nodes' fills of it; "0s" = off.
+    pub fill_lease: Option<String>,
 }
 
 /// One validated server.
@@ -59,6 +61,26 @@ pub struct MemcachedConfig {
     pub rehash_on_eject: bool,
     pub item_size: usize,
     pub keep: Duration,
+    /// Cluster-wide fill coalescing (see [`crate::storage::tiered::TieredStorage::claim_fill`]):
+    /// how long other nodes wait for one node's fill of a URL; zero turns it off. Whole seconds.
+    pub fill_lease: Duration,
+}
+
+/// `fill_lease`: whole seconds (memcached expiry granularity), at most a minute; 0 = off.
+fn fill_lease(value: &Option<String>) -> Result<Duration, ConfigError> {
+    let key = "cache.memcached.fill_lease";
+    let d =
+        parse_duration(value.as_deref().unwrap_or("3s")).map_err(|e| ConfigError::new(key, e))?;
+    if d.subsec_nanos() != 0 {
+        return Err(ConfigError::new(
+            key,
+            "must be whole seconds (memcached expires keys by the second)",
+        ));
+    }
+    if d > Duration::from_secs(60) {
+        return Err(ConfigError::new(key, "must be at most 60s"));
+    }
+    Ok(d)
 }
 
 fn duration(key: &str, value: &Option<String>, default: &str) -> Result<Duration, ConfigError> {
@@ -164,5 +186,31 @@ pub fn validate(section: &MemcachedSection) -> Result<Option<MemcachedConfig>, C
         item_size,
         keep: parse_duration(section.keep.as_deref().unwrap_or("1h"))
             .map_err(|e| ConfigError::new("cache.memcached.keep", e))?,
+        fill_lease: fill_lease(&section.fill_lease)?,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(text: &str) -> Result<Duration, ConfigError> {
+        fill_lease(&Some(text.to_string()))
+    }
+
+    #[test]
+    fn fill_lease_is_whole_seconds_up_to_a_minute() {
+        assert_eq!(fill_lease(&None).unwrap(), Duration::from_secs(3));
+        assert_eq!(lease("0s").unwrap(), Duration::ZERO);
+        assert_eq!(lease("60s").unwrap(), Duration::from_secs(60));
+        for (bad, reason) in [
+            ("1500ms", "whole seconds"),
+            ("2m", "at most 60s"),
+            ("soon", ""),
+        ] {
+            let err = lease(bad).unwrap_err();
+            assert_eq!(err.key, "cache.memcached.fill_lease");
+            assert!(err.reason.contains(reason), "{bad}: {}", err.reason);
+        }
+    }
 }

@@ -22,7 +22,7 @@ use crate::compression::decoded_copies::{DecodedCopies, StoredIdentity};
 use crate::compression::{self, gunzip::gunzip_complete};
 use crate::policy::{vary, CachePolicy};
 use crate::storage::memory::{FreshHit, MemoryTier};
-use crate::storage::tiered::TieredStorage;
+use crate::storage::tiered::{FillClaim, TieredStorage};
 use http::header;
 use pingora_cache::key::CacheHashKey;
 use pingora_http::{RequestHeader, ResponseHeader};
@@ -128,6 +128,81 @@ pub async fn shared_lookup(tier: &TieredStorage, req: &RequestHeader, now: Syste
         }
     };
     fresh_or_decline(hit, now)
+}
+
+/// How often a request waiting for another node's fill looks for it.
+const FILL_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// What a request whose URL memcached does not have should do.
+pub enum AfterSharedMiss {
+    /// Another node (or a request on this one) filled it while this request waited: serve it.
+    Filled(FreshHit),
+    /// Fetch it on the standard path. `holds_lease`: this request took the cluster's fill lease
+    /// and must release it if the fill stores nothing. `known_missing`: memcached still has
+    /// nothing under the URL, so the standard path need not ask it again.
+    FillHere {
+        holds_lease: bool,
+        known_missing: bool,
+    },
+}
+
+/// After memcached had nothing for the URL: claims the fill for this request, or, when another
+/// node (or another request here) holds the cluster's fill lease, waits for that fill to reach
+/// this node's memory tier or memcached, and serves it (see [`TieredStorage::claim_fill`]). A
+/// page rendered once is then rendered once for the whole cluster, not once per node. The wait
+/// ends when the fill arrives, when the lease is released or expires (then this request fetches
+/// for itself), or when what arrives is something the standard path must decide.
+pub async fn after_shared_miss(
+    memory: &MemoryTier,
+    tier: &TieredStorage,
+    req: &RequestHeader,
+) -> AfterSharedMiss {
+    let key = cache_key_for(req);
+    match tier.claim_fill(&key).await {
+        FillClaim::Ours => {
+            return AfterSharedMiss::FillHere {
+                holds_lease: true,
+                known_missing: true,
+            }
+        }
+        FillClaim::Uncoordinated => {
+            return AfterSharedMiss::FillHere {
+                holds_lease: false,
+                known_missing: true,
+            }
+        }
+        FillClaim::Theirs => {}
+    }
+    let deadline = std::time::Instant::now() + tier.fill_lease();
+    let decide_elsewhere = AfterSharedMiss::FillHere {
+        holds_lease: false,
+        known_missing: false,
+    };
+    loop {
+        tokio::time::sleep(FILL_POLL).await;
+        let now = SystemTime::now();
+        match lookup(memory, req, now) {
+            Lookup::Fresh(hit) => return AfterSharedMiss::Filled(hit),
+            Lookup::Decline => return decide_elsewhere,
+            Lookup::Absent => {}
+        }
+        match shared_lookup(tier, req, now).await {
+            Lookup::Fresh(hit) => {
+                tier.counters
+                    .fills_awaited
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return AfterSharedMiss::Filled(hit);
+            }
+            Lookup::Decline => return decide_elsewhere,
+            Lookup::Absent => {}
+        }
+        if std::time::Instant::now() >= deadline || !tier.fill_still_claimed(&key).await {
+            return AfterSharedMiss::FillHere {
+                holds_lease: false,
+                known_missing: true,
+            };
+        }
+    }
 }
 
 /// Whether a variant found under its own key may be served: it carries the variance asked for

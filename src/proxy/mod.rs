@@ -58,6 +58,8 @@ pub struct RequestCtx {
     cache_status: Option<CacheStatus>,
     /// The fast path looked the URL up in memcached and found nothing there.
     shared_primary_missing: bool,
+    /// This request holds the cluster's fill lease for its URL (released if nothing is stored).
+    holds_fill_lease: bool,
     /// The client's `If-Match` / `If-Unmodified-Since` failed against the stored response.
     precondition_failed: bool,
     /// The origin's 304 to our revalidation, whose fields update the stored head.
@@ -234,8 +236,19 @@ impl ProxyHttp for LacquerProxy {
                     fast_hit::Lookup::Fresh(hit) => hit,
                     fast_hit::Lookup::Decline => return Ok(false),
                     fast_hit::Lookup::Absent => {
-                        ctx.shared_primary_missing = true;
-                        return Ok(false);
+                        match fast_hit::after_shared_miss(self.memory, tier, session.req_header())
+                            .await
+                        {
+                            fast_hit::AfterSharedMiss::Filled(hit) => hit,
+                            fast_hit::AfterSharedMiss::FillHere {
+                                holds_lease,
+                                known_missing,
+                            } => {
+                                ctx.holds_fill_lease = holds_lease;
+                                ctx.shared_primary_missing = known_missing;
+                                return Ok(false);
+                            }
+                        }
                     }
                 }
             }
@@ -291,6 +304,7 @@ impl ProxyHttp for LacquerProxy {
             directives: RequestDirectives::default(),
             cache_status: None,
             shared_primary_missing: false,
+            holds_fill_lease: false,
             precondition_failed: false,
             not_modified: None,
             compression: CompressionCtx::default(),
@@ -702,6 +716,11 @@ impl ProxyHttp for LacquerProxy {
         _e: Option<&pingora_error::Error>,
         ctx: &mut Self::CTX,
     ) {
+        if ctx.holds_fill_lease && !ctx.cache_status.as_ref().is_some_and(|s| s.stored) {
+            if let Some((tier, _)) = self.shared {
+                tier.release_fill(&cache_key_for(session.req_header()));
+            }
+        }
         let Some(log) = &self.access_log else { return };
         let req = session.req_header();
         let header = |name: http::header::HeaderName| {

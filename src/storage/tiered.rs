@@ -45,6 +45,21 @@ pub struct SharedCounters {
     pub rejected: AtomicU64,
     pub writes: AtomicU64,
     pub write_failures: AtomicU64,
+    /// Fills this node claimed for the cluster (see [`TieredStorage::claim_fill`]).
+    pub fills_claimed: AtomicU64,
+    /// Requests that waited for another node's fill and were served by it.
+    pub fills_awaited: AtomicU64,
+}
+
+/// Who fills a URL nobody has stored yet (see [`TieredStorage::claim_fill`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FillClaim {
+    /// This node: it took the lease.
+    Ours,
+    /// Another node holds the lease and is fetching it now.
+    Theirs,
+    /// Nobody coordinates: leases are off or memcached could not be asked. Fill here.
+    Uncoordinated,
 }
 
 /// The memcached key of a cache key: `{namespace}:{hex of Pingora's combined Blake2b-128 hash}`.
@@ -76,6 +91,8 @@ pub struct TieredStorage {
     keep: Duration,
     /// Zero means memcached hits are not copied into the memory tier.
     local_ttl: Duration,
+    /// Zero means fills are not coordinated across nodes.
+    fill_lease: Duration,
     next_write: AtomicU64,
     /// What the shared tier has done.
     pub counters: Arc<SharedCounters>,
@@ -96,6 +113,7 @@ impl TieredStorage {
             item_size: config.item_size,
             keep: config.keep,
             local_ttl: config.local_ttl,
+            fill_lease: config.fill_lease,
             next_write: AtomicU64::new(seed),
             counters: Arc::new(SharedCounters::default()),
         }
@@ -104,6 +122,58 @@ impl TieredStorage {
     /// The cluster, for `/stats`.
     pub fn cluster(&self) -> &Cluster {
         &self.cluster
+    }
+
+    /// How long a fill lease lasts: the longest another node waits for this node's fill.
+    pub fn fill_lease(&self) -> Duration {
+        self.fill_lease
+    }
+
+    fn lease_key(&self, key: &CacheKey) -> String {
+        format!("{}:fill:{}", self.namespace, key.primary())
+    }
+
+    /// Cluster-wide coalescing of fills, the cross-node counterpart of Pingora's per-process
+    /// cache lock: for a URL memcached does not have, the first node to `add` the URL's lease key
+    /// fetches it from the origin, and the others wait for its entry instead of fetching it too.
+    /// The lease expires after `fill_lease` on its own, so a node that dies mid-fill holds the
+    /// others up for at most that long; a fill that turns out uncacheable releases it at once
+    /// ([`Self::release_fill`]).
+    pub async fn claim_fill(&self, key: &CacheKey) -> FillClaim {
+        if self.fill_lease.is_zero() {
+            return FillClaim::Uncoordinated;
+        }
+        let ttl = self.fill_lease.as_secs() as u32;
+        let lease = self.lease_key(key);
+        match self
+            .cluster
+            .add(lease.as_bytes(), Bytes::from_static(b"1"), ttl)
+            .await
+        {
+            Some(true) => {
+                self.counters.fills_claimed.fetch_add(1, Ordering::Relaxed);
+                FillClaim::Ours
+            }
+            Some(false) => FillClaim::Theirs,
+            None => FillClaim::Uncoordinated,
+        }
+    }
+
+    /// Whether another node's lease on `key`'s fill is still held.
+    pub async fn fill_still_claimed(&self, key: &CacheKey) -> bool {
+        self.cluster
+            .get(self.lease_key(key).as_bytes())
+            .await
+            .is_some()
+    }
+
+    /// Ends this node's lease early, for a fill that stored nothing: the nodes waiting for it
+    /// then fetch for themselves at once instead of at the lease's expiry.
+    pub fn release_fill(&'static self, key: &CacheKey) {
+        let lease = self.lease_key(key);
+        tokio::spawn(async move {
+            self.cluster.delete(lease.as_bytes()).await;
+        });
     }
 
     /// Reads `key` from memcached and promotes a hit into the memory tier (for `local_ttl`); the

@@ -185,6 +185,15 @@ impl Cluster {
         self.record(index, result).is_some()
     }
 
+    /// Stores `key` only if it is absent (memcached `add`): `Some(true)` when this call stored
+    /// it, `Some(false)` when it was already there, `None` when the server could not be asked.
+    pub async fn add(&self, key: &[u8], value: Bytes, ttl_secs: u32) -> Option<bool> {
+        let index = self.node_for(key)?;
+        let added = self.nodes[index].client.add(key, value, ttl_secs);
+        let result = tokio::time::timeout(self.op_timeout, added).await.ok()?;
+        self.record(index, result)
+    }
+
     /// Deletes one value; returns whether the server answered.
     pub async fn delete(&self, key: &[u8]) -> bool {
         let Some(index) = self.node_for(key) else {
