@@ -409,3 +409,23 @@ async fn a_fill_that_stores_nothing_releases_the_other_nodes_at_once() {
     );
     assert_eq!(admin_stat(admin_b, "fills_awaited").await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_the_filling_node_waiters_queue_on_the_local_cache_lock() {
+    let cluster = Cluster::start();
+    let origin = scripted_origin();
+    let (a, admin_a) = cluster.node(&origin);
+    let path = "/local-waiters?cc=max-age%3D300&sleep=400";
+    let mut requests = Vec::new();
+    for _ in 0..8 {
+        let url = a.url(path);
+        requests.push(tokio::spawn(async move { get(&url, &SITE).await }));
+    }
+    for request in requests {
+        assert_eq!(request.await.unwrap().status, 200);
+    }
+    assert_eq!(origin.hits_for(path), 1);
+    assert_eq!(admin_stat(admin_a, "fills_claimed").await, 1);
+    // none of them polled for the fill: Pingora's lock woke them as it landed
+    assert_eq!(admin_stat(admin_a, "fills_awaited").await, 0);
+}

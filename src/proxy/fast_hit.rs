@@ -165,7 +165,7 @@ pub async fn after_shared_miss(
                 known_missing: true,
             }
         }
-        FillClaim::Uncoordinated => {
+        FillClaim::Uncoordinated | FillClaim::ThisNode => {
             return AfterSharedMiss::FillHere {
                 holds_lease: false,
                 known_missing: true,
@@ -181,12 +181,11 @@ pub async fn after_shared_miss(
     loop {
         tokio::time::sleep(FILL_POLL).await;
         let now = SystemTime::now();
-        match lookup(memory, req, now) {
-            Lookup::Fresh(hit) => return AfterSharedMiss::Filled(hit),
-            Lookup::Decline => return decide_elsewhere,
-            Lookup::Absent => {}
-        }
-        match shared_lookup(tier, req, now).await {
+        let found = match lookup(memory, req, now) {
+            Lookup::Absent => shared_lookup(tier, req, now).await,
+            found => found,
+        };
+        match found {
             Lookup::Fresh(hit) => {
                 tier.counters
                     .fills_awaited

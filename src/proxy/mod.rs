@@ -716,9 +716,10 @@ impl ProxyHttp for LacquerProxy {
         _e: Option<&pingora_error::Error>,
         ctx: &mut Self::CTX,
     ) {
-        if ctx.holds_fill_lease && !ctx.cache_status.as_ref().is_some_and(|s| s.stored) {
+        if ctx.holds_fill_lease {
             if let Some((tier, _)) = self.shared {
-                tier.release_fill(&cache_key_for(session.req_header()));
+                let stored = ctx.cache_status.as_ref().is_some_and(|s| s.stored);
+                tier.finish_fill(&cache_key_for(session.req_header()), stored);
             }
         }
         let Some(log) = &self.access_log else { return };

@@ -19,7 +19,7 @@ use super::object::{Body, StoredMeta};
 use crate::config::memcached::MemcachedConfig;
 use async_trait::async_trait;
 use bytes::Bytes;
-use pingora_cache::key::{CacheHashKey, CompactCacheKey};
+use pingora_cache::key::{CacheHashKey, CompactCacheKey, HashBinary};
 use pingora_cache::storage::{
     HandleMiss, HitHandler, MissFinishType, MissHandler, PurgeOutcome, PurgeTarget, PurgeType,
     Storage,
@@ -47,7 +47,8 @@ pub struct SharedCounters {
     pub write_failures: AtomicU64,
     /// Fills this node claimed for the cluster (see [`TieredStorage::claim_fill`]).
     pub fills_claimed: AtomicU64,
-    /// Requests that waited for another node's fill and were served by it.
+    /// Requests that waited for another node's fill and were served by it (requests on the
+    /// filling node wait on Pingora's cache lock instead, and are not counted).
     pub fills_awaited: AtomicU64,
 }
 
@@ -60,6 +61,9 @@ pub enum FillClaim {
     Theirs,
     /// Nobody coordinates: leases are off or memcached could not be asked. Fill here.
     Uncoordinated,
+    /// A request on this node holds the lease: Pingora's cache lock coalesces the rest here, and
+    /// wakes them the moment the fill lands.
+    ThisNode,
 }
 
 /// The memcached key of a cache key: `{namespace}:{hex of Pingora's combined Blake2b-128 hash}`.
@@ -81,6 +85,18 @@ fn chunk_key(mc_key: &str, write_id: u64, index: u32) -> String {
     format!("{mc_key}:{write_id:016x}:{index}")
 }
 
+/// Unmarks a URL as being claimed on this node if the claiming request is dropped mid-`add`.
+struct PendingClaim<'a> {
+    fills: &'a parking_lot::Mutex<std::collections::HashMap<HashBinary, bool>>,
+    primary: HashBinary,
+}
+
+impl Drop for PendingClaim<'_> {
+    fn drop(&mut self) {
+        self.fills.lock().remove(&self.primary);
+    }
+}
+
 /// The memory tier in front of the memcached cluster.
 pub struct TieredStorage {
     memory: &'static MemoryTier,
@@ -93,6 +109,10 @@ pub struct TieredStorage {
     local_ttl: Duration,
     /// Zero means fills are not coordinated across nodes.
     fill_lease: Duration,
+    /// Primary keys whose lease a request on this node is claiming (`false`) or holds (`true`).
+    local_fills: parking_lot::Mutex<std::collections::HashMap<HashBinary, bool>>,
+    /// Bounds a wait for another local request's claim (one memcached `add`).
+    op_timeout: Duration,
     next_write: AtomicU64,
     /// What the shared tier has done.
     pub counters: Arc<SharedCounters>,
@@ -114,6 +134,8 @@ impl TieredStorage {
             keep: config.keep,
             local_ttl: config.local_ttl,
             fill_lease: config.fill_lease,
+            local_fills: Default::default(),
+            op_timeout: config.op_timeout,
             next_write: AtomicU64::new(seed),
             counters: Arc::new(SharedCounters::default()),
         }
@@ -138,24 +160,56 @@ impl TieredStorage {
     /// fetches it from the origin, and the others wait for its entry instead of fetching it too.
     /// The lease expires after `fill_lease` on its own, so a node that dies mid-fill holds the
     /// others up for at most that long; a fill that turns out uncacheable releases it at once
-    /// ([`Self::release_fill`]).
+    /// ([`Self::finish_fill`]). Requests on the claiming node itself are coalesced by Pingora's
+    /// cache lock instead ([`FillClaim::ThisNode`]), which wakes them the moment the fill lands.
     pub async fn claim_fill(&self, key: &CacheKey) -> FillClaim {
         if self.fill_lease.is_zero() {
             return FillClaim::Uncoordinated;
         }
+        let primary = key.primary_bin();
+        // one claim per URL per node: a request arriving while another local request's `add` is
+        // out waits for its outcome (at most op_timeout), then follows it
+        let started = std::time::Instant::now();
+        loop {
+            {
+                let mut fills = self.local_fills.lock();
+                match fills.get(&primary) {
+                    Some(true) => return FillClaim::ThisNode,
+                    Some(false) => {}
+                    None => {
+                        fills.insert(primary, false);
+                        break;
+                    }
+                }
+            }
+            if started.elapsed() > self.op_timeout {
+                return FillClaim::Uncoordinated;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // a request dropped while its `add` is out must not leave the URL marked as claiming
+        let pending = PendingClaim {
+            fills: &self.local_fills,
+            primary,
+        };
         let ttl = self.fill_lease.as_secs() as u32;
         let lease = self.lease_key(key);
-        match self
+        let added = self
             .cluster
             .add(lease.as_bytes(), Bytes::from_static(b"1"), ttl)
-            .await
-        {
-            Some(true) => {
-                self.counters.fills_claimed.fetch_add(1, Ordering::Relaxed);
-                FillClaim::Ours
-            }
-            Some(false) => FillClaim::Theirs,
-            None => FillClaim::Uncoordinated,
+            .await;
+        std::mem::forget(pending);
+        let mut fills = self.local_fills.lock();
+        if added == Some(true) {
+            fills.insert(primary, true);
+            self.counters.fills_claimed.fetch_add(1, Ordering::Relaxed);
+            return FillClaim::Ours;
+        }
+        fills.remove(&primary);
+        if added == Some(false) {
+            FillClaim::Theirs
+        } else {
+            FillClaim::Uncoordinated
         }
     }
 
@@ -167,9 +221,15 @@ impl TieredStorage {
             .is_some()
     }
 
-    /// Ends this node's lease early, for a fill that stored nothing: the nodes waiting for it
-    /// then fetch for themselves at once instead of at the lease's expiry.
-    pub fn release_fill(&'static self, key: &CacheKey) {
+    /// Marks this node's fill of `key` finished (its request is over). When it `stored`
+    /// nothing, the lease is deleted too: the nodes waiting for it then fetch for themselves at
+    /// once instead of at the lease's expiry. A stored fill leaves the lease to expire; the
+    /// waiters find the entry first.
+    pub fn finish_fill(&'static self, key: &CacheKey, stored: bool) {
+        self.local_fills.lock().remove(&key.primary_bin());
+        if stored {
+            return;
+        }
         let lease = self.lease_key(key);
         tokio::spawn(async move {
             self.cluster.delete(lease.as_bytes()).await;
