@@ -330,6 +330,16 @@ impl LacquerProcess {
                         self.stderr_log()
                     ));
                 }
+                // Pingora does not exit when its port is taken: it retries the bind every
+                // second. Another test's proxy that took the port meanwhile would answer for this
+                // one, so the listening socket must be this process's own.
+                if !process_listens_on(self.pid, self.port) {
+                    self.kill();
+                    return Err(format!(
+                        "port {} is in use by another process; lacquer was stopped",
+                        self.port
+                    ));
+                }
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -782,6 +792,37 @@ impl MemcachedProcess {
         let r = self.command("flush_all", None);
         assert!(r.starts_with("OK"), "flush_all failed: {r:?}");
     }
+}
+
+/// Whether process `pid` holds the socket listening on TCP `port` (from `/proc/net/tcp{,6}` and
+/// the process's file descriptors).
+fn process_listens_on(pid: u32, port: u16) -> bool {
+    const LISTEN: &str = "0A";
+    let port_suffix = format!(":{port:04X}");
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            if cols.len() > 9 && cols[3] == LISTEN && cols[1].ends_with(&port_suffix) {
+                inodes.push(format!("socket:[{}]", cols[9]));
+            }
+        }
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .map(|target| {
+                inodes
+                    .iter()
+                    .any(|inode| target.as_os_str() == inode.as_str())
+            })
+            .unwrap_or(false)
+    })
 }
 
 fn reply_complete(out: &[u8]) -> bool {
