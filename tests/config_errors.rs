@@ -53,6 +53,11 @@ fn invalid_values_name_the_key_and_reason() {
         ),
         ("threads = 2", "upstream", "no origin configured"),
         (
+            "upstream = \"127.0.0.1:1\"\n[cache]\npurge_from = [\"127.0.0.1\", \"10.0.0.0/40\"]",
+            "cache.purge_from[1]",
+            "prefix length must be 0 to 32",
+        ),
+        (
             "upstream = \"127.0.0.1:1\"\n[server]\nwrite_buffer = \"2MiB\"",
             "server.write_buffer",
             "1MiB allowed",

@@ -110,3 +110,33 @@ async fn purge_removes_every_variant() {
         );
     }
 }
+
+#[tokio::test]
+async fn purge_is_refused_from_addresses_not_in_purge_from() {
+    let origin = scripted_origin();
+    // this test's client connects from 127.0.0.1, outside the configured range
+    let lacquer = LacquerProcess::start_simple(
+        origin.addr(),
+        "[log]\naccess = \"off\"\n[cache]\npurge_from = [\"10.0.0.0/8\", \"fd00::/8\"]",
+    );
+    let path = "/acl?cc=max-age%3D600";
+    get(&lacquer.url(path), &[]).await;
+    assert!(get(&lacquer.url(path), &[]).await.is_hit());
+    let refused = request("PURGE", &lacquer.url(path), &[], None).await;
+    assert_eq!(refused.status, 405);
+    assert!(
+        get(&lacquer.url(path), &[]).await.is_hit(),
+        "a refused purge must leave the object"
+    );
+    assert_eq!(origin.hits_for(path), 1);
+
+    // the default list is loopback only, which this client is
+    let default = proxy(&origin);
+    let path = "/acl-default?cc=max-age%3D600";
+    get(&default.url(path), &[]).await;
+    assert_eq!(
+        request("PURGE", &default.url(path), &[], None).await.status,
+        200
+    );
+    assert!(!get(&default.url(path), &[]).await.is_hit());
+}

@@ -121,6 +121,8 @@ pub struct CacheSection {
     /// How long a stale response may be served when the origin fails and the response has no
     /// `stale-if-error` of its own (RFC 5861 grace; off by default).
     pub stale_if_error_grace: Option<String>,
+    /// Client addresses (`10.0.0.0/8`, `::1`) allowed to send PURGE.
+    pub purge_from: Option<Vec<String>>,
     /// The shared memcached tier.
     #[serde(default)]
     pub memcached: super::memcached::MemcachedSection,

@@ -9,6 +9,7 @@
 //! With no file at all, `lacquer --upstream 127.0.0.1:8080` is a complete configuration:
 //! a memory-only cache in front of that origin.
 
+pub mod address_range;
 pub mod balancing;
 pub mod cli;
 pub mod compression;
@@ -135,6 +136,8 @@ pub struct CacheConfig {
     pub stale_if_error_grace: Duration,
     /// gzip on store (`[cache.compression]`).
     pub compression: compression::CompressionConfig,
+    /// Client addresses allowed to send PURGE (default: loopback only); others get 405.
+    pub purge_from: Vec<address_range::AddressRange>,
 }
 
 /// Logging settings.
@@ -607,7 +610,24 @@ fn validate_cache(file: &FileConfig) -> Result<CacheConfig, ConfigError> {
             "0s",
         )?,
         compression: compression::validate(&section.compression)?,
+        purge_from: purge_from(&section.purge_from)?,
     })
+}
+
+/// `cache.purge_from`: loopback only unless configured, as Varnish's customary `acl purge`.
+fn purge_from(
+    value: &Option<Vec<String>>,
+) -> Result<Vec<address_range::AddressRange>, ConfigError> {
+    let default = ["127.0.0.0/8".to_string(), "::1".to_string()];
+    let entries = value.as_deref().unwrap_or(&default);
+    entries
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            address_range::AddressRange::parse(text)
+                .map_err(|reason| ConfigError::new(format!("cache.purge_from[{i}]"), reason))
+        })
+        .collect()
 }
 
 fn validate_log(file: &FileConfig) -> Result<LogConfig, ConfigError> {

@@ -152,6 +152,17 @@ impl LacquerProxy {
         Ok(())
     }
 
+    /// Whether the client may PURGE (`cache.purge_from`).
+    fn purge_allowed(&self, session: &Session) -> bool {
+        client_ip(session).is_some_and(|ip| {
+            self.config
+                .cache
+                .purge_from
+                .iter()
+                .any(|range| range.contains(ip))
+        })
+    }
+
     /// The origin pool (shared with the health checker).
     pub fn upstream(&self) -> &Upstream {
         &self.upstream
@@ -221,6 +232,11 @@ impl ProxyHttp for LacquerProxy {
     type CTX = RequestCtx;
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
+        if session.req_header().method.as_str() == "PURGE" && !self.purge_allowed(session) {
+            // as Varnish's customary `acl purge`: only listed clients may purge
+            session.respond_error(405).await?;
+            return Ok(true);
+        }
         if !self.config.cache.enabled || !fast_hit::eligible(&self.policy, session.req_header()) {
             return Ok(false);
         }
@@ -477,6 +493,7 @@ impl ProxyHttp for LacquerProxy {
 
     fn is_purge(&self, session: &Session, _ctx: &Self::CTX) -> bool {
         session.req_header().method.as_str() == "PURGE"
+            && self.purge_allowed(session)
             && client_ip(session).is_some_and(|ip| ip.is_loopback())
     }
 
