@@ -42,15 +42,19 @@ pub fn strip_hop_by_hop(resp: &mut ResponseHeader) {
 
 /// Our `Via` entry (RFC 9110 §7.6.3) for a message received with the given protocol version.
 pub fn via_value(version: http::Version, pseudonym: &str) -> String {
-    format!("{} {pseudonym}", via_protocol(version))
+    format!("{} {pseudonym}", VIA_PROTOCOLS[via_index(version)])
 }
 
-fn via_protocol(version: http::Version) -> &'static str {
+/// The protocol part of a `Via` entry, by [`via_index`].
+const VIA_PROTOCOLS: [&str; 4] = ["1.0", "1.1", "2", "3"];
+
+/// Where a protocol version's `Via` entry stands in [`VIA_PROTOCOLS`] (HTTP/0.9 counts as 1.1).
+fn via_index(version: http::Version) -> usize {
     match version {
-        http::Version::HTTP_10 => "1.0",
-        http::Version::HTTP_2 => "2",
-        http::Version::HTTP_3 => "3",
-        _ => "1.1",
+        http::Version::HTTP_10 => 0,
+        http::Version::HTTP_2 => 2,
+        http::Version::HTTP_3 => 3,
+        _ => 1,
     }
 }
 
@@ -64,26 +68,20 @@ pub struct ViaValues {
 impl ViaValues {
     /// Renders the entries for a configured pseudonym (validated by the config loader).
     pub fn new(pseudonym: &str) -> Result<Self, http::header::InvalidHeaderValue> {
-        let render = |version| http::HeaderValue::try_from(via_value(version, pseudonym));
+        let render = |proto: &str| http::HeaderValue::try_from(format!("{proto} {pseudonym}"));
         Ok(ViaValues {
             by_version: [
-                render(http::Version::HTTP_10)?,
-                render(http::Version::HTTP_11)?,
-                render(http::Version::HTTP_2)?,
-                render(http::Version::HTTP_3)?,
+                render(VIA_PROTOCOLS[0])?,
+                render(VIA_PROTOCOLS[1])?,
+                render(VIA_PROTOCOLS[2])?,
+                render(VIA_PROTOCOLS[3])?,
             ],
         })
     }
 
     /// The entry for a message received with `version`.
     pub fn for_version(&self, version: http::Version) -> http::HeaderValue {
-        let index = match via_protocol(version) {
-            "1.0" => 0,
-            "2" => 2,
-            "3" => 3,
-            _ => 1,
-        };
-        self.by_version[index].clone()
+        self.by_version[via_index(version)].clone()
     }
 }
 
@@ -164,5 +162,20 @@ mod tests {
         );
         assert_eq!(req.headers["x-forwarded-for"], "10.0.0.1, 127.0.0.2");
         assert_eq!(req.headers["forwarded"], "for=127.0.0.2;proto=http");
+    }
+
+    #[test]
+    fn via_entries_name_the_protocol_version_received() {
+        let via = ViaValues::new("lacquer").unwrap();
+        for (version, expected) in [
+            (http::Version::HTTP_09, "1.1 lacquer"),
+            (http::Version::HTTP_10, "1.0 lacquer"),
+            (http::Version::HTTP_11, "1.1 lacquer"),
+            (http::Version::HTTP_2, "2 lacquer"),
+            (http::Version::HTTP_3, "3 lacquer"),
+        ] {
+            assert_eq!(via.for_version(version), expected);
+            assert_eq!(via_value(version, "lacquer"), expected);
+        }
     }
 }
