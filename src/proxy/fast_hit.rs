@@ -249,22 +249,22 @@ pub fn decode_for_identity_client(
     if req.method == http::Method::HEAD || hit.body_len() > WHOLE_DECODE_MAX_STORED {
         return None;
     }
-    let plain = match copies {
-        None => gunzip_complete(hit.chunks(), WHOLE_DECODE_MAX_DECODED)?,
-        Some(copies) => {
-            let of = StoredIdentity {
-                primary: cache_key_for(req).primary_bin(),
-                variance: hit.meta().variance,
-                created: hit.meta().created,
-            };
-            match copies.get(&of) {
-                Some(plain) => plain,
-                None => {
-                    let plain = gunzip_complete(hit.chunks(), WHOLE_DECODE_MAX_DECODED)?;
-                    copies.put(of, plain.clone());
-                    plain
-                }
+    let kept = copies.map(|copies| {
+        let of = StoredIdentity {
+            primary: cache_key_for(req).primary_bin(),
+            variance: hit.meta().variance,
+            created: hit.meta().created,
+        };
+        (copies, of)
+    });
+    let plain = match kept.and_then(|(copies, of)| copies.get(&of)) {
+        Some(plain) => plain,
+        None => {
+            let plain = gunzip_complete(hit.chunks(), WHOLE_DECODE_MAX_DECODED)?;
+            if let Some((copies, of)) = kept {
+                copies.put(of, plain.clone());
             }
+            plain
         }
     };
     compression::rewrite_head_for_decoded_body(head);
