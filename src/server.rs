@@ -84,7 +84,7 @@ pub fn run(config: Config) -> Result<Infallible, StartError> {
     let proxy = LacquerProxy::new(config.clone(), memory, tiered, access_log);
     let backends = proxy.upstream().backends().to_vec();
     if let Some(checks) = &config.balancer.health_check {
-        let checker = HealthChecker::new(proxy.upstream().backends().to_vec(), checks.clone());
+        let checker = HealthChecker::new(backends.clone(), checks.clone());
         server.add_service(background_service("health checks", checker));
     }
     let mut service =
