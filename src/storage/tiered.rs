@@ -85,7 +85,8 @@ fn chunk_key(mc_key: &str, write_id: u64, index: u32) -> String {
     format!("{mc_key}:{write_id:016x}:{index}")
 }
 
-/// Unmarks a URL as being claimed on this node if the claiming request is dropped mid-`add`.
+/// Unmarks a URL as being claimed on this node when its claim fails or the claiming request is
+/// dropped mid-`add`.
 struct PendingClaim<'a> {
     fills: &'a parking_lot::Mutex<std::collections::HashMap<HashBinary, bool>>,
     primary: HashBinary,
@@ -111,8 +112,6 @@ pub struct TieredStorage {
     fill_lease: Duration,
     /// Primary keys whose lease a request on this node is claiming (`false`) or holds (`true`).
     local_fills: parking_lot::Mutex<std::collections::HashMap<HashBinary, bool>>,
-    /// Bounds a wait for another local request's claim (one memcached `add`).
-    op_timeout: Duration,
     next_write: AtomicU64,
     /// What the shared tier has done.
     pub counters: Arc<SharedCounters>,
@@ -135,7 +134,6 @@ impl TieredStorage {
             local_ttl: config.local_ttl,
             fill_lease: config.fill_lease,
             local_fills: Default::default(),
-            op_timeout: config.op_timeout,
             next_write: AtomicU64::new(seed),
             counters: Arc::new(SharedCounters::default()),
         }
@@ -182,34 +180,31 @@ impl TieredStorage {
                     }
                 }
             }
-            if started.elapsed() > self.op_timeout {
+            if started.elapsed() > self.cluster.op_timeout() {
                 return FillClaim::Uncoordinated;
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        // a request dropped while its `add` is out must not leave the URL marked as claiming
+        // unmarks the URL when the claim fails, and when this request is dropped mid-`add`
         let pending = PendingClaim {
             fills: &self.local_fills,
             primary,
         };
         let ttl = self.fill_lease.as_secs() as u32;
         let lease = self.lease_key(key);
-        let added = self
+        match self
             .cluster
             .add(lease.as_bytes(), Bytes::from_static(b"1"), ttl)
-            .await;
-        std::mem::forget(pending);
-        let mut fills = self.local_fills.lock();
-        if added == Some(true) {
-            fills.insert(primary, true);
-            self.counters.fills_claimed.fetch_add(1, Ordering::Relaxed);
-            return FillClaim::Ours;
-        }
-        fills.remove(&primary);
-        if added == Some(false) {
-            FillClaim::Theirs
-        } else {
-            FillClaim::Uncoordinated
+            .await
+        {
+            Some(true) => {
+                std::mem::forget(pending);
+                self.local_fills.lock().insert(primary, true);
+                self.counters.fills_claimed.fetch_add(1, Ordering::Relaxed);
+                FillClaim::Ours
+            }
+            Some(false) => FillClaim::Theirs,
+            None => FillClaim::Uncoordinated,
         }
     }
 

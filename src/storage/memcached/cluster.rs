@@ -185,6 +185,11 @@ impl Cluster {
         self.record(index, result).is_some()
     }
 
+    /// The most one operation may take (`cache.memcached.op_timeout`).
+    pub fn op_timeout(&self) -> std::time::Duration {
+        self.op_timeout
+    }
+
     /// Stores `key` only if it is absent (memcached `add`): `Some(true)` when this call stored
     /// it, `Some(false)` when it was already there, `None` when the server could not be asked.
     pub async fn add(&self, key: &[u8], value: Bytes, ttl_secs: u32) -> Option<bool> {
