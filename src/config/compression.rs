@@ -4,8 +4,7 @@
 //! whether Lacquer itself compresses what the origin sent uncompressed, and how much memory keeps
 //! decoded copies for such clients (`decoded_copies`).
 
-use super::units::parse_size;
-use super::ConfigError;
+use super::{size_or, ConfigError};
 use serde::Deserialize;
 
 /// The section as written in the file.
@@ -71,6 +70,18 @@ impl CompressionConfig {
     }
 }
 
+/// A size key: its value parsed as the other size keys are ([`super::size_or`]), or `default`.
+fn size_or_default(
+    key: &str,
+    value: &Option<String>,
+    default: usize,
+) -> Result<usize, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(_) => size_or(key, value, ""),
+    }
+}
+
 /// Validates the section; every bad value names its key.
 pub fn validate(section: &CompressionSection) -> Result<CompressionConfig, ConfigError> {
     let defaults = CompressionConfig::default();
@@ -94,16 +105,11 @@ pub fn validate(section: &CompressionSection) -> Result<CompressionConfig, Confi
             out
         }
     };
-    let min_size = match &section.min_size {
-        None => defaults.min_size,
-        Some(text) => {
-            let bytes =
-                parse_size(text).map_err(|e| ConfigError::new("cache.compression.min_size", e))?;
-            usize::try_from(bytes).map_err(|_| {
-                ConfigError::new("cache.compression.min_size", "too large for this machine")
-            })?
-        }
-    };
+    let min_size = size_or_default(
+        "cache.compression.min_size",
+        &section.min_size,
+        defaults.min_size,
+    )?;
     let level = match section.level {
         None => defaults.level,
         Some(l @ 1..=9) => l as u32,
@@ -114,19 +120,11 @@ pub fn validate(section: &CompressionSection) -> Result<CompressionConfig, Confi
             ))
         }
     };
-    let decoded_copies = match &section.decoded_copies {
-        None => defaults.decoded_copies,
-        Some(text) => {
-            let bytes = parse_size(text)
-                .map_err(|e| ConfigError::new("cache.compression.decoded_copies", e))?;
-            usize::try_from(bytes).map_err(|_| {
-                ConfigError::new(
-                    "cache.compression.decoded_copies",
-                    "too large for this machine",
-                )
-            })?
-        }
-    };
+    let decoded_copies = size_or_default(
+        "cache.compression.decoded_copies",
+        &section.decoded_copies,
+        defaults.decoded_copies,
+    )?;
     Ok(CompressionConfig {
         enabled: section.enabled.unwrap_or(defaults.enabled),
         types,
