@@ -1159,9 +1159,13 @@ where
             .early_request_filter(&mut session, &mut ctx)
             .await
         {
-            return Box::pin(self
-                .handle_error(session, &mut ctx, e, "Fail to early filter request:"))
-                .await;
+            return Box::pin(self.handle_error(
+                session,
+                &mut ctx,
+                e,
+                "Fail to early filter request:",
+            ))
+            .await;
         }
 
         if self.inner.allow_spawning_subrequest(&session, &ctx) {
@@ -1176,14 +1180,13 @@ where
             .request_header_filter(req)
             .await
         {
-            return Box::pin(self
-                .handle_error(
-                    session,
-                    &mut ctx,
-                    e,
-                    "Failed in downstream modules request filter:",
-                ))
-                .await;
+            return Box::pin(self.handle_error(
+                session,
+                &mut ctx,
+                e,
+                "Failed in downstream modules request filter:",
+            ))
+            .await;
         }
 
         match self.inner.request_filter(&mut session, &mut ctx).await {
@@ -1207,9 +1210,13 @@ where
                 /* else continue */
             }
             Err(e) => {
-                return Box::pin(self
-                    .handle_error(session, &mut ctx, e, "Fail to filter request:"))
-                    .await;
+                return Box::pin(self.handle_error(
+                    session,
+                    &mut ctx,
+                    e,
+                    "Fail to filter request:",
+                ))
+                .await;
             }
         }
 
