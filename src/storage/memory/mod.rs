@@ -63,6 +63,7 @@ pub struct MemoryTier {
     index: ObjectIndex,
     fills: InFlightFills,
     /// Near-cache mode: how long an object is trusted locally (None: until evicted or stale).
+    /// Zero means shared-tier hits are not promoted at all.
     local_ttl: Option<Duration>,
 }
 
@@ -109,18 +110,24 @@ impl MemoryTier {
 
     /// Makes this tier a near cache in front of a shared tier: every object is trusted for at most
     /// `ttl` after it was stored here, then looked up in the shared tier again. This bounds how
-    /// long a purge made through another node can go unseen here.
+    /// long a purge made through another node can go unseen here. A `ttl` of zero keeps no copy
+    /// of shared-tier hits (see [`Self::promote`]).
     pub fn set_local_ttl(&mut self, ttl: Duration) {
         self.local_ttl = Some(ttl);
     }
 
-    /// Stores a complete object obtained elsewhere (a shared-tier hit) under `key`.
-    pub fn promote(&self, key: &CacheKey, meta: StoredMeta, body: Body) -> bool {
+    /// Stores a complete object obtained elsewhere (a shared-tier hit) under `key`, trusted for
+    /// `local_ttl`; returns whether it was stored. With a `local_ttl` of zero nothing is: the copy
+    /// would never be trusted, so storing it would only evict objects that are.
+    pub fn promote(&self, key: &CacheKey, meta: &StoredMeta, body: &Body) -> bool {
+        if self.local_ttl.is_some_and(|ttl| ttl.is_zero()) {
+            return false;
+        }
         self.insert(
             key_of(key.combined_bin()),
             key_of(key.primary_bin()),
-            Arc::new(meta),
-            body,
+            Arc::new(meta.clone()),
+            body.clone(),
         )
     }
 
@@ -343,5 +350,34 @@ mod tests {
         assert_eq!(outcome, PurgeOutcome::Purged(None));
         assert!(tier.lookup(&key, &span).await.unwrap().is_none());
         assert_eq!(tier.stats().bytes, 0);
+    }
+
+    #[tokio::test]
+    async fn promotion_follows_local_ttl_and_a_zero_ttl_keeps_no_copy() {
+        let span = Span::inactive().handle();
+        let key = CacheKey::new("/promoted", "");
+        let meta = StoredMeta::from_meta(&test_support::meta());
+        let body = Body::from_chunks(vec![bytes::Bytes::from_static(b"from the shared tier")]);
+
+        let mut near = MemoryTier::new(4 << 20, 1 << 20, 1024);
+        near.set_local_ttl(Duration::from_secs(60));
+        let near = near.leak();
+        assert!(near.promote(&key, &meta, &body));
+        let (_, mut hit) = near.lookup(&key, &span).await.unwrap().unwrap();
+        assert_eq!(read_all(&mut hit).await, b"from the shared tier");
+        assert_eq!(near.stats().objects, 1);
+
+        let mut untrusting = MemoryTier::new(4 << 20, 1 << 20, 1024);
+        untrusting.set_local_ttl(Duration::ZERO);
+        let untrusting = untrusting.leak();
+        assert!(!untrusting.promote(&key, &meta, &body));
+        assert!(untrusting.lookup(&key, &span).await.unwrap().is_none());
+        assert_eq!(
+            untrusting.stats(),
+            MemoryStats {
+                limit: 4 << 20,
+                ..MemoryStats::default()
+            }
+        );
     }
 }
