@@ -21,7 +21,7 @@ use super::cache_key_for;
 use crate::compression::decoded_copies::{DecodedCopies, StoredIdentity};
 use crate::compression::{self, gunzip::gunzip_complete};
 use crate::policy::{vary, CachePolicy};
-use crate::storage::memory::{FreshHit, MemoryTier};
+use crate::storage::memory::{CompleteObject, MemoryTier};
 use crate::storage::tiered::{FillClaim, TieredStorage};
 use http::header;
 use pingora_cache::key::CacheHashKey;
@@ -56,7 +56,7 @@ pub fn eligible(policy: &CachePolicy, req: &RequestHeader) -> bool {
 /// What a fast-path lookup found.
 pub enum Lookup {
     /// A fresh, complete object that is the variant this request selects: serve it.
-    Fresh(FreshHit),
+    Fresh(CompleteObject),
     /// Nothing is stored under the URL in the place looked at.
     Absent,
     /// Something is stored, but the standard path must decide (stale, in flight, another variant).
@@ -109,18 +109,18 @@ pub async fn shared_lookup(tier: &TieredStorage, req: &RequestHeader, now: Syste
         return Lookup::Absent;
     };
     let hit = match meta.variance {
-        None => MemoryTier::detached_fresh_hit(meta, body),
+        None => CompleteObject::detached(meta, body),
         Some(stored) => {
             let Some(wanted) = vary::variance_key(&meta.header, req) else {
                 return Lookup::Decline;
             };
             if wanted == stored {
-                MemoryTier::detached_fresh_hit(meta, body)
+                CompleteObject::detached(meta, body)
             } else {
                 key.set_variance_key(wanted);
                 match tier.read_and_promote(&key).await {
                     Some((variant, body)) if variant_is_current(&variant, &meta, wanted) => {
-                        MemoryTier::detached_fresh_hit(variant, body)
+                        CompleteObject::detached(variant, body)
                     }
                     _ => return Lookup::Decline,
                 }
@@ -136,7 +136,7 @@ const FILL_POLL: std::time::Duration = std::time::Duration::from_millis(10);
 /// What a request whose URL memcached does not have should do.
 pub enum AfterSharedMiss {
     /// Another node (or a request on this one) filled it while this request waited: serve it.
-    Filled(FreshHit),
+    Filled(CompleteObject),
     /// Fetch it on the standard path. `holds_lease`: this request took the cluster's fill lease
     /// and must release it if the fill stores nothing. `known_missing`: memcached still has
     /// nothing under the URL, so the standard path need not ask it again.
@@ -217,7 +217,7 @@ pub fn variant_is_current(
     variant.variance == Some(wanted) && variant.created >= primary.created
 }
 
-fn fresh_or_decline(hit: FreshHit, now: SystemTime) -> Lookup {
+fn fresh_or_decline(hit: CompleteObject, now: SystemTime) -> Lookup {
     if hit.meta().fresh_until > now {
         Lookup::Fresh(hit)
     } else {
@@ -241,7 +241,7 @@ pub const WHOLE_DECODE_MAX_DECODED: usize = 1024 * 1024;
 /// With `copies`, a body decoded once is kept there and served again while the stored object is
 /// the same one (see [`DecodedCopies`]).
 pub fn decode_for_identity_client(
-    hit: &FreshHit,
+    hit: &CompleteObject,
     req: &RequestHeader,
     head: &mut ResponseHeader,
     copies: Option<&DecodedCopies>,
@@ -275,7 +275,7 @@ pub fn decode_for_identity_client(
 
 /// Builds the response head for a fast hit: the stored head, `Age` (RFC 9111 §4), and chunked
 /// framing when the stored response has no length. Returns the head and the remaining TTL.
-pub fn response_head(hit: &FreshHit, now: SystemTime) -> (Box<ResponseHeader>, i64) {
+pub fn response_head(hit: &CompleteObject, now: SystemTime) -> (Box<ResponseHeader>, i64) {
     let meta = hit.meta();
     let mut head = Box::new(meta.header.clone());
     let age = now

@@ -106,8 +106,6 @@ pub struct TieredStorage {
     chunk_size: usize,
     item_size: usize,
     keep: Duration,
-    /// Zero means memcached hits are not copied into the memory tier.
-    local_ttl: Duration,
     /// Zero means fills are not coordinated across nodes.
     fill_lease: Duration,
     /// Primary keys whose lease a request on this node is claiming (`false`) or holds (`true`).
@@ -131,7 +129,6 @@ impl TieredStorage {
             chunk_size: config.item_size.saturating_sub(ITEM_HEADROOM).max(1024),
             item_size: config.item_size,
             keep: config.keep,
-            local_ttl: config.local_ttl,
             fill_lease: config.fill_lease,
             local_fills: Default::default(),
             next_write: AtomicU64::new(seed),
@@ -236,9 +233,7 @@ impl TieredStorage {
     /// judges freshness and variance.
     pub async fn read_and_promote(&self, key: &CacheKey) -> Option<(StoredMeta, Body)> {
         let (meta, body) = self.shared_lookup(key).await?;
-        if !self.local_ttl.is_zero() {
-            self.memory.promote(key, meta.clone(), body.clone());
-        }
+        self.memory.promote(key, &meta, &body);
         Some((meta, body))
     }
 

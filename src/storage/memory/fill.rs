@@ -1,0 +1,308 @@
+//! In-flight fills: the writer Pingora's miss path drives ([`MemoryMiss`]), the registry lookups
+//! find it in ([`InFlightFills`]), and the readers that stream it while it is written
+//! ([`StreamingHit`]).
+//!
+//! A miss writes into an in-flight entry; concurrent lookups of the same key stream the body as it
+//! arrives (`support_streaming_partial_write`). On `finish` the object is indexed as complete
+//! before the in-flight entry goes, so lookups never see a gap. A reader never sees a truncated
+//! body as complete: if the writer is dropped before `finish` (or the key is purged meanwhile),
+//! readers get an error.
+
+use super::{key_of, MemoryTier};
+use crate::storage::object::{owned_chunk, Body, StoredMeta};
+use async_trait::async_trait;
+use bytes::Bytes;
+use parking_lot::{Mutex, RwLock};
+use pingora_cache::key::CacheHashKey;
+use pingora_cache::storage::{streaming_write::U64WriteId, HandleMiss, MissFinishType};
+use pingora_cache::{CacheKey, CacheMeta};
+use pingora_error::{Error, ErrorType, Result};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::SystemTime;
+use tokio::sync::watch;
+
+/// Progress of an in-flight fill, broadcast to streaming readers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FillState {
+    /// This many chunks are readable so far.
+    Partial(usize),
+    /// All chunks written; the body is complete.
+    Complete,
+    /// The writer went away before finishing: the body is incomplete and must not be served.
+    Aborted,
+}
+
+/// The body of an in-flight fill, shared between the writer and streaming readers.
+pub(super) struct FillBody {
+    chunks: RwLock<Vec<Bytes>>,
+    state: watch::Sender<FillState>,
+}
+
+/// An in-flight fill as seen by lookups.
+struct InFlight {
+    write_id: u64,
+    meta: Arc<StoredMeta>,
+    body: Arc<FillBody>,
+}
+
+/// The fills being written now, by key (a key may have several: a refresh starts while the
+/// previous fill still streams).
+pub(super) struct InFlightFills {
+    by_key: Mutex<HashMap<u128, Vec<InFlight>>>,
+    /// How many fills `by_key` holds, read without the lock so the hit path skips it when idle.
+    count: AtomicUsize,
+    next_write_id: AtomicU64,
+}
+
+impl Default for InFlightFills {
+    fn default() -> Self {
+        InFlightFills {
+            by_key: Mutex::new(HashMap::new()),
+            count: AtomicUsize::new(0),
+            next_write_id: AtomicU64::new(1),
+        }
+    }
+}
+
+impl InFlightFills {
+    /// Fills currently being written.
+    pub(super) fn count(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Whether a fill of `key` is being written.
+    pub(super) fn is_filling(&self, key: u128) -> bool {
+        self.count.load(Ordering::Acquire) != 0 && self.by_key.lock().contains_key(&key)
+    }
+
+    /// The fill of `key` with the given write id, or (without one) the oldest fill of `key`.
+    pub(super) fn get(
+        &self,
+        key: u128,
+        write_id: Option<u64>,
+    ) -> Option<(Arc<StoredMeta>, Arc<FillBody>)> {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let by_key = self.by_key.lock();
+        let fills = by_key.get(&key)?;
+        let fill = match write_id {
+            Some(id) => fills.iter().find(|f| f.write_id == id)?,
+            None => fills.first()?,
+        };
+        Some((fill.meta.clone(), fill.body.clone()))
+    }
+
+    /// Registers a new fill of `key`; returns its write id and the body its writer fills.
+    fn start(&self, key: u128, meta: Arc<StoredMeta>) -> (u64, Arc<FillBody>) {
+        let write_id = self.next_write_id.fetch_add(1, Ordering::Relaxed);
+        let (state, _) = watch::channel(FillState::Partial(0));
+        let body = Arc::new(FillBody {
+            chunks: RwLock::new(Vec::new()),
+            state,
+        });
+        self.by_key.lock().entry(key).or_default().push(InFlight {
+            write_id,
+            meta,
+            body: body.clone(),
+        });
+        self.count.fetch_add(1, Ordering::Release);
+        (write_id, body)
+    }
+
+    fn remove(&self, key: u128, write_id: u64) {
+        let mut by_key = self.by_key.lock();
+        if let Some(fills) = by_key.get_mut(&key) {
+            let before = fills.len();
+            fills.retain(|f| f.write_id != write_id);
+            if fills.len() != before {
+                self.count.fetch_sub(1, Ordering::Release);
+            }
+            if fills.is_empty() {
+                by_key.remove(&key);
+            }
+        }
+    }
+
+    /// Drops every fill of `key`, failing their streaming readers; returns whether there was one.
+    pub(super) fn abort(&self, key: u128) -> bool {
+        let mut by_key = self.by_key.lock();
+        match by_key.remove(&key) {
+            Some(fills) => {
+                for fill in &fills {
+                    fill.body.state.send_replace(FillState::Aborted);
+                }
+                self.count.fetch_sub(fills.len(), Ordering::Release);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Writes a fill; on `finish` the object becomes visible as complete.
+pub(super) struct MemoryMiss {
+    tier: &'static MemoryTier,
+    key: u128,
+    primary: u128,
+    write_id: U64WriteId,
+    meta: Arc<StoredMeta>,
+    body: Arc<FillBody>,
+    finished: bool,
+}
+
+impl MemoryMiss {
+    /// Starts a fill of `key` in `tier`, visible to lookups from now on.
+    pub(super) fn start(tier: &'static MemoryTier, key: &CacheKey, meta: &CacheMeta) -> Self {
+        let primary = key_of(key.primary_bin());
+        let key = key_of(key.combined_bin());
+        let mut meta = StoredMeta::from_meta(meta);
+        // Pingora's `created` has whole seconds; variants are retired by comparing it with the
+        // primary slot's (see `proxy::fast_hit::variant_is_current`), so a purge and a refill
+        // within one second must still order: record when this fill started, to the nanosecond.
+        meta.created = meta.created.max(SystemTime::now());
+        let meta = Arc::new(meta);
+        let (write_id, body) = tier.fills.start(key, meta.clone());
+        MemoryMiss {
+            tier,
+            key,
+            primary,
+            write_id: write_id.into(),
+            meta,
+            body,
+            finished: false,
+        }
+    }
+}
+
+#[async_trait]
+impl HandleMiss for MemoryMiss {
+    async fn write_body(&mut self, data: Bytes, _eof: bool) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let count = {
+            let mut chunks = self.body.chunks.write();
+            chunks.push(owned_chunk(&data));
+            chunks.len()
+        };
+        // completion itself is signalled by `finish`, after the object is indexed
+        self.body.state.send_replace(FillState::Partial(count));
+        Ok(())
+    }
+
+    async fn finish(mut self: Box<Self>) -> Result<MissFinishType> {
+        let chunks = self.body.chunks.read().clone();
+        let body = Body::from_chunks(chunks);
+        let size = body.len();
+        // index the complete object before dropping the in-flight entry, so lookups never see a gap
+        self.tier
+            .insert(self.key, self.primary, self.meta.clone(), body);
+        self.body.state.send_replace(FillState::Complete);
+        self.finished = true;
+        self.tier.fills.remove(self.key, self.write_id.into());
+        Ok(MissFinishType::Created(size))
+    }
+
+    fn streaming_write_tag(&self) -> Option<&[u8]> {
+        Some(self.write_id.as_bytes())
+    }
+}
+
+impl Drop for MemoryMiss {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.body.state.send_replace(FillState::Aborted);
+            self.tier.fills.remove(self.key, self.write_id.into());
+        }
+    }
+}
+
+/// Reads an in-flight fill chunk by chunk, waiting for the writer when it has caught up.
+pub(super) struct StreamingHit {
+    body: Arc<FillBody>,
+    state: watch::Receiver<FillState>,
+    next_chunk: usize,
+}
+
+impl StreamingHit {
+    /// A reader from the first chunk of `body`.
+    pub(super) fn new(body: Arc<FillBody>) -> Self {
+        let state = body.state.subscribe();
+        StreamingHit {
+            body,
+            state,
+            next_chunk: 0,
+        }
+    }
+
+    /// The next chunk; `None` once the fill is complete and read; an error if it was abandoned.
+    pub(super) async fn read(&mut self) -> Result<Option<Bytes>> {
+        loop {
+            let state = *self.state.borrow_and_update();
+            {
+                let chunks = self.body.chunks.read();
+                if self.next_chunk < chunks.len() {
+                    let chunk = chunks[self.next_chunk].clone();
+                    self.next_chunk += 1;
+                    return Ok(Some(chunk));
+                }
+            }
+            match state {
+                FillState::Complete => return Ok(None),
+                FillState::Aborted => {
+                    return Error::e_explain(ErrorType::InternalError, "cache fill aborted")
+                }
+                FillState::Partial(_) => {}
+            }
+            if self.state.changed().await.is_err() {
+                // writer dropped without marking completion
+                if *self.state.borrow() != FillState::Complete {
+                    return Error::e_explain(ErrorType::InternalError, "cache fill abandoned");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::{meta, read_all};
+    use super::super::MemoryTier;
+    use bytes::Bytes;
+    use pingora_cache::storage::Storage;
+    use pingora_cache::trace::Span;
+    use pingora_cache::CacheKey;
+
+    #[tokio::test]
+    async fn streaming_reader_sees_whole_body_or_error() {
+        let tier = MemoryTier::new(4 << 20, 1 << 20, 1024).leak();
+        let span = Span::inactive().handle();
+        let key = CacheKey::new("/s", "");
+        let mut miss = tier.get_miss_handler(&key, &meta(), &span).await.unwrap();
+        miss.write_body(Bytes::from_static(b"hello "), false)
+            .await
+            .unwrap();
+        let (_, mut reader) = tier.lookup(&key, &span).await.unwrap().unwrap();
+        let reading = tokio::spawn(async move { read_all(&mut reader).await });
+        miss.write_body(Bytes::from_static(b"world"), true)
+            .await
+            .unwrap();
+        miss.finish().await.unwrap();
+        assert_eq!(reading.await.unwrap(), b"hello world");
+
+        // an abandoned fill makes its streaming readers fail instead of ending early
+        let key2 = CacheKey::new("/t", "");
+        let mut miss = tier.get_miss_handler(&key2, &meta(), &span).await.unwrap();
+        miss.write_body(Bytes::from_static(b"partial"), false)
+            .await
+            .unwrap();
+        let (_, mut reader) = tier.lookup(&key2, &span).await.unwrap().unwrap();
+        assert_eq!(&reader.read_body().await.unwrap().unwrap()[..], b"partial");
+        drop(miss);
+        assert!(reader.read_body().await.is_err());
+        assert!(tier.lookup(&key2, &span).await.unwrap().is_none());
+    }
+}

@@ -1,0 +1,147 @@
+//! Reading a hit: the [`HandleHit`] Pingora drives over a complete object or an in-flight fill,
+//! and [`CompleteObject`], the complete object the proxy's hit fast path reads directly.
+//!
+//! A complete object is served without copying, chunk by chunk, and can be seeked for ranges; an
+//! in-flight fill is streamed (see `fill.rs`) and cannot. An object read from elsewhere (a
+//! shared-tier hit) is served through the same types, detached: not stored in this tier.
+
+use super::fill::{FillBody, StreamingHit};
+use super::index::MemoryObject;
+use crate::storage::object::{Body, RangeCursor, StoredMeta};
+use async_trait::async_trait;
+use bytes::Bytes;
+use parking_lot::RwLock;
+use pingora_cache::storage::{HandleHit, HitHandler, Storage};
+use pingora_cache::trace::SpanHandle;
+use pingora_cache::{CacheKey, CacheMeta};
+use pingora_error::{Error, ErrorType, Result};
+use std::any::Any;
+use std::sync::Arc;
+
+/// A complete object, as [`MemoryTier::complete_object`](super::MemoryTier::complete_object)
+/// finds it for the proxy's hit fast path: its metadata and body, reference-counted, with no
+/// judgement of freshness or variance (those are the caller's).
+pub struct CompleteObject {
+    object: Arc<MemoryObject>,
+    meta: Arc<StoredMeta>,
+}
+
+impl CompleteObject {
+    /// The object as it is now (a revalidation may replace its metadata later).
+    pub(super) fn new(object: Arc<MemoryObject>) -> Self {
+        let meta = object.meta.read().clone();
+        CompleteObject { object, meta }
+    }
+
+    /// An object read from elsewhere (a shared-tier hit) and not stored in this tier.
+    pub fn detached(meta: StoredMeta, body: Body) -> Self {
+        let meta = Arc::new(meta);
+        let object = Arc::new(MemoryObject {
+            key: 0,
+            primary: 0,
+            meta: RwLock::new(meta.clone()),
+            charged: 0,
+            local_until: None,
+            body,
+        });
+        CompleteObject { object, meta }
+    }
+
+    /// The stored metadata (response head, freshness, age reference).
+    pub fn meta(&self) -> &StoredMeta {
+        &self.meta
+    }
+
+    /// The body chunks.
+    pub fn chunks(&self) -> &[Bytes] {
+        self.object.body.chunks()
+    }
+
+    /// The body length.
+    pub fn body_len(&self) -> usize {
+        self.object.body.len()
+    }
+
+    /// A hit handler serving this object's body from the start.
+    pub(super) fn into_hit_handler(self) -> HitHandler {
+        complete_hit(self.object)
+    }
+}
+
+/// Serves a hit from a complete object.
+struct CompleteHit {
+    object: Arc<MemoryObject>,
+    cursor: RangeCursor,
+}
+
+/// The memory tier's hit handler: a complete object or an in-flight fill.
+enum MemoryHit {
+    Complete(CompleteHit),
+    Streaming(StreamingHit),
+}
+
+/// A handler serving `object`'s whole body (until a seek narrows it).
+pub(super) fn complete_hit(object: Arc<MemoryObject>) -> HitHandler {
+    let cursor = RangeCursor::whole(object.body.len());
+    Box::new(MemoryHit::Complete(CompleteHit { object, cursor }))
+}
+
+/// A handler streaming an in-flight fill, with the fill's metadata.
+pub(super) fn streaming_hit(meta: &StoredMeta, body: Arc<FillBody>) -> (CacheMeta, HitHandler) {
+    let hit = MemoryHit::Streaming(StreamingHit::new(body));
+    (meta.to_meta(), Box::new(hit))
+}
+
+#[async_trait]
+impl HandleHit for MemoryHit {
+    async fn read_body(&mut self) -> Result<Option<Bytes>> {
+        match self {
+            MemoryHit::Complete(hit) => Ok(hit.cursor.next(hit.object.body.chunks())),
+            MemoryHit::Streaming(hit) => hit.read().await,
+        }
+    }
+
+    async fn finish(
+        self: Box<Self>,
+        _storage: &'static (dyn Storage + Sync),
+        _key: &CacheKey,
+        _trace: &SpanHandle,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    fn can_seek(&self) -> bool {
+        matches!(self, MemoryHit::Complete(_))
+    }
+
+    fn seek(&mut self, start: usize, end: Option<usize>) -> Result<()> {
+        match self {
+            MemoryHit::Complete(hit) => hit
+                .cursor
+                .seek(hit.object.body.len(), start, end)
+                .or_else(|e| Error::e_explain(ErrorType::InternalError, e)),
+            MemoryHit::Streaming(_) => {
+                Error::e_explain(ErrorType::InternalError, "cannot seek a streaming fill")
+            }
+        }
+    }
+
+    fn should_count_access(&self) -> bool {
+        matches!(self, MemoryHit::Complete(_))
+    }
+
+    fn get_eviction_weight(&self) -> usize {
+        match self {
+            MemoryHit::Complete(hit) => hit.object.charged,
+            MemoryHit::Streaming(_) => 0,
+        }
+    }
+
+    fn as_any(&self) -> &(dyn Any + Send + Sync) {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut (dyn Any + Send + Sync) {
+        self
+    }
+}

@@ -1,0 +1,383 @@
+//! The memory tier: a byte-bounded in-process cache on TinyUFO (S3-FIFO eviction, TinyLFU admission).
+//!
+//! This file owns [`MemoryTier`]: the tier as a Pingora [`Storage`], how long this node trusts what
+//! it holds (near-cache mode, `local_ttl`), and its [`MemoryStats`]. It is built from:
+//! * `index.rs`: the byte-bounded object index over TinyUFO (charges, eviction, collision check);
+//! * `variants.rs`: primary key -> variant keys, so purging a URL purges every variant;
+//! * `fill.rs`: in-flight fills, their writer and the readers that stream them;
+//! * `hit.rs`: the hit handlers, and [`CompleteObject`] for the proxy's hit fast path.
+//!
+//! # Why it looks like this
+//! * **Hard byte bound.** Every object is charged its body, its header bytes and a fixed
+//!   overhead; the sum of charges never exceeds `memory_size`. [`MemoryTier::stats`] reports the
+//!   exact bytes held.
+//! * **Decoded metadata.** Objects keep [`StoredMeta`], not serialized `CacheMeta`.
+//! * **Streaming fills.** A miss writes into an in-flight entry; concurrent lookups of the same key
+//!   stream the body as it arrives (`support_streaming_partial_write`). A reader never sees a
+//!   truncated body as complete: if the writer is dropped before `finish`, readers get an error.
+//! * **Collision safety.** The full 128-bit combined key is kept with each object and checked on
+//!   lookup, since TinyUFO indexes by a 64-bit hash of it.
+
+mod fill;
+mod hit;
+mod index;
+mod variants;
+
+pub use hit::CompleteObject;
+
+use super::object::{Body, StoredMeta};
+use async_trait::async_trait;
+use fill::{InFlightFills, MemoryMiss};
+use hit::{complete_hit, streaming_hit};
+use index::{MemoryObject, ObjectIndex};
+use pingora_cache::eviction::CacheEntryKey;
+use pingora_cache::key::{CacheHashKey, CompactCacheKey};
+use pingora_cache::storage::{
+    streaming_write::U64WriteId, HitHandler, MissHandler, PurgeOutcome, PurgeTarget, PurgeType,
+    Storage,
+};
+use pingora_cache::trace::SpanHandle;
+use pingora_cache::{CacheKey, CacheMeta};
+use pingora_error::Result;
+use std::any::Any;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+/// Counters describing what the memory tier holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Bytes charged for all objects currently held (body + headers + overhead).
+    pub bytes: usize,
+    /// Objects currently held.
+    pub objects: usize,
+    /// The configured bound on `bytes`.
+    pub limit: usize,
+    /// Objects evicted (or rejected by admission) to stay within `limit`.
+    pub evictions: u64,
+    /// Fills currently being written.
+    pub in_flight: usize,
+}
+
+/// The in-process memory tier. See the module docs for its guarantees.
+pub struct MemoryTier {
+    index: ObjectIndex,
+    fills: InFlightFills,
+    /// Near-cache mode: how long an object is trusted locally (None: until evicted or stale).
+    /// Zero means shared-tier hits are not promoted at all.
+    local_ttl: Option<Duration>,
+}
+
+fn key_of(hash: [u8; 16]) -> u128 {
+    u128::from_be_bytes(hash)
+}
+
+impl MemoryTier {
+    /// Creates a tier holding at most `limit` bytes, admitting objects whose body is at most
+    /// `max_object_size` bytes; `estimated_objects` sizes the admission sketch.
+    pub fn new(limit: usize, max_object_size: usize, estimated_objects: usize) -> Self {
+        MemoryTier {
+            index: ObjectIndex::new(limit, max_object_size, estimated_objects),
+            fills: InFlightFills::default(),
+            local_ttl: None,
+        }
+    }
+
+    /// A leaked, `'static` tier as Pingora's cache API requires.
+    pub fn leak(self) -> &'static MemoryTier {
+        Box::leak(Box::new(self))
+    }
+
+    /// What the tier holds now.
+    pub fn stats(&self) -> MemoryStats {
+        MemoryStats {
+            bytes: self.index.bytes(),
+            objects: self.index.objects(),
+            limit: self.index.limit(),
+            evictions: self.index.evictions(),
+            in_flight: self.fills.count(),
+        }
+    }
+
+    /// The complete object stored under `key` for the proxy's hit fast path, if there is one and
+    /// no fill of it is in flight. Freshness and variance are the caller's to judge.
+    pub fn complete_object(&self, key: [u8; 16]) -> Option<CompleteObject> {
+        let key = key_of(key);
+        if self.fills.is_filling(key) {
+            return None;
+        }
+        self.trusted_object(key).map(CompleteObject::new)
+    }
+
+    /// Makes this tier a near cache in front of a shared tier: every object is trusted for at most
+    /// `ttl` after it was stored here, then looked up in the shared tier again. This bounds how
+    /// long a purge made through another node can go unseen here. A `ttl` of zero keeps no copy
+    /// of shared-tier hits (see [`Self::promote`]).
+    pub fn set_local_ttl(&mut self, ttl: Duration) {
+        self.local_ttl = Some(ttl);
+    }
+
+    /// Stores a complete object obtained elsewhere (a shared-tier hit) under `key`, trusted for
+    /// `local_ttl`; returns whether it was stored. With a `local_ttl` of zero nothing is: the copy
+    /// would never be trusted, so storing it would only evict objects that are.
+    pub fn promote(&self, key: &CacheKey, meta: &StoredMeta, body: &Body) -> bool {
+        if self.local_ttl.is_some_and(|ttl| ttl.is_zero()) {
+            return false;
+        }
+        self.insert(
+            key_of(key.combined_bin()),
+            key_of(key.primary_bin()),
+            Arc::new(meta.clone()),
+            body.clone(),
+        )
+    }
+
+    /// The metadata and body stored under `key`, for writing them to a shared tier.
+    pub fn stored_parts(&self, key: &CacheKey) -> Option<(Arc<StoredMeta>, Body)> {
+        // not `trusted_object`: the writer wants what was just stored, even when this node's own
+        // trust in it has already run out (a `local_ttl` of zero)
+        let object = self.index.get(key_of(key.combined_bin()))?;
+        let meta = object.meta.read().clone();
+        Some((meta, object.body.clone()))
+    }
+
+    /// A hit handler over a body that is not (or not yet) stored here.
+    pub fn detached_hit(meta: &StoredMeta, body: Body) -> (CacheMeta, HitHandler) {
+        let object = CompleteObject::detached(meta.clone(), body);
+        (meta.to_meta(), object.into_hit_handler())
+    }
+
+    /// The object under `key`, unless this node no longer trusts its copy (near-cache mode).
+    fn trusted_object(&self, key: u128) -> Option<Arc<MemoryObject>> {
+        let object = self.index.get(key)?;
+        match object.local_until {
+            Some(until) if Instant::now() >= until => None,
+            _ => Some(object),
+        }
+    }
+
+    /// Inserts a complete object, trusted for `local_ttl` from now; returns whether it was
+    /// admitted.
+    fn insert(&self, key: u128, primary: u128, meta: Arc<StoredMeta>, body: Body) -> bool {
+        let local_until = self.local_ttl.map(|ttl| Instant::now() + ttl);
+        self.index.insert(key, primary, meta, body, local_until)
+    }
+
+    fn lookup_key(&'static self, key: u128) -> Option<(CacheMeta, HitHandler)> {
+        // prefer an in-flight fill, so a refreshed object is visible while it is being written
+        if let Some((meta, body)) = self.fills.get(key, None) {
+            return Some(streaming_hit(&meta, body));
+        }
+        let object = self.trusted_object(key)?;
+        let meta = object.meta.read().to_meta();
+        Some((meta, complete_hit(object)))
+    }
+
+    fn purge_key(&self, target: &CompactCacheKey) -> bool {
+        let key = key_of(target.combined_bin());
+        let removed_fill = self.fills.abort(key);
+        // purging a URL (no variance given) purges all its variants too
+        let removed = if target.variance.is_none() {
+            self.index.remove_with_variants(key)
+        } else {
+            self.index.remove(key)
+        };
+        removed || removed_fill
+    }
+}
+
+#[async_trait]
+impl Storage for MemoryTier {
+    async fn lookup(
+        &'static self,
+        key: &CacheKey,
+        _trace: &SpanHandle,
+    ) -> Result<Option<(CacheMeta, HitHandler)>> {
+        Ok(self.lookup_key(key_of(key.combined_bin())))
+    }
+
+    async fn lookup_streaming_write(
+        &'static self,
+        key: &CacheKey,
+        streaming_write_tag: Option<&[u8]>,
+        _trace: &SpanHandle,
+    ) -> Result<Option<(CacheMeta, HitHandler)>> {
+        let key = key_of(key.combined_bin());
+        let write_id = streaming_write_tag
+            .and_then(|tag| U64WriteId::try_from(tag).ok())
+            .map(u64::from);
+        match write_id.and_then(|id| self.fills.get(key, Some(id))) {
+            Some((meta, body)) => Ok(Some(streaming_hit(&meta, body))),
+            None => Ok(self.lookup_key(key)),
+        }
+    }
+
+    async fn get_miss_handler(
+        &'static self,
+        key: &CacheKey,
+        meta: &CacheMeta,
+        _trace: &SpanHandle,
+    ) -> Result<MissHandler> {
+        Ok(Box::new(MemoryMiss::start(self, key, meta)))
+    }
+
+    async fn purge(
+        &'static self,
+        target: PurgeTarget<'_>,
+        _purge_type: PurgeType,
+        _trace: &SpanHandle,
+    ) -> Result<PurgeOutcome> {
+        if matches!(target, PurgeTarget::Exact(CacheEntryKey::Identified { .. })) {
+            return Ok(PurgeOutcome::NotFound);
+        }
+        if self.purge_key(target.key()) {
+            Ok(PurgeOutcome::Purged(None))
+        } else {
+            Ok(PurgeOutcome::NotFound)
+        }
+    }
+
+    async fn expire(
+        &'static self,
+        target: PurgeTarget<'_>,
+        _trace: &SpanHandle,
+    ) -> Result<PurgeOutcome> {
+        if matches!(target, PurgeTarget::Exact(CacheEntryKey::Identified { .. })) {
+            return Ok(PurgeOutcome::NotFound);
+        }
+        let key = key_of(target.key().combined_bin());
+        let Some(object) = self.trusted_object(key) else {
+            return Ok(PurgeOutcome::NotFound);
+        };
+        let mut guard = object.meta.write();
+        let mut meta = (**guard).clone();
+        meta.fresh_until = SystemTime::now()
+            .checked_sub(Duration::from_secs(1))
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        *guard = Arc::new(meta);
+        Ok(PurgeOutcome::Expired)
+    }
+
+    async fn update_meta(
+        &'static self,
+        key: &CacheKey,
+        meta: &CacheMeta,
+        _trace: &SpanHandle,
+    ) -> Result<bool> {
+        match self.trusted_object(key_of(key.combined_bin())) {
+            Some(object) => {
+                *object.meta.write() = Arc::new(StoredMeta::from_meta(meta));
+                Ok(true)
+            }
+            // evicted meanwhile: nothing to update, the next request refetches
+            None => Ok(false),
+        }
+    }
+
+    fn support_streaming_partial_write(&self) -> bool {
+        true
+    }
+
+    fn as_any(&self) -> &(dyn Any + Send + Sync + 'static) {
+        self
+    }
+}
+
+/// Helpers the tests of every part of the tier share: they drive it through Pingora's API.
+#[cfg(test)]
+mod test_support {
+    use super::MemoryTier;
+    use bytes::Bytes;
+    use pingora_cache::storage::{HitHandler, Storage};
+    use pingora_cache::trace::Span;
+    use pingora_cache::{CacheKey, CacheMeta};
+    use pingora_http::ResponseHeader;
+    use std::time::{Duration, SystemTime};
+
+    /// Metadata of a response fresh for a minute.
+    pub fn meta() -> CacheMeta {
+        let header = ResponseHeader::build(200, None).unwrap();
+        let now = SystemTime::now();
+        CacheMeta::new(now + Duration::from_secs(60), now, 0, 0, header)
+    }
+
+    /// Fills `key` with `body` through a miss handler, in 4 KiB writes.
+    pub async fn fill(tier: &'static MemoryTier, key: &CacheKey, body: &[u8]) {
+        let span = Span::inactive().handle();
+        let mut miss = tier.get_miss_handler(key, &meta(), &span).await.unwrap();
+        for chunk in body.chunks(4096) {
+            miss.write_body(Bytes::copy_from_slice(chunk), false)
+                .await
+                .unwrap();
+        }
+        miss.finish().await.unwrap();
+    }
+
+    /// Reads a hit's whole body.
+    pub async fn read_all(hit: &mut HitHandler) -> Vec<u8> {
+        let mut out = Vec::new();
+        while let Some(b) = hit.read_body().await.unwrap() {
+            out.extend_from_slice(&b);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::{fill, read_all};
+    use super::*;
+    use pingora_cache::trace::Span;
+
+    #[tokio::test]
+    async fn write_then_read_and_purge() {
+        let tier = MemoryTier::new(4 << 20, 1 << 20, 1024).leak();
+        let span = Span::inactive().handle();
+        let key = CacheKey::new("/a", "");
+        assert!(tier.lookup(&key, &span).await.unwrap().is_none());
+        let body: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        fill(tier, &key, &body).await;
+        let (_, mut hit) = tier.lookup(&key, &span).await.unwrap().unwrap();
+        assert_eq!(read_all(&mut hit).await, body);
+        assert_eq!(tier.stats().objects, 1);
+        let outcome = tier
+            .purge(
+                PurgeTarget::Active(&key.to_compact()),
+                PurgeType::Invalidation,
+                &span,
+            )
+            .await
+            .unwrap();
+        assert_eq!(outcome, PurgeOutcome::Purged(None));
+        assert!(tier.lookup(&key, &span).await.unwrap().is_none());
+        assert_eq!(tier.stats().bytes, 0);
+    }
+
+    #[tokio::test]
+    async fn promotion_follows_local_ttl_and_a_zero_ttl_keeps_no_copy() {
+        let span = Span::inactive().handle();
+        let key = CacheKey::new("/promoted", "");
+        let meta = StoredMeta::from_meta(&test_support::meta());
+        let body = Body::from_chunks(vec![bytes::Bytes::from_static(b"from the shared tier")]);
+
+        let mut near = MemoryTier::new(4 << 20, 1 << 20, 1024);
+        near.set_local_ttl(Duration::from_secs(60));
+        let near = near.leak();
+        assert!(near.promote(&key, &meta, &body));
+        let (_, mut hit) = near.lookup(&key, &span).await.unwrap().unwrap();
+        assert_eq!(read_all(&mut hit).await, b"from the shared tier");
+        assert_eq!(near.stats().objects, 1);
+
+        let mut untrusting = MemoryTier::new(4 << 20, 1 << 20, 1024);
+        untrusting.set_local_ttl(Duration::ZERO);
+        let untrusting = untrusting.leak();
+        assert!(!untrusting.promote(&key, &meta, &body));
+        assert!(untrusting.lookup(&key, &span).await.unwrap().is_none());
+        assert_eq!(
+            untrusting.stats(),
+            MemoryStats {
+                limit: 4 << 20,
+                ..MemoryStats::default()
+            }
+        );
+    }
+}
