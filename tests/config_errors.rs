@@ -4,14 +4,6 @@ mod support;
 
 use support::*;
 
-fn stderr(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn check(toml: &str) -> std::process::Output {
-    check_config(toml)
-}
-
 #[test]
 fn invalid_values_name_the_key_and_reason() {
     for (toml, key, reason) in [
@@ -68,17 +60,17 @@ fn invalid_values_name_the_key_and_reason() {
             "",
         ),
     ] {
-        let out = check(toml);
-        assert_eq!(out.status.code(), Some(2), "{toml}: {}", stderr(&out));
-        let err = stderr(&out);
+        let out = check_config(toml);
+        assert_eq!(out.status.code(), Some(2), "{toml}: {}", stderr_text(&out));
+        let err = stderr_text(&out);
         assert!(err.contains(key) && err.contains(reason), "{toml}:\n{err}");
     }
 }
 
 #[test]
 fn valid_config_checks_clean() {
-    let out = check("upstream = \"127.0.0.1:8080\"\n[cache]\nmemory_size = \"64MiB\"");
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = check_config("upstream = \"127.0.0.1:8080\"\n[cache]\nmemory_size = \"64MiB\"");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_text(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("valid"));
 }
 
@@ -87,18 +79,18 @@ fn flags_are_validated_and_override_the_file() {
     let out = run_lacquer(&["--upstream", "127.0.0.1:1", "--memory-size", "lots"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        stderr(&out).contains("cache.memory_size"),
+        stderr_text(&out).contains("cache.memory_size"),
         "{}",
-        stderr(&out)
+        stderr_text(&out)
     );
 
     let out = run_lacquer(&["--upstream", "127.0.0.1:1", "--threads", "0"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("threads"));
+    assert!(stderr_text(&out).contains("threads"));
 
     let out = run_lacquer(&["--listen", "127.0.0.1:9"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("upstream"));
+    assert!(stderr_text(&out).contains("upstream"));
 }
 
 #[test]
@@ -130,7 +122,7 @@ fn help_documents_every_flag() {
 fn missing_config_file_is_named() {
     let out = run_lacquer(&["--config", "/nonexistent/lacquer.toml"]);
     assert_eq!(out.status.code(), Some(2));
-    let err = stderr(&out);
+    let err = stderr_text(&out);
     assert!(
         err.contains("/nonexistent/lacquer.toml") && err.contains("cannot read"),
         "{err}"

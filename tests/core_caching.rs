@@ -1,9 +1,7 @@
 //! Core caching behaviour over real sockets: a real origin, the real `lacquer` binary, a real client.
 
-mod common;
 mod support;
 
-use common::*;
 use support::*;
 
 fn proxy(origin: &TestOrigin) -> LacquerProcess {

@@ -1,9 +1,7 @@
 //! Invalidation: unsafe methods (RFC 9111 §4.4) and PURGE remove every variant of a URL.
 
-mod common;
 mod support;
 
-use common::*;
 use support::*;
 
 fn proxy(origin: &TestOrigin) -> LacquerProcess {

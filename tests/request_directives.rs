@@ -1,9 +1,7 @@
 //! Client request directives (RFC 9111 §5.2.1) against a stored response.
 
-mod common;
 mod support;
 
-use common::*;
 use support::*;
 
 fn proxy(origin: &TestOrigin, extra: &str) -> LacquerProcess {

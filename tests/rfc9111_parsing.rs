@@ -6,10 +6,8 @@
 //! (origin request count, body, `Cache-Status`). See `docs/conformance.md` for the map to the
 //! cache-tests suite.
 
-mod common;
 mod support;
 
-use common::*;
 use support::*;
 
 fn proxy(origin: &TestOrigin) -> LacquerProcess {

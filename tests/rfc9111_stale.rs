@@ -6,10 +6,8 @@
 //! `proxy-revalidate` forbid all of it. Client request directives (`max-stale`, ...) are in
 //! `tests/request_directives.rs`.
 
-mod common;
 mod support;
 
-use common::*;
 use support::*;
 
 fn proxy(origin: &TestOrigin, extra: &str) -> LacquerProcess {
@@ -191,7 +189,7 @@ fn grace_config_rejects_bad_values() {
         let out = check_config(&format!(
             "upstream = \"127.0.0.1:1\"\n[cache]\nstale_if_error_grace = \"{value}\""
         ));
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let err = stderr_text(&out);
         assert_eq!(out.status.code(), Some(2), "{value}: {err}");
         assert!(
             err.contains("cache.stale_if_error_grace") && err.contains(reason),

@@ -5,10 +5,8 @@
 //! `If-Unmodified-Since` with 412. A stale one is revalidated upstream with the stored validators;
 //! the origin's 304 refreshes the stored headers and freshness.
 
-mod common;
 mod support;
 
-use common::*;
 use support::*;
 
 fn proxy(origin: &TestOrigin) -> LacquerProcess {

@@ -5,10 +5,8 @@
 //! `Cache-Control` and are not forwarded unless configured. More in `tests/core_caching.rs`
 //! (`miss_then_hit_with_age`, `targeted_cache_control_fields_take_precedence`).
 
-mod common;
 mod support;
 
-use common::*;
 use support::*;
 
 fn proxy(origin: &TestOrigin, extra: &str) -> LacquerProcess {

@@ -1,9 +1,7 @@
 //! The shared tier: two Lacquer nodes over three real memcached servers form one cache.
 
-mod common;
 mod support;
 
-use common::*;
 use lacquer::storage::memcached::ketama::KetamaRing;
 use lacquer::storage::tiered::memcached_key;
 use support::*;
