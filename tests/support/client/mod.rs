@@ -87,6 +87,17 @@ impl Resp {
         })
     }
 
+    /// Whether the last `Cache-Status` entry says `stored`: this response was written to the
+    /// cache. A test that relies on an entry being there checks this rather than assuming it.
+    pub fn is_stored(&self) -> bool {
+        self.cache_status_param("stored").is_some()
+    }
+
+    /// The `ttl` parameter of the last `Cache-Status` entry: the seconds of freshness left.
+    pub fn cache_ttl(&self) -> Option<i64> {
+        self.cache_status_param("ttl")?.parse().ok()
+    }
+
     /// Whether the last `Cache-Status` entry says `hit` (or `X-Cache` starts with `HIT`).
     pub fn is_hit(&self) -> bool {
         if self.headers.contains_key("cache-status") {
