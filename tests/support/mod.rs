@@ -13,12 +13,14 @@
 //! - [`child`], [`temp_dir`], [`net`], [`poll`]: child processes killed on drop, scratch
 //!   directories, free ports, bounded waits.
 //! - [`fields`]: header lookup in `(name, value)` lists, shared by origin and raw client.
+//! - [`assertions`]: checks against expectations computed apart from the response checked.
 //!
 //! Everything binds or connects to 127.0.0.1 only.
 
 // Each integration test binary uses only part of the harness.
 #![allow(dead_code, unused_imports)]
 
+pub mod assertions;
 pub mod child;
 pub mod client;
 pub mod fields;
@@ -32,6 +34,7 @@ pub mod origin;
 pub mod poll;
 pub mod temp_dir;
 
+pub use assertions::*;
 pub use child::{read_lossy, rss_bytes, run_with_timeout, send_signal, stderr_text, OwnedChild};
 pub use client::*;
 pub use generated::*;
