@@ -383,7 +383,7 @@ fn bad_compression_values_name_the_key() {
         (
             "[cache.compression]\ndecoded_copies = \"lots\"",
             "cache.compression.decoded_copies",
-            "",
+            "not a size",
         ),
         (
             "[cache.compression]\ntypes = [\"html\"]",
