@@ -34,49 +34,12 @@ pub use request::*;
 pub use response::*;
 pub use scripted::*;
 
-use super::poll::{poll_until, poll_until_async};
-use bytes::Bytes;
+use crate::support::poll::{poll_until, poll_until_async};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
-
-/// A handler answering every request with `200`, `Cache-Control: <cache_control>`
-/// (omitted if empty), `Content-Type: text/plain` and the given body.
-pub fn static_handler(
-    cache_control: &str,
-    body: &str,
-) -> impl Fn(&RecordedRequest) -> OriginResponse + Send + Sync + 'static {
-    let cc = cache_control.to_string();
-    let body = Bytes::copy_from_slice(body.as_bytes());
-    move |_req: &RecordedRequest| {
-        let mut r = OriginResponse::ok(body.clone()).header("Content-Type", "text/plain");
-        if !cc.is_empty() {
-            r = r.header("Cache-Control", cc.clone());
-        }
-        r
-    }
-}
-
-/// A handler answering every request with `200`, `Cache-Control: <cache_control>`
-/// (omitted if empty) and a body naming the request: `"<METHOD> <path> #<n>"`, where
-/// `n` counts the handler's calls from 1. Handy to tell a cached copy from a fresh one.
-pub fn echo_handler(
-    cache_control: &str,
-) -> impl Fn(&RecordedRequest) -> OriginResponse + Send + Sync + 'static {
-    let cc = cache_control.to_string();
-    let n = AtomicUsize::new(0);
-    move |req: &RecordedRequest| {
-        let i = n.fetch_add(1, Ordering::SeqCst) + 1;
-        let mut r = OriginResponse::ok(format!("{} {} #{}", req.method, req.path, i))
-            .header("Content-Type", "text/plain");
-        if !cc.is_empty() {
-            r = r.header("Cache-Control", cc.clone());
-        }
-        r
-    }
-}
 
 type Handler = dyn Fn(&RecordedRequest) -> OriginResponse + Send + Sync + 'static;
 

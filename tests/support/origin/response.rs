@@ -1,8 +1,11 @@
 //! What a test origin answers: status, fields, a body in one of the framings a real origin may
-//! use (sized, chunked, paced, truncated, close-delimited, generated), and an optional delay.
+//! use (sized, chunked, paced, truncated, close-delimited, generated), and an optional delay;
+//! plus two ready-made handlers.
 
-use super::super::fields::field;
+use super::RecordedRequest;
+use crate::support::fields::field;
 use bytes::Bytes;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// A response body the origin can send.
@@ -177,5 +180,41 @@ impl OriginResponse {
     /// First value of header `name` (case-insensitive) set so far, if any.
     pub fn get_header(&self, name: &str) -> Option<&str> {
         field(&self.headers, name)
+    }
+}
+
+/// A handler answering every request with `200`, `Cache-Control: <cache_control>`
+/// (omitted if empty), `Content-Type: text/plain` and the given body.
+pub fn static_handler(
+    cache_control: &str,
+    body: &str,
+) -> impl Fn(&RecordedRequest) -> OriginResponse + Send + Sync + 'static {
+    let cc = cache_control.to_string();
+    let body = Bytes::copy_from_slice(body.as_bytes());
+    move |_req: &RecordedRequest| {
+        let mut r = OriginResponse::ok(body.clone()).header("Content-Type", "text/plain");
+        if !cc.is_empty() {
+            r = r.header("Cache-Control", cc.clone());
+        }
+        r
+    }
+}
+
+/// A handler answering every request with `200`, `Cache-Control: <cache_control>`
+/// (omitted if empty) and a body naming the request: `"<METHOD> <path> #<n>"`, where
+/// `n` counts the handler's calls from 1. Handy to tell a cached copy from a fresh one.
+pub fn echo_handler(
+    cache_control: &str,
+) -> impl Fn(&RecordedRequest) -> OriginResponse + Send + Sync + 'static {
+    let cc = cache_control.to_string();
+    let n = AtomicUsize::new(0);
+    move |req: &RecordedRequest| {
+        let i = n.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut r = OriginResponse::ok(format!("{} {} #{}", req.method, req.path, i))
+            .header("Content-Type", "text/plain");
+        if !cc.is_empty() {
+            r = r.header("Cache-Control", cc.clone());
+        }
+        r
     }
 }

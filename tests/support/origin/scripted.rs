@@ -1,10 +1,10 @@
 //! The scripted origin: one origin whose every answer is written in the query string of the
 //! request, so each test states what the origin does right in the URL it requests.
 
-use super::super::generated::generated_bytes;
-use super::super::gzip::gzip;
-use super::super::http_date::http_date_offset;
 use super::{query_param, query_params, Body, OriginResponse, TestOrigin};
+use crate::support::generated::generated_bytes;
+use crate::support::gzip::gzip;
+use crate::support::http_date::http_date_offset;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;

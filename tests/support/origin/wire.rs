@@ -2,10 +2,10 @@
 //! chunked bodies, `Expect: 100-continue`, pipelining), recording them, calling the handler and
 //! writing its response in the framing it asks for.
 
-use super::super::fields::{field_values, has_field, has_token, owned_fields};
-use super::super::generated::{fill_generated, GENERATED_CHUNK};
-use super::super::http_date::http_date;
 use super::{Body, OriginResponse, RecordedRequest, Shared};
+use crate::support::fields::{field_values, has_field, has_token, owned_fields};
+use crate::support::generated::{fill_generated, GENERATED_CHUNK};
+use crate::support::http_date::http_date;
 use bytes::{Buf, Bytes, BytesMut};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
