@@ -8,10 +8,6 @@ use support::*;
 const TWO: &str =
     "[[upstreams]]\naddress = \"127.0.0.1:1\"\n[[upstreams]]\naddress = \"127.0.0.1:2\"\n";
 
-fn stderr(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
 #[test]
 fn invalid_balancing_values_name_the_key_and_reason() {
     let cases: Vec<(String, &str, &str)> = vec![
@@ -111,8 +107,8 @@ fn invalid_balancing_values_name_the_key_and_reason() {
     ];
     for (toml, key, reason) in cases {
         let out = check_config(&toml);
-        assert_eq!(out.status.code(), Some(2), "{toml}: {}", stderr(&out));
-        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{toml}: {}", stderr_text(&out));
+        let err = stderr_text(&out);
         assert!(err.contains(key) && err.contains(reason), "{toml}:\n{err}");
     }
 }
@@ -128,5 +124,5 @@ fn a_full_balancing_config_checks_clean() {
          [fairness]\nmax_in_flight = 8\nkey_header = \"X-Api-Key\"\non_excess = \"queue\"\nqueue_size = 32\nqueue_timeout = \"2s\"\nretry_after = \"5s\"\n"
     );
     let out = check_config(&toml);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_text(&out));
 }

@@ -2,10 +2,8 @@
 //! waiters are released at once when the response turns out uncacheable, and a lock timeout lets
 //! waiters go to the origin themselves.
 
-mod common;
 mod support;
 
-use common::*;
 use support::*;
 
 async fn concurrent_gets(url: String, n: usize) -> Vec<Resp> {

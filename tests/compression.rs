@@ -2,10 +2,8 @@
 //! whatever it accepts. Real origin, the real binary, real clients; bodies compared byte for byte
 //! after decoding.
 
-mod common;
 mod support;
 
-use common::*;
 use support::*;
 
 fn proxy(origin: &TestOrigin) -> LacquerProcess {
@@ -385,7 +383,7 @@ fn bad_compression_values_name_the_key() {
         (
             "[cache.compression]\ndecoded_copies = \"lots\"",
             "cache.compression.decoded_copies",
-            "",
+            "not a size",
         ),
         (
             "[cache.compression]\ntypes = [\"html\"]",
@@ -399,18 +397,14 @@ fn bad_compression_values_name_the_key() {
         ),
     ] {
         let out = check_config(&format!("upstream = \"127.0.0.1:1\"\n{toml}"));
-        let err = String::from_utf8_lossy(&out.stderr);
+        let err = stderr_text(&out);
         assert!(!out.status.success(), "{toml} accepted");
         assert!(err.contains(key) && err.contains(reason), "{toml}: {err}");
     }
     let ok = check_config(
         "upstream = \"127.0.0.1:1\"\n[cache.compression]\nenabled = true\ntypes = [\"text/*\", \"application/json\"]\nmin_size = \"512\"\nlevel = 1",
     );
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
+    assert!(ok.status.success(), "{}", stderr_text(&ok));
 }
 
 #[tokio::test]

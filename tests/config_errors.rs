@@ -4,14 +4,6 @@ mod support;
 
 use support::*;
 
-fn stderr(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn check(toml: &str) -> std::process::Output {
-    check_config(toml)
-}
-
 #[test]
 fn invalid_values_name_the_key_and_reason() {
     for (toml, key, reason) in [
@@ -65,21 +57,26 @@ fn invalid_values_name_the_key_and_reason() {
         (
             "upstream = \"127.0.0.1:1\"\n[server]\nwrite_buffer = \"lots\"",
             "server.write_buffer",
-            "",
+            "not a size",
         ),
     ] {
-        let out = check(toml);
-        assert_eq!(out.status.code(), Some(2), "{toml}: {}", stderr(&out));
-        let err = stderr(&out);
+        let out = check_config(toml);
+        assert_eq!(out.status.code(), Some(2), "{toml}: {}", stderr_text(&out));
+        let err = stderr_text(&out);
         assert!(err.contains(key) && err.contains(reason), "{toml}:\n{err}");
     }
 }
 
 #[test]
 fn valid_config_checks_clean() {
-    let out = check("upstream = \"127.0.0.1:8080\"\n[cache]\nmemory_size = \"64MiB\"");
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("valid"));
+    let out = check_config("upstream = \"127.0.0.1:8080\"\n[cache]\nmemory_size = \"64MiB\"");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_text(&out));
+    // not just "valid", which "invalid" contains too
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("configuration is valid"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 #[test]
@@ -87,18 +84,43 @@ fn flags_are_validated_and_override_the_file() {
     let out = run_lacquer(&["--upstream", "127.0.0.1:1", "--memory-size", "lots"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        stderr(&out).contains("cache.memory_size"),
+        stderr_text(&out).contains("cache.memory_size"),
         "{}",
-        stderr(&out)
+        stderr_text(&out)
     );
 
     let out = run_lacquer(&["--upstream", "127.0.0.1:1", "--threads", "0"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("threads"));
+    assert!(stderr_text(&out).contains("threads"));
 
     let out = run_lacquer(&["--listen", "127.0.0.1:9"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("upstream"));
+    assert!(stderr_text(&out).contains("upstream"));
+
+    // over a file: a flag replaces the file's value, so it mends a bad one and spoils a good one
+    let dir = TempDir::new("lacquer-flags");
+    let bad_threads = dir.write("bad.toml", "upstream = \"127.0.0.1:1\"\nthreads = 0");
+    let bad_threads = bad_threads.to_string_lossy();
+    let alone = run_lacquer(&["--check-config", &bad_threads]);
+    assert_eq!(alone.status.code(), Some(2), "{}", stderr_text(&alone));
+    let mended = run_lacquer(&["--check-config", &bad_threads, "--threads", "2"]);
+    assert_eq!(mended.status.code(), Some(0), "{}", stderr_text(&mended));
+    let good = dir.write(
+        "good.toml",
+        "upstream = \"127.0.0.1:1\"\n[cache]\nmemory_size = \"64MiB\"",
+    );
+    let good = good.to_string_lossy();
+    assert_eq!(
+        run_lacquer(&["--check-config", &good]).status.code(),
+        Some(0)
+    );
+    let spoiled = run_lacquer(&["--check-config", &good, "--memory-size", "lots"]);
+    assert_eq!(spoiled.status.code(), Some(2));
+    assert!(
+        stderr_text(&spoiled).contains("cache.memory_size"),
+        "{}",
+        stderr_text(&spoiled)
+    );
 }
 
 #[test]
@@ -130,7 +152,7 @@ fn help_documents_every_flag() {
 fn missing_config_file_is_named() {
     let out = run_lacquer(&["--config", "/nonexistent/lacquer.toml"]);
     assert_eq!(out.status.code(), Some(2));
-    let err = stderr(&out);
+    let err = stderr_text(&out);
     assert!(
         err.contains("/nonexistent/lacquer.toml") && err.contains("cannot read"),
         "{err}"

@@ -2,11 +2,8 @@
 //! under concurrency, excess requests get `429` with `Retry-After` (or queue), clients are
 //! told apart by a key header, and cache hits never count.
 
-mod common;
-mod replicas;
 mod support;
 
-use replicas::*;
 use std::time::Duration;
 use support::*;
 

@@ -2,11 +2,8 @@
 //! passive checks eject a failing one, and idempotent requests survive a dead or resetting
 //! backend through retries, while nothing is retried once the client has bytes.
 
-mod common;
-mod replicas;
 mod support;
 
-use replicas::*;
 use std::time::Duration;
 use support::*;
 

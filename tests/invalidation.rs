@@ -1,9 +1,7 @@
 //! Invalidation: unsafe methods (RFC 9111 §4.4) and PURGE remove every variant of a URL.
 
-mod common;
 mod support;
 
-use common::*;
 use support::*;
 
 fn proxy(origin: &TestOrigin) -> LacquerProcess {
@@ -52,6 +50,7 @@ async fn failed_unsafe_request_does_not_invalidate() {
     // the same URI with a successful POST is invalidated (control)
     let goes = "/goes?cc=max-age%3D600";
     get(&lacquer.url(goes), &[]).await;
+    assert!(get(&lacquer.url(goes), &[]).await.is_hit());
     assert_eq!(post(&lacquer.url(goes), &[], "x").await.status, 200);
     assert!(!get(&lacquer.url(goes), &[]).await.is_hit());
 }
@@ -61,32 +60,39 @@ async fn location_and_content_location_on_the_same_host_are_invalidated() {
     let origin = scripted_origin();
     let lacquer = proxy(&origin);
     let target = "/article?cc=max-age%3D600";
+    let described = "/described?cc=max-age%3D600";
     let other_host = "/elsewhere?cc=max-age%3D600";
-    get(&lacquer.url(target), &[]).await;
-    get(&lacquer.url(other_host), &[]).await;
-    let location = format!(
-        "/form?status=303&hdr=Location:{}",
-        target
-            .replace('%', "%25")
-            .replace('?', "%3F")
-            .replace('&', "%26")
-            .replace('=', "%3D")
-    );
+    for path in [target, described, other_host] {
+        let stored = get(&lacquer.url(path), &[]).await;
+        assert!(stored.is_stored(), "{path}: {:?}", stored.cache_status());
+    }
+
+    // Location as a path on this host
+    let location = format!("/form?status=303&hdr=Location:{}", q(target));
     let resp = post(&lacquer.url(&location), &[], "x").await;
     assert_eq!(resp.status, 303);
     assert!(
         !get(&lacquer.url(target), &[]).await.is_hit(),
         "Location target survived"
     );
-    let foreign = format!(
-        "/form2?hdr=Content-Location:http://other.example{}",
-        other_host
-            .replace('%', "%25")
-            .replace('?', "%3F")
-            .replace('&', "%26")
-            .replace('=', "%3D")
+
+    // Content-Location as an absolute URI naming this host
+    let same_host = format!(
+        "/form2?hdr=Content-Location:{}",
+        q(&format!("http://{}{described}", lacquer.addr()))
     );
-    post(&lacquer.url(&foreign), &[], "x").await;
+    assert_eq!(post(&lacquer.url(&same_host), &[], "x").await.status, 200);
+    assert!(
+        !get(&lacquer.url(described), &[]).await.is_hit(),
+        "Content-Location target survived"
+    );
+
+    // the same on another host
+    let foreign = format!(
+        "/form3?hdr=Content-Location:{}",
+        q(&format!("http://other.example{other_host}"))
+    );
+    assert_eq!(post(&lacquer.url(&foreign), &[], "x").await.status, 200);
     assert!(
         get(&lacquer.url(other_host), &[]).await.is_hit(),
         "another host's URI must not be touched"

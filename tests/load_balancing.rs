@@ -3,11 +3,8 @@
 //!
 //! Assertions are structural (who got traffic, who got more), never about timings.
 
-mod common;
-mod replicas;
 mod support;
 
-use replicas::*;
 use support::*;
 
 fn three() -> [Replica; 3] {

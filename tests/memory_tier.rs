@@ -1,10 +1,8 @@
 //! The memory tier under pressure: the byte bound holds (tier accounting and process RSS), large
 //! objects stream through intact, and objects over the size limit pass through uncached.
 
-mod common;
 mod support;
 
-use common::*;
 use support::*;
 
 const MIB: u64 = 1 << 20;

@@ -1,10 +1,8 @@
 //! Protocol handling: HTTP/2 (h2c and TLS with ALPN), malformed requests, upstream keep-alive,
 //! and the access log.
 
-mod common;
 mod support;
 
-use common::*;
 use std::process::Command;
 use support::*;
 
@@ -47,11 +45,7 @@ fn tls_listener_negotiates_h2_with_alpn() {
         .arg(&cert)
         .output()
         .expect("openssl is installed");
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
+    assert!(made.status.success(), "{}", stderr_text(&made));
     let tls_port = free_port();
     let extra = format!(
         "[log]\naccess = \"off\"\n[tls]\nlisten = [\"127.0.0.1:{tls_port}\"]\ncert = \"{}\"\nkey = \"{}\"",

@@ -1,9 +1,7 @@
 //! Client request directives (RFC 9111 §5.2.1) against a stored response.
 
-mod common;
 mod support;
 
-use common::*;
 use support::*;
 
 fn proxy(origin: &TestOrigin, extra: &str) -> LacquerProcess {
@@ -67,7 +65,8 @@ async fn max_stale_serves_a_stale_copy_unless_the_origin_forbids_it() {
     let path = "/stale?cc=max-age%3D1";
     get(&lacquer.url(path), &[]).await;
     let strict = "/strict?cc=max-age%3D1%2C%20must-revalidate";
-    get(&lacquer.url(strict), &[]).await;
+    let stored = get(&lacquer.url(strict), &[]).await;
+    assert!(stored.is_stored(), "{:?}", stored.cache_status());
     tokio::time::sleep(Duration::from_millis(2200)).await;
     let stale = get(&lacquer.url(path), &[("cache-control", "max-stale=60")]).await;
     assert!(stale.is_hit(), "{:?}", stale.cache_status());

@@ -5,10 +5,8 @@
 //! a miss), then serves single, suffix, open-ended and multiple ranges, honours `If-Range`, and
 //! answers unsatisfiable ranges with 416.
 
-mod common;
 mod support;
 
-use common::*;
 use support::*;
 
 fn proxy(origin: &TestOrigin) -> LacquerProcess {

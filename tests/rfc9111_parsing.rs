@@ -6,10 +6,8 @@
 //! (origin request count, body, `Cache-Status`). See `docs/conformance.md` for the map to the
 //! cache-tests suite.
 
-mod common;
 mod support;
 
-use common::*;
 use support::*;
 
 fn proxy(origin: &TestOrigin) -> LacquerProcess {
@@ -154,6 +152,15 @@ async fn expires_is_relative_to_the_origin_date() {
     assert_eq!(hits, 1);
     let age = hit.age().unwrap();
     assert!((100..=160).contains(&age), "apparent age from Date: {age}");
+    // Both cases above hold even if the lifetime were taken from now rather than from Date
+    // ((Expires - Date) - (now - Date) is Expires - now). A Date ahead of our clock tells them
+    // apart: the lifetime is Expires - Date (600 s), not Expires - now (1600 s), and the negative
+    // apparent age counts as zero.
+    let skewed = "/date-ahead?date=1000&expires=1600";
+    let (hit, hits) = twice(&lacquer, &origin, skewed).await;
+    assert!(hit.is_hit(), "{:?}", hit.cache_status());
+    assert_eq!(hits, 1);
+    assert_ttl_is_lifetime_minus_age(&hit, 600);
     // an invalid Date is ignored: the age comes from the response delay alone
     let garbage = format!("/date-garbage?date=garbage&cc={}", q("max-age=600"));
     let (hit, hits) = twice(&lacquer, &origin, &garbage).await;

@@ -6,10 +6,8 @@
 //! `proxy-revalidate` forbid all of it. Client request directives (`max-stale`, ...) are in
 //! `tests/request_directives.rs`.
 
-mod common;
 mod support;
 
-use common::*;
 use support::*;
 
 fn proxy(origin: &TestOrigin, extra: &str) -> LacquerProcess {
@@ -108,10 +106,13 @@ async fn stale_if_error_window_ends() {
         "/sie-end?cc={}&fail_after=1",
         q("max-age=1, stale-if-error=1")
     );
-    get(&lacquer.url(&path), &[]).await;
+    let first = get(&lacquer.url(&path), &[]).await;
+    assert_eq!(first.status, 200);
+    assert!(first.is_stored(), "{:?}", first.cache_status());
     tokio::time::sleep(Duration::from_millis(3200)).await;
     let failed = get(&lacquer.url(&path), &[]).await;
-    assert_eq!(failed.status, 503);
+    assert_eq!(failed.status, 503, "{:?}", failed.cache_status());
+    assert_eq!(origin.hits_for(&path), 2);
 }
 
 #[tokio::test]
@@ -157,7 +158,8 @@ async fn configured_grace_serves_stale_on_error_without_a_directive() {
     // the default is no grace: the error passes through
     let origin = scripted_origin();
     let strict = proxy(&origin, "");
-    get(&strict.url(&path), &[]).await;
+    let stored = get(&strict.url(&path), &[]).await;
+    assert!(stored.is_stored(), "{:?}", stored.cache_status());
     let_it_go_stale().await;
     assert_eq!(get(&strict.url(&path), &[]).await.status, 503);
 }
@@ -172,7 +174,8 @@ async fn must_revalidate_and_proxy_revalidate_forbid_stale() {
         "max-age=1, must-revalidate, stale-while-revalidate=600",
     ] {
         let path = format!("/mr?cc={}&fail_after=1", q(cc));
-        get(&lacquer.url(&path), &[]).await;
+        let stored = get(&lacquer.url(&path), &[]).await;
+        assert!(stored.is_stored(), "{cc}: {:?}", stored.cache_status());
         let_it_go_stale().await;
         let resp = get(&lacquer.url(&path), &[]).await;
         assert_eq!(resp.status, 503, "{cc}: served stale");
@@ -191,7 +194,7 @@ fn grace_config_rejects_bad_values() {
         let out = check_config(&format!(
             "upstream = \"127.0.0.1:1\"\n[cache]\nstale_if_error_grace = \"{value}\""
         ));
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let err = stderr_text(&out);
         assert_eq!(out.status.code(), Some(2), "{value}: {err}");
         assert!(
             err.contains("cache.stale_if_error_grace") && err.contains(reason),

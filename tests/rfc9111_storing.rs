@@ -6,10 +6,8 @@
 //! (`uncacheable_responses_are_not_served_from_cache`, `authorization_requires_explicit_permission`,
 //! `heuristic_freshness_from_last_modified`); `docs/conformance.md` maps them all.
 
-mod common;
 mod support;
 
-use common::*;
 use support::*;
 
 fn proxy(origin: &TestOrigin) -> LacquerProcess {

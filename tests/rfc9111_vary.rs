@@ -2,10 +2,8 @@
 //! over real sockets. `Vary: *` never matches (also in `tests/core_caching.rs`); invalidation
 //! and purge of every variant are in `tests/invalidation.rs`.
 
-mod common;
 mod support;
 
-use common::*;
 use support::*;
 
 fn proxy(origin: &TestOrigin) -> LacquerProcess {

@@ -1,9 +1,7 @@
 //! The shared tier: two Lacquer nodes over three real memcached servers form one cache.
 
-mod common;
 mod support;
 
-use common::*;
 use lacquer::storage::memcached::ketama::KetamaRing;
 use lacquer::storage::tiered::memcached_key;
 use support::*;
@@ -379,7 +377,7 @@ async fn a_fill_that_stores_nothing_releases_the_other_nodes_at_once() {
     let cluster = Cluster::start();
     let origin = scripted_origin();
     // a lease far longer than the client's patience: only an early release lets B finish in time
-    let admin_b = free_port();
+    let (admin_a, admin_b) = (free_port(), free_port());
     let servers: Vec<String> = cluster.names().iter().map(|n| format!("\"{n}\"")).collect();
     let config = |admin: u16| {
         format!(
@@ -388,14 +386,21 @@ async fn a_fill_that_stores_nothing_releases_the_other_nodes_at_once() {
             servers.join(", ")
         )
     };
-    let a = LacquerProcess::start_simple(origin.addr(), &config(free_port()));
+    let a = LacquerProcess::start_simple(origin.addr(), &config(admin_a));
     let b = LacquerProcess::start_simple(origin.addr(), &config(admin_b));
-    let path = "/not-stored?cc=no-store&sleep=400";
+    let path = "/not-stored?cc=no-store&sleep=1000";
     let first = tokio::spawn({
         let url = a.url(path);
         async move { get(&url, &SITE).await }
     });
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // A claims the cluster's lease before it asks the origin, which then takes a second to answer
+    assert!(
+        origin
+            .wait_for_hits_for_async(path, 1, Duration::from_secs(20))
+            .await,
+        "A never reached the origin"
+    );
+    assert_eq!(admin_stat(admin_a, "fills_claimed").await, 1);
     // B finds A's lease and waits; A's response is not stored, so A releases the lease
     let second = tokio::time::timeout(Duration::from_secs(20), get(&b.url(path), &SITE))
         .await
@@ -407,6 +412,8 @@ async fn a_fill_that_stores_nothing_releases_the_other_nodes_at_once() {
         2,
         "B fetched for itself once released"
     );
+    // B took no lease of its own: it found A's, and was released from it
+    assert_eq!(admin_stat(admin_b, "fills_claimed").await, 0);
     assert_eq!(admin_stat(admin_b, "fills_awaited").await, 0);
 }
 

@@ -1,25 +1,51 @@
-//! Shared integration-test harness for Lacquer.
+//! The integration-test harness for Lacquer: real processes on real loopback sockets, one module
+//! per concept. Use from an integration test with `mod support; use support::*;`.
 //!
-//! Use from an integration test with `mod support; use support::*;`.
-//!
-//! - [`origin`]: a real, scriptable HTTP/1.1 origin server ([`TestOrigin`]).
-//! - [`process`]: the real `lacquer` binary ([`LacquerProcess`], [`run_lacquer`]) and a
-//!   real memcached ([`MemcachedProcess`]) as child processes, killed on drop.
-//! - [`client`]: async reqwest helpers ([`get`], [`Resp`]) and raw-socket helpers
-//!   ([`raw_request`], [`RawConn`]).
+//! - [`lacquer_process`]: the binary under test ([`LacquerProcess`], [`start_balancer`], [`run_lacquer`],
+//!   [`check_config`], [`admin_stat`]).
+//! - [`memcached`]: a real memcached for the shared tier ([`MemcachedProcess`]).
+//! - [`origin`]: origins the proxy fetches from: the programmable [`TestOrigin`], the
+//!   query-string [`scripted_origin`], balancer [`Replica`]s and socket-level [`RawOrigin`]s.
+//! - [`client`]: what the tests send: reqwest helpers ([`get`], [`Resp`]) and a raw-socket
+//!   client ([`raw_request`], [`RawConn`]).
+//! - [`generated`]: deterministic bodies to stream and verify at any offset.
+//! - [`gzip`], [`http_date`]: codings and dates the origin scripts and the tests check.
+//! - [`child`], [`temp_dir`], [`net`], [`poll`]: child processes killed on drop, scratch
+//!   directories, free ports, bounded waits.
+//! - [`fields`]: header lookup in `(name, value)` lists, shared by origin and raw client.
+//! - [`assertions`]: checks against expectations computed apart from the response checked.
 //!
 //! Everything binds or connects to 127.0.0.1 only.
 
 // Each integration test binary uses only part of the harness.
 #![allow(dead_code, unused_imports)]
 
+pub mod assertions;
+pub mod child;
 pub mod client;
+pub mod fields;
+pub mod generated;
+pub mod gzip;
+pub mod http_date;
+pub mod lacquer_process;
+pub mod memcached;
+pub mod net;
 pub mod origin;
-pub mod process;
+pub mod poll;
+pub mod temp_dir;
 
+pub use assertions::*;
+pub use child::{read_lossy, rss_bytes, run_with_timeout, send_signal, stderr_text, OwnedChild};
 pub use client::*;
+pub use generated::*;
+pub use gzip::*;
+pub use http_date::*;
+pub use lacquer_process::*;
+pub use memcached::*;
+pub use net::*;
 pub use origin::*;
-pub use process::*;
+pub use poll::*;
+pub use temp_dir::*;
 
 /// Re-exported so tests can write `support::Bytes` / `Duration` without extra imports.
 pub use bytes::Bytes;

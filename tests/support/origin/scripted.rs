@@ -1,37 +1,14 @@
-//! Helpers shared by Lacquer's integration tests on top of `tests/support`.
-#![allow(dead_code)]
+//! The scripted origin: one origin whose every answer is written in the query string of the
+//! request, so each test states what the origin does right in the URL it requests.
 
-use crate::support::*;
+use super::{query_param, query_params, Body, OriginResponse, TestOrigin};
+use crate::support::generated::generated_bytes;
+use crate::support::gzip::gzip;
+use crate::support::http_date::http_date_offset;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
-
-/// Decodes `%XX` and `+` in a query value.
-pub fn url_decode(value: &str) -> String {
-    let bytes = value.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
-                match u8::from_str_radix(hex, 16) {
-                    Ok(b) => {
-                        out.push(b);
-                        i += 3;
-                        continue;
-                    }
-                    Err(_) => out.push(b'%'),
-                }
-            }
-            b'+' => out.push(b' '),
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
 
 /// Percent-encodes a query value for the scripted origin (`q("max-age=60, public")`).
 pub fn q(value: &str) -> String {
@@ -45,26 +22,6 @@ pub fn q(value: &str) -> String {
         }
     }
     out
-}
-
-/// Every value of a repeatable query parameter, in order.
-pub fn query_params(req: &RecordedRequest, name: &str) -> Vec<String> {
-    req.query()
-        .unwrap_or("")
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .filter(|(k, _)| *k == name)
-        .map(|(_, v)| url_decode(v))
-        .collect()
-}
-
-/// Looks up a query parameter of a recorded request.
-pub fn query_param(req: &RecordedRequest, name: &str) -> Option<String> {
-    req.query()?
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| url_decode(v))
 }
 
 /// An origin whose responses are scripted by the request's query string, so each test states
@@ -213,35 +170,10 @@ fn gzip_coded(resp: OriginResponse) -> OriginResponse {
     resp.body(gzip(&plain)).header("Content-Encoding", "gzip")
 }
 
-/// Seconds since the epoch, for building unique paths.
+/// Nanoseconds since the epoch, for building paths no earlier run has used.
 pub fn unique() -> u128 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap()
         .as_nanos()
-}
-
-/// Reads `/stats` from the admin endpoint and returns the number after `"key":`.
-pub async fn admin_stat(admin_port: u16, key: &str) -> u64 {
-    let resp = get(&format!("http://127.0.0.1:{admin_port}/stats"), &[]).await;
-    let text = resp.text();
-    let needle = format!("\"{key}\":");
-    let start = text
-        .find(&needle)
-        .unwrap_or_else(|| panic!("{key} not in {text}"))
-        + needle.len();
-    text[start..]
-        .chars()
-        .take_while(|c| c.is_ascii_digit())
-        .collect::<String>()
-        .parse()
-        .unwrap()
-}
-
-/// Resident set size of a process in bytes, from /proc.
-pub fn rss_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kb * 1024
 }

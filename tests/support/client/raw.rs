@@ -1,220 +1,11 @@
-//! Small HTTP client helpers for tests: async `reqwest` wrappers that never decompress
-//! or follow redirects, raw-socket helpers for malformed-request and keep-alive tests,
-//! and gzip helpers.
+//! A raw HTTP/1.x client over a bare TCP socket, for what a well-behaved client library would not
+//! send or would hide: malformed requests, pipelining, keep-alive reuse, and the exact framing
+//! (`Content-Length` or chunked) of each response.
 
+use crate::support::fields::{field, field_values, has_token, owned_fields};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
-
-use bytes::Bytes;
-use reqwest::header::HeaderMap;
-
-/// Per-request timeout of the clients built here.
-pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// A fully read response.
-#[derive(Clone, Debug)]
-pub struct Resp {
-    /// Status code.
-    pub status: u16,
-    /// Response headers.
-    pub headers: HeaderMap,
-    /// The whole body, exactly as received (never decompressed).
-    pub body: Bytes,
-    /// HTTP version the response came over.
-    pub version: reqwest::Version,
-}
-
-impl Resp {
-    /// First value of header `name` (case-insensitive), lossily as UTF-8.
-    pub fn header(&self, name: &str) -> Option<String> {
-        self.headers
-            .get(name)
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-    }
-
-    /// All values of header `name`, in order.
-    pub fn header_all(&self, name: &str) -> Vec<String> {
-        self.headers
-            .get_all(name)
-            .iter()
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-            .collect()
-    }
-
-    /// Whether header `name` is present.
-    pub fn has_header(&self, name: &str) -> bool {
-        self.headers.contains_key(name)
-    }
-
-    /// The `Age` header as a number.
-    pub fn age(&self) -> Option<u64> {
-        self.header("age").and_then(|v| v.trim().parse().ok())
-    }
-
-    /// The `Content-Length` header as a number.
-    pub fn content_length(&self) -> Option<u64> {
-        self.header("content-length")
-            .and_then(|v| v.trim().parse().ok())
-    }
-
-    /// The raw `Cache-Status` header (RFC 9211), all values joined with `", "`;
-    /// falls back to `X-Cache` if there is no `Cache-Status`.
-    pub fn cache_status(&self) -> Option<String> {
-        let all = self.header_all("cache-status");
-        if !all.is_empty() {
-            return Some(all.join(", "));
-        }
-        self.header("x-cache")
-    }
-
-    /// A parameter of the last (closest to the client) `Cache-Status` entry:
-    /// `Some("")` for a bare flag like `hit` or `stored`, `Some(value)` for `key=value`
-    /// (quotes removed), `None` if absent. E.g. `cache_status_param("fwd")` → `"miss"`.
-    pub fn cache_status_param(&self, name: &str) -> Option<String> {
-        let cs = self.cache_status()?;
-        let last = cs.rsplit(',').next()?.trim().to_string();
-        last.split(';').skip(1).find_map(|p| {
-            let p = p.trim();
-            let (k, v) = match p.split_once('=') {
-                Some((k, v)) => (k.trim(), v.trim().trim_matches('"')),
-                None => (p, ""),
-            };
-            k.eq_ignore_ascii_case(name).then(|| v.to_string())
-        })
-    }
-
-    /// Whether the last `Cache-Status` entry says `hit` (or `X-Cache` starts with `HIT`).
-    pub fn is_hit(&self) -> bool {
-        if self.headers.contains_key("cache-status") {
-            return self.cache_status_param("hit").is_some();
-        }
-        self.header("x-cache")
-            .map(|v| v.trim().to_ascii_uppercase().starts_with("HIT"))
-            .unwrap_or(false)
-    }
-
-    /// The `fwd` parameter of the last `Cache-Status` entry (`miss`, `stale`, `uri-miss`, ...).
-    pub fn cache_fwd(&self) -> Option<String> {
-        self.cache_status_param("fwd")
-    }
-
-    /// The body as (lossy) UTF-8 text.
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
-/// A client builder with the test defaults: no redirects followed, no proxy from the
-/// environment, no automatic decompression (no such features are compiled in), and a
-/// 30 s timeout. HTTP/1.1 for `http://` URLs.
-pub fn client_builder() -> reqwest::ClientBuilder {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .no_proxy()
-        .timeout(CLIENT_TIMEOUT)
-}
-
-/// A fresh HTTP/1.1 client from [`client_builder`]. Reuse one client across requests
-/// to reuse connections; create it inside the runtime that will use it.
-pub fn http_client() -> reqwest::Client {
-    client_builder().build().expect("build reqwest client")
-}
-
-/// A fresh client that speaks HTTP/2 with prior knowledge (h2c) to `http://` URLs.
-pub fn h2c_client() -> reqwest::Client {
-    client_builder()
-        .http2_prior_knowledge()
-        .build()
-        .expect("build h2c reqwest client")
-}
-
-/// Sends one request with `client` and reads the whole response.
-/// `headers` are added in order (repeated names give repeated fields).
-pub async fn send(
-    client: &reqwest::Client,
-    method: &str,
-    url: &str,
-    headers: &[(&str, &str)],
-    body: Option<Bytes>,
-) -> Result<Resp, reqwest::Error> {
-    let method = reqwest::Method::from_bytes(method.as_bytes()).expect("valid method");
-    let mut rb = client.request(method, url);
-    for (k, v) in headers {
-        rb = rb.header(*k, *v);
-    }
-    if let Some(b) = body {
-        rb = rb.body(b);
-    }
-    let r = rb.send().await?;
-    let status = r.status().as_u16();
-    let headers = r.headers().clone();
-    let version = r.version();
-    let body = r.bytes().await?;
-    Ok(Resp {
-        status,
-        headers,
-        body,
-        version,
-    })
-}
-
-/// `GET url` with the given extra headers on a fresh client; panics on transport errors.
-pub async fn get(url: &str, headers: &[(&str, &str)]) -> Resp {
-    request("GET", url, headers, None).await
-}
-
-/// Like [`get`] but returns transport errors (connection refused/reset, timeout, ...).
-pub async fn try_get(url: &str, headers: &[(&str, &str)]) -> Result<Resp, reqwest::Error> {
-    send(&http_client(), "GET", url, headers, None).await
-}
-
-/// `HEAD url` on a fresh client; panics on transport errors.
-pub async fn head(url: &str, headers: &[(&str, &str)]) -> Resp {
-    request("HEAD", url, headers, None).await
-}
-
-/// `POST url` with `body` on a fresh client; panics on transport errors.
-pub async fn post(url: &str, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Resp {
-    request("POST", url, headers, Some(body.into())).await
-}
-
-/// Any method on a fresh client; panics on transport errors.
-pub async fn request(
-    method: &str,
-    url: &str,
-    headers: &[(&str, &str)],
-    body: Option<Bytes>,
-) -> Resp {
-    match send(&http_client(), method, url, headers, body).await {
-        Ok(r) => r,
-        Err(e) => panic!("{method} {url} failed: {e:?}"),
-    }
-}
-
-// ---------------------------------------------------------------------------
-// gzip
-// ---------------------------------------------------------------------------
-
-/// gzip-compresses `data`.
-pub fn gzip(data: &[u8]) -> Vec<u8> {
-    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    enc.write_all(data).expect("gzip write");
-    enc.finish().expect("gzip finish")
-}
-
-/// Decompresses gzip `data`; panics if it is not valid gzip.
-pub fn gunzip(data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    flate2::read::GzDecoder::new(data)
-        .read_to_end(&mut out)
-        .expect("valid gzip data");
-    out
-}
-
-// ---------------------------------------------------------------------------
-// Raw sockets
-// ---------------------------------------------------------------------------
 
 /// Writes `bytes` to a new connection to `addr` and returns everything read until the
 /// server closes the connection or stays silent for 2 s (30 s overall cap).
@@ -274,19 +65,12 @@ pub struct RawResponse {
 impl RawResponse {
     /// First value of header `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        field(&self.headers, name)
     }
 
     /// All values of header `name` (case-insensitive), in order.
     pub fn header_all(&self, name: &str) -> Vec<&str> {
-        self.headers
-            .iter()
-            .filter(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-            .collect()
+        field_values(&self.headers, name)
     }
 
     /// The body as (lossy) UTF-8 text.
@@ -318,16 +102,7 @@ fn parse_one(data: &[u8], head_request: bool, eof: bool) -> Parsed {
         Err(e) => return Parsed::Error(format!("invalid response head: {e}")),
     };
     let status = r.code.unwrap_or(0);
-    let headers: Vec<(String, String)> = r
-        .headers
-        .iter()
-        .map(|h| {
-            (
-                h.name.to_string(),
-                String::from_utf8_lossy(h.value).into_owned(),
-            )
-        })
-        .collect();
+    let headers = owned_fields(r.headers);
     let mut resp = RawResponse {
         status,
         version: r.version.unwrap_or(1),
@@ -338,11 +113,7 @@ fn parse_one(data: &[u8], head_request: bool, eof: bool) -> Parsed {
     if head_request || (100..200).contains(&status) || status == 204 || status == 304 {
         return Parsed::Complete(resp, n);
     }
-    let chunked = resp
-        .header_all("transfer-encoding")
-        .iter()
-        .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case("chunked"));
+    let chunked = has_token(&resp.headers, "transfer-encoding", "chunked");
     if chunked {
         let mut pos = n;
         loop {

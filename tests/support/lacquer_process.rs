@@ -1,0 +1,429 @@
+//! The binary under test: the real `lacquer` started as a child process with a generated config
+//! (one origin, or several behind the balancer), run once to completion for start-up errors, and
+//! read back through its logs and its admin `/stats`.
+//!
+//! A running proxy is killed when its handle is dropped, including when the test panics; on a
+//! panic its stderr tail is printed to help debugging and its temp dir (config, logs) is kept.
+
+use super::child::{read_lossy, run_with_timeout, send_signal, tail, OwnedChild, StartFailure};
+use super::client::get;
+use super::net::{free_port, local_addr, port_accepts, process_listens_on};
+use super::poll::poll_until;
+use super::temp_dir::TempDir;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Output, Stdio};
+use std::time::Duration;
+
+/// How long [`LacquerProcess`] waits for its listen port to accept connections.
+pub const LACQUER_START_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// How long [`run_lacquer`] lets the binary run before killing it.
+pub const RUN_LACQUER_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Path of the `lacquer` binary under test: Cargo's `CARGO_BIN_EXE_lacquer` when
+/// compiled as an integration test of the `lacquer` package, else the `LACQUER_BIN`
+/// environment variable at run time. Panics if neither is available.
+pub fn lacquer_bin() -> PathBuf {
+    if let Some(p) = option_env!("CARGO_BIN_EXE_lacquer") {
+        return PathBuf::from(p);
+    }
+    match std::env::var_os("LACQUER_BIN") {
+        Some(p) => PathBuf::from(p),
+        None => panic!(
+            "lacquer binary unknown: CARGO_BIN_EXE_lacquer is not set at compile time \
+             and LACQUER_BIN is not set at run time"
+        ),
+    }
+}
+
+/// A running `lacquer` process; killed (SIGKILL) on drop.
+pub struct LacquerProcess {
+    child: OwnedChild,
+    port: u16,
+    args: Vec<String>,
+    dir: TempDir,
+    config_path: Option<PathBuf>,
+    stdout_path: PathBuf,
+    stderr_path: PathBuf,
+    pid: u32,
+}
+
+impl LacquerProcess {
+    /// Starts `lacquer --config <file> <extra_args...>` with `config_toml` written to a
+    /// temp file, and waits until it accepts TCP on its listen port.
+    ///
+    /// The port is taken from a `--listen 127.0.0.1:PORT` / `--listen=...` in
+    /// `extra_args` if present, else from the first `127.0.0.1:PORT` on the config's
+    /// `listen` line. Panics if neither is found; use [`start_with`](Self::start_with)
+    /// to give the port explicitly.
+    pub fn start(config_toml: &str, extra_args: &[&str]) -> LacquerProcess {
+        let port = listen_port_from(config_toml, extra_args).unwrap_or_else(|| {
+            panic!(
+                "LacquerProcess::start: no 127.0.0.1:PORT listen address found in \
+                 --listen args or the config's `listen` line; use start_with"
+            )
+        });
+        LacquerProcess::start_with(port, config_toml, extra_args)
+    }
+
+    /// Starts `lacquer --config <file> <extra_args...>` and waits (up to 15 s) until
+    /// `127.0.0.1:<port>` accepts TCP. The config is expected to listen on that port.
+    /// Panics with the process's stderr if it exits first or never opens the port.
+    pub fn start_with(port: u16, config_toml: &str, extra_args: &[&str]) -> LacquerProcess {
+        match LacquerProcess::try_start(port, Some(config_toml), extra_args) {
+            Ok(p) => p,
+            Err(msg) => panic!("{msg}"),
+        }
+    }
+
+    /// Starts `lacquer <args...>` with no generated config file (e.g.
+    /// `["--upstream", "127.0.0.1:9", "--listen", "127.0.0.1:PORT"]`) and waits until
+    /// `127.0.0.1:<port>` accepts TCP.
+    pub fn start_args(port: u16, args: &[&str]) -> LacquerProcess {
+        match LacquerProcess::try_start(port, None, args) {
+            Ok(p) => p,
+            Err(msg) => panic!("{msg}"),
+        }
+    }
+
+    /// Picks a free port and starts lacquer with the config
+    ///
+    /// ```toml
+    /// listen = ["127.0.0.1:PORT"]
+    /// upstream = "HOST:PORT"
+    /// threads = 2
+    /// <extra_toml, verbatim>
+    /// ```
+    ///
+    /// Retries with another port (up to 3 times) if the chosen one turned out taken.
+    pub fn start_simple(upstream: SocketAddr, extra_toml: &str) -> LacquerProcess {
+        LacquerProcess::start_on_free_port(|port| simple_config(port, upstream, extra_toml))
+    }
+
+    /// Picks a free port, starts lacquer with `config_for(port)` (which must listen on
+    /// `127.0.0.1:<port>`) and waits until it accepts. Retries with another port (up to 3 times)
+    /// if the chosen one turned out taken, as another test may bind it first.
+    pub fn start_on_free_port(config_for: impl Fn(u16) -> String) -> LacquerProcess {
+        let mut last = String::new();
+        for _ in 0..3 {
+            let port = free_port();
+            match LacquerProcess::try_start(port, Some(&config_for(port)), &[]) {
+                Ok(p) => return p,
+                Err(msg) => {
+                    let lower = msg.to_ascii_lowercase();
+                    if lower.contains("in use") || lower.contains("addrinuse") {
+                        last = msg;
+                        continue;
+                    }
+                    panic!("{msg}");
+                }
+            }
+        }
+        panic!("{last}");
+    }
+
+    /// Spawns and waits for the port; on failure returns a message including stderr.
+    pub fn try_start(
+        port: u16,
+        config_toml: Option<&str>,
+        extra_args: &[&str],
+    ) -> Result<LacquerProcess, String> {
+        let dir = TempDir::new("lacquer-test");
+        let mut args: Vec<String> = Vec::new();
+        let config_path = config_toml.map(|c| {
+            let p = dir.write("lacquer.toml", c);
+            args.push("--config".into());
+            args.push(p.to_string_lossy().into_owned());
+            p
+        });
+        args.extend(extra_args.iter().map(|s| s.to_string()));
+        let stdout_path = dir.path().join("stdout.log");
+        let stderr_path = dir.path().join("stderr.log");
+        let mut p = LacquerProcess {
+            child: OwnedChild::default(),
+            port,
+            args,
+            dir,
+            config_path,
+            stdout_path,
+            stderr_path,
+            pid: 0,
+        };
+        p.spawn_and_wait()?;
+        Ok(p)
+    }
+
+    fn spawn_and_wait(&mut self) -> Result<(), String> {
+        let bin = lacquer_bin();
+        // Append, so a restart keeps the earlier run's output.
+        let open = |p: &Path| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .unwrap_or_else(|e| panic!("open {}: {e}", p.display()))
+        };
+        let stdout = open(&self.stdout_path);
+        let stderr = open(&self.stderr_path);
+        let mut cmd = Command::new(&bin);
+        cmd.args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr);
+        if std::env::var_os("RUST_BACKTRACE").is_none() {
+            cmd.env("RUST_BACKTRACE", "1");
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("failed to spawn {}: {e}", bin.display()))?;
+        self.pid = child.id();
+        self.child.hold(child);
+
+        match self
+            .child
+            .wait_until_listening(self.port, LACQUER_START_TIMEOUT)
+        {
+            Ok(()) => {}
+            Err(StartFailure::Exited(status)) => {
+                return Err(format!(
+                    "lacquer ({} {}) exited with {status} before 127.0.0.1:{} accepted \
+                     connections; stderr:\n{}",
+                    bin.display(),
+                    self.args.join(" "),
+                    self.port,
+                    self.stderr_log()
+                ))
+            }
+            Err(StartFailure::TimedOut) => {
+                return Err(format!(
+                    "lacquer did not accept connections on 127.0.0.1:{} within {:?}; stderr:\n{}",
+                    self.port,
+                    LACQUER_START_TIMEOUT,
+                    self.stderr_log()
+                ))
+            }
+        }
+        // Something accepts; make sure it is not a stranger while lacquer died.
+        std::thread::sleep(Duration::from_millis(20));
+        if let Some(status) = self.exit_status() {
+            return Err(format!(
+                "lacquer exited with {status} (port {} is in use by something else?); \
+                 stderr:\n{}",
+                self.port,
+                self.stderr_log()
+            ));
+        }
+        // Pingora does not exit when its port is taken: it retries the bind every second.
+        // Another test's proxy that took the port meanwhile would answer for this one, so the
+        // listening socket must be this process's own.
+        if !process_listens_on(self.pid, self.port) {
+            self.kill();
+            return Err(format!(
+                "port {} is in use by another process; lacquer was stopped",
+                self.port
+            ));
+        }
+        Ok(())
+    }
+
+    /// The proxy's address, `127.0.0.1:<port>`.
+    pub fn addr(&self) -> SocketAddr {
+        local_addr(self.port)
+    }
+
+    /// The proxy's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `http://127.0.0.1:<port><path>` (a missing leading `/` is added).
+    pub fn url(&self, path: &str) -> String {
+        let sep = if path.starts_with('/') { "" } else { "/" };
+        format!("http://127.0.0.1:{}{}{}", self.port, sep, path)
+    }
+
+    /// Everything the process wrote to stderr so far.
+    pub fn stderr_log(&self) -> String {
+        read_lossy(&self.stderr_path)
+    }
+
+    /// Everything the process wrote to stdout so far (e.g. access logs).
+    pub fn stdout_log(&self) -> String {
+        read_lossy(&self.stdout_path)
+    }
+
+    /// The process id (of the most recent spawn).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Path of the generated config file, if one was written; rewrite it with
+    /// [`write_config`](Self::write_config) for reload tests.
+    pub fn config_path(&self) -> Option<&Path> {
+        self.config_path.as_deref()
+    }
+
+    /// The temp dir holding the config and logs (a scratch place for the test too).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Overwrites the config file (panics if the process was started without one).
+    pub fn write_config(&self, config_toml: &str) {
+        let p = self
+            .config_path
+            .as_ref()
+            .expect("started without a config file");
+        std::fs::write(p, config_toml).expect("rewrite config");
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child.is_running()
+    }
+
+    /// The exit status if the process has exited (non-blocking).
+    pub fn exit_status(&mut self) -> Option<ExitStatus> {
+        self.child.exit_status()
+    }
+
+    /// Waits up to `timeout` for the process to exit; returns its status if it did.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        self.child.wait_exit(timeout)
+    }
+
+    /// Sends signal `sig` (e.g. `"TERM"`, `"HUP"`, `"INT"`); returns whether it was delivered.
+    pub fn signal(&self, sig: &str) -> bool {
+        self.child.is_held() && send_signal(self.pid, sig)
+    }
+
+    /// SIGKILLs the process and reaps it. Idempotent.
+    pub fn kill(&mut self) {
+        self.child.kill();
+    }
+
+    /// Kills the process and starts it again with the same arguments and config file,
+    /// waiting until the same port accepts again.
+    pub fn restart(&mut self) {
+        self.kill();
+        // the old socket may linger a moment; the new process would retry its bind meanwhile
+        poll_until(Duration::from_secs(5), || !port_accepts(self.port));
+        if let Err(msg) = self.spawn_and_wait() {
+            panic!("{msg}");
+        }
+    }
+}
+
+impl Drop for LacquerProcess {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            let err = self.stderr_log();
+            eprintln!(
+                "[support] lacquer on port {} (args: {}) stderr tail:\n{}",
+                self.port,
+                self.args.join(" "),
+                tail(&err, 8192)
+            );
+        }
+    }
+}
+
+/// The config written by [`LacquerProcess::start_simple`].
+pub fn simple_config(port: u16, upstream: SocketAddr, extra_toml: &str) -> String {
+    format!(
+        "listen = [\"127.0.0.1:{port}\"]\nupstream = \"{upstream}\"\nthreads = 2\n{extra_toml}\n"
+    )
+}
+
+/// Finds the listen port for [`LacquerProcess::start`]: a `--listen` argument wins over
+/// the config's `listen = [...]` line. Only `127.0.0.1:PORT` addresses are considered.
+pub fn listen_port_from(config_toml: &str, args: &[&str]) -> Option<u16> {
+    let mut from_args = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if *a == "--listen" {
+            if let Some(v) = it.next() {
+                from_args = port_in(v).or(from_args);
+            }
+        } else if let Some(v) = a.strip_prefix("--listen=") {
+            from_args = port_in(v).or(from_args);
+        }
+    }
+    if from_args.is_some() {
+        return from_args;
+    }
+    config_toml
+        .lines()
+        .map(str::trim)
+        .find(|l| {
+            l.strip_prefix("listen")
+                .map(|r| r.trim_start().starts_with('='))
+                .unwrap_or(false)
+        })
+        .and_then(port_in)
+}
+
+fn port_in(s: &str) -> Option<u16> {
+    let i = s.find("127.0.0.1:")?;
+    let digits: String = s[i + "127.0.0.1:".len()..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    digits.parse().ok()
+}
+
+/// Runs `lacquer <args...>` to completion (killed after 20 s) and returns its output,
+/// for start-up error, `--help` and `--check-config` tests.
+pub fn run_lacquer(args: &[&str]) -> Output {
+    run_with_timeout(&lacquer_bin(), args, RUN_LACQUER_TIMEOUT)
+}
+
+/// Writes `config_toml` to a temp file and runs `lacquer --check-config <file>`.
+pub fn check_config(config_toml: &str) -> Output {
+    let dir = TempDir::new("lacquer-check");
+    let p = dir.write("lacquer.toml", config_toml);
+    run_lacquer(&["--check-config", &p.to_string_lossy()])
+}
+
+/// `[[upstreams]]` entries for these addresses and weights.
+pub fn upstreams_toml(backends: &[(SocketAddr, u32)]) -> String {
+    backends
+        .iter()
+        .map(|(addr, weight)| format!("[[upstreams]]\naddress = \"{addr}\"\nweight = {weight}\n"))
+        .collect()
+}
+
+/// Starts lacquer in front of `backends` (address, weight) with `extra` TOML (which must not
+/// open `[[upstreams]]`-like arrays after tables it relies on; it is appended last).
+pub fn start_balancer(backends: &[(SocketAddr, u32)], extra: &str) -> LacquerProcess {
+    LacquerProcess::start_on_free_port(|port| {
+        format!(
+            "listen = [\"127.0.0.1:{port}\"]\nthreads = 2\n{}\n{extra}\n",
+            upstreams_toml(backends)
+        )
+    })
+}
+
+/// Waits (generously) until lacquer's stderr contains `needle`.
+pub fn wait_for_log(proc: &LacquerProcess, needle: &str, timeout: Duration) -> bool {
+    poll_until(timeout, || proc.stderr_log().contains(needle))
+}
+
+/// Reads `/stats` from the admin endpoint and returns the number after `"key":`.
+pub async fn admin_stat(admin_port: u16, key: &str) -> u64 {
+    let resp = get(&format!("http://127.0.0.1:{admin_port}/stats"), &[]).await;
+    let text = resp.text();
+    let needle = format!("\"{key}\":");
+    let start = text
+        .find(&needle)
+        .unwrap_or_else(|| panic!("{key} not in {text}"))
+        + needle.len();
+    text[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect::<String>()
+        .parse()
+        .unwrap()
+}
