@@ -368,12 +368,12 @@ fn bad_compression_values_name_the_key() {
         (
             "[cache.compression]\nlevel = 0",
             "cache.compression.level",
-            "outside 1..=9",
+            "outside the allowed range 1..=9",
         ),
         (
             "[cache.compression]\nlevel = 10",
             "cache.compression.level",
-            "outside 1..=9",
+            "outside the allowed range 1..=9",
         ),
         (
             "[cache.compression]\nmin_size = \"1XB\"",

@@ -1,5 +1,8 @@
-//! Command-line flags. Each flag overrides the config file key of the same meaning.
+//! Command-line flags, and laying them over the file: each flag overrides the config file key
+//! of the same meaning.
 
+use super::balancing::UpstreamEntry;
+use super::file::FileConfig;
 use clap::Parser;
 
 /// `lacquer`: a caching reverse proxy. Flags override the TOML file given with `--config`.
@@ -62,4 +65,91 @@ pub struct Cli {
     /// Disable caching entirely: a plain reverse proxy (config key `cache.enabled = false`).
     #[arg(long)]
     pub no_cache: bool,
+}
+
+/// Lays the CLI flags over the file: a flag that is given wins.
+pub fn apply_cli(mut file: FileConfig, cli: &Cli) -> FileConfig {
+    match cli.upstream.as_slice() {
+        [] => {}
+        [one] => {
+            file.upstream = Some(one.clone());
+            file.upstreams = None;
+        }
+        many => {
+            file.upstream = None;
+            file.upstreams = Some(
+                many.iter()
+                    .map(|address| UpstreamEntry {
+                        address: address.clone(),
+                        weight: None,
+                    })
+                    .collect(),
+            );
+        }
+    }
+    if !cli.listen.is_empty() {
+        file.listen = Some(cli.listen.clone());
+    }
+    if let Some(threads) = cli.threads {
+        file.threads = Some(threads);
+    }
+    if let Some(size) = &cli.memory_size {
+        file.cache.memory_size = Some(size.clone());
+    }
+    if let Some(size) = &cli.max_object_size {
+        file.cache.max_object_size = Some(size.clone());
+    }
+    if cli.no_cache {
+        file.cache.enabled = Some(false);
+    }
+    if let Some(access) = &cli.access_log {
+        file.log.access = Some(access.clone());
+    }
+    if let Some(format) = &cli.log_format {
+        file.log.format = Some(format.clone());
+    }
+    if let Some(level) = &cli.log_level {
+        file.log.level = Some(level.clone());
+    }
+    if !cli.tls_listen.is_empty() {
+        file.tls.listen = Some(cli.tls_listen.clone());
+    }
+    if let Some(cert) = &cli.tls_cert {
+        file.tls.cert = Some(cert.clone());
+    }
+    if let Some(key) = &cli.tls_key {
+        file.tls.key = Some(key.clone());
+    }
+    file
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    #[test]
+    fn cli_overrides_file() {
+        let file = FileConfig::parse("upstream = \"127.0.0.1:1\"\nthreads = 3", "test").unwrap();
+        let cli = Cli {
+            upstream: vec!["127.0.0.1:2".into()],
+            threads: Some(1),
+            ..Default::default()
+        };
+        let c = Config::validate(apply_cli(file, &cli)).unwrap();
+        assert_eq!(c.upstream.port(), 2);
+        assert_eq!(c.threads, 1);
+    }
+
+    #[test]
+    fn several_upstream_flags_replace_the_file_list() {
+        let file = FileConfig::parse("upstream = \"127.0.0.1:1\"", "test").unwrap();
+        let cli = Cli {
+            upstream: vec!["127.0.0.1:2".into(), "127.0.0.1:3".into()],
+            ..Default::default()
+        };
+        let c = Config::validate(apply_cli(file, &cli)).unwrap();
+        let ports: Vec<u16> = c.balancer.backends.iter().map(|b| b.addr.port()).collect();
+        assert_eq!(ports, [2, 3]);
+    }
 }

@@ -4,7 +4,7 @@
 //! whether Lacquer itself compresses what the origin sent uncompressed, and how much memory keeps
 //! decoded copies for such clients (`decoded_copies`).
 
-use super::{size_or, ConfigError};
+use super::{check, ConfigError};
 use serde::Deserialize;
 
 /// The section as written in the file.
@@ -70,18 +70,6 @@ impl CompressionConfig {
     }
 }
 
-/// A size key: its value parsed as the other size keys are ([`super::size_or`]), or `default`.
-fn size_or_default(
-    key: &str,
-    value: &Option<String>,
-    default: usize,
-) -> Result<usize, ConfigError> {
-    match value {
-        None => Ok(default),
-        Some(_) => size_or(key, value, ""),
-    }
-}
-
 /// Validates the section; every bad value names its key.
 pub fn validate(section: &CompressionSection) -> Result<CompressionConfig, ConfigError> {
     let defaults = CompressionConfig::default();
@@ -105,32 +93,25 @@ pub fn validate(section: &CompressionSection) -> Result<CompressionConfig, Confi
             out
         }
     };
-    let min_size = size_or_default(
-        "cache.compression.min_size",
-        &section.min_size,
-        defaults.min_size,
-    )?;
-    let level = match section.level {
-        None => defaults.level,
-        Some(l @ 1..=9) => l as u32,
-        Some(l) => {
-            return Err(ConfigError::new(
-                "cache.compression.level",
-                format!("{l} is outside 1..=9"),
-            ))
-        }
-    };
-    let decoded_copies = size_or_default(
-        "cache.compression.decoded_copies",
-        &section.decoded_copies,
-        defaults.decoded_copies,
-    )?;
     Ok(CompressionConfig {
         enabled: section.enabled.unwrap_or(defaults.enabled),
         types,
-        min_size,
-        level,
-        decoded_copies,
+        min_size: check::size(
+            "cache.compression.min_size",
+            &section.min_size,
+            defaults.min_size,
+        )?,
+        level: check::integer(
+            "cache.compression.level",
+            section.level,
+            defaults.level,
+            1..=9,
+        )?,
+        decoded_copies: check::size(
+            "cache.compression.decoded_copies",
+            &section.decoded_copies,
+            defaults.decoded_copies,
+        )?,
     })
 }
 

@@ -2,10 +2,9 @@
 //!
 //! No servers means no shared tier: the memory tier alone, as before.
 
-use super::units::{parse_duration, parse_size};
-use super::ConfigError;
+use super::{check, ConfigError};
 use serde::Deserialize;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 /// One server as written: `"host:port"` or `{ addr = "host:port", weight = 2 }`.
@@ -68,31 +67,13 @@ pub struct MemcachedConfig {
 
 /// `fill_lease`: whole seconds (memcached expiry granularity), at most a minute; 0 = off.
 fn fill_lease(value: &Option<String>) -> Result<Duration, ConfigError> {
-    let key = "cache.memcached.fill_lease";
-    let d =
-        parse_duration(value.as_deref().unwrap_or("3s")).map_err(|e| ConfigError::new(key, e))?;
-    if d.subsec_nanos() != 0 {
-        return Err(ConfigError::new(
-            key,
-            "must be whole seconds (memcached expires keys by the second)",
-        ));
-    }
-    if d > Duration::from_secs(60) {
-        return Err(ConfigError::new(key, "must be at most 60s"));
-    }
-    Ok(d)
-}
-
-fn duration(key: &str, value: &Option<String>, default: &str) -> Result<Duration, ConfigError> {
-    let d = parse_duration(value.as_deref().unwrap_or(default))
-        .map_err(|e| ConfigError::new(format!("cache.memcached.{key}"), e))?;
-    if d.is_zero() {
-        return Err(ConfigError::new(
-            format!("cache.memcached.{key}"),
-            "must be greater than zero",
-        ));
-    }
-    Ok(d)
+    check::whole_seconds(
+        "cache.memcached.fill_lease",
+        value,
+        Duration::from_secs(3),
+        Duration::from_secs(60),
+        "memcached expires keys in whole seconds",
+    )
 }
 
 /// Validates the section; `None` when no servers are configured.
@@ -102,29 +83,18 @@ pub fn validate(section: &MemcachedSection) -> Result<Option<MemcachedConfig>, C
         Some(list) if list.is_empty() => return Ok(None),
         Some(list) => list,
     };
-    let mut servers = Vec::new();
+    let mut servers: Vec<MemcachedServer> = Vec::new();
     for (i, entry) in entries.iter().enumerate() {
         let key = format!("cache.memcached.servers[{i}]");
         let (name, weight) = match entry {
             ServerEntry::Plain(addr) => (addr.trim().to_string(), 1),
-            ServerEntry::Weighted { addr, weight } => {
-                if *weight <= 0 || *weight > 1000 {
-                    return Err(ConfigError::new(
-                        format!("{key}.weight"),
-                        format!("{weight} is outside 1..=1000"),
-                    ));
-                }
-                (addr.trim().to_string(), *weight as u32)
-            }
+            ServerEntry::Weighted { addr, weight } => (
+                addr.trim().to_string(),
+                check::integer(&format!("{key}.weight"), Some(*weight), 1, 1..=1000)?,
+            ),
         };
-        let addr = name
-            .to_socket_addrs()
-            .map_err(|e| {
-                ConfigError::new(&key, format!("\"{name}\" is not a usable HOST:PORT: {e}"))
-            })?
-            .next()
-            .ok_or_else(|| ConfigError::new(&key, format!("\"{name}\" resolves to no address")))?;
-        if servers.iter().any(|s: &MemcachedServer| s.name == name) {
+        let addr = check::resolved_addr(&key, &name)?;
+        if servers.iter().any(|s| s.name == name) {
             return Err(ConfigError::new(
                 &key,
                 format!("\"{name}\" is listed twice"),
@@ -142,50 +112,50 @@ pub fn validate(section: &MemcachedSection) -> Result<Option<MemcachedConfig>, C
             format!("\"{namespace}\" must be 1-64 printable characters without spaces"),
         ));
     }
-    let pool_size = match section.pool_size {
-        None => 8,
-        Some(n) if (1..=1024).contains(&n) => n as usize,
-        Some(n) => {
-            return Err(ConfigError::new(
-                "cache.memcached.pool_size",
-                format!("{n} is outside 1..=1024"),
-            ))
-        }
-    };
-    let failure_limit = match section.failure_limit {
-        None => 3,
-        Some(n) if (1..=1000).contains(&n) => n as u32,
-        Some(n) => {
-            return Err(ConfigError::new(
-                "cache.memcached.failure_limit",
-                format!("{n} is outside 1..=1000"),
-            ))
-        }
-    };
-    let item_size = parse_size(section.item_size.as_deref().unwrap_or("1MiB"))
-        .map_err(|e| ConfigError::new("cache.memcached.item_size", e))?
-        as usize;
+    let item_size = check::size("cache.memcached.item_size", &section.item_size, 1 << 20)?;
     if !(4096..=128 << 20).contains(&item_size) {
         return Err(ConfigError::new(
             "cache.memcached.item_size",
             "must be between 4KiB and 128MiB",
         ));
     }
+    let timeout = |name: &str, value: &Option<String>, default: Duration| {
+        check::positive_duration(&format!("cache.memcached.{name}"), value, default)
+    };
     Ok(Some(MemcachedConfig {
         servers,
         namespace,
-        connect_timeout: duration("connect_timeout", &section.connect_timeout, "50ms")?,
-        op_timeout: duration("op_timeout", &section.op_timeout, "100ms")?,
-        pool_size,
+        connect_timeout: timeout(
+            "connect_timeout",
+            &section.connect_timeout,
+            Duration::from_millis(50),
+        )?,
+        op_timeout: timeout(
+            "op_timeout",
+            &section.op_timeout,
+            Duration::from_millis(100),
+        )?,
+        pool_size: check::integer("cache.memcached.pool_size", section.pool_size, 8, 1..=1024)?,
         // zero is allowed: no local copies at all, every hit is read from memcached
-        local_ttl: parse_duration(section.local_ttl.as_deref().unwrap_or("5s"))
-            .map_err(|e| ConfigError::new("cache.memcached.local_ttl", e))?,
-        failure_limit,
-        retry_after: duration("retry_after", &section.retry_after, "5s")?,
+        local_ttl: check::duration(
+            "cache.memcached.local_ttl",
+            &section.local_ttl,
+            Duration::from_secs(5),
+        )?,
+        failure_limit: check::integer(
+            "cache.memcached.failure_limit",
+            section.failure_limit,
+            3,
+            1..=1000,
+        )?,
+        retry_after: timeout("retry_after", &section.retry_after, Duration::from_secs(5))?,
         rehash_on_eject: section.rehash_on_eject.unwrap_or(false),
         item_size,
-        keep: parse_duration(section.keep.as_deref().unwrap_or("1h"))
-            .map_err(|e| ConfigError::new("cache.memcached.keep", e))?,
+        keep: check::duration(
+            "cache.memcached.keep",
+            &section.keep,
+            Duration::from_secs(3600),
+        )?,
         fill_lease: fill_lease(&section.fill_lease)?,
     }))
 }

@@ -10,7 +10,7 @@
 //! An [`Admission`] holds the slot until dropped; the proxy keeps it in the request context, so
 //! the slot is given back on every exit path.
 
-use crate::config::balancing::{ExcessPolicy, FairnessConfig};
+use crate::config::fairness::{ExcessPolicy, FairnessConfig};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
