@@ -1,33 +1,34 @@
 //! Client address ranges (`10.0.0.0/8`, `::1`), for access lists such as `cache.purge_from`.
+//!
+//! The prefix arithmetic is `ipnet`'s; this module adds what an access list needs on top: a
+//! single address as a one-address range, errors that say which part is wrong, and IPv4
+//! clients seen through a dual-stack listener matching IPv4 ranges.
 
+use ipnet::IpNet;
 use std::net::IpAddr;
 
 /// An address and a prefix length: the addresses whose first `prefix` bits match.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AddressRange {
-    addr: IpAddr,
-    prefix: u8,
-}
+pub struct AddressRange(IpNet);
 
 impl AddressRange {
     /// Parses `addr` (a single address) or `addr/prefix`.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let (addr_text, prefix_text) = match text.trim().split_once('/') {
-            Some((addr, prefix)) => (addr, Some(prefix)),
-            None => (text.trim(), None),
+        let not_an_address =
+            || format!("\"{text}\" is not an IP address or range (e.g. 10.0.0.0/8)");
+        let trimmed = text.trim();
+        let Some((addr_text, prefix_text)) = trimmed.split_once('/') else {
+            let addr: IpAddr = trimmed.parse().map_err(|_| not_an_address())?;
+            return Ok(AddressRange(IpNet::from(addr)));
         };
-        let addr: IpAddr = addr_text
-            .parse()
-            .map_err(|_| format!("\"{text}\" is not an IP address or range (e.g. 10.0.0.0/8)"))?;
+        let addr: IpAddr = addr_text.parse().map_err(|_| not_an_address())?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = match prefix_text {
-            None => max,
-            Some(p) => match p.parse::<u8>() {
-                Ok(p) if p <= max => p,
-                _ => return Err(format!("\"{text}\": the prefix length must be 0 to {max}")),
-            },
-        };
-        Ok(AddressRange { addr, prefix })
+        prefix_text
+            .parse::<u8>()
+            .ok()
+            .and_then(|prefix| IpNet::new(addr, prefix).ok())
+            .map(AddressRange)
+            .ok_or_else(|| format!("\"{text}\": the prefix length must be 0 to {max}"))
     }
 
     /// Whether `ip` is in the range. An IPv4 client seen as an IPv4-mapped IPv6 address (a
@@ -37,24 +38,9 @@ impl AddressRange {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
             v4 => v4,
         };
-        match (self.addr, ip) {
-            (IpAddr::V4(range), IpAddr::V4(ip)) => leading_bits_match(
-                u128::from(u32::from(range)) << 96,
-                u128::from(u32::from(ip)) << 96,
-                self.prefix,
-            ),
-            (IpAddr::V6(range), IpAddr::V6(ip)) => {
-                leading_bits_match(u128::from(range), u128::from(ip), self.prefix)
-            }
-            _ => false,
-        }
+        self.0.contains(&ip)
     }
 }
-
-fn leading_bits_match(a: u128, b: u128, prefix: u8) -> bool {
-    prefix == 0 || (a ^ b) >> (128 - u32::from(prefix)) == 0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
