@@ -12,6 +12,7 @@ use crate::upstream::backend::Backend;
 use async_trait::async_trait;
 use pingora_core::apps::http_app::ServeHttp;
 use pingora_core::protocols::http::ServerSession;
+use serde::Serialize;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -38,85 +39,114 @@ impl AdminApp {
         }
     }
 
-    fn backends_json(&self) -> String {
-        let now = Instant::now();
-        let entries: Vec<String> = self
-            .backends
-            .iter()
-            .map(|b| {
-                let t = b.totals();
-                format!(
-                    "{{\"name\":\"{}\",\"weight\":{},\"up\":{},\"ejected\":{},\"requests\":{},\"failures\":{},\"ejections\":{},\"in_flight\":{}}}",
-                    json_escape(&b.name),
-                    b.weight,
-                    b.active_up(),
-                    b.is_ejected(now),
-                    t.requests,
-                    t.failures,
-                    t.ejections,
-                    b.in_flight()
-                )
-            })
-            .collect();
-        format!("[{}]", entries.join(","))
-    }
-
-    fn shared_json(&self) -> String {
-        let Some(shared) = self.shared else {
-            return "null".to_string();
-        };
-        let c = &shared.counters;
-        let cluster = &shared.cluster().counters;
-        let ejected: Vec<String> = shared
-            .cluster()
-            .ejected()
-            .iter()
-            .map(|name| format!("\"{name}\""))
-            .collect();
-        format!(
-            "{{\"hits\":{},\"misses\":{},\"rejected\":{},\"writes\":{},\"write_failures\":{},\"fills_claimed\":{},\"fills_awaited\":{},\"errors\":{},\"ejections\":{},\"skipped_ejected\":{},\"ejected\":[{}]}}",
-            c.hits.load(Ordering::Relaxed),
-            c.misses.load(Ordering::Relaxed),
-            c.rejected.load(Ordering::Relaxed),
-            c.writes.load(Ordering::Relaxed),
-            c.write_failures.load(Ordering::Relaxed),
-            c.fills_claimed.load(Ordering::Relaxed),
-            c.fills_awaited.load(Ordering::Relaxed),
-            cluster.errors.load(Ordering::Relaxed),
-            cluster.ejections.load(Ordering::Relaxed),
-            cluster.skipped_ejected.load(Ordering::Relaxed),
-            ejected.join(",")
-        )
-    }
-
-    /// The `/stats` document.
+    /// The `/stats` document: one JSON object and a newline.
     pub fn stats_json(&self) -> String {
         let m = self.memory.stats();
-        format!(
-            "{{\"memory\":{{\"bytes\":{},\"objects\":{},\"limit\":{},\"evictions\":{},\"in_flight\":{}}},\"shared\":{},\"backends\":{}}}\n",
-            m.bytes,
-            m.objects,
-            m.limit,
-            m.evictions,
-            m.in_flight,
-            self.shared_json(),
-            self.backends_json()
-        )
+        let now = Instant::now();
+        let stats = Stats {
+            memory: MemoryReport {
+                bytes: m.bytes,
+                objects: m.objects,
+                limit: m.limit,
+                evictions: m.evictions,
+                in_flight: m.in_flight,
+            },
+            shared: self.shared.map(SharedReport::of),
+            backends: self
+                .backends
+                .iter()
+                .map(|b| {
+                    let t = b.totals();
+                    BackendReport {
+                        name: &b.name,
+                        weight: b.weight,
+                        up: b.active_up(),
+                        ejected: b.is_ejected(now),
+                        requests: t.requests,
+                        failures: t.failures,
+                        ejections: t.ejections,
+                        in_flight: b.in_flight(),
+                    }
+                })
+                .collect(),
+        };
+        let mut body = serde_json::to_string(&stats).expect("stats serialize to JSON");
+        body.push('\n');
+        body
     }
 }
 
-/// Escapes a string for a JSON string literal (backend names are as configured).
-fn json_escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
+/// The `/stats` document. Field order is the order in the output; tests and operators read
+/// the first `"in_flight"` as the memory tier's.
+#[derive(Serialize)]
+struct Stats<'a> {
+    memory: MemoryReport,
+    /// `null` without a shared tier.
+    shared: Option<SharedReport>,
+    backends: Vec<BackendReport<'a>>,
+}
+
+/// The memory tier's accounting ([`crate::storage::memory::MemoryStats`]).
+#[derive(Serialize)]
+struct MemoryReport {
+    bytes: usize,
+    objects: usize,
+    limit: usize,
+    evictions: u64,
+    in_flight: usize,
+}
+
+/// The shared tier's counters and the memcached servers currently ejected.
+#[derive(Serialize)]
+struct SharedReport {
+    hits: u64,
+    misses: u64,
+    rejected: u64,
+    writes: u64,
+    write_failures: u64,
+    fills_claimed: u64,
+    fills_awaited: u64,
+    errors: u64,
+    ejections: u64,
+    skipped_ejected: u64,
+    ejected: Vec<String>,
+}
+
+impl SharedReport {
+    fn of(shared: &TieredStorage) -> Self {
+        let c = &shared.counters;
+        let cluster = shared.cluster();
+        let n = &cluster.counters;
+        SharedReport {
+            hits: c.hits.load(Ordering::Relaxed),
+            misses: c.misses.load(Ordering::Relaxed),
+            rejected: c.rejected.load(Ordering::Relaxed),
+            writes: c.writes.load(Ordering::Relaxed),
+            write_failures: c.write_failures.load(Ordering::Relaxed),
+            fills_claimed: c.fills_claimed.load(Ordering::Relaxed),
+            fills_awaited: c.fills_awaited.load(Ordering::Relaxed),
+            errors: n.errors.load(Ordering::Relaxed),
+            ejections: n.ejections.load(Ordering::Relaxed),
+            skipped_ejected: n.skipped_ejected.load(Ordering::Relaxed),
+            ejected: cluster.ejected(),
         }
     }
-    out
+}
+
+/// One origin backend: its weight, verdicts and counters.
+#[derive(Serialize)]
+struct BackendReport<'a> {
+    /// As configured.
+    name: &'a str,
+    weight: u32,
+    /// The active health check's verdict (true without active checks).
+    up: bool,
+    /// Passively ejected right now.
+    ejected: bool,
+    requests: u64,
+    failures: u64,
+    ejections: u64,
+    in_flight: usize,
 }
 
 #[async_trait]
@@ -142,8 +172,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_are_escaped_for_json() {
-        assert_eq!(json_escape("127.0.0.1:80"), "127.0.0.1:80");
-        assert_eq!(json_escape("a\"b\\c\n"), "a\\\"b\\\\c\\u000a");
+    fn backend_names_are_escaped_for_json() {
+        let report = BackendReport {
+            name: "a\"b\\c\n",
+            weight: 1,
+            up: true,
+            ejected: false,
+            requests: 2,
+            failures: 0,
+            ejections: 0,
+            in_flight: 0,
+        };
+        assert_eq!(
+            serde_json::to_string(&report).unwrap(),
+            "{\"name\":\"a\\\"b\\\\c\\n\",\"weight\":1,\"up\":true,\"ejected\":false,\
+             \"requests\":2,\"failures\":0,\"ejections\":0,\"in_flight\":0}"
+        );
     }
 }

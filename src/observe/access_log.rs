@@ -5,6 +5,8 @@
 //! whenever the channel runs dry.
 
 use crate::config::{AccessLogFormat, AccessLogTarget};
+use serde::Serialize;
+use std::fmt;
 use std::io::{BufWriter, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
@@ -30,7 +32,7 @@ pub struct AccessRecord<'a> {
 /// A running access log.
 pub struct AccessLog {
     format: AccessLogFormat,
-    sender: SyncSender<String>,
+    sender: SyncSender<Vec<u8>>,
     dropped: AtomicU64,
 }
 
@@ -65,7 +67,7 @@ impl AccessLog {
     /// Formats and queues one line; if the writer is far behind the line is dropped and counted.
     pub fn log(&self, record: &AccessRecord<'_>) {
         let line = match self.format {
-            AccessLogFormat::Common => common_line(record, SystemTime::now()),
+            AccessLogFormat::Common => common_line(record, SystemTime::now()).into_bytes(),
             AccessLogFormat::Json => json_line(record, SystemTime::now()),
         };
         if let Err(TrySendError::Full(_)) = self.sender.try_send(line) {
@@ -79,12 +81,12 @@ impl AccessLog {
     }
 }
 
-fn write_lines(receiver: Receiver<String>, sink: Box<dyn Write + Send>) {
+fn write_lines(receiver: Receiver<Vec<u8>>, sink: Box<dyn Write + Send>) {
     let mut out = BufWriter::with_capacity(64 * 1024, sink);
     while let Ok(line) = receiver.recv() {
-        let _ = out.write_all(line.as_bytes());
+        let _ = out.write_all(&line);
         while let Ok(line) = receiver.try_recv() {
-            let _ = out.write_all(line.as_bytes());
+            let _ = out.write_all(&line);
         }
         let _ = out.flush();
     }
@@ -166,51 +168,81 @@ fn common_line(r: &AccessRecord<'_>, now: SystemTime) -> String {
     )
 }
 
-fn json_string(value: &str) -> String {
-    let mut out = String::with_capacity(value.len() + 2);
-    out.push('"');
-    for ch in value.chars() {
-        match ch {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+/// One JSON log line: the record's fields borrowed, in output order, behind the time.
+#[derive(Serialize)]
+struct JsonLine<'a> {
+    time: Iso8601,
+    client: &'a str,
+    method: &'a str,
+    uri: &'a str,
+    version: &'a str,
+    status: u16,
+    bytes: usize,
+    referer: &'a str,
+    user_agent: &'a str,
+    cache: &'a str,
+    cache_status: &'a str,
+    upstream_ms: Option<f64>,
+    total_ms: f64,
 }
 
-fn json_line(r: &AccessRecord<'_>, now: SystemTime) -> String {
-    let c = clock(now);
-    let upstream = r
-        .upstream_ms
-        .map_or("null".to_string(), |ms| format!("{ms:.3}"));
-    format!(
-        "{{\"time\":\"{}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z\",\"client\":{},\"method\":{},\"uri\":{},\"version\":{},\"status\":{},\"bytes\":{},\"referer\":{},\"user_agent\":{},\"cache\":\"{}\",\"cache_status\":{},\"upstream_ms\":{},\"total_ms\":{:.3}}}\n",
-        c.year,
-        c.month,
-        c.day,
-        c.hour,
-        c.minute,
-        c.second,
-        c.millis,
-        json_string(&r.client),
-        json_string(r.method),
-        json_string(&r.uri),
-        json_string(r.version),
-        r.status,
-        r.bytes,
-        json_string(r.referer),
-        json_string(r.user_agent),
-        r.cache,
-        json_string(r.cache_status),
-        upstream,
-        r.total_ms,
-    )
+/// `2026-11-18T11:06:40.000Z`, written straight into the line (`collect_str`), no allocation.
+struct Iso8601(Clock);
+
+impl fmt::Display for Iso8601 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.0;
+        write!(
+            f,
+            "{}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+            c.year, c.month, c.day, c.hour, c.minute, c.second, c.millis
+        )
+    }
+}
+
+impl Serialize for Iso8601 {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// serde_json's compact output, except that floats (the line's only floats are milliseconds)
+/// are written with three decimals, as in the common format, instead of shortest round-trip.
+struct MillisecondsFormatter;
+
+impl serde_json::ser::Formatter for MillisecondsFormatter {
+    fn write_f64<W: ?Sized + Write>(&mut self, writer: &mut W, value: f64) -> std::io::Result<()> {
+        write!(writer, "{value:.3}")
+    }
+}
+
+/// The JSON format. It runs once per request on the worker, so the record is serialized
+/// borrowed, straight into the one buffer that goes to the writer thread: serde_json does the
+/// escaping and the line costs that one allocation. Measured with `bench/hit_instructions.sh`
+/// and a JSON access log configured: 43,498 instructions per 1 KB hit, against 44,363 when each
+/// field was escaped into a `String` of its own (32,345 with the log off).
+fn json_line(r: &AccessRecord<'_>, now: SystemTime) -> Vec<u8> {
+    let line = JsonLine {
+        time: Iso8601(clock(now)),
+        client: &r.client,
+        method: r.method,
+        uri: &r.uri,
+        version: r.version,
+        status: r.status,
+        bytes: r.bytes,
+        referer: r.referer,
+        user_agent: r.user_agent,
+        cache: r.cache,
+        cache_status: r.cache_status,
+        upstream_ms: r.upstream_ms,
+        total_ms: r.total_ms,
+    };
+    let mut out = Vec::with_capacity(256 + r.uri.len() + r.user_agent.len() + r.referer.len());
+    let mut serializer = serde_json::Serializer::with_formatter(&mut out, MillisecondsFormatter);
+    line.serialize(&mut serializer)
+        .expect("a log line serializes into a Vec");
+    out.push(b'\n');
+    out
 }
 
 #[cfg(test)]
@@ -249,12 +281,27 @@ mod tests {
 
     #[test]
     fn json_format_escapes() {
-        let line = json_line(&record(), UNIX_EPOCH);
+        let line = String::from_utf8(json_line(&record(), UNIX_EPOCH)).unwrap();
         assert!(
             line.starts_with("{\"time\":\"1970-01-01T00:00:00.000Z\""),
             "{line}"
         );
         assert!(line.contains("\"uri\":\"/a\\\"b\""), "{line}");
         assert!(line.contains("\"upstream_ms\":null"), "{line}");
+    }
+
+    #[test]
+    fn json_line_is_one_object_with_millisecond_decimals() {
+        let mut record = record();
+        record.user_agent = "tab\there\u{1}";
+        record.upstream_ms = Some(12.0);
+        let line = String::from_utf8(json_line(&record, UNIX_EPOCH)).unwrap();
+        assert_eq!(
+            line,
+            "{\"time\":\"1970-01-01T00:00:00.000Z\",\"client\":\"127.0.0.1\",\"method\":\"GET\",\
+             \"uri\":\"/a\\\"b\",\"version\":\"HTTP/1.1\",\"status\":200,\"bytes\":12,\"referer\":\"\",\
+             \"user_agent\":\"tab\\there\\u0001\",\"cache\":\"hit\",\"cache_status\":\"lacquer; hit\",\
+             \"upstream_ms\":12.000,\"total_ms\":0.500}\n"
+        );
     }
 }
