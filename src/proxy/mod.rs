@@ -17,6 +17,7 @@ pub mod cache_status;
 pub mod fast_hit;
 pub mod headers;
 pub mod invalidation;
+pub mod purge;
 
 use crate::compression::decoded_copies::DecodedCopies;
 use crate::compression::{self, CompressionCtx};
@@ -42,6 +43,7 @@ use pingora_core::upstreams::peer::HttpPeer;
 use pingora_error::Result;
 use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::{ProxyHttp, Session};
+use purge::PurgeRequest;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
@@ -55,6 +57,8 @@ pub struct RequestCtx {
     upstream_status: Option<u16>,
     seen: Observations,
     directives: RequestDirectives,
+    /// Whether this request is a PURGE, and whether its client may purge (see [`purge`]).
+    purge: PurgeRequest,
     cache_status: Option<CacheStatus>,
     /// The fast path looked the URL up in memcached and found nothing there.
     shared_primary_missing: bool,
@@ -152,17 +156,6 @@ impl LacquerProxy {
         Ok(())
     }
 
-    /// Whether the client may PURGE (`cache.purge_from`).
-    fn purge_allowed(&self, session: &Session) -> bool {
-        client_ip(session).is_some_and(|ip| {
-            self.config
-                .cache
-                .purge_from
-                .iter()
-                .any(|range| range.contains(ip))
-        })
-    }
-
     /// The origin pool (shared with the health checker).
     pub fn upstream(&self) -> &Upstream {
         &self.upstream
@@ -232,10 +225,13 @@ impl ProxyHttp for LacquerProxy {
     type CTX = RequestCtx;
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
-        if session.req_header().method.as_str() == "PURGE" && !self.purge_allowed(session) {
-            // as Varnish's customary `acl purge`: only listed clients may purge
-            session.respond_error(405).await?;
-            return Ok(true);
+        ctx.purge = purge::on_request(
+            &session.req_header().method,
+            || client_ip(session),
+            &self.config.cache.purge_from,
+        );
+        if ctx.purge == PurgeRequest::Refused {
+            return purge::refuse(session).await;
         }
         if !self.config.cache.enabled || !fast_hit::eligible(&self.policy, session.req_header()) {
             return Ok(false);
@@ -318,6 +314,7 @@ impl ProxyHttp for LacquerProxy {
             upstream_status: None,
             seen: Observations::default(),
             directives: RequestDirectives::default(),
+            purge: PurgeRequest::None,
             cache_status: None,
             shared_primary_missing: false,
             holds_fill_lease: false,
@@ -334,8 +331,7 @@ impl ProxyHttp for LacquerProxy {
             return Ok(());
         }
         let req = session.req_header();
-        let is_purge = req.method.as_str() == "PURGE";
-        if !is_purge && !self.policy.request_cacheable(req) {
+        if !ctx.purge.allowed() && !self.policy.request_cacheable(req) {
             ctx.seen.method_not_cacheable = true;
             return Ok(());
         }
@@ -491,10 +487,8 @@ impl ProxyHttp for LacquerProxy {
         }
     }
 
-    fn is_purge(&self, session: &Session, _ctx: &Self::CTX) -> bool {
-        session.req_header().method.as_str() == "PURGE"
-            && self.purge_allowed(session)
-            && client_ip(session).is_some_and(|ip| ip.is_loopback())
+    fn is_purge(&self, _session: &Session, ctx: &Self::CTX) -> bool {
+        ctx.purge.allowed()
     }
 
     async fn upstream_peer(
