@@ -39,6 +39,7 @@ impl PurgeRequest {
 
 /// `request_filter`: decides whether the request is a PURGE and whether `client` may send one.
 /// `purge_from` is `cache.purge_from`.
+#[inline]
 pub fn on_request(
     method: &http::Method,
     client: impl FnOnce() -> Option<IpAddr>,

@@ -5,8 +5,10 @@
 //! * [`entry`]: the value format of the shared memcached tier (versioned, checksummed, chunked).
 //! * [`memcached`]: ketama placement, the async memcached client and the cluster's health.
 //! * [`tiered`]: the memory tier in front of the memcached cluster shared by all nodes.
+//! * [`fill_lease`]: fills coalesced across nodes through that cluster (one origin fetch per URL).
 
 pub mod entry;
+pub mod fill_lease;
 pub mod memcached;
 pub mod memory;
 pub mod object;
