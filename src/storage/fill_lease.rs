@@ -5,9 +5,9 @@
 //! memcached cluster every node shares:
 //!
 //! * **Claim**: for a URL memcached does not have, the first node to `add` the URL's lease key
-//!   (`{namespace}:fill:{primary hash}`) fetches it from the origin ([`FillClaim::Ours`]).
+//!   (`{namespace}:fill:{primary hash}`) fetches it from the origin (`FillClaim::Ours`).
 //!   Requests on the claiming node itself take the standard path, where Pingora's cache lock
-//!   coalesces them ([`FillClaim::ThisNode`]); one claim per URL is out per node at a time.
+//!   coalesces them (`FillClaim::ThisNode`); one claim per URL is out per node at a time.
 //! * **Wait**: requests on the other nodes look for the holder's fill every 10 ms, where the
 //!   caller says (the fast path: this node's memory tier, then memcached), and are served by it
 //!   ([`FillLeases::on_shared_miss`]).
@@ -18,7 +18,7 @@
 //! * **Expiry**: the lease expires after `fill_lease` (default 3 s) on its own, so a node that
 //!   dies mid-fill holds the others up for at most that long; a waiter gives up then too.
 //!
-//! `fill_lease = 0` switches coordination off ([`FillClaim::Uncoordinated`]); so does memcached
+//! `fill_lease = 0` switches coordination off (`FillClaim::Uncoordinated`); so does memcached
 //! not answering the claim.
 
 use super::memcached::cluster::Cluster;
