@@ -34,15 +34,24 @@ impl RequestKey {
         *self.primary.get_or_insert_with(|| primary_hash(req))
     }
 
-    /// The key of `req` (the request this context belongs to), built on the first call.
+    /// The key of `req` (the request this context belongs to), built on the first call, with its
+    /// primary hash.
     pub fn get(&mut self, req: &RequestHeader) -> &CacheKey {
-        if self.key.is_none() {
-            let primary = self.primary_bin(req);
-            let mut key = CacheKey::new(primary_string(request_host(req), path(req)), "");
-            key.set_primary_bin_override(primary);
-            self.key = Some(key);
-        }
-        self.key.as_ref().expect("built above")
+        let primary = self.primary_bin(req);
+        let key = self.built(req);
+        key.set_primary_bin_override(primary);
+        key
+    }
+
+    /// The key's text, host + path + query, for the balancer's `consistent` hashing: built on the
+    /// first call like [`Self::get`], but not hashed for a request that does not use the cache.
+    pub fn text(&mut self, req: &RequestHeader) -> &[u8] {
+        self.built(req).primary_key()
+    }
+
+    fn built(&mut self, req: &RequestHeader) -> &mut CacheKey {
+        self.key
+            .get_or_insert_with(|| CacheKey::new(primary_string(request_host(req), path(req)), ""))
     }
 }
 
@@ -183,6 +192,22 @@ mod tests {
         assert_eq!(
             kept.get(&request("a.test", b"/more")).primary_key(),
             b"a.test/other"
+        );
+        assert_eq!(kept.text(&request("a.test", b"/more")), b"a.test/other");
+    }
+
+    #[test]
+    fn the_text_needs_no_hash_and_the_key_built_for_it_gets_the_hash_later() {
+        let req = request("A.test", b"/x?y");
+        let mut kept = RequestKey::default();
+        assert_eq!(kept.text(&req), b"a.test/x?y");
+        assert!(
+            kept.primary.is_none(),
+            "the text alone must not hash the URL"
+        );
+        assert_eq!(
+            kept.get(&req).primary_bin(),
+            of_url("a.test", "/x?y").primary_bin()
         );
     }
 }

@@ -365,8 +365,8 @@ impl ProxyHttp for LacquerProxy {
         session: &mut Session,
         ctx: &mut Self::CTX,
     ) -> Result<Box<HttpPeer>> {
-        let key = ctx.key.get(session.req_header());
-        self.upstream.on_peer(&mut ctx.upstream, key.primary_key())
+        let key = ctx.key.text(session.req_header());
+        self.upstream.on_peer(&mut ctx.upstream, key)
     }
 
     fn fail_to_connect(
