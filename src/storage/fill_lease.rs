@@ -22,7 +22,7 @@
 //! not answering the claim.
 
 use super::memcached::cluster::Cluster;
-use super::tiered::SharedCounters;
+use super::shared_counters::SharedCounters;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use pingora_cache::key::{CacheHashKey, HashBinary};

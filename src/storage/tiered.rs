@@ -18,6 +18,7 @@ use super::fill_lease::FillLeases;
 use super::memcached::cluster::Cluster;
 use super::memory::MemoryTier;
 use super::object::{Body, StoredMeta};
+use super::shared_counters::SharedCounters;
 use crate::config::memcached::MemcachedConfig;
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -38,21 +39,6 @@ use std::time::{Duration, SystemTime};
 const ITEM_HEADROOM: usize = 16 * 1024;
 /// memcached reads TTLs above 30 days as absolute times.
 const MAX_TTL_SECS: u64 = 30 * 24 * 3600;
-
-/// Counters of the shared tier, for `/stats`.
-#[derive(Debug, Default)]
-pub struct SharedCounters {
-    pub hits: AtomicU64,
-    pub misses: AtomicU64,
-    pub rejected: AtomicU64,
-    pub writes: AtomicU64,
-    pub write_failures: AtomicU64,
-    /// Fills this node claimed for the cluster (see [`super::fill_lease`]).
-    pub fills_claimed: AtomicU64,
-    /// Requests that waited for another node's fill and were served by it (requests on the
-    /// filling node wait on Pingora's cache lock instead, and are not counted).
-    pub fills_awaited: AtomicU64,
-}
 
 /// The memcached key of a cache key: `{namespace}:{hex of Pingora's combined Blake2b-128 hash}`.
 /// Always 36+ printable bytes without whitespace, within memcached's 250-byte limit.
