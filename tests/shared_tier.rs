@@ -209,7 +209,7 @@ async fn garbage_and_truncated_values_are_misses_and_counted() {
     .enumerate()
     {
         let path = format!("/planted/{i}?cc=max-age%3D300");
-        let key = memcached_key("lq", &lacquer::proxy::cache_key_from(host, &path));
+        let key = memcached_key("lq", &lacquer::proxy::cache_key::of_url(host, &path));
         let server = &cluster.servers[cluster.server_for(&key)];
         let reply = server.command(&format!("set {key} 0 300 {}", bad.len()), Some(&bad));
         assert!(reply.starts_with("STORED"), "{reply}");
@@ -294,7 +294,7 @@ async fn a_dead_memcached_costs_misses_not_errors_and_is_used_again_after_restar
     let path = (0..500)
         .map(|i| format!("/after/{i}?cc=max-age%3D300"))
         .find(|p| {
-            let key = memcached_key("lq", &lacquer::proxy::cache_key_from(SITE[0].1, p));
+            let key = memcached_key("lq", &lacquer::proxy::cache_key::of_url(SITE[0].1, p));
             cluster.server_for(&key) == 1
         })
         .unwrap();

@@ -60,7 +60,7 @@ pub struct MemcachedConfig {
     pub rehash_on_eject: bool,
     pub item_size: usize,
     pub keep: Duration,
-    /// Cluster-wide fill coalescing (see [`crate::storage::tiered::TieredStorage::claim_fill`]):
+    /// Cluster-wide fill coalescing (see [`crate::storage::fill_lease`]):
     /// how long other nodes wait for one node's fill of a URL; zero turns it off. Whole seconds.
     pub fill_lease: Duration,
 }

@@ -172,6 +172,21 @@ pub fn freshness(
         .and_then(|ttl| make(ttl, FreshnessSource::Default))
 }
 
+/// The remaining freshness of a stored response at `now`, in whole seconds rounded down: `0` up
+/// to the moment it stops being fresh, negative once it is stale (`-1` for anything up to one
+/// second past). The one measure for the `ttl` of `Cache-Status` (RFC 9211 §2.5) and for the
+/// client's `min-fresh` and `max-stale` (RFC 9111 §5.2.1): a response stale by half a second has
+/// exceeded its lifetime, so it must not read as fresh (a `ttl` of 0, a `max-stale=0` met).
+pub fn remaining_secs(fresh_until: SystemTime, now: SystemTime) -> i64 {
+    match fresh_until.duration_since(now) {
+        Ok(left) => left.as_secs() as i64,
+        Err(past) => {
+            let past = past.duration();
+            -(past.as_secs() as i64) - i64::from(past.subsec_nanos() > 0)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,6 +242,27 @@ mod tests {
     #[test]
     fn no_information_means_not_stored() {
         assert!(fresh(&[]).is_none());
+    }
+
+    #[test]
+    fn remaining_freshness_rounds_down() {
+        let now = SystemTime::now();
+        let at = |offset_ms: i64| {
+            let offset = Duration::from_millis(offset_ms.unsigned_abs());
+            let fresh_until = if offset_ms >= 0 {
+                now + offset
+            } else {
+                now - offset
+            };
+            remaining_secs(fresh_until, now)
+        };
+        assert_eq!(at(59_700), 59);
+        assert_eq!(at(500), 0);
+        assert_eq!(at(0), 0);
+        assert_eq!(at(-1), -1, "stale by a millisecond is stale");
+        assert_eq!(at(-500), -1);
+        assert_eq!(at(-1_000), -1);
+        assert_eq!(at(-1_001), -2);
     }
 
     #[test]

@@ -3,14 +3,28 @@
 //! A successful POST, PUT, DELETE, PATCH (or any method not known to be safe) changes the resource,
 //! so the cache must not keep serving what it stored for the target URI, nor for the URIs in
 //! `Location` and `Content-Location` when they are on the same host. Every variant stored under
-//! those URIs goes (the storage purges a URL's variants with it).
+//! those URIs goes: the storage's purge of a URL takes its variants with it (and, with a memcached
+//! cluster, the URL's entry there), as for a PURGE ([`super::purge`]).
 
-use super::cache_key_from;
+use super::cache_key;
 use http::{Method, StatusCode};
 use pingora_cache::storage::{PurgeTarget, PurgeType, Storage};
 use pingora_cache::trace::Span;
 use pingora_cache::CacheKey;
 use pingora_http::{RequestHeader, ResponseHeader};
+
+/// `upstream_response_filter`: when `resp` is a successful answer to an unsafe `req`, removes
+/// what `storage` holds for the request's URI and the same-host URIs the response points to.
+pub async fn on_upstream_response(
+    storage: &'static (dyn Storage + Sync),
+    req: &RequestHeader,
+    resp: &ResponseHeader,
+) {
+    if invalidates(&req.method, resp.status) {
+        let keys = targets(cache_key::request_host(req), req, resp);
+        purge(storage, &keys).await;
+    }
+}
 
 /// Whether a response to `method` with `status` invalidates: an unsafe method and a non-error
 /// status (2xx or 3xx).
@@ -41,8 +55,8 @@ fn same_host_target(host: &str, value: &str) -> Option<String> {
 }
 
 /// The cache keys an invalidating response removes: the target URI and same-host
-/// `Location` / `Content-Location`.
-pub fn targets(host: &str, req: &RequestHeader, resp: &ResponseHeader) -> Vec<CacheKey> {
+/// `Location` / `Content-Location`. `host` is the request's, as sent.
+fn targets(host: &str, req: &RequestHeader, resp: &ResponseHeader) -> Vec<CacheKey> {
     let mut paths = vec![req
         .uri
         .path_and_query()
@@ -57,11 +71,11 @@ pub fn targets(host: &str, req: &RequestHeader, resp: &ResponseHeader) -> Vec<Ca
     }
     paths.sort();
     paths.dedup();
-    paths.iter().map(|p| cache_key_from(host, p)).collect()
+    paths.iter().map(|p| cache_key::of_url(host, p)).collect()
 }
 
 /// Purges each key (and its variants) from the storage.
-pub async fn purge(storage: &'static (dyn Storage + Sync), keys: &[CacheKey]) {
+async fn purge(storage: &'static (dyn Storage + Sync), keys: &[CacheKey]) {
     let span = Span::inactive().handle();
     for key in keys {
         let compact = key.to_compact();

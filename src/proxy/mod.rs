@@ -1,37 +1,49 @@
 //! The proxy: Lacquer's request path as Pingora's phase-named callbacks.
 //!
-//! A request moves through these phases (see `docs/architecture.md` for the picture):
+//! [`LacquerProxy`] is a dispatcher: each phase hands the request to the module that owns the
+//! concern, and [`RequestCtx`] carries what they learn from phase to phase. In the order a request
+//! meets them (see the picture in `docs/architecture.md`):
 //!
-//! 1. `request_cache_filter`: decide whether the cache is used at all (method, client directives,
-//!    config) and enable it with our storage and the cache lock.
-//! 2. `cache_key_callback`: the key is host + path + query; `cache_vary_filter` adds the variant.
-//! 3. Lookup (Pingora's state machine): a fresh hit is served from storage; concurrent misses wait
+//! 1. `request_filter`: [`purge`] decides whether this is a PURGE its client may send (refused:
+//!    405); [`fast_hit`] answers fresh, plain hits from storage without Pingora's cache machinery.
+//! 2. `request_cache_filter`: whether the cache is used at all (method, client `no-store`,
+//!    config); if so, it is enabled with our storage and the cache lock.
+//! 3. `cache_key_callback`: the key from [`cache_key`] (built once per request);
+//!    `cache_vary_filter` adds the variant (`policy::vary`); `cache_hit_filter` applies the
+//!    client's directives (`policy::request_directives`); `is_purge` reads the purge decision.
+//! 4. Lookup (Pingora's state machine): a fresh hit is served from storage; concurrent misses wait
 //!    on the cache lock so one origin fetch fills the cache for all of them.
-//! 4. `upstream_peer` / `upstream_request_filter`: forward to the origin with `Via` and forwarding
-//!    headers; `upstream_response_filter` drops hop-by-hop fields before anything is stored.
-//! 5. `response_cache_filter`: the [`CachePolicy`] decides whether and how long to store.
-//! 6. `response_filter`: every response gets `Cache-Status` and `Via`; `logging` writes the access
-//!    log line.
+//! 5. `proxy_upstream_filter` … `upstream_response_body_filter`: `only-if-cached`, fairness, the
+//!    attempts, retries and passive health of `crate::upstream`; forwarding headers and `Via`
+//!    ([`headers`]); [`invalidation`] by unsafe methods; `crate::compression` on the way in.
+//! 6. `response_cache_filter`: the [`CachePolicy`] decides whether and how long to store.
+//! 7. `response_filter`: `Cache-Status` ([`cache_status`]) and `Via` on every response,
+//!    `crate::compression` on the way out; `logging` ends the fill lease this request holds and
+//!    writes the [`access_record`].
 
+pub mod access_record;
+pub mod cache_key;
 pub mod cache_status;
 pub mod fast_hit;
 pub mod headers;
 pub mod invalidation;
+pub mod purge;
 
 use crate::compression::decoded_copies::DecodedCopies;
 use crate::compression::{self, CompressionCtx};
 use crate::config::Config;
-use crate::observe::access_log::{AccessLog, AccessRecord};
+use crate::observe::access_log::AccessLog;
 use crate::policy::request_directives::RequestDirectives;
-use crate::policy::{preconditions, revalidation, vary, CachePolicy};
+use crate::policy::{freshness, preconditions, revalidation, vary, CachePolicy};
+use crate::storage::fill_lease::HeldLease;
 use crate::storage::memory::MemoryTier;
 use crate::storage::tiered::{PrimaryKnownMissing, TieredStorage};
-use crate::upstream::fairness::{self, Fairness};
-use crate::upstream::passive::{self, Failure};
-use crate::upstream::retry::RetryPolicy;
-use crate::upstream::{timeouts::TotalDeadline, RequestUpstream, Upstream};
+use crate::upstream::fairness::Fairness;
+use crate::upstream::{RequestUpstream, Upstream};
 use async_trait::async_trait;
+use cache_key::RequestKey;
 use cache_status::{CacheStatus, Observations};
+use fast_hit::FastHit;
 use pingora_cache::cache_control::CacheControl;
 use pingora_cache::key::HashBinary;
 use pingora_cache::lock::{CacheKeyLockImpl, CacheLock};
@@ -42,6 +54,7 @@ use pingora_core::upstreams::peer::HttpPeer;
 use pingora_error::Result;
 use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::{ProxyHttp, Session};
+use purge::PurgeRequest;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
@@ -50,22 +63,23 @@ use std::time::{Instant, SystemTime};
 pub struct RequestCtx {
     started: Instant,
     request_time: SystemTime,
-    upstream_started: Option<Instant>,
-    upstream_ms: Option<f64>,
-    upstream_status: Option<u16>,
+    /// The cache key, built on first use (see [`cache_key`]).
+    key: RequestKey,
+    /// Whether this request is a PURGE, and whether its client may purge (see [`purge`]).
+    purge: PurgeRequest,
     seen: Observations,
     directives: RequestDirectives,
     cache_status: Option<CacheStatus>,
     /// The fast path looked the URL up in memcached and found nothing there.
     shared_primary_missing: bool,
-    /// This request holds the cluster's fill lease for its URL (released if nothing is stored).
-    holds_fill_lease: bool,
+    /// The cluster's fill lease for this URL, when this request holds it (ended in `logging`).
+    fill_lease: Option<HeldLease>,
     /// The client's `If-Match` / `If-Unmodified-Since` failed against the stored response.
     precondition_failed: bool,
     /// The origin's 304 to our revalidation, whose fields update the stored head.
     not_modified: Option<Box<ResponseHeader>>,
     compression: CompressionCtx,
-    /// Backends tried, the one in flight, the fairness slot (see [`crate::upstream`]).
+    /// Backends tried, the one in flight, the fairness slot, timings (see [`crate::upstream`]).
     upstream: RequestUpstream,
 }
 
@@ -76,19 +90,17 @@ pub struct LacquerProxy {
     /// Where Pingora's cache state machine stores and looks up: the memory tier alone, or the
     /// tiered store when a memcached cluster is configured.
     storage: &'static (dyn Storage + Sync),
-    /// This node's memory tier, which the hot-hit fast path reads directly.
-    memory: &'static MemoryTier,
-    /// The tiered store, which the fast path reads on a memory miss, and its view for requests
-    /// whose URL the fast path already found missing in memcached.
-    shared: Option<(&'static TieredStorage, &'static PrimaryKnownMissing)>,
+    /// The tiered store's view for requests whose URL the fast path already found missing in
+    /// memcached.
+    known_missing: Option<&'static PrimaryKnownMissing>,
+    /// The hot-hit fast path (`None` when the cache is disabled).
+    fast_hit: Option<FastHit>,
     cache_lock: &'static CacheKeyLockImpl,
     upstream: Upstream,
     fairness: Option<Fairness>,
     access_log: Option<AccessLog>,
     /// Our `Via` entries, rendered once.
     via: headers::ViaValues,
-    /// Decoded copies of small gzip bodies for clients that do not take gzip.
-    decoded_copies: Option<DecodedCopies>,
 }
 
 impl LacquerProxy {
@@ -105,26 +117,28 @@ impl LacquerProxy {
             Some(tiered) => tiered,
             None => memory,
         };
-        let shared = tiered.map(|tier| {
+        let known_missing = tiered.map(|tier| {
             let view: &'static PrimaryKnownMissing =
                 Box::leak(Box::new(PrimaryKnownMissing::new(tier)));
-            (tier, view)
+            view
         });
         let via = headers::ViaValues::new(&config.proxy.via_name)
             .expect("proxy.via_name is checked to be an HTTP token when the config is loaded");
-        let decoded_copies = DecodedCopies::new(config.cache.compression.decoded_copies);
+        let fast_hit = config.cache.enabled.then(|| {
+            let decoded_copies = DecodedCopies::new(config.cache.compression.decoded_copies);
+            FastHit::new(memory, tiered, decoded_copies)
+        });
         LacquerProxy {
-            shared,
+            known_missing,
+            fast_hit,
             policy: CachePolicy::new(&config.cache),
             upstream: Upstream::new(&config),
             fairness: config.fairness.clone().map(Fairness::new),
             config,
             storage,
-            memory,
             cache_lock: lock,
             access_log,
             via,
-            decoded_copies,
         }
     }
 
@@ -152,17 +166,6 @@ impl LacquerProxy {
         Ok(())
     }
 
-    /// Whether the client may PURGE (`cache.purge_from`).
-    fn purge_allowed(&self, session: &Session) -> bool {
-        client_ip(session).is_some_and(|ip| {
-            self.config
-                .cache
-                .purge_from
-                .iter()
-                .any(|range| range.contains(ip))
-        })
-    }
-
     /// The origin pool (shared with the health checker).
     pub fn upstream(&self) -> &Upstream {
         &self.upstream
@@ -182,150 +185,50 @@ fn client_ip(session: &Session) -> Option<IpAddr> {
         .map(|inet| inet.ip())
 }
 
-/// The host part of the cache key as sent: the `Host` header (or the URI authority for HTTP/2).
-/// Hosts are case-insensitive; [`cache_key_from`] lowercases it.
-fn raw_request_host(req: &RequestHeader) -> &str {
-    req.headers
-        .get(http::header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .or_else(|| req.uri.authority().map(|a| a.as_str()))
-        .unwrap_or("")
-}
-
-/// The host part of the cache key, lowercased.
-fn request_host(req: &RequestHeader) -> String {
-    raw_request_host(req).to_ascii_lowercase()
-}
-
-/// Builds the primary cache key for a request: host + path + query.
-pub fn cache_key_for(req: &RequestHeader) -> CacheKey {
-    let path = req
-        .uri
-        .path_and_query()
-        .map(|pq| pq.as_str())
-        .unwrap_or("/");
-    cache_key_from(raw_request_host(req), path)
-}
-
-/// The primary cache key for a host (lowercased here: hosts are case-insensitive) and a path with
-/// its query (case-sensitive). Built in one allocation: it runs on every request.
-pub fn cache_key_from(host: &str, path_and_query: &str) -> CacheKey {
-    let mut primary = String::with_capacity(host.len() + path_and_query.len());
-    primary.push_str(host);
-    primary.make_ascii_lowercase();
-    primary.push_str(path_and_query);
-    CacheKey::new(primary, "")
-}
-
-fn version_str(version: http::Version) -> &'static str {
-    match version {
-        http::Version::HTTP_10 => "HTTP/1.0",
-        http::Version::HTTP_2 => "HTTP/2.0",
-        http::Version::HTTP_3 => "HTTP/3.0",
-        http::Version::HTTP_09 => "HTTP/0.9",
-        _ => "HTTP/1.1",
-    }
-}
-
 #[async_trait]
 impl ProxyHttp for LacquerProxy {
     type CTX = RequestCtx;
-
-    async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
-        if session.req_header().method.as_str() == "PURGE" && !self.purge_allowed(session) {
-            // as Varnish's customary `acl purge`: only listed clients may purge
-            session.respond_error(405).await?;
-            return Ok(true);
-        }
-        if !self.config.cache.enabled || !fast_hit::eligible(&self.policy, session.req_header()) {
-            return Ok(false);
-        }
-        let now = SystemTime::now();
-        let hit = match fast_hit::lookup(self.memory, session.req_header(), now) {
-            fast_hit::Lookup::Fresh(hit) => hit,
-            fast_hit::Lookup::Decline => return Ok(false),
-            fast_hit::Lookup::Absent => {
-                let Some((tier, _)) = self.shared else {
-                    return Ok(false);
-                };
-                match fast_hit::shared_lookup(tier, session.req_header(), now).await {
-                    fast_hit::Lookup::Fresh(hit) => hit,
-                    fast_hit::Lookup::Decline => return Ok(false),
-                    fast_hit::Lookup::Absent => {
-                        match fast_hit::after_shared_miss(self.memory, tier, session.req_header())
-                            .await
-                        {
-                            fast_hit::AfterSharedMiss::Filled(hit) => hit,
-                            fast_hit::AfterSharedMiss::FillHere {
-                                holds_lease,
-                                known_missing,
-                            } => {
-                                ctx.holds_fill_lease = holds_lease;
-                                ctx.shared_primary_missing = known_missing;
-                                return Ok(false);
-                            }
-                        }
-                    }
-                }
-            }
-        };
-        let (mut head, ttl) = fast_hit::response_head(&hit, now);
-        // checked on the fresh copy of the head, not the stored one (a cold cache line when the
-        // working set is large): a gzip copy for a client that does not take gzip is decoded
-        // whole here when it is small, else streamed through the decoder on the standard path
-        let mut decoded = None;
-        if compression::needs_gunzip(session.req_header(), &head) {
-            decoded = fast_hit::decode_for_identity_client(
-                &hit,
-                session.req_header(),
-                &mut head,
-                self.decoded_copies.as_ref(),
-            );
-            if decoded.is_none() {
-                return Ok(false);
-            }
-        }
-        let status = CacheStatus {
-            hit: true,
-            ttl: Some(ttl),
-            ..Default::default()
-        };
-        self.finish_response_head(&mut head, session.req_header().version, status, ctx)?;
-        if let Some(plain) = decoded {
-            session.write_response_header(head, false).await?;
-            session.write_response_body(Some(plain), true).await?;
-            return Ok(true);
-        }
-        let head_only = session.req_header().method == http::Method::HEAD || hit.body_len() == 0;
-        session.write_response_header(head, head_only).await?;
-        if !head_only {
-            let chunks = hit.chunks();
-            for (i, chunk) in chunks.iter().enumerate() {
-                session
-                    .write_response_body(Some(chunk.clone()), i + 1 == chunks.len())
-                    .await?;
-            }
-        }
-        Ok(true)
-    }
 
     fn new_ctx(&self) -> Self::CTX {
         RequestCtx {
             started: Instant::now(),
             request_time: SystemTime::now(),
-            upstream_started: None,
-            upstream_ms: None,
-            upstream_status: None,
+            key: RequestKey::default(),
+            purge: PurgeRequest::None,
             seen: Observations::default(),
             directives: RequestDirectives::default(),
             cache_status: None,
             shared_primary_missing: false,
-            holds_fill_lease: false,
+            fill_lease: None,
             precondition_failed: false,
             not_modified: None,
             compression: CompressionCtx::default(),
             upstream: RequestUpstream::default(),
         }
+    }
+
+    async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
+        ctx.purge = purge::on_request(
+            &session.req_header().method,
+            || client_ip(session),
+            &self.config.cache.purge_from,
+        );
+        if ctx.purge == PurgeRequest::Refused {
+            return purge::refuse(session).await;
+        }
+        let Some(fast_hit) = &self.fast_hit else {
+            return Ok(false);
+        };
+        let Some(mut answer) = fast_hit
+            .on_request(&self.policy, session.req_header(), ctx)
+            .await
+        else {
+            return Ok(false);
+        };
+        let (version, status) = (session.req_header().version, answer.cache_status());
+        self.finish_response_head(&mut answer.head, version, status, ctx)?;
+        answer.send(session).await?;
+        Ok(true)
     }
 
     fn request_cache_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<()> {
@@ -334,8 +237,7 @@ impl ProxyHttp for LacquerProxy {
             return Ok(());
         }
         let req = session.req_header();
-        let is_purge = req.method.as_str() == "PURGE";
-        if !is_purge && !self.policy.request_cacheable(req) {
+        if !ctx.purge.allowed() && !self.policy.request_cacheable(req) {
             ctx.seen.method_not_cacheable = true;
             return Ok(());
         }
@@ -344,8 +246,8 @@ impl ProxyHttp for LacquerProxy {
             return Ok(());
         }
         ctx.directives = RequestDirectives::parse(req);
-        let storage: &'static (dyn Storage + Sync) = match self.shared {
-            Some((_, known_missing)) if ctx.shared_primary_missing => known_missing,
+        let storage: &'static (dyn Storage + Sync) = match self.known_missing {
+            Some(known_missing) if ctx.shared_primary_missing => known_missing,
             _ => self.storage,
         };
         session.cache.enable(
@@ -361,8 +263,23 @@ impl ProxyHttp for LacquerProxy {
         Ok(())
     }
 
-    fn cache_key_callback(&self, session: &Session, _ctx: &mut Self::CTX) -> Result<CacheKey> {
-        Ok(cache_key_for(session.req_header()))
+    fn cache_key_callback(&self, session: &Session, ctx: &mut Self::CTX) -> Result<CacheKey> {
+        Ok(ctx.key.get(session.req_header()).clone())
+    }
+
+    fn cache_vary_filter(
+        &self,
+        meta: &CacheMeta,
+        ctx: &mut Self::CTX,
+        req: &RequestHeader,
+    ) -> Option<HashBinary> {
+        let variance = vary::variance_key(meta.response_header(), req);
+        if variance.is_some() && !ctx.upstream.started() {
+            // a lookup (not the storing of a fetched response): if it ends in a miss, it missed
+            // among stored variants
+            ctx.seen.vary_miss = true;
+        }
+        variance
     }
 
     async fn cache_hit_filter(
@@ -376,58 +293,16 @@ impl ProxyHttp for LacquerProxy {
         if !ctx.directives.any() {
             return Ok(None);
         }
-        let remaining = match meta.fresh_until().duration_since(SystemTime::now()) {
-            Ok(left) => left.as_secs() as i64,
-            Err(past) => -(past.duration().as_secs() as i64) - 1,
-        };
         let verdict = ctx.directives.judge(
             meta.response_header(),
             meta.age(),
-            remaining,
+            freshness::remaining_secs(meta.fresh_until(), SystemTime::now()),
             self.config.cache.honor_client_no_cache,
         );
         if verdict == Some(ForcedFreshness::ForceExpired) {
             ctx.seen.client_forced = true;
         }
         Ok(verdict)
-    }
-
-    async fn proxy_upstream_filter(
-        &self,
-        session: &mut Session,
-        ctx: &mut Self::CTX,
-    ) -> Result<bool> {
-        if ctx.directives.only_if_cached {
-            // RFC 9111 §5.2.1.7: nothing usable is stored, and the client forbids the origin
-            session.respond_error(504).await?;
-            return Ok(false);
-        }
-        if let Some(cap) = &self.fairness {
-            let key = fairness::client_key(session, cap.key_header(), client_ip(session));
-            match cap.admit(key).await {
-                Ok(admission) => ctx.upstream.admission = Some(admission),
-                Err(_) => {
-                    fairness::respond_too_many(session, cap.retry_after_secs()).await?;
-                    return Ok(false);
-                }
-            }
-        }
-        Ok(true)
-    }
-
-    fn cache_vary_filter(
-        &self,
-        meta: &CacheMeta,
-        ctx: &mut Self::CTX,
-        req: &RequestHeader,
-    ) -> Option<HashBinary> {
-        let variance = vary::variance_key(meta.response_header(), req);
-        if variance.is_some() && ctx.upstream_started.is_none() {
-            // a lookup (not the storing of a fetched response): if it ends in a miss, it missed
-            // among stored variants
-            ctx.seen.vary_miss = true;
-        }
-        variance
     }
 
     fn cache_not_modified_filter(
@@ -448,33 +323,8 @@ impl ProxyHttp for LacquerProxy {
         })
     }
 
-    fn response_cache_filter(
-        &self,
-        session: &Session,
-        resp: &ResponseHeader,
-        ctx: &mut Self::CTX,
-    ) -> Result<RespCacheable> {
-        let updated;
-        let resp = match ctx.not_modified.take() {
-            Some(not_modified) => {
-                updated = revalidation::merge(resp, &not_modified);
-                &updated
-            }
-            None => resp,
-        };
-        let decision = if compression::storable(resp) {
-            self.policy
-                .response_decision(session.req_header(), resp, ctx.request_time)
-        } else {
-            RespCacheable::Uncacheable(pingora_cache::NoCacheReason::Custom("content-coding"))
-        };
-        match &decision {
-            RespCacheable::Cacheable(_) => ctx.seen.storable = true,
-            RespCacheable::Uncacheable(reason) => {
-                ctx.seen.not_stored_reason = Some(reason.as_str());
-            }
-        }
-        Ok(decision)
+    fn is_purge(&self, _session: &Session, ctx: &Self::CTX) -> bool {
+        ctx.purge.allowed()
     }
 
     fn should_serve_stale(
@@ -491,10 +341,23 @@ impl ProxyHttp for LacquerProxy {
         }
     }
 
-    fn is_purge(&self, session: &Session, _ctx: &Self::CTX) -> bool {
-        session.req_header().method.as_str() == "PURGE"
-            && self.purge_allowed(session)
-            && client_ip(session).is_some_and(|ip| ip.is_loopback())
+    async fn proxy_upstream_filter(
+        &self,
+        session: &mut Session,
+        ctx: &mut Self::CTX,
+    ) -> Result<bool> {
+        if ctx.directives.only_if_cached {
+            // RFC 9111 §5.2.1.7: nothing usable is stored, and the client forbids the origin
+            session.respond_error(504).await?;
+            return Ok(false);
+        }
+        match &self.fairness {
+            Some(cap) => {
+                cap.on_upstream_request(session, client_ip(session), &mut ctx.upstream)
+                    .await
+            }
+            None => Ok(true),
+        }
     }
 
     async fn upstream_peer(
@@ -502,27 +365,8 @@ impl ProxyHttp for LacquerProxy {
         session: &mut Session,
         ctx: &mut Self::CTX,
     ) -> Result<Box<HttpPeer>> {
-        ctx.upstream_started = Some(Instant::now());
-        let total = self.upstream.config().timeouts.total;
-        ctx.upstream
-            .deadline
-            .get_or_insert_with(|| TotalDeadline::start(total));
-        let req = session.req_header();
-        let path = req
-            .uri
-            .path_and_query()
-            .map(|pq| pq.as_str())
-            .unwrap_or("/");
-        let key = format!("{}{path}", request_host(req));
-        let Some(selection) = self.upstream.select(key.as_bytes(), &ctx.upstream.tried) else {
-            return pingora_error::Error::e_explain(
-                pingora_error::ErrorType::HTTPStatus(502),
-                "no backend configured",
-            );
-        };
-        ctx.upstream.tried.push(selection.in_flight.backend().addr);
-        ctx.upstream.current = Some(selection.in_flight);
-        Ok(Box::new(selection.peer))
+        let key = ctx.key.text(session.req_header());
+        self.upstream.on_peer(&mut ctx.upstream, key)
     }
 
     fn fail_to_connect(
@@ -532,17 +376,8 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
         mut e: Box<pingora_error::Error>,
     ) -> Box<pingora_error::Error> {
-        if let Some(backend) = ctx.upstream.backend() {
-            passive::report(backend, Failure::Connect, &self.upstream.config().passive);
-        }
-        let policy = RetryPolicy {
-            attempts: self.upstream.config().retries,
-        };
-        let method = &session.req_header().method;
-        e.set_retry(
-            self.upstream.has_untried(&ctx.upstream.tried)
-                && policy.may_retry(method, ctx.upstream.attempts(), false),
-        );
+        self.upstream
+            .on_connect_failure(&ctx.upstream, session, &mut e);
         e
     }
 
@@ -555,26 +390,10 @@ impl ProxyHttp for LacquerProxy {
         _client_reused: bool,
     ) -> Box<pingora_error::Error> {
         let mut e = e.more_context(format!("Peer: {peer}"));
-        if compression::retry_requested(&ctx.compression) {
-            return e;
+        // compression's own retry (asking the origin for identity) is left as it is
+        if !compression::retry_requested(&ctx.compression) {
+            self.upstream.on_proxy_error(&ctx.upstream, session, &mut e);
         }
-        let from_upstream = e.esource() == &pingora_error::ErrorSource::Upstream;
-        if from_upstream {
-            if let Some(backend) = ctx.upstream.backend() {
-                passive::report(backend, Failure::Proxy, &self.upstream.config().passive);
-            }
-        }
-        let policy = RetryPolicy {
-            attempts: self.upstream.config().retries,
-        };
-        let started = session.response_written().is_some();
-        let replayable = !session.as_ref().retry_buffer_truncated();
-        let method = &session.req_header().method;
-        e.set_retry(
-            from_upstream
-                && replayable
-                && policy.may_retry(method, ctx.upstream.attempts(), started),
-        );
         e
     }
 
@@ -617,21 +436,10 @@ impl ProxyHttp for LacquerProxy {
         upstream_response: &mut ResponseHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
-        ctx.upstream_status = Some(upstream_response.status.as_u16());
-        if upstream_response.status.is_server_error() {
-            if let Some(backend) = ctx.upstream.backend() {
-                let failure = Failure::ServerError(upstream_response.status.as_u16());
-                passive::report(backend, failure, &self.upstream.config().passive);
-            }
-        }
-        if invalidation::invalidates(&session.req_header().method, upstream_response.status) {
-            let host = request_host(session.req_header());
-            let keys = invalidation::targets(&host, session.req_header(), upstream_response);
-            invalidation::purge(self.storage, &keys).await;
-        }
-        if let Some(started) = ctx.upstream_started {
-            ctx.upstream_ms = Some(started.elapsed().as_secs_f64() * 1000.0);
-        }
+        self.upstream
+            .on_response(&mut ctx.upstream, upstream_response.status);
+        invalidation::on_upstream_response(self.storage, session.req_header(), upstream_response)
+            .await;
         headers::strip_hop_by_hop(upstream_response);
         if upstream_response.status == http::StatusCode::NOT_MODIFIED
             && session.cache.phase() == pingora_cache::CachePhase::Stale
@@ -667,14 +475,38 @@ impl ProxyHttp for LacquerProxy {
         end_of_stream: bool,
         ctx: &mut Self::CTX,
     ) -> Result<Option<std::time::Duration>> {
-        if ctx.upstream.deadline.is_some_and(|d| d.expired()) {
-            return pingora_error::Error::e_explain(
-                pingora_error::ErrorType::ReadTimedout,
-                "balancer.timeouts.total exceeded",
-            );
-        }
+        self.upstream.on_body(&ctx.upstream)?;
         compression::on_upstream_body(&mut ctx.compression, body, end_of_stream)?;
         Ok(None)
+    }
+
+    fn response_cache_filter(
+        &self,
+        session: &Session,
+        resp: &ResponseHeader,
+        ctx: &mut Self::CTX,
+    ) -> Result<RespCacheable> {
+        let updated;
+        let resp = match ctx.not_modified.take() {
+            Some(not_modified) => {
+                updated = revalidation::merge(resp, &not_modified);
+                &updated
+            }
+            None => resp,
+        };
+        let decision = if compression::storable(resp) {
+            self.policy
+                .response_decision(session.req_header(), resp, ctx.request_time)
+        } else {
+            RespCacheable::Uncacheable(pingora_cache::NoCacheReason::Custom("content-coding"))
+        };
+        match &decision {
+            RespCacheable::Cacheable(_) => ctx.seen.storable = true,
+            RespCacheable::Uncacheable(reason) => {
+                ctx.seen.not_stored_reason = Some(reason.as_str());
+            }
+        }
+        Ok(decision)
     }
 
     fn range_header_filter(
@@ -690,6 +522,29 @@ impl ProxyHttp for LacquerProxy {
         pingora_proxy::range_header_filter(session.req_header(), resp, Some(200))
     }
 
+    async fn response_filter(
+        &self,
+        session: &mut Session,
+        upstream_response: &mut ResponseHeader,
+        ctx: &mut Self::CTX,
+    ) -> Result<()> {
+        let ttl = session
+            .cache
+            .maybe_cache_meta()
+            .map(|meta| freshness::remaining_secs(meta.fresh_until(), SystemTime::now()));
+        if ctx.precondition_failed && upstream_response.status == http::StatusCode::NOT_MODIFIED {
+            preconditions::to_precondition_failed(upstream_response);
+        }
+        let phase = session.cache.phase();
+        let status = CacheStatus::classify(phase, &ctx.seen, ctx.upstream.status(), ttl);
+        compression::on_downstream_head(
+            &mut ctx.compression,
+            session.req_header(),
+            upstream_response,
+        );
+        self.finish_response_head(upstream_response, session.req_header().version, status, ctx)
+    }
+
     fn response_body_filter(
         &self,
         _session: &mut Session,
@@ -701,73 +556,17 @@ impl ProxyHttp for LacquerProxy {
         Ok(None)
     }
 
-    async fn response_filter(
-        &self,
-        session: &mut Session,
-        upstream_response: &mut ResponseHeader,
-        ctx: &mut Self::CTX,
-    ) -> Result<()> {
-        let phase = session.cache.phase();
-        let ttl = session.cache.maybe_cache_meta().map(|meta| {
-            let now = SystemTime::now();
-            match meta.fresh_until().duration_since(now) {
-                Ok(left) => left.as_secs() as i64,
-                Err(past) => -(past.duration().as_secs() as i64),
-            }
-        });
-        if ctx.precondition_failed && upstream_response.status == http::StatusCode::NOT_MODIFIED {
-            preconditions::to_precondition_failed(upstream_response);
-        }
-        let status = CacheStatus::classify(phase, &ctx.seen, ctx.upstream_status, ttl);
-        compression::on_downstream_head(
-            &mut ctx.compression,
-            session.req_header(),
-            upstream_response,
-        );
-        self.finish_response_head(upstream_response, session.req_header().version, status, ctx)
-    }
-
     async fn logging(
         &self,
         session: &mut Session,
         _e: Option<&pingora_error::Error>,
         ctx: &mut Self::CTX,
     ) {
-        if ctx.holds_fill_lease {
-            if let Some((tier, _)) = self.shared {
-                let stored = ctx.cache_status.as_ref().is_some_and(|s| s.stored);
-                tier.finish_fill(&cache_key_for(session.req_header()), stored);
-            }
+        if let Some(lease) = ctx.fill_lease.take() {
+            lease.on_request_end(ctx.cache_status.as_ref().is_some_and(|s| s.stored));
         }
-        let Some(log) = &self.access_log else { return };
-        let req = session.req_header();
-        let header = |name: http::header::HeaderName| {
-            req.headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-        };
-        let status = session
-            .response_written()
-            .map(|r| r.status.as_u16())
-            .unwrap_or(0);
-        let cache_status = ctx.cache_status.clone().unwrap_or_default();
-        let rendered = cache_status.header_value(&self.config.cache.status_name);
-        log.log(&AccessRecord {
-            client: client_ip(session)
-                .map(|ip| ip.to_string())
-                .unwrap_or_else(|| "-".into()),
-            method: req.method.as_str(),
-            uri: req.uri.to_string(),
-            version: version_str(req.version),
-            status,
-            bytes: session.body_bytes_sent(),
-            referer: header(http::header::REFERER),
-            user_agent: header(http::header::USER_AGENT),
-            cache: cache_status.log_word(),
-            cache_status: &rendered,
-            upstream_ms: ctx.upstream_ms,
-            total_ms: ctx.started.elapsed().as_secs_f64() * 1000.0,
-        });
+        if let Some(log) = &self.access_log {
+            access_record::on_request_end(log, session, ctx, &self.config.cache.status_name);
+        }
     }
 }

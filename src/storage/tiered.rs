@@ -8,18 +8,21 @@
 //!   larger than one item go in chunks, with the manifest written last.
 //! * **Purge**: removes this node's copy and the memcached entry. Other nodes keep theirs for at
 //!   most `local_ttl`.
+//! * **Fill coalescing** across nodes is [`super::fill_lease`]'s, over the same cluster.
 //!
 //! Anything wrong in memcached (unreachable server, timeout, garbage, a missing chunk) is a miss
 //! and is counted; it never fails a request.
 
 use super::entry::{self, ChunkList, EntryBody};
+use super::fill_lease::FillLeases;
 use super::memcached::cluster::Cluster;
 use super::memory::MemoryTier;
 use super::object::{Body, StoredMeta};
+use super::shared_counters::SharedCounters;
 use crate::config::memcached::MemcachedConfig;
 use async_trait::async_trait;
 use bytes::Bytes;
-use pingora_cache::key::{CacheHashKey, CompactCacheKey, HashBinary};
+use pingora_cache::key::{CacheHashKey, CompactCacheKey};
 use pingora_cache::storage::{
     HandleMiss, HitHandler, MissFinishType, MissHandler, PurgeOutcome, PurgeTarget, PurgeType,
     Storage,
@@ -36,35 +39,6 @@ use std::time::{Duration, SystemTime};
 const ITEM_HEADROOM: usize = 16 * 1024;
 /// memcached reads TTLs above 30 days as absolute times.
 const MAX_TTL_SECS: u64 = 30 * 24 * 3600;
-
-/// Counters of the shared tier, for `/stats`.
-#[derive(Debug, Default)]
-pub struct SharedCounters {
-    pub hits: AtomicU64,
-    pub misses: AtomicU64,
-    pub rejected: AtomicU64,
-    pub writes: AtomicU64,
-    pub write_failures: AtomicU64,
-    /// Fills this node claimed for the cluster (see [`TieredStorage::claim_fill`]).
-    pub fills_claimed: AtomicU64,
-    /// Requests that waited for another node's fill and were served by it (requests on the
-    /// filling node wait on Pingora's cache lock instead, and are not counted).
-    pub fills_awaited: AtomicU64,
-}
-
-/// Who fills a URL nobody has stored yet (see [`TieredStorage::claim_fill`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FillClaim {
-    /// This node: it took the lease.
-    Ours,
-    /// Another node holds the lease and is fetching it now.
-    Theirs,
-    /// Nobody coordinates: leases are off or memcached could not be asked. Fill here.
-    Uncoordinated,
-    /// A request on this node holds the lease: Pingora's cache lock coalesces the rest here, and
-    /// wakes them the moment the fill lands.
-    ThisNode,
-}
 
 /// The memcached key of a cache key: `{namespace}:{hex of Pingora's combined Blake2b-128 hash}`.
 /// Always 36+ printable bytes without whitespace, within memcached's 250-byte limit.
@@ -85,19 +59,6 @@ fn chunk_key(mc_key: &str, write_id: u64, index: u32) -> String {
     format!("{mc_key}:{write_id:016x}:{index}")
 }
 
-/// Unmarks a URL as being claimed on this node when its claim fails or the claiming request is
-/// dropped mid-`add`.
-struct PendingClaim<'a> {
-    fills: &'a parking_lot::Mutex<std::collections::HashMap<HashBinary, bool>>,
-    primary: HashBinary,
-}
-
-impl Drop for PendingClaim<'_> {
-    fn drop(&mut self) {
-        self.fills.lock().remove(&self.primary);
-    }
-}
-
 /// The memory tier in front of the memcached cluster.
 pub struct TieredStorage {
     memory: &'static MemoryTier,
@@ -106,10 +67,8 @@ pub struct TieredStorage {
     chunk_size: usize,
     item_size: usize,
     keep: Duration,
-    /// Zero means fills are not coordinated across nodes.
-    fill_lease: Duration,
-    /// Primary keys whose lease a request on this node is claiming (`false`) or holds (`true`).
-    local_fills: parking_lot::Mutex<std::collections::HashMap<HashBinary, bool>>,
+    /// Cluster-wide coalescing of fills, over the same cluster.
+    fill_leases: FillLeases,
     next_write: AtomicU64,
     /// What the shared tier has done.
     pub counters: Arc<SharedCounters>,
@@ -122,17 +81,23 @@ impl TieredStorage {
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(1);
+        let cluster = Arc::new(Cluster::new(config));
+        let counters = Arc::new(SharedCounters::default());
         TieredStorage {
             memory,
-            cluster: Arc::new(Cluster::new(config)),
+            fill_leases: FillLeases::new(
+                cluster.clone(),
+                &config.namespace,
+                config.fill_lease,
+                counters.clone(),
+            ),
+            cluster,
             namespace: config.namespace.clone(),
             chunk_size: config.item_size.saturating_sub(ITEM_HEADROOM).max(1024),
             item_size: config.item_size,
             keep: config.keep,
-            fill_lease: config.fill_lease,
-            local_fills: Default::default(),
             next_write: AtomicU64::new(seed),
-            counters: Arc::new(SharedCounters::default()),
+            counters,
         }
     }
 
@@ -141,91 +106,9 @@ impl TieredStorage {
         &self.cluster
     }
 
-    /// How long a fill lease lasts: the longest another node waits for this node's fill.
-    pub fn fill_lease(&self) -> Duration {
-        self.fill_lease
-    }
-
-    fn lease_key(&self, key: &CacheKey) -> String {
-        format!("{}:fill:{}", self.namespace, key.primary())
-    }
-
-    /// Cluster-wide coalescing of fills, the cross-node counterpart of Pingora's per-process
-    /// cache lock: for a URL memcached does not have, the first node to `add` the URL's lease key
-    /// fetches it from the origin, and the others wait for its entry instead of fetching it too.
-    /// The lease expires after `fill_lease` on its own, so a node that dies mid-fill holds the
-    /// others up for at most that long; a fill that turns out uncacheable releases it at once
-    /// ([`Self::finish_fill`]). Requests on the claiming node itself are coalesced by Pingora's
-    /// cache lock instead ([`FillClaim::ThisNode`]), which wakes them the moment the fill lands.
-    pub async fn claim_fill(&self, key: &CacheKey) -> FillClaim {
-        if self.fill_lease.is_zero() {
-            return FillClaim::Uncoordinated;
-        }
-        let primary = key.primary_bin();
-        // one claim per URL per node: a request arriving while another local request's `add` is
-        // out waits for its outcome (at most op_timeout), then follows it
-        let started = std::time::Instant::now();
-        loop {
-            {
-                let mut fills = self.local_fills.lock();
-                match fills.get(&primary) {
-                    Some(true) => return FillClaim::ThisNode,
-                    Some(false) => {}
-                    None => {
-                        fills.insert(primary, false);
-                        break;
-                    }
-                }
-            }
-            if started.elapsed() > self.cluster.op_timeout() {
-                return FillClaim::Uncoordinated;
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        // unmarks the URL when the claim fails, and when this request is dropped mid-`add`
-        let pending = PendingClaim {
-            fills: &self.local_fills,
-            primary,
-        };
-        let ttl = self.fill_lease.as_secs() as u32;
-        let lease = self.lease_key(key);
-        match self
-            .cluster
-            .add(lease.as_bytes(), Bytes::from_static(b"1"), ttl)
-            .await
-        {
-            Some(true) => {
-                std::mem::forget(pending);
-                self.local_fills.lock().insert(primary, true);
-                self.counters.fills_claimed.fetch_add(1, Ordering::Relaxed);
-                FillClaim::Ours
-            }
-            Some(false) => FillClaim::Theirs,
-            None => FillClaim::Uncoordinated,
-        }
-    }
-
-    /// Whether another node's lease on `key`'s fill is still held.
-    pub async fn fill_still_claimed(&self, key: &CacheKey) -> bool {
-        self.cluster
-            .get(self.lease_key(key).as_bytes())
-            .await
-            .is_some()
-    }
-
-    /// Marks this node's fill of `key` finished (its request is over). When it `stored`
-    /// nothing, the lease is deleted too: the nodes waiting for it then fetch for themselves at
-    /// once instead of at the lease's expiry. A stored fill leaves the lease to expire; the
-    /// waiters find the entry first.
-    pub fn finish_fill(&'static self, key: &CacheKey, stored: bool) {
-        self.local_fills.lock().remove(&key.primary_bin());
-        if stored {
-            return;
-        }
-        let lease = self.lease_key(key);
-        tokio::spawn(async move {
-            self.cluster.delete(lease.as_bytes()).await;
-        });
+    /// Cluster-wide coalescing of fills (see [`super::fill_lease`]).
+    pub fn fill_leases(&self) -> &FillLeases {
+        &self.fill_leases
     }
 
     /// Reads `key` from memcached and promotes a hit into the memory tier (for `local_ttl`); the

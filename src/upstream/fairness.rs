@@ -3,9 +3,9 @@
 //!
 //! A client is its address, or the value of `fairness.key_header` (say an API key) when the
 //! request carries it. Only requests that will go upstream are admitted here (the proxy calls
-//! [`Fairness::admit`] after the cache lookup), so cache hits never count. Over the cap, a
-//! request is rejected at once (`429` with `Retry-After`) or, in `queue` mode, waits for a slot
-//! in a bounded per-client queue for at most `queue_timeout`.
+//! [`Fairness::on_upstream_request`] after the cache lookup), so cache hits never count. Over the
+//! cap, a request is rejected at once (`429` with `Retry-After`) or, in `queue` mode, waits for a
+//! slot in a bounded per-client queue for at most `queue_timeout`.
 //!
 //! An [`Admission`] holds the slot until dropped; the proxy keeps it in the request context, so
 //! the slot is given back on every exit path.
@@ -113,6 +113,27 @@ impl Fairness {
         match waited {
             Ok(Ok(permit)) => Ok(admitted(permit)),
             _ => refused(slots, Refusal::QueueTimeout),
+        }
+    }
+
+    /// `proxy_upstream_filter`: admits the request under its client's cap, keeping the slot in
+    /// `request` until the request ends, or answers it `429`. Returns whether it may go upstream.
+    pub async fn on_upstream_request(
+        &self,
+        session: &mut pingora_proxy::Session,
+        client: Option<std::net::IpAddr>,
+        request: &mut super::RequestUpstream,
+    ) -> pingora_error::Result<bool> {
+        let key = client_key(session, self.key_header(), client);
+        match self.admit(key).await {
+            Ok(admission) => {
+                request.admission = Some(admission);
+                Ok(true)
+            }
+            Err(_) => {
+                respond_too_many(session, self.retry_after_secs()).await?;
+                Ok(false)
+            }
         }
     }
 

@@ -10,10 +10,14 @@
 //! * [`timeouts`]: connect / first byte / idle / total, applied to each peer;
 //! * [`fairness`]: the per-client cap on requests going upstream.
 //!
-//! [`Upstream::select`] is the entry point the proxy's `upstream_peer` phase calls, once per
-//! attempt, with the backends already tried excluded.
+//! * [`attempts`]: one request's attempts, phase by phase ([`RequestUpstream`] and the `on_*`
+//!   methods the proxy calls from its upstream phases).
+//!
+//! [`Upstream::select`] chooses a backend; the proxy's `upstream_peer` phase calls it once per
+//! attempt (through [`Upstream::on_peer`]), with the backends already tried excluded.
 
 pub mod algorithms;
+pub mod attempts;
 pub mod backend;
 pub mod fairness;
 pub mod health;
@@ -26,9 +30,12 @@ use crate::config::Config;
 use algorithms::{Rng, RoundRobin};
 use backend::{Backend, InFlight};
 use pingora_core::upstreams::peer::HttpPeer;
+use retry::RetryPolicy;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
+
+pub use attempts::RequestUpstream;
 
 /// The origin replicas, their live state and the configured way to choose among them.
 /// Cheap to clone: the state is shared with the health checker.
@@ -42,6 +49,7 @@ struct Pool {
     backends: Vec<Arc<Backend>>,
     config: BalancerConfig,
     proxy: crate::config::ProxyConfig,
+    retry: RetryPolicy,
     round_robin: RoundRobin,
     turn: AtomicU64,
     rng: Rng,
@@ -69,6 +77,9 @@ impl Upstream {
             inner: Arc::new(Pool {
                 round_robin: RoundRobin::new(backends.len()),
                 backends,
+                retry: RetryPolicy {
+                    attempts: config.balancer.retries,
+                },
                 config: config.balancer.clone(),
                 proxy: config.proxy.clone(),
                 turn: AtomicU64::new(0),
@@ -85,6 +96,11 @@ impl Upstream {
     /// The balancer settings.
     pub fn config(&self) -> &BalancerConfig {
         &self.inner.config
+    }
+
+    /// The retry budget and rules for every request.
+    fn retry(&self) -> RetryPolicy {
+        self.inner.retry
     }
 
     /// Chooses a backend for one attempt. `key` is the cache key (for `consistent`), `tried`
@@ -137,32 +153,6 @@ impl Upstream {
     /// The first origin as configured, used as `Host` when a request has none.
     pub fn host(&self) -> &str {
         &self.inner.backends[0].name
-    }
-}
-
-/// What one request carries through its upstream attempts (kept in the proxy's context, so
-/// everything here is released when the request ends, however it ends).
-#[derive(Debug, Default)]
-pub struct RequestUpstream {
-    /// Backends already attempted, excluded from the next choice.
-    pub tried: Vec<std::net::SocketAddr>,
-    /// The backend of the current attempt, counted in flight.
-    pub current: Option<InFlight>,
-    /// The client's fairness slot, if a cap is configured.
-    pub admission: Option<fairness::Admission>,
-    /// When the whole upstream exchange must be over.
-    pub deadline: Option<timeouts::TotalDeadline>,
-}
-
-impl RequestUpstream {
-    /// Attempts made so far.
-    pub fn attempts(&self) -> u32 {
-        self.tried.len() as u32
-    }
-
-    /// The backend of the current attempt.
-    pub fn backend(&self) -> Option<&Arc<Backend>> {
-        self.current.as_ref().map(|c| c.backend())
     }
 }
 

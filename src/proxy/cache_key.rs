@@ -1,0 +1,213 @@
+//! The cache key: the host (lowercased) followed by the path and query, built and hashed once per
+//! request.
+//!
+//! One request needs its key in many places: the fast path's memory and memcached lookups and the
+//! variant lookups derived from them, the identity of a decoded copy, the cluster's fill lease,
+//! Pingora's `cache_key_callback`, and the balancer's consistent hashing. [`RequestKey`] keeps it
+//! in the request context, built when the first of them asks. A hit from the memory tier needs
+//! only the primary hash, so the hash is computed on its own, straight from the request, without
+//! building the key string (an allocation per hit); when something needs the key itself, it is
+//! built once and carries that same hash, so no later user hashes the URL again. Invalidation
+//! builds the keys of other URLs of the same host with [`of_url`].
+
+use blake2::{Blake2b, Digest};
+use pingora_cache::key::{CacheHashKey, HashBinary};
+use pingora_cache::CacheKey;
+use pingora_http::RequestHeader;
+
+/// Pingora's key hash (`pingora_cache::key`'s `Blake2b128`, which it does not export).
+type Blake2b128 = Blake2b<blake2::digest::consts::U16>;
+
+/// A request's cache key, kept in the request context: the primary hash and the key, each
+/// computed on first use and then kept.
+#[derive(Debug, Default)]
+pub struct RequestKey {
+    primary: Option<HashBinary>,
+    key: Option<CacheKey>,
+}
+
+impl RequestKey {
+    /// The primary hash of `req` (the request this context belongs to): what the memory tier
+    /// indexes objects by, and the base of every variant's hash.
+    #[inline]
+    pub fn primary_bin(&mut self, req: &RequestHeader) -> HashBinary {
+        *self.primary.get_or_insert_with(|| primary_hash(req))
+    }
+
+    /// The key of `req` (the request this context belongs to), built on the first call, with its
+    /// primary hash.
+    pub fn get(&mut self, req: &RequestHeader) -> &CacheKey {
+        let primary = self.primary_bin(req);
+        let key = self.built(req);
+        key.set_primary_bin_override(primary);
+        key
+    }
+
+    /// The key's text, host + path + query, for the balancer's `consistent` hashing: built on the
+    /// first call like [`Self::get`], but not hashed for a request that does not use the cache.
+    pub fn text(&mut self, req: &RequestHeader) -> &[u8] {
+        self.built(req).primary_key()
+    }
+
+    fn built(&mut self, req: &RequestHeader) -> &mut CacheKey {
+        self.key
+            .get_or_insert_with(|| CacheKey::new(primary_string(request_host(req), path(req)), ""))
+    }
+}
+
+/// The host part of the key as sent (not yet lowercased): the `Host` header, or the URI authority
+/// for HTTP/2.
+pub fn request_host(req: &RequestHeader) -> &str {
+    req.headers
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| req.uri.authority().map(|a| a.as_str()))
+        .unwrap_or("")
+}
+
+/// The path and query part of the key.
+fn path(req: &RequestHeader) -> &str {
+    req.uri
+        .path_and_query()
+        .map(|pq| pq.as_str())
+        .unwrap_or("/")
+}
+
+/// The primary cache key for a host (lowercased here: hosts are case-insensitive) and a path with
+/// its query (case-sensitive), with its primary hash computed.
+pub fn of_url(host: &str, path_and_query: &str) -> CacheKey {
+    let mut key = CacheKey::new(primary_string(host, path_and_query), "");
+    let hash = key.primary_bin();
+    key.set_primary_bin_override(hash);
+    key
+}
+
+/// Host (lowercased) + path + query, in one allocation.
+fn primary_string(host: &str, path_and_query: &str) -> String {
+    let mut primary = String::with_capacity(host.len() + path_and_query.len());
+    primary.push_str(host);
+    primary.make_ascii_lowercase();
+    primary.push_str(path_and_query);
+    primary
+}
+
+/// The hash of [`primary_string`] of the request, without building it: the host is lowercased
+/// through a small buffer on the stack and fed to the hasher with the path, which gives the hash
+/// of the concatenation, as Pingora computes it from the key.
+fn primary_hash(req: &RequestHeader) -> HashBinary {
+    let mut hasher = Blake2b128::new();
+    let mut lowered = [0u8; 64];
+    for piece in request_host(req).as_bytes().chunks(lowered.len()) {
+        let lowered = &mut lowered[..piece.len()];
+        lowered.copy_from_slice(piece);
+        lowered.make_ascii_lowercase();
+        hasher.update(&*lowered);
+    }
+    hasher.update(path(req).as_bytes());
+    hasher.finalize().into()
+}
+
+/// The hash a variant of a URL is stored under (Pingora's combined hash of the primary hash and
+/// the variance), without building a key for it: the fast path asks for it on every variant hit.
+pub fn variant_bin(primary: HashBinary, variance: HashBinary) -> HashBinary {
+    struct Variant(HashBinary, HashBinary);
+    impl CacheHashKey for Variant {
+        fn primary_bin(&self) -> HashBinary {
+            self.0
+        }
+        fn variance_bin(&self) -> Option<HashBinary> {
+            Some(self.1)
+        }
+        fn user_tag(&self) -> &str {
+            ""
+        }
+    }
+    Variant(primary, variance).combined_bin()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(host: &str, path: &[u8]) -> RequestHeader {
+        let mut req = RequestHeader::build("GET", path, None).unwrap();
+        req.insert_header("host", host).unwrap();
+        req
+    }
+
+    #[test]
+    fn the_key_is_the_lowercased_host_then_path_and_query_hashed_as_pingora_does() {
+        let req = request("Example.TEST:8080", b"/A/b?Q=1");
+        let mut kept = RequestKey::default();
+        let key = kept.get(&req);
+        assert_eq!(key.primary_key(), b"example.test:8080/A/b?Q=1");
+        let unhashed = CacheKey::new("example.test:8080/A/b?Q=1", "");
+        assert_eq!(key.primary_bin(), unhashed.primary_bin());
+        assert_eq!(key.combined_bin(), unhashed.combined_bin());
+        let same_url = of_url(request_host(&req), "/A/b?Q=1");
+        assert_eq!(same_url.primary_key(), key.primary_key());
+        assert_eq!(same_url.primary_bin(), key.primary_bin());
+    }
+
+    #[test]
+    fn the_hash_computed_without_the_key_is_the_keys_hash() {
+        // hosts shorter and longer than the lowering buffer, and one that is not lowercase
+        let long_host = format!("{}.Example.test", "Sub".repeat(40));
+        for host in ["a.test", "MiXeD.Example.TEST:81", long_host.as_str()] {
+            let req = request(host, b"/Path?q=A");
+            let unhashed = CacheKey::new(format!("{}/Path?q=A", host.to_ascii_lowercase()), "");
+            let mut kept = RequestKey::default();
+            assert_eq!(kept.primary_bin(&req), unhashed.primary_bin(), "{host}");
+            assert_eq!(
+                kept.get(&req).primary_key(),
+                unhashed.primary_key(),
+                "{host}"
+            );
+            assert_eq!(
+                kept.get(&req).primary_bin(),
+                unhashed.primary_bin(),
+                "{host}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_variant_hash_is_the_combined_hash_of_the_key_with_that_variance() {
+        let mut key = of_url("a.test", "/page");
+        let variance = [7u8; 16];
+        let primary = key.primary_bin();
+        key.set_variance_key(variance);
+        assert_eq!(variant_bin(primary, variance), key.combined_bin());
+    }
+
+    #[test]
+    fn the_request_key_is_computed_once() {
+        // the context belongs to one request: later calls return what the first ones computed,
+        // which shows they are not computed again (a real request does not change in between)
+        let mut kept = RequestKey::default();
+        let first = kept.primary_bin(&request("a.test", b"/first"));
+        assert_eq!(first, of_url("a.test", "/first").primary_bin());
+        assert_eq!(kept.primary_bin(&request("a.test", b"/other")), first);
+        assert_eq!(kept.get(&request("a.test", b"/other")).primary_bin(), first);
+        assert_eq!(
+            kept.get(&request("a.test", b"/more")).primary_key(),
+            b"a.test/other"
+        );
+        assert_eq!(kept.text(&request("a.test", b"/more")), b"a.test/other");
+    }
+
+    #[test]
+    fn the_text_needs_no_hash_and_the_key_built_for_it_gets_the_hash_later() {
+        let req = request("A.test", b"/x?y");
+        let mut kept = RequestKey::default();
+        assert_eq!(kept.text(&req), b"a.test/x?y");
+        assert!(
+            kept.primary.is_none(),
+            "the text alone must not hash the URL"
+        );
+        assert_eq!(
+            kept.get(&req).primary_bin(),
+            of_url("a.test", "/x?y").primary_bin()
+        );
+    }
+}

@@ -1,0 +1,163 @@
+//! The fast path's answer to a hit: the stored head plus `Age`, and the stored body (or, for a
+//! client that does not take the stored gzip copy, the body decoded whole).
+
+use crate::compression::decoded_copies::{DecodedCopies, StoredIdentity};
+use crate::compression::{self, gunzip::gunzip_complete};
+use crate::policy::freshness;
+use crate::proxy::cache_status::CacheStatus;
+use crate::storage::memory::CompleteObject;
+use bytes::Bytes;
+use http::header;
+use pingora_cache::key::HashBinary;
+use pingora_error::Result;
+use pingora_http::{RequestHeader, ResponseHeader};
+use pingora_proxy::Session;
+use std::time::SystemTime;
+
+/// Stored gzip bodies up to this size are decoded whole on the fast path for a client that does
+/// not take gzip; larger ones stream through the decoder on the standard path.
+pub const WHOLE_DECODE_MAX_STORED: usize = 64 * 1024;
+
+/// The most a body decoded whole on the fast path may decode to (a bound on the buffer a small,
+/// highly compressed body could become).
+pub const WHOLE_DECODE_MAX_DECODED: usize = 1024 * 1024;
+
+/// A hit the fast path answers: the head to send (which the proxy completes with `Cache-Status`
+/// and `Via`) and the body.
+pub struct Answer {
+    /// The stored head with `Age` and framing, rewritten for a decoded body when there is one.
+    pub head: Box<ResponseHeader>,
+    /// Remaining freshness in seconds, for `Cache-Status`.
+    ttl: i64,
+    body: AnswerBody,
+}
+
+enum AnswerBody {
+    /// A HEAD request, or a stored response without a body.
+    None,
+    /// The stored body, chunk by chunk.
+    Stored(CompleteObject),
+    /// The stored gzip body decoded for a client that does not take gzip.
+    Decoded(Bytes),
+}
+
+impl Answer {
+    /// The answer to `req` from `hit` at `now`, or `None` when the standard path must serve it (a
+    /// gzip copy for a client that does not take gzip that is too large, or a HEAD request, or
+    /// not valid gzip: those stream through the decoder there). `primary` is the request's
+    /// primary hash; `copies` the kept decoded copies, if configured.
+    pub fn for_hit(
+        hit: CompleteObject,
+        req: &RequestHeader,
+        primary: HashBinary,
+        now: SystemTime,
+        copies: Option<&DecodedCopies>,
+    ) -> Option<Answer> {
+        let (mut head, ttl) = response_head(&hit, now);
+        // checked on the fresh copy of the head, not the stored one (a cold cache line when the
+        // working set is large)
+        if compression::needs_gunzip(req, &head) {
+            let plain = decode_for_identity_client(&hit, req, primary, &mut head, copies)?;
+            return Some(Answer {
+                head,
+                ttl,
+                body: AnswerBody::Decoded(plain),
+            });
+        }
+        let body = if req.method == http::Method::HEAD || hit.body_len() == 0 {
+            AnswerBody::None
+        } else {
+            AnswerBody::Stored(hit)
+        };
+        Some(Answer { head, ttl, body })
+    }
+
+    /// How this cache handled the request, for `Cache-Status` and the log: a hit.
+    pub fn cache_status(&self) -> CacheStatus {
+        CacheStatus {
+            hit: true,
+            ttl: Some(self.ttl),
+            ..Default::default()
+        }
+    }
+
+    /// Writes the head and the body to the client.
+    pub async fn send(self, session: &mut Session) -> Result<()> {
+        match self.body {
+            AnswerBody::None => session.write_response_header(self.head, true).await,
+            AnswerBody::Decoded(plain) => {
+                session.write_response_header(self.head, false).await?;
+                session.write_response_body(Some(plain), true).await
+            }
+            AnswerBody::Stored(hit) => {
+                session.write_response_header(self.head, false).await?;
+                let chunks = hit.chunks();
+                for (i, chunk) in chunks.iter().enumerate() {
+                    session
+                        .write_response_body(Some(chunk.clone()), i + 1 == chunks.len())
+                        .await?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// For a client that does not take the stored gzip copy: the body decoded whole, with `head`
+/// rewritten for it (see [`compression::rewrite_head_for_decoded_body`]) and carrying the decoded
+/// `Content-Length`, so head and body leave in one write instead of chunked pieces. `None` for
+/// HEAD, large bodies and bodies that are not valid gzip: the standard path streams those.
+///
+/// With `copies`, a body decoded once is kept there and served again while the stored object is
+/// the same one (see [`DecodedCopies`]).
+fn decode_for_identity_client(
+    hit: &CompleteObject,
+    req: &RequestHeader,
+    primary: HashBinary,
+    head: &mut ResponseHeader,
+    copies: Option<&DecodedCopies>,
+) -> Option<Bytes> {
+    if req.method == http::Method::HEAD || hit.body_len() > WHOLE_DECODE_MAX_STORED {
+        return None;
+    }
+    let kept = copies.map(|copies| {
+        let of = StoredIdentity {
+            primary,
+            variance: hit.meta().variance,
+            created: hit.meta().created,
+        };
+        (copies, of)
+    });
+    let plain = match kept.and_then(|(copies, of)| copies.get(&of)) {
+        Some(plain) => plain,
+        None => {
+            let plain = gunzip_complete(hit.chunks(), WHOLE_DECODE_MAX_DECODED)?;
+            if let Some((copies, of)) = kept {
+                copies.put(of, plain.clone());
+            }
+            plain
+        }
+    };
+    compression::rewrite_head_for_decoded_body(head);
+    head.insert_header(header::CONTENT_LENGTH, plain.len())
+        .ok()?;
+    Some(plain)
+}
+
+/// Builds the response head for a fast hit: the stored head, `Age` (RFC 9111 §4), and the body's
+/// `Content-Length` when the stored head has none. Returns the head and the remaining TTL.
+fn response_head(hit: &CompleteObject, now: SystemTime) -> (Box<ResponseHeader>, i64) {
+    let meta = hit.meta();
+    let mut head = Box::new(meta.header.clone());
+    let age = now
+        .duration_since(meta.epoch)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let _ = head.insert_header(header::AGE, age);
+    head.set_version(http::Version::HTTP_11);
+    let no_body = matches!(head.status.as_u16(), 204 | 304);
+    if !no_body && !head.headers.contains_key(header::CONTENT_LENGTH) {
+        let _ = head.insert_header(header::CONTENT_LENGTH, hit.body_len());
+    }
+    (head, freshness::remaining_secs(meta.fresh_until, now))
+}

@@ -1,0 +1,154 @@
+//! The hot-hit fast path: fresh, unconditional, non-range hits answered from `request_filter`.
+//!
+//! Pingora's cache state machine does a lot per hit that the commonest case never needs: it
+//! enables per-request cache state, rebuilds `CacheMeta`, runs the lock, vary and range machinery.
+//! For a request that is a plain GET or HEAD with no validators, no `Range`, no request
+//! directives and no credentials, whose object (or the variant it selects) is stored and fresh,
+//! the answer is fully determined: the stored head plus `Age`, and the stored body. This module
+//! serves exactly that case and declines everything else, which then takes the standard path.
+//!
+//! * [`FastHit::on_request`] is the whole path, in order: [`eligible`], the memory tier, then
+//!   memcached ([`lookup`]); when memcached has nothing either, the cluster's fill lease
+//!   ([`crate::storage::fill_lease`]) says whether this request fetches or waits for another
+//!   node's fill; then the [`answer`].
+//! * What it learns on the way is kept for the standard path in the request context: the cache
+//!   key, that memcached has nothing under the URL (so it is not asked twice), and the fill lease
+//!   this request holds (ended in `logging`).
+//!
+//! It shares the decisions of the standard path rather than copying them: the cache key is
+//! [`super::cache_key`], cacheability of the request is [`CachePolicy::request_cacheable`],
+//! freshness is the stored `fresh_until` the policy computed, and `Age` is derived from the same
+//! stored epoch Pingora uses. Everything here runs once per hit, so it is measured in
+//! instructions per hit (`bench/hit_instructions.sh`); the integration tests exercise it on every
+//! hit they make.
+
+pub mod answer;
+pub mod lookup;
+
+use super::RequestCtx;
+use crate::compression::decoded_copies::DecodedCopies;
+use crate::policy::CachePolicy;
+use crate::storage::fill_lease::AfterSharedMiss;
+use crate::storage::memory::{CompleteObject, MemoryTier};
+use crate::storage::tiered::TieredStorage;
+use answer::Answer;
+use http::header;
+use lookup::Lookup;
+use pingora_cache::CacheKey;
+use pingora_http::RequestHeader;
+use std::time::SystemTime;
+
+pub use answer::{WHOLE_DECODE_MAX_DECODED, WHOLE_DECODE_MAX_STORED};
+pub use lookup::variant_is_current;
+
+/// Request fields whose presence means the standard path must decide.
+const DECLINE_IF_PRESENT: [header::HeaderName; 9] = [
+    header::RANGE,
+    header::IF_NONE_MATCH,
+    header::IF_MODIFIED_SINCE,
+    header::IF_MATCH,
+    header::IF_UNMODIFIED_SINCE,
+    header::IF_RANGE,
+    header::CACHE_CONTROL,
+    header::PRAGMA,
+    header::AUTHORIZATION,
+];
+
+/// Whether a request is one the fast path may answer, judged on the request alone.
+///
+/// One pass over the request's field names (a request carries a handful; each comparison with a
+/// standard name is an integer compare) instead of one hashed lookup per declining field.
+pub fn eligible(policy: &CachePolicy, req: &RequestHeader) -> bool {
+    policy.request_cacheable(req)
+        && !req
+            .headers
+            .keys()
+            .any(|name| DECLINE_IF_PRESENT.contains(name))
+}
+
+/// What the fast path reads: this node's memory tier, the tiered store in front of memcached
+/// when one is configured, and the decoded copies of small gzip bodies.
+pub struct FastHit {
+    memory: &'static MemoryTier,
+    shared: Option<&'static TieredStorage>,
+    decoded_copies: Option<DecodedCopies>,
+}
+
+impl FastHit {
+    /// The fast path over the given storage (the same the standard path uses).
+    pub fn new(
+        memory: &'static MemoryTier,
+        shared: Option<&'static TieredStorage>,
+        decoded_copies: Option<DecodedCopies>,
+    ) -> Self {
+        FastHit {
+            memory,
+            shared,
+            decoded_copies,
+        }
+    }
+
+    /// `request_filter`: the answer to `req` when the fast path can give it; `None` when the
+    /// standard path must, with what was learned on the way kept in `ctx` (see the module doc).
+    pub async fn on_request(
+        &self,
+        policy: &CachePolicy,
+        req: &RequestHeader,
+        ctx: &mut RequestCtx,
+    ) -> Option<Answer> {
+        if !eligible(policy, req) {
+            return None;
+        }
+        let primary = ctx.key.primary_bin(req);
+        let now = SystemTime::now();
+        let hit = match lookup::in_memory(self.memory, req, primary, now) {
+            Lookup::Fresh(hit) => hit,
+            Lookup::Decline => return None,
+            Lookup::Absent => {
+                let tier = self.shared?;
+                let key = ctx.key.get(req);
+                // boxed: a hit from memory, the common case, then neither builds nor copies the
+                // state of memcached reads and the fill-lease wait (kilobytes) on every request
+                let shared = Box::pin(self.after_memory_miss(tier, req, key, now)).await;
+                match shared {
+                    Ok(hit) => hit,
+                    Err(AfterSharedMiss::Filled(hit)) => hit,
+                    Err(AfterSharedMiss::FillHere {
+                        lease,
+                        known_missing,
+                    }) => {
+                        ctx.fill_lease = lease;
+                        ctx.shared_primary_missing = known_missing;
+                        return None;
+                    }
+                }
+            }
+        };
+        Answer::for_hit(hit, req, primary, now, self.decoded_copies.as_ref())
+    }
+
+    /// The memory tier has nothing under the URL: memcached, and when memcached has nothing
+    /// either, the cluster's fill lease. `Ok`: a hit to serve; `Err`: what the fill lease says
+    /// (a declined memcached hit is `FillHere` without a lease, memcached not known missing).
+    async fn after_memory_miss(
+        &self,
+        tier: &'static TieredStorage,
+        req: &RequestHeader,
+        key: &CacheKey,
+        now: SystemTime,
+    ) -> Result<CompleteObject, AfterSharedMiss<CompleteObject>> {
+        match lookup::in_shared(tier, req, key, now).await {
+            Lookup::Fresh(hit) => Ok(hit),
+            Lookup::Decline => Err(AfterSharedMiss::FillHere {
+                lease: None,
+                known_missing: false,
+            }),
+            Lookup::Absent => {
+                let memory = self.memory;
+                let look =
+                    move || async move { lookup::everywhere(memory, tier, req, key).await.into() };
+                Err(tier.fill_leases().on_shared_miss(key, look).await)
+            }
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! What the shared tier has done, for `/stats`: counted by the tiered store (reads, writes) and
+//! by the fill leases (claims, waits), read by the admin endpoint.
+
+use std::sync::atomic::AtomicU64;
+
+/// Counters of the shared tier since start.
+#[derive(Debug, Default)]
+pub struct SharedCounters {
+    /// Verified memcached hits.
+    pub hits: AtomicU64,
+    /// Keys memcached did not have.
+    pub misses: AtomicU64,
+    /// Values memcached returned that failed verification (format, checksum, key, a chunk).
+    pub rejected: AtomicU64,
+    /// Entries written to memcached.
+    pub writes: AtomicU64,
+    /// Entries that could not be written.
+    pub write_failures: AtomicU64,
+    /// Fills this node claimed for the cluster (see [`super::fill_lease`]).
+    pub fills_claimed: AtomicU64,
+    /// Requests that waited for another node's fill and were served by it (requests on the
+    /// filling node wait on Pingora's cache lock instead, and are not counted).
+    pub fills_awaited: AtomicU64,
+}
