@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT=${MC_PORT:-21411}
 ROUNDS=${ROUNDS:-3}
-cargo build --release --example mc_client
+cargo build --release -p lacquer-memcached --example mc_client
 memcached -u nobody -l 127.0.0.1 -p "$PORT" -U 0 -t 1 &
 MC=$!
 trap 'kill $MC 2>/dev/null' EXIT

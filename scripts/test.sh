@@ -5,4 +5,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-cargo test --all-targets "$@"
+cargo test --workspace --all-targets "$@"

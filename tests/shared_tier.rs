@@ -2,8 +2,8 @@
 
 mod support;
 
-use lacquer::storage::memcached::ketama::KetamaRing;
 use lacquer::storage::tiered::memcached_key;
+use lacquer_memcached::ketama::KetamaRing;
 use support::*;
 
 struct Cluster {

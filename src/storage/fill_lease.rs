@@ -21,9 +21,9 @@
 //! `fill_lease = 0` switches coordination off (`FillClaim::Uncoordinated`); so does memcached
 //! not answering the claim.
 
-use super::memcached::cluster::Cluster;
 use super::shared_counters::SharedCounters;
 use bytes::Bytes;
+use lacquer_memcached::Cluster;
 use parking_lot::Mutex;
 use pingora_cache::key::{CacheHashKey, HashBinary};
 use pingora_cache::CacheKey;

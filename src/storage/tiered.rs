@@ -15,13 +15,13 @@
 
 use super::entry::{self, ChunkList, EntryBody};
 use super::fill_lease::FillLeases;
-use super::memcached::cluster::Cluster;
 use super::memory::MemoryTier;
 use super::object::{Body, StoredMeta};
 use super::shared_counters::SharedCounters;
 use crate::config::memcached::MemcachedConfig;
 use async_trait::async_trait;
 use bytes::Bytes;
+use lacquer_memcached::{Cluster, ClusterConfig, ClusterServer};
 use pingora_cache::key::{CacheHashKey, CompactCacheKey};
 use pingora_cache::storage::{
     HandleMiss, HitHandler, MissFinishType, MissHandler, PurgeOutcome, PurgeTarget, PurgeType,
@@ -81,7 +81,7 @@ impl TieredStorage {
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(1);
-        let cluster = Arc::new(Cluster::new(config));
+        let cluster = Arc::new(Cluster::new(&cluster_config(config)));
         let counters = Arc::new(SharedCounters::default());
         TieredStorage {
             memory,
@@ -409,5 +409,27 @@ impl Storage for TieredStorage {
 
     fn as_any(&self) -> &(dyn Any + Send + Sync + 'static) {
         self
+    }
+}
+
+/// The part of `[cache.memcached]` the transport reads, in the transport crate's own terms
+/// (`lacquer-memcached` knows nothing of Lacquer's configuration).
+fn cluster_config(config: &MemcachedConfig) -> ClusterConfig {
+    ClusterConfig {
+        servers: config
+            .servers
+            .iter()
+            .map(|s| ClusterServer {
+                name: s.name.clone(),
+                addr: s.addr,
+                weight: s.weight,
+            })
+            .collect(),
+        pool_size: config.pool_size,
+        connect_timeout: config.connect_timeout,
+        op_timeout: config.op_timeout,
+        failure_limit: config.failure_limit,
+        retry_after: config.retry_after,
+        rehash_on_eject: config.rehash_on_eject,
     }
 }

@@ -4,7 +4,7 @@
 //! to about 1 MB, fetched one at a time or pipelined in batches, with hard
 //! time bounds so that a slow or dead memcached degrades into a cache miss
 //! instead of stalling requests.  One [`ServerClient`] talks to one server;
-//! choosing the server for a key is [`super::ketama`]'s job.
+//! choosing the server for a key is [`crate::ketama`]'s job.
 //!
 //! Commands used (memcached >= 1.6, see its `protocol.txt`): `mg <key> v`,
 //! `ms <key> <len> T<ttl>` (with `ME` for add), `md <key>`, `mg <key> T<ttl>`

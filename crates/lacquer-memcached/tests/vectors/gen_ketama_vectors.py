@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate ketama placement vectors for src/storage/memcached/ketama.rs.
+"""Generate ketama placement vectors for crates/lacquer-memcached/src/ketama.rs.
 
 Two independent references are used, each written to its own file:
 
@@ -26,7 +26,7 @@ Known differences between the two references (why both files exist):
   hashes exactly onto a point, which none of these keys does.
 
 Usage: pip install uhashring; apt-get install libmemcached11;
-       python3 tests/vectors/gen_ketama_vectors.py
+       python3 crates/lacquer-memcached/tests/vectors/gen_ketama_vectors.py
 The output is deterministic, so re-running it must not change the files.
 """
 

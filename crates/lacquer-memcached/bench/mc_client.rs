@@ -4,13 +4,13 @@
 //! on gets of 1 KB values for `seconds`; reports gets per second.
 //!
 //! Run: `memcached -u nobody -l 127.0.0.1 -p 21411 -t 1 &` then
-//! `cargo run --release --example mc_client -- 127.0.0.1:21411 64 5`
-//! (`bench/mc_client.sh` does both, three rounds each, and prints medians).
+//! `cargo run --release -p lacquer-memcached --example mc_client -- 127.0.0.1:21411 64 5`
+//! (the repository's `bench/mc_client.sh` does both, three rounds each, and prints medians).
 
 use async_memcached::AsciiProtocol;
 use bytes::Bytes;
-use lacquer::storage::memcached::batch::GetBatcher;
-use lacquer::storage::memcached::client::{ServerClient, ServerConfig};
+use lacquer_memcached::batch::GetBatcher;
+use lacquer_memcached::client::{ServerClient, ServerConfig};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

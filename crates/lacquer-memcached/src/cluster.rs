@@ -6,17 +6,49 @@
 //! leave a stale copy behind when the server returns (the twemproxy/mcrouter trap). Every failure
 //! costs at most the operation timeout; nothing here ever fails a client request.
 
-use super::batch::GetBatcher;
-use super::client::{ServerClient, ServerConfig};
-use super::ketama::KetamaRing;
-use crate::config::memcached::MemcachedConfig;
+use crate::batch::GetBatcher;
+use crate::client::{ServerClient, ServerConfig};
+use crate::ketama::KetamaRing;
 use bytes::Bytes;
 use parking_lot::Mutex;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The most keys one batched multi-get carries (see [`GetBatcher`]).
 const MAX_BATCH_KEYS: usize = 32;
+
+/// What a [`Cluster`] is built from: its servers, the pool and time bounds of each server's
+/// client, and the ejection rule. Its own type, so this crate knows nothing of how an
+/// application configures it (Lacquer fills it from `[cache.memcached]`).
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// The servers, in the order every node must list them (ketama ties are broken by order).
+    pub servers: Vec<ClusterServer>,
+    /// Most connections open at once to each server; also the most get batches in flight to it.
+    pub pool_size: usize,
+    /// Bound on opening one TCP connection.
+    pub connect_timeout: Duration,
+    /// Bound on a whole operation, including pool wait, connect and one retry.
+    pub op_timeout: Duration,
+    /// Consecutive failures after which a server is ejected.
+    pub failure_limit: u32,
+    /// How long an ejected server stays out before the next operation probes it.
+    pub retry_after: Duration,
+    /// Whether an ejected server's keys go to the next server on the ring instead of missing.
+    pub rehash_on_eject: bool,
+}
+
+/// One server of a [`ClusterConfig`].
+#[derive(Debug, Clone)]
+pub struct ClusterServer {
+    /// The name ketama hashes (`host:port` as written), so every node must spell it the same.
+    pub name: String,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its share of the keys relative to the others (libmemcached's weighted ketama).
+    pub weight: u32,
+}
 
 /// One server and its health.
 struct Node {
@@ -41,16 +73,16 @@ pub struct Cluster {
     ring: KetamaRing,
     nodes: Vec<Node>,
     failure_limit: u32,
-    retry_after: std::time::Duration,
+    retry_after: Duration,
     rehash_on_eject: bool,
-    op_timeout: std::time::Duration,
+    op_timeout: Duration,
     /// Failure and ejection counters.
     pub counters: ClusterCounters,
 }
 
 impl Cluster {
     /// Builds the ring and one pooled client per server; connects lazily.
-    pub fn new(config: &MemcachedConfig) -> Self {
+    pub fn new(config: &ClusterConfig) -> Self {
         let ring = KetamaRing::new(
             &config
                 .servers
@@ -185,8 +217,8 @@ impl Cluster {
         self.record(index, result).is_some()
     }
 
-    /// The most one operation may take (`cache.memcached.op_timeout`).
-    pub fn op_timeout(&self) -> std::time::Duration {
+    /// The most one operation may take ([`ClusterConfig::op_timeout`]).
+    pub fn op_timeout(&self) -> Duration {
         self.op_timeout
     }
 
