@@ -10,7 +10,7 @@
 use async_memcached::AsciiProtocol;
 use bytes::Bytes;
 use lacquer_memcached::batch::GetBatcher;
-use lacquer_memcached::client::{ServerClient, ServerConfig};
+use lacquer_memcached::{ServerClient, ServerConfig};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

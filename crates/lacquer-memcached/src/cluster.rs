@@ -7,8 +7,9 @@
 //! costs at most the operation timeout; nothing here ever fails a client request.
 
 use crate::batch::GetBatcher;
-use crate::client::{ServerClient, ServerConfig};
+use crate::client::ServerClient;
 use crate::ketama::KetamaRing;
+use crate::pool::ServerConfig;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use std::net::SocketAddr;

@@ -4,10 +4,16 @@
 //!   which server holds a key (`pingora-ketama` is CRC32/nginx-style and does not).
 //! * [`cluster`]: placement plus per-server failure counting and ejection, built from a
 //!   [`ClusterConfig`].
-//! * [`client`]: a small async, pooled, pipelining client for one server, with connect and
-//!   operation timeouts, so a slow or dead memcached costs a miss, never a stuck request.
 //! * [`batch`]: concurrent gets to one server leave as one pipelined multi-get, so a busy node
 //!   pays one round trip for many hits.
+//! * [`client`]: [`ServerClient`], the operations on one server (get, pipelined multi-get, set,
+//!   add, delete, touch), so a slow or dead memcached costs a miss, never a stuck request.
+//! * [`pool`]: that server's connections: at most `pool_size`, every call bounded by
+//!   `op_timeout`, no connection reused after a failed or cancelled call, one retry of an
+//!   idempotent call on a stale pooled connection.
+//! * `connection`: one TCP connection, opened within `connect_timeout`, one exchange at a time.
+//! * [`protocol`]: the meta text protocol's bytes: commands encoded, replies parsed.
+//! * [`error`]: [`McError`], why a call failed (callers treat every error as a miss).
 //!
 //! # Why a crate of its own
 //!
@@ -23,6 +29,13 @@
 pub mod batch;
 pub mod client;
 pub mod cluster;
+mod connection;
+pub mod error;
 pub mod ketama;
+pub mod pool;
+pub mod protocol;
 
+pub use client::ServerClient;
 pub use cluster::{Cluster, ClusterConfig, ClusterCounters, ClusterServer};
+pub use error::McError;
+pub use pool::ServerConfig;

@@ -1,0 +1,117 @@
+//! The connections to one memcached server, and the rules that bound them in number and time
+//! and decide when one may be used again.
+//!
+//! * At most `pool_size` connections exist at once, opened lazily.
+//! * Each call is bounded in total by `op_timeout` (pool wait, connect, request,
+//!   response and the retry below); a connect attempt also by `connect_timeout`.
+//! * A connection goes back to the pool only after a clean, complete exchange.
+//!   It is owned by the call's future, so when the call fails, times out or is
+//!   cancelled (its future dropped), the connection is closed, never reused.
+//! * Retry: if a connection taken from the pool fails with an I/O error before
+//!   any response byte was read (typically because memcached restarted while
+//!   it sat idle), the idle pool is flushed and an idempotent call (get,
+//!   get_multi, set, delete, touch) is retried once on a fresh connection.
+//!   `add` is never retried.  No other failure is retried.
+
+use crate::connection::Connection;
+use crate::error::McError;
+use crate::protocol::{Command, Reply};
+use parking_lot::Mutex;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+
+/// Settings for one memcached server, kept together so the tier can build a
+/// [`crate::ServerClient`] per configured server.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Where the server listens.
+    pub addr: SocketAddr,
+    /// Most connections open at once; callers beyond that wait (within `op_timeout`).
+    pub pool_size: usize,
+    /// Bound on opening one TCP connection.
+    pub connect_timeout: Duration,
+    /// Bound on a whole call, including pool wait, connect and one retry.
+    pub op_timeout: Duration,
+}
+
+/// A bounded pool of connections to one server; see the module docs for its rules.
+pub(crate) struct Pool {
+    cfg: ServerConfig,
+    idle: Mutex<Vec<Connection>>,
+    permits: Semaphore,
+    open: Arc<AtomicUsize>,
+}
+
+impl Pool {
+    /// Creates the pool; no connection is opened until the first call.
+    pub(crate) fn new(cfg: ServerConfig) -> Pool {
+        Pool {
+            permits: Semaphore::new(cfg.pool_size.max(1)),
+            cfg,
+            idle: Mutex::new(Vec::new()),
+            open: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    pub(crate) fn config(&self) -> &ServerConfig {
+        &self.cfg
+    }
+
+    /// Connections currently open, idle or in use.
+    pub(crate) fn open_connections(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// Runs one exchange on a pooled or new connection, within `op_timeout`.
+    pub(crate) async fn execute(&self, cmd: &Command<'_>) -> Result<Reply, McError> {
+        tokio::time::timeout(self.cfg.op_timeout, self.execute_once_or_retry(cmd))
+            .await
+            .unwrap_or(Err(McError::Timeout))
+    }
+
+    async fn execute_once_or_retry(&self, cmd: &Command<'_>) -> Result<Reply, McError> {
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .expect("the pool semaphore is never closed");
+        let pooled = self.idle.lock().pop();
+        let reused = pooled.is_some();
+        // `conn` is owned by this future: an error, a timeout or the caller
+        // dropping the future closes it; only clean completion pools it.
+        let mut conn = match pooled {
+            Some(conn) => conn,
+            None => self.connect().await?,
+        };
+        match conn.exchange(cmd).await {
+            Ok(reply) => {
+                self.idle.lock().push(conn);
+                Ok(reply)
+            }
+            Err(McError::Io(e)) if reused && !conn.reply_started() => {
+                drop(conn);
+                // The other idle connections most likely went stale together.
+                self.idle.lock().clear();
+                if !cmd.is_idempotent() {
+                    return Err(McError::Io(e));
+                }
+                log::debug!(
+                    "memcached {}: stale pooled connection ({e}), retrying",
+                    self.cfg.addr
+                );
+                let mut conn = self.connect().await?;
+                let reply = conn.exchange(cmd).await?;
+                self.idle.lock().push(conn);
+                Ok(reply)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn connect(&self) -> Result<Connection, McError> {
+        Connection::open(self.cfg.addr, self.cfg.connect_timeout, &self.open).await
+    }
+}

@@ -1,0 +1,437 @@
+//! The memcached meta text protocol: which bytes a command is, and what a reply's bytes mean.
+//!
+//! Commands used (memcached >= 1.6, see its `protocol.txt`): `mg <key> v`,
+//! `ms <key> <len> T<ttl>` (with `ME` for add), `md <key>`, `mg <key> T<ttl>`
+//! for touch, and for batches `mg <key> v q O<i>` per key closed by `mn`.
+//!
+//! Nothing here owns a socket: commands are written to any `AsyncWrite` and replies read from
+//! any `AsyncBufRead`, so the `connection` module decides how bytes travel and the tests below
+//! check the encoding and parsing on plain byte buffers.
+
+use crate::error::McError;
+use bytes::{Bytes, BytesMut};
+use std::io;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// memcached's limit on key length, in bytes.
+pub const MAX_KEY_LEN: usize = 250;
+/// Longest TTL sent; memcached reads larger values as absolute Unix times.
+const MAX_TTL_SECS: u32 = 30 * 24 * 3600;
+/// Longest response header line accepted (they are short: `VA <len> O<n>`).
+const MAX_LINE: u64 = 1024;
+/// Largest value accepted from a server, to bound memory on a corrupt length.
+const MAX_VALUE_LEN: usize = 128 << 20;
+
+/// Rejects keys memcached's text protocol cannot carry, before anything is sent.
+pub(crate) fn check_key(key: &[u8]) -> Result<(), McError> {
+    if key.is_empty() || key.len() > MAX_KEY_LEN {
+        return Err(McError::Protocol(format!(
+            "key length {} not in 1..=250",
+            key.len()
+        )));
+    }
+    if key.iter().any(|&b| b <= b' ' || b == 0x7f) {
+        return Err(McError::Protocol(
+            "key contains whitespace or control bytes".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// One request, so a single exchange routine serves every call (and its retry).
+/// Keys are checked by [`check_key`] before a command is built.
+pub(crate) enum Command<'a> {
+    Get(&'a [u8]),
+    GetMulti(&'a [&'a [u8]]),
+    Store {
+        key: &'a [u8],
+        value: &'a [u8],
+        ttl: u32,
+        add: bool,
+    },
+    Delete(&'a [u8]),
+    Touch(&'a [u8], u32),
+}
+
+impl Command<'_> {
+    /// Whether sending the command twice has the effect of sending it once, which is what
+    /// allows the pool to retry it on a fresh connection.
+    pub(crate) fn is_idempotent(&self) -> bool {
+        !matches!(self, Command::Store { add: true, .. })
+    }
+}
+
+/// What a command's reply says, by command: a value for `Get`, values in key order for
+/// `GetMulti`, and stored / found for the others.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Reply {
+    Value(Option<Bytes>),
+    Values(Vec<Option<Bytes>>),
+    Flag(bool),
+}
+
+/// Writes `command` and flushes it.
+pub(crate) async fn write_command<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    command: &Command<'_>,
+) -> io::Result<()> {
+    match *command {
+        Command::Get(key) => write_parts(w, &[b"mg ", key, b" v\r\n"]).await,
+        Command::GetMulti(keys) => {
+            for (i, key) in keys.iter().enumerate() {
+                w.write_all(b"mg ").await?;
+                w.write_all(key).await?;
+                w.write_all(format!(" v q O{i}\r\n").as_bytes()).await?;
+            }
+            write_parts(w, &[b"mn\r\n"]).await
+        }
+        Command::Store {
+            key,
+            value,
+            ttl,
+            add,
+        } => {
+            let mode = if add { " ME" } else { "" };
+            let head = format!(" {} T{}{mode}\r\n", value.len(), ttl.min(MAX_TTL_SECS));
+            write_parts(w, &[b"ms ", key, head.as_bytes(), value, b"\r\n"]).await
+        }
+        Command::Delete(key) => write_parts(w, &[b"md ", key, b"\r\n"]).await,
+        Command::Touch(key, ttl) => {
+            let tail = format!(" T{}\r\n", ttl.min(MAX_TTL_SECS));
+            write_parts(w, &[b"mg ", key, tail.as_bytes()]).await
+        }
+    }
+}
+
+async fn write_parts<W: AsyncWrite + Unpin>(w: &mut W, parts: &[&[u8]]) -> io::Result<()> {
+    for part in parts {
+        w.write_all(part).await?;
+    }
+    w.flush().await
+}
+
+/// Reads replies from one connection's incoming bytes, and remembers whether the current
+/// reply has begun: a failure before its first byte means the request may never have reached
+/// the server, which is when the pool may retry.
+pub(crate) struct ReplyReader<R> {
+    inner: R,
+    /// Whether any byte of the current exchange's response has arrived.
+    read_any: bool,
+}
+
+impl<R: AsyncBufRead + Unpin> ReplyReader<R> {
+    pub(crate) fn new(inner: R) -> Self {
+        ReplyReader {
+            inner,
+            read_any: false,
+        }
+    }
+
+    /// Starts a new exchange, before its command is written: nothing of its reply has arrived.
+    pub(crate) fn start_exchange(&mut self) {
+        self.read_any = false;
+    }
+
+    /// Whether any byte of the current exchange's reply has arrived.
+    pub(crate) fn reply_started(&self) -> bool {
+        self.read_any
+    }
+
+    /// Reads the whole reply to `command`.
+    pub(crate) async fn read_reply(&mut self, command: &Command<'_>) -> Result<Reply, McError> {
+        match command {
+            Command::Get(_) => self.read_value().await.map(Reply::Value),
+            Command::GetMulti(keys) => self.read_batch(keys.len()).await.map(Reply::Values),
+            Command::Store { .. } => self.read_flag("HD", "NS").await.map(Reply::Flag),
+            Command::Delete(_) => self.read_flag("HD", "NF").await.map(Reply::Flag),
+            Command::Touch(..) => self.read_flag("HD", "EN").await.map(Reply::Flag),
+        }
+    }
+
+    /// Reads one `\r\n`-terminated response line, without the terminator.
+    async fn read_line(&mut self) -> Result<String, McError> {
+        let mut buf = Vec::with_capacity(32);
+        let n = (&mut self.inner)
+            .take(MAX_LINE)
+            .read_until(b'\n', &mut buf)
+            .await?;
+        self.read_any |= n > 0;
+        if !buf.ends_with(b"\r\n") {
+            if (n as u64) < MAX_LINE {
+                let eof = io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed");
+                return Err(McError::Io(eof));
+            }
+            return Err(McError::Protocol("response line too long".into()));
+        }
+        buf.truncate(buf.len() - 2);
+        String::from_utf8(buf).map_err(|_| McError::Protocol("non-UTF-8 response line".into()))
+    }
+
+    /// Reads `len` data bytes and their `\r\n` terminator.
+    async fn read_data(&mut self, len: &str) -> Result<Bytes, McError> {
+        let len: usize = len
+            .parse()
+            .ok()
+            .filter(|&n| n <= MAX_VALUE_LEN)
+            .ok_or_else(|| McError::Protocol(format!("bad value length {len:?}")))?;
+        let mut buf = BytesMut::zeroed(len + 2);
+        self.inner.read_exact(&mut buf).await?;
+        if &buf[len..] != b"\r\n" {
+            return Err(McError::Protocol("value not terminated by CRLF".into()));
+        }
+        buf.truncate(len);
+        Ok(buf.freeze())
+    }
+
+    /// Reads the reply to `mg <key> v`: `VA <len> ...` and data, or `EN`.
+    async fn read_value(&mut self) -> Result<Option<Bytes>, McError> {
+        let line = self.read_line().await?;
+        if line == "EN" {
+            return Ok(None);
+        }
+        match line.split(' ').collect::<Vec<_>>()[..] {
+            ["VA", len, ..] => self.read_data(len).await.map(Some),
+            _ => Err(unexpected(&line)),
+        }
+    }
+
+    /// Reads the replies to a `mg <key> v q O<i>` batch up to the closing `MN`.
+    async fn read_batch(&mut self, count: usize) -> Result<Vec<Option<Bytes>>, McError> {
+        let mut values = vec![None; count];
+        let mut next = 0;
+        loop {
+            let line = self.read_line().await?;
+            if line == "MN" {
+                return Ok(values);
+            }
+            let tokens: Vec<&str> = line.split(' ').collect();
+            let (len, flags) = match tokens[..] {
+                ["VA", len, ref flags @ ..] => (len, flags),
+                _ => return Err(unexpected(&line)),
+            };
+            // Hits come back in request order, each tagged with its index.
+            let index = flags
+                .iter()
+                .find_map(|f| f.strip_prefix('O'))
+                .and_then(|i| i.parse::<usize>().ok())
+                .filter(|&i| i >= next && i < count)
+                .ok_or_else(|| McError::Protocol(format!("bad opaque in {line:?}")))?;
+            values[index] = Some(self.read_data(len).await?);
+            next = index + 1;
+        }
+    }
+
+    /// Reads a one-line reply that is either `yes` (true) or `no` (false).
+    async fn read_flag(&mut self, yes: &str, no: &str) -> Result<bool, McError> {
+        let line = self.read_line().await?;
+        match line.as_str() {
+            l if l == yes => Ok(true),
+            l if l == no => Ok(false),
+            _ => Err(unexpected(&line)),
+        }
+    }
+}
+
+/// Maps an unexpected response line to the matching error.
+fn unexpected(line: &str) -> McError {
+    match line.strip_prefix("SERVER_ERROR") {
+        Some(msg) => McError::ServerError(msg.trim().to_string()),
+        None => McError::Protocol(format!("unexpected response {line:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn encoded(command: Command<'_>) -> String {
+        let mut out = Vec::new();
+        write_command(&mut out, &command).await.unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    async fn reply_to(command: Command<'_>, input: &[u8]) -> Result<Reply, McError> {
+        ReplyReader::new(input).read_reply(&command).await
+    }
+
+    fn values(list: &[Option<&'static [u8]>]) -> Reply {
+        Reply::Values(list.iter().map(|v| v.map(Bytes::from_static)).collect())
+    }
+
+    #[tokio::test]
+    async fn commands_encode_as_meta_protocol_lines() {
+        assert_eq!(encoded(Command::Get(b"k")).await, "mg k v\r\n");
+        assert_eq!(
+            encoded(Command::GetMulti(&[b"a", b"b", b"a"])).await,
+            "mg a v q O0\r\nmg b v q O1\r\nmg a v q O2\r\nmn\r\n"
+        );
+        let store = |add, ttl| Command::Store {
+            key: b"k",
+            value: b"v\r\nEN\r\n",
+            ttl,
+            add,
+        };
+        assert_eq!(
+            encoded(store(false, 60)).await,
+            "ms k 7 T60\r\nv\r\nEN\r\n\r\n"
+        );
+        assert_eq!(
+            encoded(store(true, 0)).await,
+            "ms k 7 T0 ME\r\nv\r\nEN\r\n\r\n"
+        );
+        // More than 30 days would be read as an absolute time: capped at 30 days.
+        assert_eq!(
+            encoded(store(false, 31 * 24 * 3600)).await,
+            "ms k 7 T2592000\r\nv\r\nEN\r\n\r\n"
+        );
+        assert_eq!(encoded(Command::Delete(b"k")).await, "md k\r\n");
+        assert_eq!(encoded(Command::Touch(b"k", 5)).await, "mg k T5\r\n");
+        assert_eq!(
+            encoded(Command::Touch(b"k", u32::MAX)).await,
+            "mg k T2592000\r\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn one_line_replies_mean_what_each_command_expects() {
+        let value = reply_to(Command::Get(b"k"), b"VA 4 f0\r\nab\r\n\r\n").await;
+        assert_eq!(
+            value.unwrap(),
+            Reply::Value(Some(Bytes::from_static(b"ab\r\n")))
+        );
+        let miss = reply_to(Command::Get(b"k"), b"EN\r\n").await;
+        assert_eq!(miss.unwrap(), Reply::Value(None));
+        let store = Command::Store {
+            key: b"k",
+            value: b"v",
+            ttl: 0,
+            add: true,
+        };
+        assert_eq!(reply_to(store, b"HD\r\n").await.unwrap(), Reply::Flag(true));
+        let store = Command::Store {
+            key: b"k",
+            value: b"v",
+            ttl: 0,
+            add: true,
+        };
+        assert_eq!(
+            reply_to(store, b"NS\r\n").await.unwrap(),
+            Reply::Flag(false)
+        );
+        let delete = |input| reply_to(Command::Delete(b"k"), input);
+        assert_eq!(delete(b"HD\r\n").await.unwrap(), Reply::Flag(true));
+        assert_eq!(delete(b"NF\r\n").await.unwrap(), Reply::Flag(false));
+        let touch = |input| reply_to(Command::Touch(b"k", 1), input);
+        assert_eq!(touch(b"HD\r\n").await.unwrap(), Reply::Flag(true));
+        assert_eq!(touch(b"EN\r\n").await.unwrap(), Reply::Flag(false));
+        // One command's "no" is another's nonsense.
+        let wrong = delete(b"EN\r\n").await;
+        assert!(matches!(wrong, Err(McError::Protocol(_))), "{wrong:?}");
+        let wrong = reply_to(Command::Get(b"k"), b"HD\r\n").await;
+        assert!(matches!(wrong, Err(McError::Protocol(_))), "{wrong:?}");
+    }
+
+    #[tokio::test]
+    async fn a_batch_reply_places_hits_by_their_opaque() {
+        let keys: [&[u8]; 4] = [b"a", b"b", b"c", b"d"];
+        let reply = reply_to(
+            Command::GetMulti(&keys),
+            b"VA 2 O1\r\nab\r\nVA 0 O3\r\n\r\nMN\r\n",
+        )
+        .await;
+        assert_eq!(
+            reply.unwrap(),
+            values(&[None, Some(b"ab"), None, Some(b"")])
+        );
+        let none = reply_to(Command::GetMulti(&keys), b"MN\r\n").await;
+        assert_eq!(none.unwrap(), values(&[None, None, None, None]));
+    }
+
+    #[tokio::test]
+    async fn a_batch_reply_out_of_order_out_of_range_or_untagged_is_rejected() {
+        let keys: [&[u8]; 3] = [b"a", b"b", b"c"];
+        for input in [
+            &b"VA 1 O2\r\nx\r\nVA 1 O1\r\ny\r\nMN\r\n"[..],
+            b"VA 1 O1\r\nx\r\nVA 1 O1\r\ny\r\nMN\r\n",
+            b"VA 1 O3\r\nx\r\nMN\r\n",
+            b"VA 1\r\nx\r\nMN\r\n",
+            b"VA 1 Ox\r\nx\r\nMN\r\n",
+            b"EN\r\nMN\r\n",
+        ] {
+            let reply = reply_to(Command::GetMulti(&keys), input).await;
+            assert!(matches!(reply, Err(McError::Protocol(_))), "{reply:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn server_errors_are_told_apart_from_nonsense() {
+        let reply = reply_to(Command::Delete(b"k"), b"SERVER_ERROR out of memory\r\n").await;
+        assert!(
+            matches!(&reply, Err(McError::ServerError(m)) if m == "out of memory"),
+            "{reply:?}"
+        );
+        let reply = reply_to(Command::Delete(b"k"), b"CLIENT_ERROR bad command\r\n").await;
+        assert!(matches!(reply, Err(McError::Protocol(_))), "{reply:?}");
+    }
+
+    #[tokio::test]
+    async fn malformed_values_are_protocol_errors() {
+        let get = |input| reply_to(Command::Get(b"k"), input);
+        for input in [
+            // Not terminated by CRLF where the length says it ends.
+            &b"VA 2\r\nabcd\r\n"[..],
+            // A length that is not a number, or beyond the bound.
+            b"VA x\r\n",
+            b"VA 134217729\r\n",
+            // A line with no end in sight.
+            &[b'V'; 2000],
+            // Not UTF-8.
+            b"VA \xff\r\n",
+        ] {
+            let reply = get(input).await;
+            assert!(matches!(reply, Err(McError::Protocol(_))), "{reply:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_reply_cut_short_is_an_io_error_that_knows_whether_it_had_begun() {
+        let command = Command::Get(b"k");
+        let mut silent = ReplyReader::new(&b""[..]);
+        silent.start_exchange();
+        let reply = silent.read_reply(&command).await;
+        assert!(matches!(reply, Err(McError::Io(_))), "{reply:?}");
+        assert!(!silent.reply_started(), "nothing arrived: a retry is safe");
+
+        let mut cut = ReplyReader::new(&b"VA 5\r\nab"[..]);
+        cut.start_exchange();
+        let reply = cut.read_reply(&command).await;
+        assert!(matches!(reply, Err(McError::Io(_))), "{reply:?}");
+        assert!(cut.reply_started(), "the server had begun answering");
+
+        // One byte is enough to know the request reached the server.
+        let mut half_line = ReplyReader::new(&b"V"[..]);
+        half_line.start_exchange();
+        let reply = half_line.read_reply(&command).await;
+        assert!(matches!(reply, Err(McError::Io(_))), "{reply:?}");
+        assert!(half_line.reply_started());
+    }
+
+    #[test]
+    fn keys_memcached_cannot_carry_are_rejected() {
+        assert!(check_key(&[b'k'; MAX_KEY_LEN]).is_ok());
+        assert!(check_key(b"lacquer:0123abcd:fill:x").is_ok());
+        let long = [b'k'; MAX_KEY_LEN + 1];
+        for key in [
+            &b""[..],
+            &long,
+            b"a b",
+            b"a\tb",
+            b"a\r\n",
+            b"a\0b",
+            b"a\x7fb",
+        ] {
+            let checked = check_key(key);
+            assert!(matches!(checked, Err(McError::Protocol(_))), "{key:?}");
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! The crate's test harness: a real memcached process per test, and the client settings and
+//! values the tests share.
+
+// Each integration test binary uses only part of the harness.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use lacquer_memcached::{ServerClient, ServerConfig};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A real memcached on a free loopback port, killed on drop.
+pub struct Memcached {
+    child: Child,
+    /// Kept so a test can restart a server where its clients expect it.
+    pub port: u16,
+}
+
+impl Memcached {
+    /// Starts a server on a free port and waits until it accepts connections.
+    pub fn start() -> Memcached {
+        Memcached::start_on(free_port())
+    }
+
+    /// Starts a server on `port` (a restart, when a killed one used it).
+    pub fn start_on(port: u16) -> Memcached {
+        let child = Command::new("memcached")
+            // `-u root` only matters when run as root, where memcached demands -u.
+            .args([
+                "-p",
+                &port.to_string(),
+                "-l",
+                "127.0.0.1",
+                "-U",
+                "0",
+                "-m",
+                "64",
+            ])
+            .args(["-u", "root"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("memcached binary (apt-get install -y memcached)");
+        let mut server = Memcached { child, port };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Some(status) = server.child.try_wait().unwrap() {
+                panic!("memcached exited early: {status}");
+            }
+            assert!(Instant::now() < deadline, "memcached did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
+    /// Where the server listens.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// Kills the server, as a crash would; its clients' connections break.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Sends `kill -STOP` / `kill -CONT` to freeze or resume the server.
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        // `kill` only queues the signal: wait until every thread has
+        // actually stopped (or resumed), or a busy machine lets the
+        // server answer one more request after "-STOP".
+        let want_stopped = sig == "-STOP";
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.is_stopped() != want_stopped {
+            assert!(Instant::now() < deadline, "memcached ignored {sig}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// True when every thread of the server is in the stopped state.
+    pub fn is_stopped(&self) -> bool {
+        let tasks = format!("/proc/{}/task", self.child.id());
+        std::fs::read_dir(tasks).unwrap().all(|task| {
+            let stat =
+                std::fs::read_to_string(task.unwrap().path().join("stat")).unwrap_or_default();
+            // The state follows the parenthesised command name.
+            stat.rsplit(") ")
+                .next()
+                .is_some_and(|rest| rest.starts_with('T'))
+        })
+    }
+}
+
+impl Drop for Memcached {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A loopback port nothing listens on right now.
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// A loopback address that refuses connections: bound but never listening,
+/// so no other test's server can take the port while the socket lives.
+pub fn refusing_addr() -> (tokio::net::TcpSocket, SocketAddr) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+    let addr = socket.local_addr().unwrap();
+    (socket, addr)
+}
+
+/// A client with short timeouts, so a failure shows within the test's patience.
+pub fn client(addr: SocketAddr, pool_size: usize) -> ServerClient {
+    ServerClient::new(ServerConfig {
+        addr,
+        pool_size,
+        connect_timeout: Duration::from_millis(500),
+        op_timeout: Duration::from_millis(1000),
+    })
+}
+
+/// Fails the test instead of hanging if `fut` takes more than 5 s.
+pub async fn within<T>(fut: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(5), fut)
+        .await
+        .expect("operation hung")
+}
+
+/// A value of `len` + 8 bytes that contains every byte and ends in protocol look-alikes
+/// (`\r\n`, `END`), so a client that parses values as text would fail.
+pub fn binary_value(len: usize) -> Bytes {
+    let mut v: Vec<u8> = (0..len).map(|i| (i * 7 % 256) as u8).collect();
+    v.extend_from_slice(b"\r\n\0END\r\n");
+    Bytes::from(v)
+}
