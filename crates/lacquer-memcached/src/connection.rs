@@ -5,19 +5,25 @@
 //! owns every connection between exchanges.
 
 use crate::error::McError;
-use crate::protocol::{write_command, Command, Reply, ReplyReader};
+use crate::protocol::{Command, Reply, ReplyReader};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{BufReader, BufWriter};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
-/// An open connection, buffered both ways.
+/// A command buffer that grew past this (a large value was stored) is not kept for the next.
+const KEPT_COMMAND_BUFFER: usize = 64 * 1024;
+
+/// An open connection: replies read through a buffer, commands encoded into one and written
+/// whole.
 pub(crate) struct Connection {
     reader: ReplyReader<BufReader<OwnedReadHalf>>,
-    writer: BufWriter<OwnedWriteHalf>,
+    writer: OwnedWriteHalf,
+    /// The bytes of the command being sent, kept between exchanges so a command allocates nothing.
+    command: Vec<u8>,
     _open: OpenCount,
 }
 
@@ -45,7 +51,8 @@ impl Connection {
         open.fetch_add(1, Ordering::Relaxed);
         Ok(Connection {
             reader: ReplyReader::new(BufReader::new(r)),
-            writer: BufWriter::new(w),
+            writer: w,
+            command: Vec::new(),
             _open: OpenCount(open.clone()),
         })
     }
@@ -53,15 +60,20 @@ impl Connection {
     /// Sends `command` and reads its whole reply.
     pub(crate) async fn exchange(&mut self, command: &Command<'_>) -> Result<Reply, McError> {
         self.reader.start_exchange();
-        let (writer, reader) = (&mut self.writer, &mut self.reader);
+        if self.command.capacity() > KEPT_COMMAND_BUFFER {
+            self.command = Vec::new();
+        }
+        self.command.clear();
+        command.encode(&mut self.command);
+        let (writer, reader, bytes) = (&mut self.writer, &mut self.reader, &self.command);
         if let Command::GetMulti(_) = command {
             // Read while writing: a big batch of large values could
             // otherwise fill both directions' socket buffers and deadlock.
-            let send = async { write_command(writer, command).await.map_err(McError::from) };
+            let send = async { writer.write_all(bytes).await.map_err(McError::from) };
             let (_, reply) = tokio::try_join!(send, reader.read_reply(command))?;
             return Ok(reply);
         }
-        write_command(writer, command).await?;
+        writer.write_all(bytes).await?;
         reader.read_reply(command).await
     }
 

@@ -4,14 +4,14 @@
 //! `ms <key> <len> T<ttl>` (with `ME` for add), `md <key>`, `mg <key> T<ttl>`
 //! for touch, and for batches `mg <key> v q O<i>` per key closed by `mn`.
 //!
-//! Nothing here owns a socket: commands are written to any `AsyncWrite` and replies read from
+//! Nothing here owns a socket: a command is encoded into a byte buffer and replies are read from
 //! any `AsyncBufRead`, so the `connection` module decides how bytes travel and the tests below
 //! check the encoding and parsing on plain byte buffers.
 
 use crate::error::McError;
 use bytes::{Bytes, BytesMut};
 use std::io;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt};
 
 /// memcached's limit on key length, in bytes.
 pub const MAX_KEY_LEN: usize = 250;
@@ -59,6 +59,52 @@ impl Command<'_> {
     pub(crate) fn is_idempotent(&self) -> bool {
         !matches!(self, Command::Store { add: true, .. })
     }
+
+    /// Appends the command's bytes to `out`, so that it leaves in one write.
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        match *self {
+            Command::Get(key) => put(out, &[b"mg ", key, b" v\r\n"]),
+            Command::GetMulti(keys) => {
+                for (i, key) in keys.iter().enumerate() {
+                    put(out, &[b"mg ", key, b" v q O"]);
+                    put_number(out, i);
+                    put(out, &[b"\r\n"]);
+                }
+                put(out, &[b"mn\r\n"]);
+            }
+            Command::Store {
+                key,
+                value,
+                ttl,
+                add,
+            } => {
+                put(out, &[b"ms ", key, b" "]);
+                put_number(out, value.len());
+                put(out, &[b" T"]);
+                put_number(out, ttl.min(MAX_TTL_SECS));
+                let mode: &[u8] = if add { b" ME\r\n" } else { b"\r\n" };
+                put(out, &[mode, value, b"\r\n"]);
+            }
+            Command::Delete(key) => put(out, &[b"md ", key, b"\r\n"]),
+            Command::Touch(key, ttl) => {
+                put(out, &[b"mg ", key, b" T"]);
+                put_number(out, ttl.min(MAX_TTL_SECS));
+                put(out, &[b"\r\n"]);
+            }
+        }
+    }
+}
+
+/// Appends the literal and key parts of a command.
+fn put(out: &mut Vec<u8>, parts: &[&[u8]]) {
+    for part in parts {
+        out.extend_from_slice(part);
+    }
+}
+
+/// Appends `n` in decimal: the lengths, TTLs and batch indexes a command carries.
+fn put_number(out: &mut Vec<u8>, n: impl itoa::Integer) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 /// What a command's reply says, by command: a value for `Get`, values in key order for
@@ -68,46 +114,6 @@ pub(crate) enum Reply {
     Value(Option<Bytes>),
     Values(Vec<Option<Bytes>>),
     Flag(bool),
-}
-
-/// Writes `command` and flushes it.
-pub(crate) async fn write_command<W: AsyncWrite + Unpin>(
-    w: &mut W,
-    command: &Command<'_>,
-) -> io::Result<()> {
-    match *command {
-        Command::Get(key) => write_parts(w, &[b"mg ", key, b" v\r\n"]).await,
-        Command::GetMulti(keys) => {
-            for (i, key) in keys.iter().enumerate() {
-                w.write_all(b"mg ").await?;
-                w.write_all(key).await?;
-                w.write_all(format!(" v q O{i}\r\n").as_bytes()).await?;
-            }
-            write_parts(w, &[b"mn\r\n"]).await
-        }
-        Command::Store {
-            key,
-            value,
-            ttl,
-            add,
-        } => {
-            let mode = if add { " ME" } else { "" };
-            let head = format!(" {} T{}{mode}\r\n", value.len(), ttl.min(MAX_TTL_SECS));
-            write_parts(w, &[b"ms ", key, head.as_bytes(), value, b"\r\n"]).await
-        }
-        Command::Delete(key) => write_parts(w, &[b"md ", key, b"\r\n"]).await,
-        Command::Touch(key, ttl) => {
-            let tail = format!(" T{}\r\n", ttl.min(MAX_TTL_SECS));
-            write_parts(w, &[b"mg ", key, tail.as_bytes()]).await
-        }
-    }
-}
-
-async fn write_parts<W: AsyncWrite + Unpin>(w: &mut W, parts: &[&[u8]]) -> io::Result<()> {
-    for part in parts {
-        w.write_all(part).await?;
-    }
-    w.flush().await
 }
 
 /// Reads replies from one connection's incoming bytes, and remembers whether the current
@@ -244,9 +250,9 @@ fn unexpected(line: &str) -> McError {
 mod tests {
     use super::*;
 
-    async fn encoded(command: Command<'_>) -> String {
+    fn encoded(command: Command<'_>) -> String {
         let mut out = Vec::new();
-        write_command(&mut out, &command).await.unwrap();
+        command.encode(&mut out);
         String::from_utf8(out).unwrap()
     }
 
@@ -258,38 +264,40 @@ mod tests {
         Reply::Values(list.iter().map(|v| v.map(Bytes::from_static)).collect())
     }
 
-    #[tokio::test]
-    async fn commands_encode_as_meta_protocol_lines() {
-        assert_eq!(encoded(Command::Get(b"k")).await, "mg k v\r\n");
+    #[test]
+    fn commands_encode_as_meta_protocol_lines() {
+        assert_eq!(encoded(Command::Get(b"k")), "mg k v\r\n");
         assert_eq!(
-            encoded(Command::GetMulti(&[b"a", b"b", b"a"])).await,
+            encoded(Command::GetMulti(&[b"a", b"b", b"a"])),
             "mg a v q O0\r\nmg b v q O1\r\nmg a v q O2\r\nmn\r\n"
         );
+        let keys: Vec<&[u8]> = vec![b"k"; 12];
+        let batch = encoded(Command::GetMulti(&keys));
+        assert!(batch.ends_with("mg k v q O9\r\nmg k v q O10\r\nmg k v q O11\r\nmn\r\n"));
         let store = |add, ttl| Command::Store {
             key: b"k",
             value: b"v\r\nEN\r\n",
             ttl,
             add,
         };
-        assert_eq!(
-            encoded(store(false, 60)).await,
-            "ms k 7 T60\r\nv\r\nEN\r\n\r\n"
-        );
-        assert_eq!(
-            encoded(store(true, 0)).await,
-            "ms k 7 T0 ME\r\nv\r\nEN\r\n\r\n"
-        );
+        assert_eq!(encoded(store(false, 60)), "ms k 7 T60\r\nv\r\nEN\r\n\r\n");
+        assert_eq!(encoded(store(true, 0)), "ms k 7 T0 ME\r\nv\r\nEN\r\n\r\n");
         // More than 30 days would be read as an absolute time: capped at 30 days.
         assert_eq!(
-            encoded(store(false, 31 * 24 * 3600)).await,
+            encoded(store(false, 31 * 24 * 3600)),
             "ms k 7 T2592000\r\nv\r\nEN\r\n\r\n"
         );
-        assert_eq!(encoded(Command::Delete(b"k")).await, "md k\r\n");
-        assert_eq!(encoded(Command::Touch(b"k", 5)).await, "mg k T5\r\n");
-        assert_eq!(
-            encoded(Command::Touch(b"k", u32::MAX)).await,
-            "mg k T2592000\r\n"
-        );
+        let big = vec![b'x'; 1_048_576];
+        let store_big = Command::Store {
+            key: b"big",
+            value: &big,
+            ttl: 2_591_999,
+            add: false,
+        };
+        assert!(encoded(store_big).starts_with("ms big 1048576 T2591999\r\nxx"));
+        assert_eq!(encoded(Command::Delete(b"k")), "md k\r\n");
+        assert_eq!(encoded(Command::Touch(b"k", 5)), "mg k T5\r\n");
+        assert_eq!(encoded(Command::Touch(b"k", u32::MAX)), "mg k T2592000\r\n");
     }
 
     #[tokio::test]
