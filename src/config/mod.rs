@@ -118,7 +118,14 @@ impl Config {
 
     /// Turns the layered file into typed values, section by section; the first bad value stops.
     pub fn validate(file: FileConfig) -> Result<Config, ConfigError> {
-        let server = server::validate(&file)?;
+        let server = server::validate(server::ServerKeys {
+            listen: &file.listen,
+            threads: file.threads,
+            grace_period: &file.grace_period,
+            shutdown_timeout: &file.shutdown_timeout,
+            upstream_keepalive_pool: file.upstream_keepalive_pool,
+            server: &file.server,
+        })?;
         let backends = balancing::validate_backends(&file.upstream, &file.upstreams)?;
         let tls = tls::validate(&file.tls)?;
         let proxy = proxy::validate(&file.proxy)?;

@@ -2,7 +2,6 @@
 //! it shuts down, how many idle origin connections it keeps, and how it writes to clients.
 
 use super::check;
-use super::file::FileConfig;
 use super::ConfigError;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -35,9 +34,20 @@ pub(super) struct ServerSettings {
     pub write_buffer: usize,
 }
 
+/// The top-level keys of the file that configure the server, with `[server]`: borrowed from the
+/// file by the caller, so this section does not depend on the file's whole shape.
+pub(super) struct ServerKeys<'a> {
+    pub listen: &'a Option<Vec<String>>,
+    pub threads: Option<i64>,
+    pub grace_period: &'a Option<String>,
+    pub shutdown_timeout: &'a Option<String>,
+    pub upstream_keepalive_pool: Option<i64>,
+    pub server: &'a ServerSection,
+}
+
 /// Validates `listen`, `threads`, `grace_period`, `shutdown_timeout`,
 /// `upstream_keepalive_pool` and `[server]`.
-pub(super) fn validate(file: &FileConfig) -> Result<ServerSettings, ConfigError> {
+pub(super) fn validate(file: ServerKeys<'_>) -> Result<ServerSettings, ConfigError> {
     let listen = match &file.listen {
         Some(list) if list.is_empty() => {
             return Err(ConfigError::new("listen", "needs at least one address"))
