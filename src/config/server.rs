@@ -57,10 +57,10 @@ pub(super) fn validate(file: ServerKeys<'_>) -> Result<ServerSettings, ConfigErr
     };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = check::integer("threads", file.threads, cores, 1..=1024)?;
-    let grace_period = check::duration("grace_period", &file.grace_period, Duration::from_secs(5))?;
+    let grace_period = check::duration("grace_period", file.grace_period, Duration::from_secs(5))?;
     let shutdown_timeout = check::duration(
         "shutdown_timeout",
-        &file.shutdown_timeout,
+        file.shutdown_timeout,
         Duration::from_secs(10),
     )?;
     let upstream_keepalive_pool = check::integer(
