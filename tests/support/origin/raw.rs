@@ -34,6 +34,12 @@ impl RawOrigin {
         })
     }
 
+    /// Reads each request head, then hands the connection to `after_head`, which writes whatever
+    /// it likes (a response without `Date`, a malformed one) before the connection is closed.
+    pub fn answering(after_head: fn(&mut std::net::TcpStream)) -> RawOrigin {
+        RawOrigin::start(after_head)
+    }
+
     fn start(after_head: fn(&mut std::net::TcpStream)) -> RawOrigin {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind raw origin");
         listener.set_nonblocking(true).expect("nonblocking");
