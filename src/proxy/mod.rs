@@ -27,6 +27,7 @@ pub mod cache_status;
 pub mod fast_hit;
 pub mod headers;
 pub mod invalidation;
+pub mod post_reuse;
 pub mod purge;
 
 use crate::compression::decoded_copies::DecodedCopies;
@@ -81,6 +82,8 @@ pub struct RequestCtx {
     compression: CompressionCtx,
     /// Backends tried, the one in flight, the fairness slot, timings (see [`crate::upstream`]).
     upstream: RequestUpstream,
+    /// A POST response being kept for later GETs of its URL (see [`post_reuse`]).
+    post_reuse: Option<Box<post_reuse::PostReuse>>,
 }
 
 /// Lacquer's implementation of Pingora's [`ProxyHttp`].
@@ -143,8 +146,8 @@ impl LacquerProxy {
     }
 
     /// Adds what every downstream response carries, on both the fast and the standard path:
-    /// `Cache-Status` and our `Via`, minus the fields targeted at us (RFC 9213) unless configured
-    /// to forward them; keeps the classification for the access log.
+    /// `Cache-Status` and our `Via`, minus the targeted fields configured to be stripped (RFC
+    /// 9213: by default our own); keeps the classification for the access log.
     fn finish_response_head(
         &self,
         head: &mut ResponseHeader,
@@ -152,9 +155,7 @@ impl LacquerProxy {
         status: CacheStatus,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        if !self.config.cache.forward_targeted_fields {
-            self.policy.targeted_fields().strip(head);
-        }
+        self.policy.targeted_fields().strip(head);
         head.insert_header(
             "cache-status",
             status.header_value(&self.config.cache.status_name),
@@ -204,6 +205,7 @@ impl ProxyHttp for LacquerProxy {
             not_modified: None,
             compression: CompressionCtx::default(),
             upstream: RequestUpstream::default(),
+            post_reuse: None,
         }
     }
 
@@ -330,14 +332,19 @@ impl ProxyHttp for LacquerProxy {
     fn should_serve_stale(
         &self,
         _session: &mut Session,
-        _ctx: &mut Self::CTX,
+        ctx: &mut Self::CTX,
         error: Option<&pingora_error::Error>,
     ) -> bool {
         match error {
             // stale-while-revalidate: Pingora has already checked the stored window
             None => true,
-            // stale-if-error: only for failures of the origin itself
-            Some(e) => e.esource() == &pingora_error::ErrorSource::Upstream,
+            // stale-if-error (the response's own, or the configured grace): only for failures
+            // of the origin itself, which Cache-Status then reports
+            Some(e) if e.esource() == &pingora_error::ErrorSource::Upstream => {
+                ctx.seen.origin_failure = Some(cache_status::OriginFailure::of(e));
+                true
+            }
+            Some(_) => false,
         }
     }
 
@@ -441,6 +448,15 @@ impl ProxyHttp for LacquerProxy {
         invalidation::on_upstream_response(self.storage, session.req_header(), upstream_response)
             .await;
         headers::strip_hop_by_hop(upstream_response);
+        headers::add_date_if_missing(upstream_response);
+        if self.config.cache.reuse_post_responses && self.config.cache.enabled {
+            ctx.post_reuse = post_reuse::on_upstream_response(
+                &self.policy,
+                session.req_header(),
+                upstream_response,
+                ctx.request_time,
+            );
+        }
         if upstream_response.status == http::StatusCode::NOT_MODIFIED
             && session.cache.phase() == pingora_cache::CachePhase::Stale
         {
@@ -476,6 +492,12 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
     ) -> Result<Option<std::time::Duration>> {
         self.upstream.on_body(&ctx.upstream)?;
+        post_reuse::on_upstream_body(
+            &mut ctx.post_reuse,
+            body,
+            end_of_stream,
+            self.policy.max_object_size(),
+        );
         compression::on_upstream_body(&mut ctx.compression, body, end_of_stream)?;
         Ok(None)
     }
@@ -559,9 +581,20 @@ impl ProxyHttp for LacquerProxy {
     async fn logging(
         &self,
         session: &mut Session,
-        _e: Option<&pingora_error::Error>,
+        e: Option<&pingora_error::Error>,
         ctx: &mut Self::CTX,
     ) {
+        if let Some(kept) = ctx.post_reuse.take() {
+            // boxed: every other request's logging future stays as small as it was
+            let key = ctx.key.get(session.req_header());
+            Box::pin(post_reuse::on_request_end(
+                kept,
+                self.storage,
+                key,
+                e.is_some(),
+            ))
+            .await;
+        }
         if let Some(lease) = ctx.fill_lease.take() {
             lease.on_request_end(ctx.cache_status.as_ref().is_some_and(|s| s.stored));
         }
