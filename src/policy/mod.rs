@@ -168,7 +168,12 @@ impl CachePolicy {
         let no_cache = rules.override_ttl.is_none() && cc.as_ref().is_some_and(|cc| cc.no_cache());
         let mut fresh = match freshness(resp, &rules, request_time, now) {
             Some(fresh) => fresh,
-            None if no_cache && has_validator(resp) => {
+            // storable at all (RFC 9111 §3): a heuristically cacheable status, or `public`
+            None if no_cache
+                && has_validator(resp)
+                && (freshness::heuristically_cacheable(resp.status)
+                    || cc.as_ref().is_some_and(|cc| cc.public())) =>
+            {
                 freshness::revalidate_only(resp, request_time, now)
             }
             None => return uncacheable(REASON_NO_FRESHNESS),
@@ -352,6 +357,15 @@ mod tests {
             assert_eq!(meta.stale_if_error_sec(), 0, "{validator:?}");
         }
         assert!(!decide(&[], &[("cache-control", "no-cache")]).is_cacheable());
+        // RFC 9111 §3: a status that is not heuristically cacheable needs more than no-cache
+        let found = |cc: &str| {
+            let req = RequestHeader::build("GET", b"/x", None).unwrap();
+            let mut resp = test_headers::response(&[("cache-control", cc), ("etag", "\"v1\"")]);
+            resp.set_status(302).unwrap();
+            policy().response_decision(&req, &resp, SystemTime::now())
+        };
+        assert!(!found("no-cache").is_cacheable());
+        assert!(found("no-cache, public").is_cacheable());
     }
 
     #[test]
