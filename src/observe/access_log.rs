@@ -2,7 +2,9 @@
 //!
 //! Lines are formatted on the worker thread and handed to one writer thread through a channel,
 //! so a slow disk or a blocked stdout pipe never stalls request handling; the writer flushes
-//! whenever the channel runs dry.
+//! whenever the channel runs dry. SIGUSR1 makes the writer reopen a log file by its path (what
+//! logrotate's `postrotate` sends after renaming it): lines queued before the signal go to the
+//! renamed file, later ones to a new file under the configured path.
 
 use crate::config::{AccessLogFormat, AccessLogTarget};
 use serde::Serialize;
@@ -24,6 +26,8 @@ pub struct AccessRecord<'a> {
     pub referer: &'a str,
     pub user_agent: &'a str,
     pub cache: &'static str,
+    /// The tier a stored response was read from (`memory`, `memcached`), `-` for none.
+    pub tier: &'static str,
     pub cache_status: &'a str,
     pub upstream_ms: Option<f64>,
     pub total_ms: f64,
@@ -32,8 +36,33 @@ pub struct AccessRecord<'a> {
 /// A running access log.
 pub struct AccessLog {
     format: AccessLogFormat,
-    sender: SyncSender<Vec<u8>>,
+    sender: SyncSender<ToWriter>,
     dropped: AtomicU64,
+}
+
+/// What the writer thread is sent.
+enum ToWriter {
+    /// One formatted line.
+    Line(Vec<u8>),
+    /// Reopen the file (SIGUSR1).
+    Reopen,
+}
+
+/// Where the writer writes: standard output or error (never reopened), or a file reopened by
+/// its path.
+enum Sink {
+    Stream,
+    File(String),
+}
+
+/// Opens (or reopens) the log file for appending.
+fn open_file(path: &str) -> std::io::Result<Box<dyn Write + Send>> {
+    Ok(Box::new(
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?,
+    ))
 }
 
 impl AccessLog {
@@ -42,21 +71,17 @@ impl AccessLog {
         target: &AccessLogTarget,
         format: AccessLogFormat,
     ) -> std::io::Result<Option<AccessLog>> {
-        let sink: Box<dyn Write + Send> = match target {
+        let (sink, out): (Sink, Box<dyn Write + Send>) = match target {
             AccessLogTarget::Off => return Ok(None),
-            AccessLogTarget::Stdout => Box::new(std::io::stdout()),
-            AccessLogTarget::Stderr => Box::new(std::io::stderr()),
-            AccessLogTarget::File(path) => Box::new(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)?,
-            ),
+            AccessLogTarget::Stdout => (Sink::Stream, Box::new(std::io::stdout())),
+            AccessLogTarget::Stderr => (Sink::Stream, Box::new(std::io::stderr())),
+            AccessLogTarget::File(path) => (Sink::File(path.clone()), open_file(path)?),
         };
         let (sender, receiver) = sync_channel(65_536);
         std::thread::Builder::new()
             .name("access-log".into())
-            .spawn(move || write_lines(receiver, sink))?;
+            .spawn(move || write_lines(receiver, sink, out))?;
+        reopen_on_sigusr1(sender.clone())?;
         Ok(Some(AccessLog {
             format,
             sender,
@@ -70,7 +95,7 @@ impl AccessLog {
             AccessLogFormat::Common => common_line(record, SystemTime::now()).into_bytes(),
             AccessLogFormat::Json => json_line(record, SystemTime::now()),
         };
-        if let Err(TrySendError::Full(_)) = self.sender.try_send(line) {
+        if let Err(TrySendError::Full(_)) = self.sender.try_send(ToWriter::Line(line)) {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -81,14 +106,52 @@ impl AccessLog {
     }
 }
 
-fn write_lines(receiver: Receiver<Vec<u8>>, sink: Box<dyn Write + Send>) {
-    let mut out = BufWriter::with_capacity(64 * 1024, sink);
-    while let Ok(line) = receiver.recv() {
-        let _ = out.write_all(&line);
-        while let Ok(line) = receiver.try_recv() {
-            let _ = out.write_all(&line);
+/// Sends [`ToWriter::Reopen`] to the writer on every SIGUSR1, from a thread of its own (a
+/// signal handler may do next to nothing; `signal-hook` relays the signal to this thread).
+fn reopen_on_sigusr1(sender: SyncSender<ToWriter>) -> std::io::Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGUSR1])?;
+    std::thread::Builder::new()
+        .name("access-log-reopen".into())
+        .spawn(move || {
+            for _ in signals.forever() {
+                if sender.send(ToWriter::Reopen).is_err() {
+                    return;
+                }
+            }
+        })?;
+    Ok(())
+}
+
+fn write_lines(receiver: Receiver<ToWriter>, sink: Sink, out: Box<dyn Write + Send>) {
+    let mut out = BufWriter::with_capacity(64 * 1024, out);
+    while let Ok(message) = receiver.recv() {
+        handle(message, &sink, &mut out);
+        while let Ok(message) = receiver.try_recv() {
+            handle(message, &sink, &mut out);
         }
         let _ = out.flush();
+    }
+}
+
+/// Writes a line, or reopens the file.
+fn handle(message: ToWriter, sink: &Sink, out: &mut BufWriter<Box<dyn Write + Send>>) {
+    match (message, sink) {
+        (ToWriter::Line(line), _) => {
+            let _ = out.write_all(&line);
+        }
+        (ToWriter::Reopen, Sink::Stream) => {}
+        (ToWriter::Reopen, Sink::File(path)) => {
+            let _ = out.flush();
+            match open_file(path) {
+                Ok(file) => {
+                    *out = BufWriter::with_capacity(64 * 1024, file);
+                    log::info!("access log reopened: {path}");
+                }
+                Err(e) => log::error!(
+                    "access log: cannot reopen {path}, still writing to the old file: {e}"
+                ),
+            }
+        }
     }
 }
 
@@ -139,14 +202,15 @@ fn quote_common(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
-/// NCSA combined format plus `cache=`, `cache_status="..."`, upstream and total milliseconds.
+/// NCSA combined format plus `cache=`, `tier=`, upstream and total milliseconds and
+/// `cache_status="..."`.
 fn common_line(r: &AccessRecord<'_>, now: SystemTime) -> String {
     let c = clock(now);
     let upstream = r
         .upstream_ms
         .map_or("-".to_string(), |ms| format!("{ms:.3}"));
     format!(
-        "{} - - [{:02}/{}/{}:{:02}:{:02}:{:02} +0000] \"{} {} {}\" {} {} \"{}\" \"{}\" cache={} upstream_ms={} total_ms={:.3} cache_status=\"{}\"\n",
+        "{} - - [{:02}/{}/{}:{:02}:{:02}:{:02} +0000] \"{} {} {}\" {} {} \"{}\" \"{}\" cache={} tier={} upstream_ms={} total_ms={:.3} cache_status=\"{}\"\n",
         r.client,
         c.day,
         MONTHS[(c.month - 1) as usize],
@@ -162,6 +226,7 @@ fn common_line(r: &AccessRecord<'_>, now: SystemTime) -> String {
         quote_common(if r.referer.is_empty() { "-" } else { r.referer }),
         quote_common(if r.user_agent.is_empty() { "-" } else { r.user_agent }),
         r.cache,
+        if r.tier.is_empty() { "-" } else { r.tier },
         upstream,
         r.total_ms,
         quote_common(r.cache_status),
@@ -181,6 +246,7 @@ struct JsonLine<'a> {
     referer: &'a str,
     user_agent: &'a str,
     cache: &'a str,
+    tier: &'a str,
     cache_status: &'a str,
     upstream_ms: Option<f64>,
     total_ms: f64,
@@ -233,6 +299,7 @@ fn json_line(r: &AccessRecord<'_>, now: SystemTime) -> Vec<u8> {
         referer: r.referer,
         user_agent: r.user_agent,
         cache: r.cache,
+        tier: r.tier,
         cache_status: r.cache_status,
         upstream_ms: r.upstream_ms,
         total_ms: r.total_ms,
@@ -258,7 +325,8 @@ mod tests {
             status: 200,
             bytes: 12,
             cache: "hit",
-            cache_status: "lacquer; hit",
+            tier: "memory",
+            cache_status: "lacquer; hit; detail=memory",
             total_ms: 0.5,
             ..Default::default()
         }
@@ -274,7 +342,7 @@ mod tests {
         );
         assert!(line.contains("\"GET /a\\\"b HTTP/1.1\" 200 12"), "{line}");
         assert!(
-            line.contains("cache=hit upstream_ms=- total_ms=0.500"),
+            line.contains("cache=hit tier=memory upstream_ms=- total_ms=0.500"),
             "{line}"
         );
     }
@@ -300,7 +368,8 @@ mod tests {
             line,
             "{\"time\":\"1970-01-01T00:00:00.000Z\",\"client\":\"127.0.0.1\",\"method\":\"GET\",\
              \"uri\":\"/a\\\"b\",\"version\":\"HTTP/1.1\",\"status\":200,\"bytes\":12,\"referer\":\"\",\
-             \"user_agent\":\"tab\\there\\u0001\",\"cache\":\"hit\",\"cache_status\":\"lacquer; hit\",\
+             \"user_agent\":\"tab\\there\\u0001\",\"cache\":\"hit\",\"tier\":\"memory\",\
+             \"cache_status\":\"lacquer; hit; detail=memory\",\
              \"upstream_ms\":12.000,\"total_ms\":0.500}\n"
         );
     }

@@ -18,8 +18,8 @@
 //!    ([`headers`]); [`invalidation`] by unsafe methods; `crate::compression` on the way in.
 //! 6. `response_cache_filter`: the [`CachePolicy`] decides whether and how long to store.
 //! 7. `response_filter`: `Cache-Status` ([`cache_status`]) and `Via` on every response,
-//!    `crate::compression` on the way out; `logging` ends the fill lease this request holds and
-//!    writes the [`access_record`].
+//!    `crate::compression` on the way out; `logging` ends the fill lease this request holds,
+//!    counts the request ([`metrics_record`]) and writes the [`access_record`].
 
 pub mod access_record;
 pub mod cache_key;
@@ -27,17 +27,21 @@ pub mod cache_status;
 pub mod fast_hit;
 pub mod headers;
 pub mod invalidation;
+pub mod metrics_record;
 pub mod post_reuse;
 pub mod purge;
 
 use crate::compression::decoded_copies::DecodedCopies;
 use crate::compression::{self, CompressionCtx};
+use crate::config::cache::Announce;
 use crate::config::Config;
 use crate::observe::access_log::AccessLog;
+use crate::observe::metrics::RequestMetrics;
 use crate::policy::request_directives::RequestDirectives;
 use crate::policy::{freshness, preconditions, revalidation, vary, CachePolicy};
 use crate::storage::fill_lease::HeldLease;
-use crate::storage::memory::MemoryTier;
+use crate::storage::memory::{self, MemoryTier};
+use crate::storage::tier::Tier;
 use crate::storage::tiered::{PrimaryKnownMissing, TieredStorage};
 use crate::upstream::fairness::Fairness;
 use crate::upstream::{RequestUpstream, Upstream};
@@ -84,6 +88,8 @@ pub struct RequestCtx {
     upstream: RequestUpstream,
     /// A POST response being kept for later GETs of its URL (see [`post_reuse`]).
     post_reuse: Option<Box<post_reuse::PostReuse>>,
+    /// The tier the stored response was found in (fast path, or `cache_hit_filter`).
+    tier: Option<Tier>,
 }
 
 /// Lacquer's implementation of Pingora's [`ProxyHttp`].
@@ -102,6 +108,8 @@ pub struct LacquerProxy {
     upstream: Upstream,
     fairness: Option<Fairness>,
     access_log: Option<AccessLog>,
+    /// Every finished request is counted here (read by `/metrics` and the status page).
+    metrics: &'static RequestMetrics,
     /// Our `Via` entries, rendered once.
     via: headers::ViaValues,
 }
@@ -141,6 +149,7 @@ impl LacquerProxy {
             storage,
             cache_lock: lock,
             access_log,
+            metrics: RequestMetrics::leak(),
             via,
         }
     }
@@ -156,10 +165,13 @@ impl LacquerProxy {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         self.policy.targeted_fields().strip(head);
-        head.insert_header(
-            "cache-status",
-            status.header_value(&self.config.cache.status_name),
-        )?;
+        let status = status.served_from(ctx.tier);
+        let announce = self.config.cache.announce;
+        if announce != Announce::Off {
+            let value =
+                status.header_value(&self.config.cache.status_name, announce == Announce::Tier);
+            head.insert_header("cache-status", value)?;
+        }
         if self.config.proxy.via {
             head.append_header(http::header::VIA, self.via.for_version(request_version))?;
         }
@@ -170,6 +182,11 @@ impl LacquerProxy {
     /// The origin pool (shared with the health checker).
     pub fn upstream(&self) -> &Upstream {
         &self.upstream
+    }
+
+    /// The request counters (shared with the admin listener).
+    pub fn metrics(&self) -> &'static RequestMetrics {
+        self.metrics
     }
 
     fn lock_overrides(&self) -> CacheOptionOverrides {
@@ -206,6 +223,7 @@ impl ProxyHttp for LacquerProxy {
             compression: CompressionCtx::default(),
             upstream: RequestUpstream::default(),
             post_reuse: None,
+            tier: None,
         }
     }
 
@@ -288,10 +306,11 @@ impl ProxyHttp for LacquerProxy {
         &self,
         _session: &mut Session,
         meta: &CacheMeta,
-        _hit_handler: &mut HitHandler,
+        hit_handler: &mut HitHandler,
         _is_fresh: bool,
         ctx: &mut Self::CTX,
     ) -> Result<Option<ForcedFreshness>> {
+        ctx.tier = Some(memory::tier_of(hit_handler));
         if !ctx.directives.any() {
             return Ok(None);
         }
@@ -598,6 +617,7 @@ impl ProxyHttp for LacquerProxy {
         if let Some(lease) = ctx.fill_lease.take() {
             lease.on_request_end(ctx.cache_status.as_ref().is_some_and(|s| s.stored));
         }
+        metrics_record::on_request_end(self.metrics, session, ctx);
         if let Some(log) = &self.access_log {
             access_record::on_request_end(log, session, ctx, &self.config.cache.status_name);
         }

@@ -7,10 +7,12 @@
 //!   through the `lacquer-memcached` crate (ketama placement, pooled client, ejection).
 //! * [`fill_lease`]: fills coalesced across nodes through that cluster (one origin fetch per URL).
 //! * [`shared_counters`]: what the shared tier has done, for `/stats`.
+//! * [`tier`]: which tier served a hit, for `Cache-Status`, the log and the metrics.
 
 pub mod entry;
 pub mod fill_lease;
 pub mod memory;
 pub mod object;
 pub mod shared_counters;
+pub mod tier;
 pub mod tiered;

@@ -30,6 +30,7 @@ use crate::compression::decoded_copies::DecodedCopies;
 use crate::policy::CachePolicy;
 use crate::storage::fill_lease::AfterSharedMiss;
 use crate::storage::memory::{CompleteObject, MemoryTier};
+use crate::storage::tier::Tier;
 use crate::storage::tiered::TieredStorage;
 use answer::Answer;
 use http::header;
@@ -102,7 +103,10 @@ impl FastHit {
         let primary = ctx.key.primary_bin(req);
         let now = SystemTime::now();
         let hit = match lookup::in_memory(self.memory, req, primary, now) {
-            Lookup::Fresh(hit) => hit,
+            Lookup::Fresh(hit) => {
+                ctx.tier = Some(Tier::Memory);
+                hit
+            }
             Lookup::Decline => return None,
             Lookup::Absent => {
                 let tier = self.shared?;
@@ -111,8 +115,11 @@ impl FastHit {
                 // state of memcached reads and the fill-lease wait (kilobytes) on every request
                 let shared = Box::pin(self.after_memory_miss(tier, req, key, now)).await;
                 match shared {
-                    Ok(hit) => hit,
-                    Err(AfterSharedMiss::Filled(hit)) => hit,
+                    // another node's fill, waited for, is read through memcached too
+                    Ok(hit) | Err(AfterSharedMiss::Filled(hit)) => {
+                        ctx.tier = Some(Tier::Memcached);
+                        hit
+                    }
                     Err(AfterSharedMiss::FillHere {
                         lease,
                         known_missing,

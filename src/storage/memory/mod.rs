@@ -23,7 +23,7 @@ mod hit;
 mod index;
 mod variants;
 
-pub use hit::CompleteObject;
+pub use hit::{tier_of, CompleteObject};
 
 use super::object::{Body, StoredMeta};
 use async_trait::async_trait;
