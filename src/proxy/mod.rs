@@ -559,11 +559,13 @@ impl ProxyHttp for LacquerProxy {
     async fn logging(
         &self,
         session: &mut Session,
-        _e: Option<&pingora_error::Error>,
+        e: Option<&pingora_error::Error>,
         ctx: &mut Self::CTX,
     ) {
         if let Some(lease) = ctx.fill_lease.take() {
-            lease.on_request_end(ctx.cache_status.as_ref().is_some_and(|s| s.stored));
+            // a request that ended in an error abandoned its fill, whatever was judged storable
+            let stored = e.is_none() && ctx.cache_status.as_ref().is_some_and(|s| s.stored);
+            lease.on_request_end(stored);
         }
         if let Some(log) = &self.access_log {
             access_record::on_request_end(log, session, ctx, &self.config.cache.status_name);

@@ -220,6 +220,8 @@ impl TieredStorage {
     /// Writes what the memory tier holds for `key` to memcached, in the background.
     fn spawn_write(&'static self, key: CacheKey) {
         let Some((meta, body)) = self.memory.stored_parts(&key) else {
+            // the memory tier did not keep it (admission, eviction): nothing will be written
+            self.fill_leases.on_write_failed(&key);
             return;
         };
         tokio::spawn(async move {
@@ -227,6 +229,8 @@ impl TieredStorage {
                 self.counters.writes.fetch_add(1, Ordering::Relaxed);
             } else {
                 self.counters.write_failures.fetch_add(1, Ordering::Relaxed);
+                // nodes waiting for this fill would never see it
+                self.fill_leases.on_write_failed(&key);
             }
         });
     }
