@@ -175,3 +175,22 @@ async fn a_dead_server_is_failing_and_a_healthy_one_is_not() {
         "a miss on a live server is a miss, not a failure"
     );
 }
+
+#[tokio::test]
+async fn a_value_the_server_refuses_is_not_stored_and_does_not_count_against_it() {
+    let a = Memcached::start();
+    let servers = [&a];
+    let cluster = cluster(&servers, 1);
+    // memcached's default item limit is 1 MiB: it answers SERVER_ERROR
+    let too_large = Bytes::from(vec![b'x'; 2 << 20]);
+    assert!(!within(cluster.set_with(b"big", b"big", too_large, 60)).await);
+    assert!(
+        !cluster.server_failing(b"big"),
+        "a server that answered is not failing"
+    );
+    assert!(
+        cluster.ejected().is_empty(),
+        "failure_limit = 1, yet not ejected"
+    );
+    assert!(within(cluster.set_with(b"small", b"small", Bytes::from_static(b"v"), 60)).await);
+}
