@@ -28,6 +28,7 @@ pub mod fast_hit;
 pub mod headers;
 pub mod invalidation;
 pub mod purge;
+pub mod retried_fill;
 
 use crate::compression::decoded_copies::DecodedCopies;
 use crate::compression::{self, CompressionCtx};
@@ -53,7 +54,7 @@ use pingora_cache::{CacheKey, CacheMeta, CacheOptionOverrides, ForcedFreshness, 
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_error::Result;
 use pingora_http::{RequestHeader, ResponseHeader};
-use pingora_proxy::{ProxyHttp, Session};
+use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 use purge::PurgeRequest;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -378,6 +379,7 @@ impl ProxyHttp for LacquerProxy {
     ) -> Box<pingora_error::Error> {
         self.upstream
             .on_connect_failure(&ctx.upstream, session, &mut e);
+        retried_fill::on_retry(session, &e);
         e
     }
 
@@ -387,14 +389,35 @@ impl ProxyHttp for LacquerProxy {
         session: &mut Session,
         e: Box<pingora_error::Error>,
         ctx: &mut Self::CTX,
-        _client_reused: bool,
+        client_reused: bool,
     ) -> Box<pingora_error::Error> {
         let mut e = e.more_context(format!("Peer: {peer}"));
         // compression's own retry (asking the origin for identity) is left as it is
         if !compression::retry_requested(&ctx.compression) {
-            self.upstream.on_proxy_error(&ctx.upstream, session, &mut e);
+            self.upstream
+                .on_proxy_error(&ctx.upstream, session, &mut e, client_reused);
         }
+        retried_fill::on_retry(session, &e);
         e
+    }
+
+    async fn fail_to_proxy(
+        &self,
+        session: &mut Session,
+        e: &pingora_error::Error,
+        _ctx: &mut Self::CTX,
+    ) -> FailToProxy {
+        let code = crate::upstream::attempts::failure_status(e);
+        if code > 0 {
+            if let Err(write_error) = session.respond_error(code).await {
+                log::debug!("could not send the {code} error response: {write_error}");
+            }
+        }
+        FailToProxy {
+            error_code: code,
+            // as Pingora's default: the connection may be mid-message
+            can_reuse_downstream: false,
+        }
     }
 
     async fn upstream_request_filter(
