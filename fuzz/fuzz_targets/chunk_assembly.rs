@@ -63,7 +63,11 @@ fuzz_target!(|data: &[u8]| {
     };
     let body: Vec<u8> = chunks.concat();
     assert_eq!(body.len() as u64, list.body_len, "a body of another length");
-    assert_eq!(crc32fast::hash(&body), list.body_crc, "a body of another CRC");
+    assert_eq!(
+        crc32fast::hash(&body),
+        list.body_crc,
+        "a body of another CRC"
+    );
     let mut meta = decoded.meta;
     if reframe(&mut meta, body.len()).is_ok() {
         assert!(framing_agrees(&meta, body.len()), "{:?}", meta.header);
