@@ -82,7 +82,7 @@ level = "warn"
 [admin]
 listen = "127.0.0.1:${ADMIN_PORT[$n]}"
 [cache]
-memory_size = "64MiB"
+memory_size = "16MiB"                    # full during warmup: RSS is then steady
 [cache.memcached]
 servers = ["127.0.0.1:${PROXY_PORT[0]}", "127.0.0.1:${PROXY_PORT[1]}", "127.0.0.1:${PROXY_PORT[2]}"]
 op_timeout = "${OP_TIMEOUT_MS}ms"
@@ -103,8 +103,8 @@ done
 NODES="127.0.0.1:${NODE_PORT[0]},127.0.0.1:${NODE_PORT[1]}"
 
 # ---- load, with faults ----
-PHASES=13
-"$RUN/soak" load -nodes "$NODES" -rate "$RATE" -duration "$(( PHASE * PHASES + 5 ))s" -log "$RUN/requests.log" &
+PHASES=14 # warmup included
+"$RUN/soak" load -nodes "$NODES" -rate "$RATE" -duration "$(( PHASE * PHASES + 10 ))s" -log "$RUN/requests.log" &
 LOAD_PID=$!; PIDS+=($!)
 phase warmup
 sleep "$PHASE"
@@ -112,7 +112,7 @@ RSS_START=("$(rss_kb "${NODE_PID[0]}")" "$(rss_kb "${NODE_PID[1]}")")
 phase baseline; sleep "$PHASE"
 
 phase memcached-killed;      kill -9 "${MC_PID[1]}"; sleep "$PHASE"
-phase memcached-restarted;   start_memcached 1; sleep "$PHASE"
+start_memcached 1; phase memcached-restarted; sleep "$PHASE"
 
 phase memcached-frozen;      kill -STOP "${MC_PID[2]}"; sleep "$PHASE"
 phase memcached-thawed;      kill -CONT "${MC_PID[2]}"; sleep "$PHASE"
@@ -132,9 +132,10 @@ sleep "$PHASE"; toxi DELETE /proxies/mc1/toxics/hole
 phase cut;                   toxi POST /proxies/mc2 '{"enabled":false}'; sleep "$PHASE"
 phase reconnected;           toxi POST /proxies/mc2 '{"enabled":true}'; sleep "$PHASE"
 
+# origin-down: until the restarted origin accepts again (its errors are the allowed ones)
 phase origin-killed origin-down
 kill -9 "$ORIGIN_PID"; sleep "$PHASE"
-phase origin-restarted;      start_origin; sleep "$PHASE"
+start_origin; phase origin-restarted; sleep "$PHASE"
 
 phase hostile-clients
 "$RUN/soak" hostile -nodes "$NODES" -duration "${PHASE}s" > "$RUN/hostile.log" &
