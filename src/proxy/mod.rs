@@ -14,8 +14,10 @@
 //! 4. Lookup (Pingora's state machine): a fresh hit is served from storage; concurrent misses wait
 //!    on the cache lock so one origin fetch fills the cache for all of them.
 //! 5. `proxy_upstream_filter` … `upstream_response_body_filter`: `only-if-cached`, fairness, the
-//!    attempts, retries and passive health of `crate::upstream`; forwarding headers and `Via`
-//!    ([`headers`]); [`invalidation`] by unsafe methods; `crate::compression` on the way in.
+//!    attempts, retries and passive health of `crate::upstream` (and, in `fail_to_proxy`, its
+//!    status for a request that failed: 504 on a timeout); a retry never meets the failed
+//!    attempt's cache write ([`retried_fill`]); forwarding headers and `Via` ([`headers`]);
+//!    [`invalidation`] by unsafe methods; `crate::compression` on the way in.
 //! 6. `response_cache_filter`: the [`CachePolicy`] decides whether and how long to store.
 //! 7. `response_filter`: `Cache-Status` ([`cache_status`]) and `Via` on every response,
 //!    `crate::compression` on the way out; `logging` ends the fill lease this request holds and
