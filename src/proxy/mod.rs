@@ -14,8 +14,10 @@
 //! 4. Lookup (Pingora's state machine): a fresh hit is served from storage; concurrent misses wait
 //!    on the cache lock so one origin fetch fills the cache for all of them.
 //! 5. `proxy_upstream_filter` … `upstream_response_body_filter`: `only-if-cached`, fairness, the
-//!    attempts, retries and passive health of `crate::upstream`; forwarding headers and `Via`
-//!    ([`headers`]); [`invalidation`] by unsafe methods; `crate::compression` on the way in.
+//!    attempts, retries and passive health of `crate::upstream` (and, in `fail_to_proxy`, its
+//!    status for a request that failed: 504 on a timeout); a retry never meets the failed
+//!    attempt's cache write ([`retried_fill`]); forwarding headers and `Via` ([`headers`]);
+//!    [`invalidation`] by unsafe methods; `crate::compression` on the way in.
 //! 6. `response_cache_filter`: the [`CachePolicy`] decides whether and how long to store.
 //! 7. `response_filter`: `Cache-Status` ([`cache_status`]) and `Via` on every response,
 //!    `crate::compression` on the way out; `logging` ends the fill lease this request holds and
@@ -29,6 +31,7 @@ pub mod headers;
 pub mod invalidation;
 pub mod post_reuse;
 pub mod purge;
+pub mod retried_fill;
 
 use crate::compression::decoded_copies::DecodedCopies;
 use crate::compression::{self, CompressionCtx};
@@ -54,7 +57,7 @@ use pingora_cache::{CacheKey, CacheMeta, CacheOptionOverrides, ForcedFreshness, 
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_error::Result;
 use pingora_http::{RequestHeader, ResponseHeader};
-use pingora_proxy::{ProxyHttp, Session};
+use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 use purge::PurgeRequest;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -385,6 +388,7 @@ impl ProxyHttp for LacquerProxy {
     ) -> Box<pingora_error::Error> {
         self.upstream
             .on_connect_failure(&ctx.upstream, session, &mut e);
+        retried_fill::on_retry(session, &e);
         e
     }
 
@@ -394,14 +398,35 @@ impl ProxyHttp for LacquerProxy {
         session: &mut Session,
         e: Box<pingora_error::Error>,
         ctx: &mut Self::CTX,
-        _client_reused: bool,
+        client_reused: bool,
     ) -> Box<pingora_error::Error> {
         let mut e = e.more_context(format!("Peer: {peer}"));
         // compression's own retry (asking the origin for identity) is left as it is
         if !compression::retry_requested(&ctx.compression) {
-            self.upstream.on_proxy_error(&ctx.upstream, session, &mut e);
+            self.upstream
+                .on_proxy_error(&ctx.upstream, session, &mut e, client_reused);
         }
+        retried_fill::on_retry(session, &e);
         e
+    }
+
+    async fn fail_to_proxy(
+        &self,
+        session: &mut Session,
+        e: &pingora_error::Error,
+        _ctx: &mut Self::CTX,
+    ) -> FailToProxy {
+        let code = crate::upstream::attempts::failure_status(e);
+        if code > 0 {
+            if let Err(write_error) = session.respond_error(code).await {
+                log::debug!("could not send the {code} error response: {write_error}");
+            }
+        }
+        FailToProxy {
+            error_code: code,
+            // as Pingora's default: the connection may be mid-message
+            can_reuse_downstream: false,
+        }
     }
 
     async fn upstream_request_filter(
@@ -596,7 +621,9 @@ impl ProxyHttp for LacquerProxy {
             .await;
         }
         if let Some(lease) = ctx.fill_lease.take() {
-            lease.on_request_end(ctx.cache_status.as_ref().is_some_and(|s| s.stored));
+            // a request that ended in an error abandoned its fill, whatever was judged storable
+            let stored = e.is_none() && ctx.cache_status.as_ref().is_some_and(|s| s.stored);
+            lease.on_request_end(stored);
         }
         if let Some(log) = &self.access_log {
             access_record::on_request_end(log, session, ctx, &self.config.cache.status_name);
