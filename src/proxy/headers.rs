@@ -1,4 +1,5 @@
-//! Header rewriting at the proxy boundary: hop-by-hop fields, `Via`, and forwarding headers.
+//! Header rewriting at the proxy boundary: hop-by-hop fields, fields meant for this cache only,
+//! `Via`, and forwarding headers.
 //!
 //! Pingora 0.9 already strips hop-by-hop fields from requests it forwards upstream (including the
 //! fields a `Connection` header nominates). Responses are our job: whatever the origin marks as
@@ -35,6 +36,38 @@ pub fn strip_hop_by_hop(resp: &mut ResponseHeader) {
     resp.remove_header(&header::CONNECTION);
     if resp.status != http::StatusCode::SWITCHING_PROTOCOLS {
         for name in HOP_BY_HOP {
+            resp.remove_header(name);
+        }
+    }
+}
+
+/// Fields meant for this cache only, removed from every response to a client: the targeted
+/// cache-control fields (RFC 9213; unless `cache.forward_targeted_fields`) and the tag field
+/// (unless `invalidation.forward_tag_header`).
+#[derive(Debug, Clone, Default)]
+pub struct ForUsOnly {
+    names: Vec<HeaderName>,
+}
+
+impl ForUsOnly {
+    /// The fields called `names` (names that are not valid field names are never present).
+    pub fn new<'a>(names: impl IntoIterator<Item = &'a str>) -> ForUsOnly {
+        let names = names
+            .into_iter()
+            .filter_map(|n| HeaderName::from_bytes(n.to_ascii_lowercase().as_bytes()).ok())
+            .collect();
+        ForUsOnly { names }
+    }
+
+    /// Removes them from a response going to a client.
+    ///
+    /// Runs on every response: the common case (none present) is one pass over the response's
+    /// field names comparing lengths and bytes, without hashing the names removed.
+    pub fn strip(&self, resp: &mut ResponseHeader) {
+        if !resp.headers.keys().any(|name| self.names.contains(name)) {
+            return;
+        }
+        for name in &self.names {
             resp.remove_header(name);
         }
     }
