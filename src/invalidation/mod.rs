@@ -331,8 +331,12 @@ impl Invalidator {
         if record.soft {
             return None;
         }
-        let mc_key = shared.memcached_key(&crate::proxy::cache_key::of_url(host, path));
-        let (server, outcome) = shared.delete_shared(&mc_key).await;
+        let key = crate::proxy::cache_key::of_url(host, path);
+        let mc_key = shared.memcached_key(&key);
+        let ((server, outcome), ()) = tokio::join!(
+            shared.delete_shared(&mc_key),
+            shared.fill_leases().on_purge(&key)
+        );
         let delete = DeleteReport::new(server, outcome);
         if !delete.answered() {
             pending.push(format!(
@@ -400,7 +404,14 @@ impl Invalidator {
 
     /// One read of the log: applies what other nodes published since the last one.
     async fn poll(&self, log: &SharedLog) {
+        let started = Instant::now();
         let (records, answered) = log.read_new(ms_after(SystemTime::now())).await;
+        log::trace!(
+            "invalidation: log read in {:?}: {} records from {} servers",
+            started.elapsed(),
+            records.len(),
+            answered.len()
+        );
         if answered.is_empty() && log.server_count() > 0 {
             self.counters.failed_polls.fetch_add(1, Ordering::Relaxed);
         } else {
@@ -506,6 +517,7 @@ impl Invalidator {
                 _ = shutdown.changed() => return,
             }
             if let (Some(log), Some(shared)) = (&self.log, self.shared) {
+                let started = Instant::now();
                 if first {
                     log.join(self.instance).await;
                 }
@@ -513,6 +525,11 @@ impl Invalidator {
                 if first {
                     self.rules.caught_up();
                     first = false;
+                    log::info!(
+                        "invalidation: read the cluster's log in {:?}: {} rules known",
+                        started.elapsed(),
+                        self.rules.len()
+                    );
                 }
                 self.retry_pending(log, shared).await;
                 let beat = Heartbeat {

@@ -1,7 +1,8 @@
 //! The rule book: every purge and ban this node knows of, and the verdict on an entry.
 //!
-//! A rule says "entries under this scope created before this time are invalid" (a purge or a
-//! ban) or "... are stale" (a soft one). Rules are idempotent and commutative: a scope keeps
+//! A rule says "entries under this scope validated before this time are invalid" (a purge or a
+//! ban) or "... are stale" (a soft one); an entry is validated when it is fetched, and again
+//! when a 304 confirms it (`StoredMeta::validated`). Rules are idempotent and commutative: a scope keeps
 //! the latest time of each kind, so learning a rule twice, or from two memcached servers, or
 //! out of order, changes nothing. They are kept for `retention`, and an entry read from memcached
 //! that is older than that is not trusted at all ([`RuleBook::beyond_horizon`]), since a rule that
@@ -207,7 +208,7 @@ impl RuleBook {
         EntryScopes::new(primary_text, primary, tags)
     }
 
-    /// The verdict on an entry that is `entry`, created at `created`.
+    /// The verdict on an entry that is `entry`, validated at `created`.
     pub fn judge(&self, entry: &EntryScopes, created: SystemTime) -> Verdict {
         let mut verdict = Verdict::Valid;
         if self.is_empty() {
@@ -235,7 +236,7 @@ impl RuleBook {
         verdict
     }
 
-    /// Whether an entry created at `created` is too old to be judged: rules that applied to it
+    /// Whether an entry validated at `created` is too old to be judged: rules that applied to it
     /// may have been forgotten, so it must not be trusted.
     pub fn beyond_horizon(&self, created: SystemTime, now: SystemTime) -> bool {
         now.duration_since(created)

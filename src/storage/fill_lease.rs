@@ -236,6 +236,15 @@ impl FillLeases {
         }
     }
 
+    /// `key`'s URL was purged: a lease on it belongs to a fill from before the purge (or one
+    /// that will find the URL purged), so it is deleted and the nodes that miss the URL now
+    /// fetch it at once instead of waiting for the lease to expire.
+    pub async fn on_purge(&self, key: &CacheKey) {
+        if !self.lease.is_zero() {
+            self.cluster.delete(self.lease_key(key).as_bytes()).await;
+        }
+    }
+
     /// Whether another node's lease on `key`'s fill is still held.
     async fn still_claimed(&self, key: &CacheKey) -> bool {
         self.cluster

@@ -205,7 +205,7 @@ impl TieredStorage {
         meta: &mut StoredMeta,
     ) -> Option<Option<Box<EntryScopes>>> {
         let now = SystemTime::now();
-        if self.rules.beyond_horizon(meta.created, now) {
+        if self.rules.beyond_horizon(meta.validated(), now) {
             self.counters.invalidated.fetch_add(1, Ordering::Relaxed);
             return None;
         }
@@ -216,7 +216,7 @@ impl TieredStorage {
         let primary_text = logical.split('#').next().unwrap_or(logical);
         let primary = u128::from_be_bytes(key.primary_bin());
         let scopes = self.rules.scopes_of(primary_text, primary, &meta.header);
-        match self.rules.judge(&scopes, meta.created) {
+        match self.rules.judge(&scopes, meta.validated()) {
             Verdict::Valid => {}
             Verdict::StaleSince(since) => meta.fresh_until = meta.fresh_until.min(since),
             Verdict::Invalid => {

@@ -117,6 +117,74 @@ impl MemcachedProcess {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// Freezes the server (`SIGSTOP`), as a stalled host or a paused VM would: its sockets stay
+    /// open, nothing answers. Returns once every thread has stopped.
+    pub fn freeze(&self) {
+        self.signal_and_wait("STOP", true);
+    }
+
+    /// Resumes a frozen server (`SIGCONT`) with everything it held.
+    pub fn thaw(&self) {
+        self.signal_and_wait("CONT", false);
+    }
+
+    fn signal_and_wait(&self, sig: &str, stopped: bool) {
+        let pid = self.child.id().expect("memcached is running");
+        assert!(super::child::send_signal(pid, sig), "kill -{sig} {pid}");
+        // `kill` only queues the signal: wait until every thread is in the wanted state, or a
+        // busy machine lets the server answer one more request after SIGSTOP
+        let all_stopped = || {
+            std::fs::read_dir(format!("/proc/{pid}/task"))
+                .map(|tasks| {
+                    tasks.flatten().all(|task| {
+                        std::fs::read_to_string(task.path().join("stat"))
+                            .unwrap_or_default()
+                            .rsplit(") ")
+                            .next()
+                            .is_some_and(|rest| rest.starts_with('T'))
+                    })
+                })
+                .unwrap_or(false)
+        };
+        let reached = super::poll::poll_until(Duration::from_secs(5), || all_stopped() == stopped);
+        assert!(reached, "memcached ignored SIG{sig}");
+    }
+
+    /// The value stored under `key`, byte for byte (`None` when absent).
+    pub fn get_raw(&self, key: &str) -> Option<Vec<u8>> {
+        let mut s = TcpStream::connect_timeout(&self.addr(), Duration::from_secs(2))
+            .unwrap_or_else(|e| panic!("connect to memcached {}: {e}", self.addr()));
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok();
+        s.write_all(format!("get {key}\r\n").as_bytes())
+            .expect("write to memcached");
+        let mut out = Vec::new();
+        let mut buf = [0u8; 65536];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+            if out.ends_with(b"END\r\n") {
+                break;
+            }
+        }
+        let header_end = out.windows(2).position(|w| w == b"\r\n")?;
+        let header = String::from_utf8_lossy(&out[..header_end]).into_owned();
+        let len: usize = header
+            .strip_prefix("VALUE ")?
+            .split(' ')
+            .nth(2)?
+            .parse()
+            .ok()?;
+        Some(out[header_end + 2..header_end + 2 + len].to_vec())
+    }
+
+    /// Stores `value` under `key` for `ttl` seconds, byte for byte.
+    pub fn set_raw(&self, key: &str, value: &[u8], ttl: u32) {
+        let reply = self.command(&format!("set {key} 0 {ttl} {}", value.len()), Some(value));
+        assert!(reply.starts_with("STORED"), "set {key}: {reply}");
+    }
+
     /// Whether the memcached process is running.
     pub fn is_running(&mut self) -> bool {
         self.child.is_running()

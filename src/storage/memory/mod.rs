@@ -194,10 +194,10 @@ impl MemoryTier {
     }
 
     /// Applies a purge or ban that arrived (from this node or another): every object under
-    /// `scope` created before `before` is removed, or with `soft` marked stale from `before` on
-    /// (so grace, `stale-while-revalidate` and revalidation still serve it), and a hard purge of
-    /// a URL abandons the fills of it in flight. Objects created since are left alone: they were
-    /// fetched after the purge.
+    /// `scope` validated before `before` (see [`StoredMeta::validated`]) is removed, or with `soft`
+    /// marked stale from `before` on (so grace, `stale-while-revalidate` and revalidation still
+    /// serve it), and a hard purge of a URL abandons the fills of it in flight. Objects fetched or
+    /// revalidated since are left alone.
     pub fn invalidate(&self, scope: &Scope, before: SystemTime, soft: bool) -> Touched {
         let keys = match scope {
             Scope::Url(primary) => {
@@ -222,7 +222,7 @@ impl MemoryTier {
                 (Some(scopes), _) => scope.covers(scopes),
                 (None, _) => false,
             };
-            if !covered || object.meta.read().created >= before {
+            if !covered || object.meta.read().validated() >= before {
                 continue;
             }
             let done = if soft {
@@ -286,7 +286,7 @@ impl MemoryTier {
                 .insert(key, primary, meta, body, local_until, scopes);
         };
         let generation = rules.generation();
-        let meta = match rules.judge(entry, meta.created) {
+        let meta = match rules.judge(entry, meta.validated()) {
             Verdict::Valid => meta,
             Verdict::StaleSince(since) => stale_since(&meta, since),
             Verdict::Invalid => return false,
@@ -302,7 +302,7 @@ impl MemoryTier {
                 match object
                     .scopes
                     .as_deref()
-                    .map(|s| rules.judge(s, object.meta.read().created))
+                    .map(|s| rules.judge(s, object.meta.read().validated()))
                 {
                     Some(Verdict::Invalid) => {
                         self.index.remove_exact(&object);
