@@ -30,7 +30,7 @@ impl MemcachedCluster {
     /// `n` servers.
     pub fn start(n: usize) -> MemcachedCluster {
         let dir = TempDir::new("cluster");
-        dir.write("admin.token", &format!("{ADMIN_TOKEN}\n"));
+        dir.write("admin.token", format!("{ADMIN_TOKEN}\n"));
         MemcachedCluster {
             servers: (0..n).map(|_| MemcachedProcess::start()).collect(),
             dir,
