@@ -4,7 +4,10 @@
 //! * **Buckets.** A record is appended (memcached `append`, atomic) to the value of the 10-second
 //!   bucket it is published in, `{namespace}:inval:{bucket}`, on **every** server: each server
 //!   keeps a copy of the whole log, so the loss, freeze or ejection of any of them loses nothing
-//!   as long as one copy was written. Buckets expire after the retention.
+//!   as long as one copy was written. Buckets expire after the retention; short-lived records
+//!   (purges whose entry was deleted, see [`super::rules::SHORT_RETENTION`]) go to buckets of
+//!   their own, `{namespace}:inval:s:{bucket}`, that expire after minutes, so that purging many
+//!   URLs does not fill memcached with a day of log.
 //! * **Reading.** Every node reads, every `poll_interval`, the buckets from the one before its
 //!   last successful read of a server to the one after now (normally three keys, one pipelined
 //!   round trip per server), from every server it can reach, and keeps how far it has parsed
@@ -19,6 +22,7 @@
 //! Nothing here knows what a record means: the invalidation service decides.
 
 use super::record::{decode_from, Record};
+use super::rules::SHORT_RETENTION;
 use bytes::Bytes;
 use lacquer_memcached::Cluster;
 use parking_lot::Mutex;
@@ -81,8 +85,8 @@ pub struct SharedLog {
     retention: Duration,
     /// Per server: the time (ms) of its last successful read, where the next read starts.
     read_since: Mutex<Vec<Option<u64>>>,
-    /// Per (server, bucket): how many bytes of the value have been parsed.
-    parsed: Mutex<HashMap<(usize, u64), usize>>,
+    /// Per (server, bucket key): how many bytes of the value have been parsed.
+    parsed: Mutex<HashMap<(usize, Vec<u8>), usize>>,
 }
 
 impl SharedLog {
@@ -113,8 +117,18 @@ impl SharedLog {
         self.cluster.is_usable(index)
     }
 
-    fn bucket_key(&self, bucket: u64) -> Vec<u8> {
-        format!("{}:{bucket}", self.prefix).into_bytes()
+    fn bucket_key(&self, bucket: u64, short_lived: bool) -> Vec<u8> {
+        let class = if short_lived { "s:" } else { "" };
+        format!("{}:{class}{bucket}", self.prefix).into_bytes()
+    }
+
+    /// How long records of each kind matter.
+    fn lifetime(&self, short_lived: bool) -> Duration {
+        if short_lived {
+            SHORT_RETENTION.min(self.retention)
+        } else {
+            self.retention
+        }
     }
 
     fn nodes_key(&self) -> Vec<u8> {
@@ -125,16 +139,23 @@ impl SharedLog {
         format!("{}:node:{instance:016x}", self.prefix).into_bytes()
     }
 
-    fn ttl(&self) -> u32 {
-        // a little longer than the records matter, so a reader never finds half a bucket gone
-        (self.retention.as_secs() + 60).min(30 * 24 * 3600) as u32
+    /// A little longer than records of the kind matter, so a reader never finds half a bucket
+    /// gone.
+    fn ttl(&self, short_lived: bool) -> u32 {
+        (self.lifetime(short_lived).as_secs() + 60).min(30 * 24 * 3600) as u32
     }
 
-    /// Appends `record` (as [`Record::encode`] made it) to the bucket of `now_ms` on each of
-    /// `servers` at once; returns the servers that stored it.
-    pub async fn publish(&self, record: &Bytes, servers: &[usize], now_ms: u64) -> Vec<usize> {
-        let key = self.bucket_key(now_ms / BUCKET_MS);
-        let ttl = self.ttl();
+    /// Appends `record` (as [`Record::encode`] made it; short-lived or not) to the bucket of
+    /// `now_ms` on each of `servers` at once; returns the servers that stored it.
+    pub async fn publish(
+        &self,
+        record: &Bytes,
+        short_lived: bool,
+        servers: &[usize],
+        now_ms: u64,
+    ) -> Vec<usize> {
+        let key = self.bucket_key(now_ms / BUCKET_MS, short_lived);
+        let ttl = self.ttl(short_lived);
         let mut appends = JoinSet::new();
         for &index in servers {
             let (cluster, key, record) = (self.cluster.clone(), key.clone(), record.clone());
@@ -154,43 +175,48 @@ impl SharedLog {
     /// Reads what every reachable server's copy gained since this node last read it (at start:
     /// everything within the retention). Returns the records and the servers that answered.
     pub async fn read_new(&self, now_ms: u64) -> (Vec<Record>, Vec<usize>) {
-        let oldest = now_ms.saturating_sub(self.retention.as_millis() as u64);
-        let ranges: Vec<(usize, Vec<u64>)> = {
+        let keys_to_read = |since: Option<u64>, short_lived: bool| {
+            let oldest = now_ms.saturating_sub(self.lifetime(short_lived).as_millis() as u64);
+            let from = since.unwrap_or(oldest).max(oldest) / BUCKET_MS;
+            (from.saturating_sub(1)..=now_ms / BUCKET_MS + 1)
+                .map(move |bucket| self.bucket_key(bucket, short_lived))
+        };
+        let ranges: Vec<(usize, Vec<Vec<u8>>)> = {
             let since = self.read_since.lock();
             (0..self.server_count())
                 .filter(|&i| self.cluster.is_usable(i))
                 .map(|i| {
-                    let from = since[i].unwrap_or(oldest).max(oldest) / BUCKET_MS;
-                    let buckets = (from.saturating_sub(1)..=now_ms / BUCKET_MS + 1).collect();
-                    (i, buckets)
+                    let keys = keys_to_read(since[i], false)
+                        .chain(keys_to_read(since[i], true))
+                        .collect();
+                    (i, keys)
                 })
                 .collect()
         };
         let mut reads = JoinSet::new();
-        for (index, buckets) in ranges {
+        for (index, keys) in ranges {
             let cluster = self.cluster.clone();
-            let keys: Vec<Vec<u8>> = buckets.iter().map(|b| self.bucket_key(*b)).collect();
             reads.spawn(async move {
                 let mut values = Vec::with_capacity(keys.len());
                 for batch in keys.chunks(KEYS_PER_READ) {
                     match cluster.get_multi_on(index, batch).await {
                         Some(found) => values.extend(found),
-                        None => return (index, buckets, None),
+                        None => return (index, keys, None),
                     }
                 }
-                (index, buckets, Some(values))
+                (index, keys, Some(values))
             });
         }
         let mut records = Vec::new();
         let mut answered = Vec::new();
         while let Some(done) = reads.join_next().await {
-            let Ok((index, buckets, Some(values))) = done else {
+            let Ok((index, keys, Some(values))) = done else {
                 continue;
             };
             let mut parsed = self.parsed.lock();
-            for (bucket, value) in buckets.into_iter().zip(values) {
+            for (key, value) in keys.into_iter().zip(values) {
                 let Some(value) = value else { continue };
-                let offset = parsed.entry((index, bucket)).or_default();
+                let offset = parsed.entry((index, key)).or_default();
                 if *offset > value.len() {
                     // the value was replaced (expired and begun again): read it from the start
                     *offset = 0;
@@ -202,12 +228,20 @@ impl SharedLog {
             self.read_since.lock()[index] = Some(now_ms);
             answered.push(index);
         }
-        // values of buckets no read will ask for again unless a server was unreachable (and
-        // then they are read whole, which is harmless)
+        // forget values of buckets no read will ask for again unless a server was unreachable
+        // (then they are read whole, which is harmless)
         let current = now_ms / BUCKET_MS;
+        let recent: Vec<Vec<u8>> = (current.saturating_sub(2)..=current + 1)
+            .flat_map(|bucket| {
+                [
+                    self.bucket_key(bucket, false),
+                    self.bucket_key(bucket, true),
+                ]
+            })
+            .collect();
         self.parsed
             .lock()
-            .retain(|(_, bucket), _| *bucket + 2 >= current);
+            .retain(|(_, key), _| recent.contains(key));
         answered.sort_unstable();
         (records, answered)
     }
@@ -228,7 +262,7 @@ impl SharedLog {
     /// Lists this node in the members list of every server whose copy lacks it.
     pub async fn join(&self, instance: u64) {
         let line = format!("{instance:016x}\n");
-        let ttl = self.ttl();
+        let ttl = self.ttl(false);
         for index in (0..self.server_count()).filter(|&i| self.cluster.is_usable(i)) {
             let listed = self.cluster.get_multi_on(index, &[self.nodes_key()]).await;
             let Some(values) = listed else { continue };

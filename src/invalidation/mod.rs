@@ -120,7 +120,8 @@ struct Retry<T> {
 
 #[derive(Default)]
 struct Pending {
-    publications: VecDeque<Retry<Bytes>>,
+    /// Records (and whether they are short-lived) not yet on some servers.
+    publications: VecDeque<Retry<(Bytes, bool)>>,
     /// Memcached keys of URL entries whose delete did not reach their server.
     deletes: VecDeque<Retry<String>>,
 }
@@ -195,13 +196,15 @@ impl Invalidator {
         check_target(&request.target)?;
         self.counters.issued.fetch_add(1, Ordering::Relaxed);
         let issued_ms = ms_after(SystemTime::now());
-        let record = Record {
+        let mut record = Record {
             id: RecordId {
                 issuer: self.instance,
                 seq: self.next_seq.fetch_add(1, Ordering::Relaxed),
             },
             issued_ms,
             soft: request.soft,
+            // what the delete does not reach stays in memcached: decided below
+            short_lived: true,
             target: request.target.clone(),
             asked_by: request.asked_by.clone(),
         };
@@ -210,6 +213,12 @@ impl Invalidator {
         let memcached = match (&self.log, self.shared) {
             (Some(log), Some(shared)) => {
                 let delete = self.delete_url_entry(shared, &record, &mut pending).await;
+                record.short_lived = delete.as_ref().is_some_and(DeleteReport::answered);
+                if !record.short_lived {
+                    // entries are left in memcached: keep the rule for the whole retention
+                    let scope = record.target.scope();
+                    self.rules.add(&scope, issued_ms, record.soft, false);
+                }
                 let nothing_stored = touched == Touched::default()
                     && delete.as_ref().is_some_and(|d| d.outcome == "not_found");
                 if request.only_if_stored && nothing_stored {
@@ -221,7 +230,10 @@ impl Invalidator {
                     return Ok(self.report(record, touched, None, None, pending));
                 }
                 let servers: Vec<usize> = (0..log.server_count()).collect();
-                let published = log.publish(&record.encode(), &servers, issued_ms).await;
+                let bytes = record.encode();
+                let published = log
+                    .publish(&bytes, record.short_lived, &servers, issued_ms)
+                    .await;
                 let missed: Vec<usize> = servers
                     .iter()
                     .copied()
@@ -231,7 +243,8 @@ impl Invalidator {
                     pending.push(format!("publication to {}", log.server_name(index)));
                 }
                 if !missed.is_empty() {
-                    self.retry_later(|p| &mut p.publications, record.encode(), missed.clone());
+                    let what = (bytes, record.short_lived);
+                    self.retry_later(|p| &mut p.publications, what, missed.clone());
                 }
                 let names = |list: &[usize]| -> Vec<String> {
                     list.iter()
@@ -305,7 +318,8 @@ impl Invalidator {
     /// Records `record` in the rule book and applies it to this node's memory tier.
     fn apply(&self, record: &Record) -> Touched {
         let scope = record.target.scope();
-        self.rules.add(&scope, record.issued_ms, record.soft);
+        self.rules
+            .add(&scope, record.issued_ms, record.soft, record.short_lived);
         self.note_applied(record.id);
         self.memory
             .invalidate(&scope, at(record.issued_ms), record.soft)
@@ -423,7 +437,10 @@ impl Invalidator {
             }
             let scope = record.target.scope();
             self.note_applied(record.id);
-            if !self.rules.add(&scope, record.issued_ms, record.soft) {
+            if !self
+                .rules
+                .add(&scope, record.issued_ms, record.soft, record.short_lived)
+            {
                 continue;
             }
             self.counters.learned.fetch_add(1, Ordering::Relaxed);
@@ -468,7 +485,8 @@ impl Invalidator {
                 .filter(|i| log.is_usable(*i))
                 .collect();
             if !usable.is_empty() {
-                let stored = log.publish(&retry.what, &usable, now_ms).await;
+                let (bytes, short_lived) = &retry.what;
+                let stored = log.publish(bytes, *short_lived, &usable, now_ms).await;
                 retry.servers.retain(|i| !stored.contains(i));
             }
             if !retry.servers.is_empty() {

@@ -3,7 +3,8 @@
 //! back one by one, and a damaged one skipped.
 //!
 //! Layout (integers big-endian): record length (2, not counting itself), then
-//! `LI` | version 1 | kind (1: url, 2: tag, 3: host, 4: prefix) | flags (bit 0: soft) |
+//! `LI` | version 1 | kind (1: url, 2: tag, 3: host, 4: prefix) | flags (bit 0: soft, bit 1:
+//! short-lived, see [`Record::short_lived`]) |
 //! issued at (8, ms since the Unix epoch) | issuer (8) | sequence (8) |
 //! first text (2 + n: the URL's host, the tag, the host, or the prefix's host, empty for every
 //! host) | second text (2 + n: the URL's path, or the prefix; empty otherwise) |
@@ -37,6 +38,10 @@ pub struct Record {
     pub issued_ms: u64,
     /// Mark stale instead of invalid.
     pub soft: bool,
+    /// The issuer deleted what it covers from memcached (a hard purge of a URL whose delete its
+    /// server answered), so the rule need only outlive memory copies and fills in flight: it is
+    /// kept for minutes, not for the whole retention.
+    pub short_lived: bool,
     pub target: Target,
     /// Who asked, for the logs of every node.
     pub asked_by: String,
@@ -56,7 +61,7 @@ impl Record {
         body.put_slice(MAGIC);
         body.put_u8(VERSION);
         body.put_u8(kind);
-        body.put_u8(u8::from(self.soft));
+        body.put_u8(u8::from(self.soft) | u8::from(self.short_lived) << 1);
         body.put_u64(self.issued_ms);
         body.put_u64(self.id.issuer);
         body.put_u64(self.id.seq);
@@ -103,7 +108,7 @@ fn decode_one(body: &[u8]) -> Option<Record> {
         return None;
     }
     let kind = r.u8()?;
-    let soft = r.u8()? & 1 == 1;
+    let flags = r.u8()?;
     let issued_ms = r.u64()?;
     let id = RecordId {
         issuer: r.u64()?,
@@ -129,7 +134,8 @@ fn decode_one(body: &[u8]) -> Option<Record> {
     Some(Record {
         id,
         issued_ms,
-        soft,
+        soft: flags & 1 == 1,
+        short_lived: flags & 2 == 2,
         target,
         asked_by,
     })
@@ -164,6 +170,7 @@ mod tests {
             id: RecordId { issuer: 7, seq },
             issued_ms: 1_700_000_000_123,
             soft: seq.is_multiple_of(2),
+            short_lived: seq.is_multiple_of(3),
             target,
             asked_by: "127.0.0.1 (deploy)".into(),
         }

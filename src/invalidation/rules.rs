@@ -6,7 +6,10 @@
 //! the latest time of each kind, so learning a rule twice, or from two memcached servers, or
 //! out of order, changes nothing. They are kept for `retention`, and an entry read from memcached
 //! that is older than that is not trusted at all ([`RuleBook::beyond_horizon`]), since a rule that
-//! applied to it may have been forgotten.
+//! applied to it may have been forgotten. A purge of a URL whose memcached entry was deleted
+//! covers nothing left in memcached: its rule only has to outlive memory copies and fills in
+//! flight, and is kept for [`SHORT_RETENTION`] instead, so that purging many URLs does not grow
+//! the book for a day.
 //!
 //! Who consults it: the memory tier, when it stores an object (an in-flight fill that started
 //! before a ban finishes after it), and the tiered store, when it reads an entry from memcached
@@ -23,6 +26,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::Notify;
 
+/// How long a rule is kept whose entries were deleted from memcached (see the module docs):
+/// far longer than a fill or a memory copy (`local_ttl`) lasts.
+pub const SHORT_RETENTION: Duration = Duration::from_secs(300);
+
 /// What a stored entry is worth under the rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -35,16 +42,18 @@ pub enum Verdict {
     Invalid,
 }
 
-/// The latest rule of each kind on one scope, in milliseconds since the Unix epoch (0: none).
+/// The latest rule of each kind on one scope, in milliseconds since the Unix epoch (0: none),
+/// and until when the scope's rules are kept.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Stamp {
     hard_ms: u64,
     soft_ms: u64,
+    keep_until_ms: u64,
 }
 
 impl Stamp {
-    /// Records a rule at `ms`; returns whether it told something new.
-    fn raise(&mut self, ms: u64, soft: bool) -> bool {
+    /// Records a rule at `ms`, kept until `keep_until_ms`; returns whether it told something new.
+    fn raise(&mut self, ms: u64, soft: bool, keep_until_ms: u64) -> bool {
         let slot = if soft {
             &mut self.soft_ms
         } else {
@@ -52,11 +61,8 @@ impl Stamp {
         };
         let raised = ms > *slot;
         *slot = (*slot).max(ms);
+        self.keep_until_ms = self.keep_until_ms.max(keep_until_ms);
         raised
-    }
-
-    fn latest(&self) -> u64 {
-        self.hard_ms.max(self.soft_ms)
     }
 
     /// This stamp's verdict on an entry created at `created`, folded into `verdict`.
@@ -166,10 +172,17 @@ impl RuleBook {
         self.tag_field.as_ref()
     }
 
-    /// Records a rule on `scope` at `ms` (soft or not); returns whether it told something new.
-    pub fn add(&self, scope: &Scope, ms: u64, soft: bool) -> bool {
+    /// Records a rule on `scope` at `ms` (soft or not; short-lived, see [`SHORT_RETENTION`]);
+    /// returns whether it told something new.
+    pub fn add(&self, scope: &Scope, ms: u64, soft: bool, short_lived: bool) -> bool {
+        let lifetime = if short_lived {
+            SHORT_RETENTION.min(self.retention)
+        } else {
+            self.retention
+        };
+        let keep_until = ms.saturating_add(lifetime.as_millis() as u64);
         let mut rules = self.rules.write();
-        let raised = rules.stamp_mut(scope).raise(ms, soft);
+        let raised = rules.stamp_mut(scope).raise(ms, soft, keep_until);
         self.count.store(rules.len(), Ordering::Release);
         if raised {
             self.generation.fetch_add(1, Ordering::AcqRel);
@@ -243,17 +256,14 @@ impl RuleBook {
             .is_ok_and(|age| age > self.retention)
     }
 
-    /// Forgets rules older than `retention`.
+    /// Forgets the rules whose time is up.
     pub fn prune(&self, now: SystemTime) {
-        let Some(oldest) = now.checked_sub(self.retention) else {
-            return;
-        };
-        let oldest = ms_after(oldest);
+        let now = ms_after(now);
         let mut rules = self.rules.write();
-        rules.urls.retain(|_, s| s.latest() >= oldest);
-        rules.tags.retain(|_, s| s.latest() >= oldest);
-        rules.hosts.retain(|_, s| s.latest() >= oldest);
-        rules.prefixes.retain(|(_, _, s)| s.latest() >= oldest);
+        rules.urls.retain(|_, s| s.keep_until_ms >= now);
+        rules.tags.retain(|_, s| s.keep_until_ms >= now);
+        rules.hosts.retain(|_, s| s.keep_until_ms >= now);
+        rules.prefixes.retain(|(_, _, s)| s.keep_until_ms >= now);
         self.count.store(rules.len(), Ordering::Release);
     }
 
@@ -303,8 +313,8 @@ mod tests {
         let page = entry("a.test/p", &["t1"]);
         let t = at(1_000_000);
         assert_eq!(book.judge(&page, t), Verdict::Valid);
-        assert!(book.add(&Scope::Tag(scope_hash("t1")), 1_000_000, false));
-        assert!(!book.add(&Scope::Tag(scope_hash("t1")), 999_000, false));
+        assert!(book.add(&Scope::Tag(scope_hash("t1")), 1_000_000, false, false));
+        assert!(!book.add(&Scope::Tag(scope_hash("t1")), 999_000, false, false));
         assert_eq!(book.judge(&page, at(999_999)), Verdict::Invalid);
         assert_eq!(book.judge(&page, t), Verdict::Valid, "created at the ban");
         assert_eq!(
@@ -318,12 +328,12 @@ mod tests {
         let book = RuleBook::new(Duration::from_secs(3600), None);
         let page = entry("a.test/p", &[]);
         let host = Target::Host("A.test".into()).scope();
-        book.add(&host, 2_000, true);
+        book.add(&host, 2_000, true, false);
         assert_eq!(book.judge(&page, at(1_500)), Verdict::StaleSince(at(2_000)));
         let url = Target::url("a.test", "/p").scope();
-        book.add(&url, 1_800, true);
+        book.add(&url, 1_800, true, false);
         assert_eq!(book.judge(&page, at(1_500)), Verdict::StaleSince(at(1_800)));
-        book.add(&url, 1_600, false);
+        book.add(&url, 1_600, false, false);
         assert_eq!(book.judge(&page, at(1_500)), Verdict::Invalid);
         assert_eq!(book.judge(&page, at(1_700)), Verdict::StaleSince(at(1_800)));
     }
@@ -335,12 +345,19 @@ mod tests {
             host: None,
             prefix: "/p".into(),
         };
-        book.add(&prefix.scope(), 5_000, false);
+        book.add(&prefix.scope(), 5_000, false, false);
         assert_eq!(book.len(), 1);
         book.prune(at(14_000));
         assert_eq!(book.len(), 1);
         book.prune(at(16_000));
         assert!(book.is_empty());
+        // a purge whose entry was deleted is kept for minutes even with a day's retention
+        let long = RuleBook::new(Duration::from_secs(86_400), None);
+        let url = Target::url("a.test", "/p").scope();
+        long.add(&url, 5_000, false, true);
+        long.add(&Target::Tag("t".into()).scope(), 5_000, false, false);
+        long.prune(at(5_000) + SHORT_RETENTION + Duration::from_secs(1));
+        assert_eq!(long.len(), 1, "the tag ban stays");
         assert!(book.beyond_horizon(at(5_000), at(15_001)));
         assert!(!book.beyond_horizon(at(5_000), at(15_000)));
         assert!(!book.beyond_horizon(at(20_000), at(15_000)), "clock skew");
