@@ -6,12 +6,12 @@
 
 use crate::admin::AdminApp;
 use crate::config::Config;
-use crate::invalidation::rules::RuleBook;
-use crate::invalidation::tags::TagField;
 use crate::invalidation::{InvalidationService, Invalidator};
 use crate::observe::access_log::AccessLog;
 use crate::proxy::LacquerProxy;
 use crate::storage::memory::MemoryTier;
+use crate::storage::rules::tags::TagField;
+use crate::storage::rules::RuleBook;
 use crate::storage::tiered::TieredStorage;
 use crate::upstream::health::HealthChecker;
 use pingora_core::apps::HttpServerOptions;

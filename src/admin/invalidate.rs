@@ -16,7 +16,7 @@
 //! no memcached server took it; 400 for a body that names nothing valid. Authentication is
 //! [`super::auth`]'s, checked before the body is read.
 
-use crate::invalidation::scope::Target;
+use crate::invalidation::target::Target;
 use crate::invalidation::{Invalidator, Request};
 use pingora_core::protocols::http::ServerSession;
 use serde::Deserialize;

@@ -22,7 +22,7 @@
 //! Nothing here knows what a record means: the invalidation service decides.
 
 use super::record::{decode_from, Record};
-use super::rules::SHORT_RETENTION;
+use crate::storage::rules::SHORT_RETENTION;
 use bytes::Bytes;
 use lacquer_memcached::Cluster;
 use parking_lot::Mutex;

@@ -5,8 +5,9 @@
 //! prefix), hard or soft, asked through the admin API, a PURGE request, or an unsafe method's
 //! success, is carried out by [`Invalidator::invalidate`]:
 //!
-//! 1. it becomes a **rule** in this node's [`rules::RuleBook`] ("entries under this scope created
-//!    before now are invalid", or stale when soft) and is applied at once to the objects it
+//! 1. it becomes a **rule** in this node's [`RuleBook`] (`crate::storage::rules`: "entries under
+//!    this scope validated before now are invalid", or stale when soft) and is applied at once to
+//!    the objects it
 //!    covers in this node's memory tier (found through its indexes, see
 //!    [`crate::storage::memory::MemoryTier::invalidate`]);
 //! 2. a hard purge of a URL deletes the URL's entry in memcached;
@@ -33,12 +34,11 @@
 pub mod cluster_log;
 pub mod record;
 pub mod report;
-pub mod rules;
-pub mod scope;
-pub mod tags;
+pub mod target;
 
 use crate::config::invalidation::InvalidationConfig;
 use crate::storage::memory::{MemoryTier, Touched};
+use crate::storage::rules::{at, ms_after, RuleBook};
 use crate::storage::tiered::TieredStorage;
 use bytes::Bytes;
 use cluster_log::{Heartbeat, SharedLog};
@@ -47,13 +47,12 @@ use pingora_core::server::ShutdownWatch;
 use pingora_core::services::background::BackgroundService;
 use record::{Record, RecordId, MAX_TARGET_TEXT};
 use report::{DeleteReport, MemcachedReport, NodesReport, Report, ThisNode};
-use rules::{at, ms_after, RuleBook};
-use scope::Target;
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
+use target::Target;
 
 /// How often the members list and the rule book are tidied.
 const HOUSEKEEPING: Duration = Duration::from_secs(30);

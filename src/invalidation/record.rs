@@ -10,7 +10,7 @@
 //! host) | second text (2 + n: the URL's path, or the prefix; empty otherwise) |
 //! asked by (1 + n) | CRC-32 of everything after the length (4).
 
-use super::scope::Target;
+use super::target::Target;
 use bytes::{BufMut, Bytes, BytesMut};
 
 const MAGIC: &[u8; 2] = b"LI";

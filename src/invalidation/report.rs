@@ -1,7 +1,7 @@
 //! The answer to a purge or ban: what it touched and what it could and could not reach, as JSON
 //! for the admin API, as one header for a PURGE, and as one log line.
 
-use super::scope::Target;
+use super::target::Target;
 use lacquer_memcached::DeleteOutcome;
 use serde::Serialize;
 

@@ -82,13 +82,6 @@ pub fn of_url(host: &str, path_and_query: &str) -> CacheKey {
     key
 }
 
-/// The host and the path-and-query a primary key's text was built from ([`of_url`]'s inverse), for
-/// invalidation by host and by path prefix: the host is everything before the first `/` (a host
-/// never contains one, and a cached request's path always starts with one).
-pub fn host_and_path(primary: &str) -> (&str, &str) {
-    primary.split_at(primary.find('/').unwrap_or(primary.len()))
-}
-
 /// Host (lowercased) + path + query, in one allocation.
 fn primary_string(host: &str, path_and_query: &str) -> String {
     let mut primary = String::with_capacity(host.len() + path_and_query.len());
@@ -176,15 +169,6 @@ mod tests {
                 "{host}"
             );
         }
-    }
-
-    #[test]
-    fn host_and_path_split_the_key_text_as_it_was_built() {
-        let key = of_url("Shop.Example:8080", "/a/b?c=/d");
-        let text = std::str::from_utf8(key.primary_key()).unwrap();
-        assert_eq!(host_and_path(text), ("shop.example:8080", "/a/b?c=/d"));
-        assert_eq!(host_and_path("hostonly"), ("hostonly", ""));
-        assert_eq!(host_and_path("/no-host"), ("", "/no-host"));
     }
 
     #[test]

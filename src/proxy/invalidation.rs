@@ -7,7 +7,7 @@
 //! memcached, and (when something was stored) on every other node through the cluster's log.
 
 use super::cache_key;
-use crate::invalidation::scope::Target;
+use crate::invalidation::target::Target;
 use crate::invalidation::{Invalidator, Request};
 use http::{Method, StatusCode};
 use pingora_http::{RequestHeader, ResponseHeader};

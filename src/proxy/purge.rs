@@ -16,7 +16,7 @@
 //! background, and the old entry is not served meanwhile), 503 when no memcached server took it,
 //! 405 when the cache is disabled. It does not wait for the other nodes (the admin API can).
 
-use crate::invalidation::scope::Target;
+use crate::invalidation::target::Target;
 use crate::invalidation::{Invalidator, Request};
 use crate::proxy::cache_key;
 use pingora_error::Result;

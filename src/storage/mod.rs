@@ -7,10 +7,13 @@
 //!   through the `lacquer-memcached` crate (ketama placement, pooled client, ejection).
 //! * [`fill_lease`]: fills coalesced across nodes through that cluster (one origin fetch per URL).
 //! * [`shared_counters`]: what the shared tier has done, for `/stats`.
+//! * [`rules`]: the purges and bans both tiers judge entries by (carried out and spread over
+//!   the cluster by `crate::invalidation`).
 
 pub mod entry;
 pub mod fill_lease;
 pub mod memory;
 pub mod object;
+pub mod rules;
 pub mod shared_counters;
 pub mod tiered;

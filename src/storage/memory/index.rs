@@ -11,8 +11,8 @@
 
 use super::scopes::{ScopeIndex, INDEX_ENTRY_CHARGE};
 use super::variants::VariantIndex;
-use crate::invalidation::scope::EntryScopes;
 use crate::storage::object::{Body, StoredMeta, OBJECT_OVERHEAD};
+use crate::storage::rules::scope::EntryScopes;
 use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;

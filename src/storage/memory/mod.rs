@@ -32,8 +32,8 @@ mod variants;
 pub use hit::CompleteObject;
 
 use super::object::{Body, StoredMeta};
-use crate::invalidation::rules::{RuleBook, Verdict};
-use crate::invalidation::scope::{EntryScopes, Scope};
+use crate::storage::rules::scope::{EntryScopes, Scope};
+use crate::storage::rules::{RuleBook, Verdict};
 use async_trait::async_trait;
 use fill::{InFlightFills, MemoryMiss};
 use hit::{complete_hit, streaming_hit};

@@ -1,4 +1,8 @@
-//! The rule book: every purge and ban this node knows of, and the verdict on an entry.
+//! The rule book: every purge and ban this node knows of, and the verdict on an entry; with
+//! [`scope`] (what a rule covers and what an entry is) and [`tags`] (the tag field).
+//!
+//! The storage's side of invalidation: the tiers judge entries by it. Carrying out a purge or
+//! ban, and reaching the other nodes, is `crate::invalidation`'s.
 //!
 //! A rule says "entries under this scope validated before this time are invalid" (a purge or a
 //! ban) or "... are stale" (a soft one); an entry is validated when it is fetched, and again
@@ -17,13 +21,16 @@
 //! tier never does: rules are applied to the memory tier when they arrive
 //! ([`crate::storage::memory::MemoryTier::invalidate`]), so its hit path is unchanged.
 
-use super::scope::{prefix_covers, EntryScopes, Scope};
-use super::tags::TagField;
+pub mod scope;
+pub mod tags;
+
 use parking_lot::RwLock;
 use pingora_http::ResponseHeader;
+use scope::{prefix_covers, EntryScopes, Scope};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tags::TagField;
 use tokio::sync::Notify;
 
 /// How long a rule is kept whose entries were deleted from memcached (see the module docs):
@@ -297,14 +304,11 @@ impl RuleBook {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::invalidation::scope::{scope_hash, Target};
+    use scope::scope_hash;
 
+    /// The page `url` (host + path), whose primary hash is `7`, tagged `tags`.
     fn entry(url: &str, tags: &[&str]) -> EntryScopes {
-        let (host, path) = crate::proxy::cache_key::host_and_path(url);
-        let Scope::Url(primary) = Target::url(host, path).scope() else {
-            unreachable!()
-        };
-        EntryScopes::new(url, primary, tags.iter().map(|t| scope_hash(t)).collect())
+        EntryScopes::new(url, 7, tags.iter().map(|t| scope_hash(t)).collect())
     }
 
     #[test]
@@ -327,10 +331,10 @@ mod tests {
     fn soft_rules_make_stale_and_hard_ones_win() {
         let book = RuleBook::new(Duration::from_secs(3600), None);
         let page = entry("a.test/p", &[]);
-        let host = Target::Host("A.test".into()).scope();
+        let host = Scope::Host(scope_hash("a.test"));
         book.add(&host, 2_000, true, false);
         assert_eq!(book.judge(&page, at(1_500)), Verdict::StaleSince(at(2_000)));
-        let url = Target::url("a.test", "/p").scope();
+        let url = Scope::Url(7);
         book.add(&url, 1_800, true, false);
         assert_eq!(book.judge(&page, at(1_500)), Verdict::StaleSince(at(1_800)));
         book.add(&url, 1_600, false, false);
@@ -341,11 +345,11 @@ mod tests {
     #[test]
     fn rules_are_forgotten_after_retention_and_older_entries_are_beyond_the_horizon() {
         let book = RuleBook::new(Duration::from_secs(10), None);
-        let prefix = Target::Prefix {
+        let prefix = Scope::Prefix {
             host: None,
             prefix: "/p".into(),
         };
-        book.add(&prefix.scope(), 5_000, false, false);
+        book.add(&prefix, 5_000, false, false);
         assert_eq!(book.len(), 1);
         book.prune(at(14_000));
         assert_eq!(book.len(), 1);
@@ -353,9 +357,8 @@ mod tests {
         assert!(book.is_empty());
         // a purge whose entry was deleted is kept for minutes even with a day's retention
         let long = RuleBook::new(Duration::from_secs(86_400), None);
-        let url = Target::url("a.test", "/p").scope();
-        long.add(&url, 5_000, false, true);
-        long.add(&Target::Tag("t".into()).scope(), 5_000, false, false);
+        long.add(&Scope::Url(7), 5_000, false, true);
+        long.add(&Scope::Tag(scope_hash("t")), 5_000, false, false);
         long.prune(at(5_000) + SHORT_RETENTION + Duration::from_secs(1));
         assert_eq!(long.len(), 1, "the tag ban stays");
         assert!(book.beyond_horizon(at(5_000), at(15_001)));
