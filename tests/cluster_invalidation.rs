@@ -219,7 +219,9 @@ async fn a_purge_while_the_owning_server_is_frozen_is_not_undone_when_it_comes_b
     assert_eq!(answer.status, 202, "{report}");
     let frozen = cluster.names()[owner].clone();
     assert_eq!(report["memcached"]["delete"]["server"], frozen.as_str());
-    assert_eq!(report["memcached"]["delete"]["outcome"], "skipped_ejected");
+    // skipped while A holds it ejected (or failed, when its probe came due meanwhile)
+    let outcome = report["memcached"]["delete"]["outcome"].as_str().unwrap();
+    assert!(matches!(outcome, "skipped_ejected" | "failed"), "{outcome}");
     assert_eq!(
         report["memcached"]["not_published_to"],
         serde_json::json!([frozen])

@@ -10,7 +10,8 @@
 //! ```
 //!
 //! Every call may add `"soft": true` (mark stale instead of removing), `"wait": false` (answer
-//! without waiting for the other nodes to confirm) and `"by": "deploy-bot"` (who is asking, for
+//! without waiting for the other nodes to confirm, which they do within a poll interval; a node
+//! that does not is waited for up to 5 s, or three poll intervals when longer) and `"by": "deploy-bot"` (who is asking, for
 //! the logs). The answer is the [`Report`](crate::invalidation::report::Report): 200 when
 //! everything was reached, 202 when something is pending (retried in the background), 503 when
 //! no memcached server took it; 400 for a body that names nothing valid. Authentication is

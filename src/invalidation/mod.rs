@@ -58,8 +58,10 @@ use target::Target;
 const HOUSEKEEPING: Duration = Duration::from_secs(30);
 /// The most publications and deletes kept for retrying; older ones are given up (and logged).
 const MAX_PENDING: usize = 10_000;
-/// The longest a caller may wait for the other nodes to confirm.
-const MAX_WAIT: Duration = Duration::from_secs(10);
+/// How long, at least, a caller that waits for the other nodes to confirm waits for a node that
+/// has not yet (a node reading the log every poll interval confirms within one; a slow or
+/// dying one is given this long before the answer says so).
+const MIN_WAIT: Duration = Duration::from_secs(5);
 
 /// One purge or ban to carry out.
 #[derive(Debug, Clone)]
@@ -382,10 +384,10 @@ impl Invalidator {
         });
     }
 
-    /// Waits (a few poll intervals at most) until every live node's heartbeat shows `id`
-    /// applied; reports who did and who did not.
+    /// Waits until every live node's heartbeat shows `id` applied (at most three bounds, and at
+    /// least [`MIN_WAIT`]); reports who did and who did not.
     async fn await_nodes(&self, log: &SharedLog, id: RecordId) -> NodesReport {
-        let deadline = Instant::now() + (self.bound() * 3).min(MAX_WAIT);
+        let deadline = Instant::now() + (self.bound() * 3).max(MIN_WAIT);
         loop {
             let beats = log.heartbeats().await;
             let (mut reached, mut not_confirmed) = (Vec::new(), Vec::new());
