@@ -20,7 +20,7 @@
 # issues N tag bans (of other tags) through the admin API, so the rule book is not empty. The
 # invalidation log is read every 10 s here (not 250 ms), so its background reads stay out of the
 # per-hit figure. An older build, which knows no `[invalidation]` or admin token, needs --plain
-# (flags only, as this script ran before).
+# (no admin listener or invalidation keys in its config).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$(pwd)/target/release/lacquer
@@ -59,22 +59,21 @@ fi
 PORT=$(free_port)
 ADMIN=$(free_port)
 TOKEN=bench-token-0123456789abcdef
-if [ "$PLAIN" = 1 ]; then
-  CONFIG=()
-else
+: >"$WORK/lacquer.toml"
+if [ "$PLAIN" = 0 ]; then
   printf '%s\n' "$TOKEN" >"$WORK/token"
   {
     printf '[admin]\nlisten = "127.0.0.1:%s"\ntoken_file = "%s"\n' "$ADMIN" "$WORK/token"
     printf '[invalidation]\npoll_interval = "10s"\n'
-  } >"$WORK/lacquer.toml"
-  if [ "$MEMCACHED" = 1 ]; then
-    MC_PORT=$(free_port)
-    memcached -p "$MC_PORT" -l 127.0.0.1 -U 0 -m 64 -u root &
-    PIDS+=($!)
-    printf '[cache.memcached]\nservers = ["127.0.0.1:%s"]\nlocal_ttl = "0s"\n' "$MC_PORT" >>"$WORK/lacquer.toml"
-  fi
-  CONFIG=(--config "$WORK/lacquer.toml")
+  } >>"$WORK/lacquer.toml"
 fi
+if [ "$MEMCACHED" = 1 ]; then
+  MC_PORT=$(free_port)
+  memcached -p "$MC_PORT" -l 127.0.0.1 -U 0 -m 64 -u root &
+  PIDS+=($!)
+  printf '[cache.memcached]\nservers = ["127.0.0.1:%s"]\nlocal_ttl = "0s"\n' "$MC_PORT" >>"$WORK/lacquer.toml"
+fi
+CONFIG=(--config "$WORK/lacquer.toml")
 valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out" \
   "$BIN" "${CONFIG[@]}" --listen 127.0.0.1:"$PORT" --upstream "$ORIGIN" --threads 1 \
   --memory-size 512MiB --access-log off >"$WORK/lacquer.log" 2>&1 &
