@@ -4,6 +4,7 @@
 //! `grace_period` and then drains for at most `shutdown_timeout`, SIGQUIT hands listeners to a new
 //! process (graceful upgrade). Pingora's own default grace period is 300 s; ours is 5 s.
 
+use crate::admin::sources::ProxyCounters;
 use crate::admin::AdminApp;
 use crate::config::Config;
 use crate::invalidation::{InvalidationService, Invalidator};
@@ -104,6 +105,11 @@ pub fn run(config: Config) -> Result<Infallible, StartError> {
     ));
     let proxy = LacquerProxy::new(config.clone(), memory, tiered, invalidator, access_log);
     let backends = proxy.upstream().backends().to_vec();
+    let proxy_counters = ProxyCounters {
+        requests: proxy.metrics(),
+        decoded_copies: proxy.decoded_copies(),
+        fairness: proxy.fairness().cloned(),
+    };
     if let Some(checks) = &config.balancer.health_check {
         let checker = HealthChecker::new(backends.clone(), checks.clone());
         server.add_service(background_service("health checks", checker));
@@ -144,7 +150,8 @@ pub fn run(config: Config) -> Result<Infallible, StartError> {
                 backends.clone(),
                 invalidator,
                 config.admin_access.clone(),
-            ),
+            )
+            .with_proxy_counters(proxy_counters),
         );
         admin.add_tcp(&addr.to_string());
         server.add_service(admin);

@@ -8,10 +8,15 @@
 //! tells an operator) and the invalidation service's. `POST /purge` and `POST /ban`
 //! ([`invalidate`]) purge and ban across the cluster. Everything but `GET /health` is for the
 //! addresses in `admin.allow_from` only, and the invalidation API also demands the bearer token
-//! ([`auth`]).
+//! ([`auth`]). For people and Prometheus: `GET /metrics` ([`prometheus`], the text format) and
+//! the live status page, `GET /` with `GET /status.json` ([`status`]), both reading the
+//! components listed in [`sources`].
 
 pub mod auth;
 pub mod invalidate;
+pub mod prometheus;
+pub mod sources;
+pub mod status;
 
 use crate::config::admin::AdminAccess;
 use crate::invalidation::{InvalidationStats, Invalidator};
@@ -22,6 +27,7 @@ use async_trait::async_trait;
 use pingora_core::apps::http_app::ServeHttp;
 use pingora_core::protocols::http::ServerSession;
 use serde::Serialize;
+use sources::{ProxyCounters, Sources};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -33,6 +39,10 @@ pub struct AdminApp {
     backends: Vec<Arc<Backend>>,
     invalidator: &'static Invalidator,
     access: AdminAccess,
+    /// What `/metrics` and the status page read.
+    sources: Sources,
+    /// `/metrics`'s registry, one collector over `sources`.
+    metrics: prometheus_client::registry::Registry,
 }
 
 impl AdminApp {
@@ -46,13 +56,29 @@ impl AdminApp {
         invalidator: &'static Invalidator,
         access: AdminAccess,
     ) -> Self {
+        let sources = Sources {
+            memory,
+            shared,
+            backends: backends.clone(),
+            invalidator,
+            proxy: None,
+        };
         AdminApp {
             memory,
             shared,
             backends,
             invalidator,
             access,
+            metrics: prometheus::registry(sources.clone()),
+            sources,
         }
+    }
+
+    /// Adds what the proxy counts per request to `/metrics` and the status page.
+    pub fn with_proxy_counters(mut self, counters: ProxyCounters) -> Self {
+        self.sources.proxy = Some(counters);
+        self.metrics = prometheus::registry(self.sources.clone());
+        self
     }
 
     /// The `/stats` document: one JSON object and a newline.
@@ -194,9 +220,25 @@ impl AdminApp {
             );
             return refused(refusal);
         }
+        let read_only = method == http::Method::GET || method == http::Method::HEAD;
         let call = match path.as_str() {
             "/stats" if method == http::Method::GET => {
                 return (200, self.stats_json(), "application/json", false)
+            }
+            "/metrics" if read_only => {
+                let body = prometheus::render(&self.metrics);
+                return (200, body, prometheus::CONTENT_TYPE, false);
+            }
+            "/" if read_only => {
+                let page = status::PAGE.to_string();
+                return (200, page, "text/html; charset=utf-8", false);
+            }
+            "/status.json" if read_only => {
+                let body = status::sample_json(&self.sources);
+                return (200, body, "application/json", false);
+            }
+            "/metrics" | "/" | "/status.json" => {
+                return (405, "method not allowed\n".into(), "text/plain", false)
             }
             "/purge" => invalidate::Call::Purge,
             "/ban" => invalidate::Call::Ban,

@@ -147,7 +147,8 @@ impl LacquerProxy {
         let via = headers::ViaValues::new(&config.proxy.via_name)
             .expect("proxy.via_name is checked to be an HTTP token when the config is loaded");
         let fast_hit = config.cache.enabled.then(|| {
-            let decoded_copies = DecodedCopies::new(config.cache.compression.decoded_copies);
+            let decoded_copies = DecodedCopies::new(config.cache.compression.decoded_copies)
+                .map(|copies| &*Box::leak(Box::new(copies)));
             FastHit::new(memory, tiered, decoded_copies)
         });
         let policy = CachePolicy::new(&config.cache);
@@ -215,6 +216,16 @@ impl LacquerProxy {
     /// The request counters (shared with the admin listener).
     pub fn metrics(&self) -> &'static RequestMetrics {
         self.metrics
+    }
+
+    /// The decoded copies of small gzip bodies, when kept (for `/metrics`).
+    pub fn decoded_copies(&self) -> Option<&'static DecodedCopies> {
+        self.fast_hit.as_ref().and_then(FastHit::decoded_copies)
+    }
+
+    /// The per-client caps, when configured (for `/metrics`: requests queued).
+    pub fn fairness(&self) -> Option<&Fairness> {
+        self.fairness.as_ref()
     }
 
     fn lock_overrides(&self) -> CacheOptionOverrides {

@@ -2,6 +2,7 @@
 //! duration falls in, and a histogram read at scrape time (for Prometheus and for the status
 //! page's p50 / p99).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Upper bounds of the buckets, in seconds (Prometheus's `le`): a hit from memory takes tens of
@@ -79,20 +80,63 @@ impl Histogram {
         self.sum_nanos += other.sum_nanos;
     }
 
-    /// Prometheus's cumulative buckets: `(le, observations at or below it)`, `+Inf` last.
-    pub fn cumulative(&self) -> Vec<(f64, u64)> {
-        let mut total = 0;
+    /// The buckets with their upper bounds in seconds: `(le, observations in this bucket)`,
+    /// `+Inf` last (what `prometheus-client`'s encoder takes; it writes them cumulated).
+    pub fn with_bounds(&self) -> Vec<(f64, u64)> {
         self.counts
             .iter()
             .enumerate()
             .map(|(i, count)| {
-                total += count;
-                (
-                    BOUNDS_SECONDS.get(i).copied().unwrap_or(f64::INFINITY),
-                    total,
-                )
+                let le = BOUNDS_SECONDS.get(i).copied().unwrap_or(f64::INFINITY);
+                (le, *count)
             })
             .collect()
+    }
+}
+
+/// A latency histogram of shared atomics, for what is counted once per origin response rather
+/// than once per request (a backend's response times): simpler than per-thread shards, and a
+/// relaxed add is nothing beside an origin round trip.
+pub struct SharedHistogram {
+    counts: [AtomicU64; BUCKETS],
+    sum_nanos: AtomicU64,
+}
+
+impl Default for SharedHistogram {
+    fn default() -> Self {
+        SharedHistogram {
+            counts: [const { AtomicU64::new(0) }; BUCKETS],
+            sum_nanos: AtomicU64::new(0),
+        }
+    }
+}
+
+impl std::fmt::Debug for SharedHistogram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("SharedHistogram")
+            .field(&self.read())
+            .finish()
+    }
+}
+
+impl SharedHistogram {
+    /// Counts one observation.
+    pub fn observe(&self, duration: Duration) {
+        let nanos = nanos(duration);
+        self.counts[bucket_of(nanos)].fetch_add(1, Ordering::Relaxed);
+        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// The observations so far.
+    pub fn read(&self) -> Histogram {
+        let mut read = Histogram {
+            sum_nanos: self.sum_nanos.load(Ordering::Relaxed),
+            ..Histogram::default()
+        };
+        for (count, cell) in read.counts.iter_mut().zip(&self.counts) {
+            *count = cell.load(Ordering::Relaxed);
+        }
+        read
     }
 }
 
@@ -114,16 +158,16 @@ mod tests {
     }
 
     #[test]
-    fn cumulative_buckets_end_with_every_observation_at_infinity() {
+    fn buckets_carry_their_bounds_and_the_last_is_infinity() {
         let mut h = Histogram::default();
         h.counts[0] = 2;
         h.counts[3] = 1;
         h.counts[BUCKETS - 1] = 4;
-        let cumulative = h.cumulative();
-        assert_eq!(cumulative.len(), BUCKETS);
-        assert_eq!(cumulative[0], (0.00005, 2));
-        assert_eq!(cumulative[3], (0.0005, 3));
-        assert_eq!(cumulative[BUCKETS - 1], (f64::INFINITY, 7));
+        let buckets = h.with_bounds();
+        assert_eq!(buckets.len(), BUCKETS);
+        assert_eq!(buckets[0], (0.00005, 2));
+        assert_eq!(buckets[3], (0.0005, 1));
+        assert_eq!(buckets[BUCKETS - 1], (f64::INFINITY, 4));
         assert_eq!(h.count(), 7);
     }
 }

@@ -72,7 +72,7 @@ pub fn eligible(policy: &CachePolicy, req: &RequestHeader) -> bool {
 pub struct FastHit {
     memory: &'static MemoryTier,
     shared: Option<&'static TieredStorage>,
-    decoded_copies: Option<DecodedCopies>,
+    decoded_copies: Option<&'static DecodedCopies>,
 }
 
 impl FastHit {
@@ -80,13 +80,18 @@ impl FastHit {
     pub fn new(
         memory: &'static MemoryTier,
         shared: Option<&'static TieredStorage>,
-        decoded_copies: Option<DecodedCopies>,
+        decoded_copies: Option<&'static DecodedCopies>,
     ) -> Self {
         FastHit {
             memory,
             shared,
             decoded_copies,
         }
+    }
+
+    /// The decoded copies of small gzip bodies, when kept (for `/metrics`).
+    pub fn decoded_copies(&self) -> Option<&'static DecodedCopies> {
+        self.decoded_copies
     }
 
     /// `request_filter`: the answer to `req` when the fast path can give it; `None` when the
@@ -131,7 +136,7 @@ impl FastHit {
                 }
             }
         };
-        Answer::for_hit(hit, req, primary, now, self.decoded_copies.as_ref())
+        Answer::for_hit(hit, req, primary, now, self.decoded_copies)
     }
 
     /// The memory tier has nothing under the URL: memcached, and when memcached has nothing
