@@ -67,3 +67,13 @@ async fn sigusr1_reopens_the_access_log_under_its_path() {
         node.stderr_log()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigusr1_without_an_access_log_changes_nothing() {
+    let origin = TestOrigin::start(|_| OriginResponse::ok("page"));
+    let mut node = LacquerProcess::start_simple(origin.addr(), "[log]\naccess = \"off\"\n");
+    assert!(node.signal("USR1"));
+    let resp = get(&node.url("/still-serving"), &[]).await;
+    assert_eq!(resp.status, 200);
+    assert!(node.is_running(), "{}", node.stderr_log());
+}

@@ -72,7 +72,13 @@ impl AccessLog {
         format: AccessLogFormat,
     ) -> std::io::Result<Option<AccessLog>> {
         let (sink, out): (Sink, Box<dyn Write + Send>) = match target {
-            AccessLogTarget::Off => return Ok(None),
+            AccessLogTarget::Off => {
+                // nothing to reopen, but logrotate's SIGUSR1 must not stop the server (the
+                // signal's default action)
+                let ignored = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                signal_hook::flag::register(signal_hook::consts::SIGUSR1, ignored)?;
+                return Ok(None);
+            }
             AccessLogTarget::Stdout => (Sink::Stream, Box::new(std::io::stdout())),
             AccessLogTarget::Stderr => (Sink::Stream, Box::new(std::io::stderr())),
             AccessLogTarget::File(path) => (Sink::File(path.clone()), open_file(path)?),
