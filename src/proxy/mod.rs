@@ -390,10 +390,7 @@ impl ProxyHttp for LacquerProxy {
         _client_reused: bool,
     ) -> Box<pingora_error::Error> {
         let mut e = e.more_context(format!("Peer: {peer}"));
-        // compression's own retry (asking the origin for identity) is left as it is
-        if !compression::retry_requested(&ctx.compression) {
-            self.upstream.on_proxy_error(&ctx.upstream, session, &mut e);
-        }
+        self.upstream.on_proxy_error(&ctx.upstream, session, &mut e);
         e
     }
 
@@ -401,10 +398,11 @@ impl ProxyHttp for LacquerProxy {
         &self,
         session: &mut Session,
         upstream_request: &mut RequestHeader,
-        ctx: &mut Self::CTX,
+        _ctx: &mut Self::CTX,
     ) -> Result<()> {
         let cache_enabled = session.cache.enabled();
-        if let Some(ae) = compression::upstream_accept_encoding(&mut ctx.compression, cache_enabled)
+        if let Some(ae) =
+            compression::upstream_accept_encoding(&self.config.cache.compression, cache_enabled)
         {
             upstream_request.insert_header(http::header::ACCEPT_ENCODING, ae)?;
         }
@@ -447,7 +445,7 @@ impl ProxyHttp for LacquerProxy {
             // the origin validated our stored response (Pingora revalidates only in this phase)
             ctx.not_modified = Some(Box::new(upstream_response.clone()));
         }
-        // only gzip on store needs to know in advance (the policy runs again, with the 304
+        // only compression on store needs to know in advance (the policy runs again, with the 304
         // merge, in response_cache_filter): skip the second evaluation when it is off
         let will_store = self.config.cache.compression.enabled
             && session.cache.enabled()
@@ -465,7 +463,8 @@ impl ProxyHttp for LacquerProxy {
             session.req_header(),
             upstream_response,
             will_store,
-        )
+        );
+        Ok(())
     }
 
     fn upstream_response_body_filter(
@@ -494,12 +493,9 @@ impl ProxyHttp for LacquerProxy {
             }
             None => resp,
         };
-        let decision = if compression::storable(resp) {
-            self.policy
-                .response_decision(session.req_header(), resp, ctx.request_time)
-        } else {
-            RespCacheable::Uncacheable(pingora_cache::NoCacheReason::Custom("content-coding"))
-        };
+        let decision = self
+            .policy
+            .response_decision(session.req_header(), resp, ctx.request_time);
         match &decision {
             RespCacheable::Cacheable(_) => ctx.seen.storable = true,
             RespCacheable::Uncacheable(reason) => {
@@ -515,7 +511,7 @@ impl ProxyHttp for LacquerProxy {
         resp: &mut ResponseHeader,
         _ctx: &mut Self::CTX,
     ) -> pingora_proxy::RangeType {
-        if compression::needs_gunzip(session.req_header(), resp) {
+        if compression::needs_decoding(session.req_header(), resp).is_some() {
             // ranges of the decoded body are unknown until it is decoded: serve it whole
             return pingora_proxy::RangeType::None;
         }
