@@ -16,6 +16,8 @@
 //! 5. `proxy_upstream_filter` … `upstream_response_body_filter`: `only-if-cached`, fairness, the
 //!    attempts, retries and passive health of `crate::upstream`; forwarding headers and `Via`
 //!    ([`headers`]); [`invalidation`] by unsafe methods; `crate::compression` on the way in.
+//!    An interim (1xx) response passes these phases and `response_filter` too, and is handed to
+//!    [`interim`] alone: it is forwarded, never stored or judged.
 //! 6. `response_cache_filter`: the [`CachePolicy`] decides whether and how long to store.
 //! 7. `response_filter`: `Cache-Status` ([`cache_status`]) and `Via` on every response,
 //!    `crate::compression` on the way out; `logging` ends the fill lease this request holds and
@@ -26,6 +28,7 @@ pub mod cache_key;
 pub mod cache_status;
 pub mod fast_hit;
 pub mod headers;
+pub mod interim;
 pub mod invalidation;
 pub mod purge;
 
@@ -434,6 +437,10 @@ impl ProxyHttp for LacquerProxy {
         upstream_response: &mut ResponseHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
+        if interim::is_interim(upstream_response) {
+            interim::on_upstream_interim(upstream_response);
+            return Ok(());
+        }
         self.upstream
             .on_response(&mut ctx.upstream, upstream_response.status);
         invalidation::on_upstream_response(self.storage, session.req_header(), upstream_response)
@@ -524,6 +531,15 @@ impl ProxyHttp for LacquerProxy {
         upstream_response: &mut ResponseHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
+        if interim::is_interim(upstream_response) {
+            let via = self.config.proxy.via;
+            let version = session.req_header().version;
+            interim::on_downstream_interim(
+                upstream_response,
+                via.then(|| self.via.for_version(version)),
+            );
+            return Ok(());
+        }
         let ttl = session
             .cache
             .maybe_cache_meta()
