@@ -18,6 +18,9 @@
 //!    ([`headers`]); [`invalidation`] by unsafe methods; `crate::compression` on the way in.
 //!    An interim (1xx) response passes these phases and `response_filter` too, and is handed to
 //!    [`interim`] alone: it is forwarded, never stored or judged.
+//!    With `[cache.partial]`, [`partial_content`] answers a range from a stored part first,
+//!    and otherwise asks the origin for a range and stores the `206` (through to the
+//!    downstream phases, which serve a range spanning a part and a fetched tail).
 //! 6. `response_cache_filter`: the [`CachePolicy`] decides whether and how long to store.
 //! 7. `response_filter`: `Cache-Status` ([`cache_status`]) and `Via` on every response,
 //!    `crate::compression` on the way out; `logging` ends the fill lease this request holds and
@@ -30,6 +33,7 @@ pub mod fast_hit;
 pub mod headers;
 pub mod interim;
 pub mod invalidation;
+pub mod partial_content;
 pub mod purge;
 
 use crate::compression::decoded_copies::DecodedCopies;
@@ -47,6 +51,7 @@ use async_trait::async_trait;
 use cache_key::RequestKey;
 use cache_status::{CacheStatus, Observations};
 use fast_hit::FastHit;
+use partial_content::{PartialContent, PartialCtx};
 use pingora_cache::cache_control::CacheControl;
 use pingora_cache::key::HashBinary;
 use pingora_cache::lock::{CacheKeyLockImpl, CacheLock};
@@ -82,6 +87,8 @@ pub struct RequestCtx {
     /// The origin's 304 to our revalidation, whose fields update the stored head.
     not_modified: Option<Box<ResponseHeader>>,
     compression: CompressionCtx,
+    /// What partial content does for this request (see [`partial_content`]).
+    partial: PartialCtx,
     /// Backends tried, the one in flight, the fairness slot, timings (see [`crate::upstream`]).
     upstream: RequestUpstream,
 }
@@ -98,6 +105,8 @@ pub struct LacquerProxy {
     known_missing: Option<&'static PrimaryKnownMissing>,
     /// The hot-hit fast path (`None` when the cache is disabled).
     fast_hit: Option<FastHit>,
+    /// Partial content (`None` unless the cache and `[cache.partial]` are enabled).
+    partial: Option<PartialContent>,
     cache_lock: &'static CacheKeyLockImpl,
     upstream: Upstream,
     fairness: Option<Fairness>,
@@ -131,9 +140,12 @@ impl LacquerProxy {
             let decoded_copies = DecodedCopies::new(config.cache.compression.decoded_copies);
             FastHit::new(memory, tiered, decoded_copies)
         });
+        let partial = (config.cache.enabled && config.cache.partial.enabled)
+            .then(|| PartialContent::new(memory, tiered));
         LacquerProxy {
             known_missing,
             fast_hit,
+            partial,
             policy: CachePolicy::new(&config.cache),
             upstream: Upstream::new(&config),
             fairness: config.fairness.clone().map(Fairness::new),
@@ -206,6 +218,7 @@ impl ProxyHttp for LacquerProxy {
             precondition_failed: false,
             not_modified: None,
             compression: CompressionCtx::default(),
+            partial: PartialCtx::default(),
             upstream: RequestUpstream::default(),
         }
     }
@@ -349,6 +362,18 @@ impl ProxyHttp for LacquerProxy {
         session: &mut Session,
         ctx: &mut Self::CTX,
     ) -> Result<bool> {
+        if let Some(partial) = &self.partial {
+            let req = session.req_header();
+            let primary = ctx.key.primary_bin(req);
+            let phase = session.cache.phase();
+            let now = SystemTime::now();
+            if let Some(mut hit) = partial.on_miss(phase, req, primary, &mut ctx.partial, now) {
+                let (version, status) = (req.version, hit.cache_status());
+                self.finish_response_head(&mut hit.head, version, status, ctx)?;
+                hit.send(session).await?;
+                return Ok(false);
+            }
+        }
         if ctx.directives.only_if_cached {
             // RFC 9111 §5.2.1.7: nothing usable is stored, and the client forbids the origin
             session.respond_error(504).await?;
@@ -401,7 +426,7 @@ impl ProxyHttp for LacquerProxy {
         &self,
         session: &mut Session,
         upstream_request: &mut RequestHeader,
-        _ctx: &mut Self::CTX,
+        ctx: &mut Self::CTX,
     ) -> Result<()> {
         let cache_enabled = session.cache.enabled();
         if let Some(ae) =
@@ -409,6 +434,7 @@ impl ProxyHttp for LacquerProxy {
         {
             upstream_request.insert_header(http::header::ACCEPT_ENCODING, ae)?;
         }
+        partial_content::on_upstream_request(&ctx.partial, upstream_request)?;
         let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
         headers::add_forwarded(
             upstream_request,
@@ -471,6 +497,18 @@ impl ProxyHttp for LacquerProxy {
             upstream_response,
             will_store,
         );
+        if let Some(partial) = &self.partial {
+            let req = session.req_header();
+            let key = &mut ctx.key;
+            partial.on_upstream_response(
+                &self.policy,
+                req,
+                upstream_response,
+                ctx.request_time,
+                &mut ctx.partial,
+                || key.get(req).clone(),
+            );
+        }
         Ok(())
     }
 
@@ -483,6 +521,9 @@ impl ProxyHttp for LacquerProxy {
     ) -> Result<Option<std::time::Duration>> {
         self.upstream.on_body(&ctx.upstream)?;
         compression::on_upstream_body(&mut ctx.compression, body, end_of_stream)?;
+        if let Some(partial) = &self.partial {
+            partial.on_upstream_body(&mut ctx.partial, body, end_of_stream);
+        }
         Ok(None)
     }
 
@@ -548,7 +589,9 @@ impl ProxyHttp for LacquerProxy {
             preconditions::to_precondition_failed(upstream_response);
         }
         let phase = session.cache.phase();
-        let status = CacheStatus::classify(phase, &ctx.seen, ctx.upstream.status(), ttl);
+        let mut status = CacheStatus::classify(phase, &ctx.seen, ctx.upstream.status(), ttl);
+        partial_content::on_cache_status(&ctx.partial, &mut status);
+        partial_content::on_downstream_head(&ctx.partial, upstream_response)?;
         compression::on_downstream_head(
             &mut ctx.compression,
             session.req_header(),
@@ -565,6 +608,7 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
     ) -> Result<Option<std::time::Duration>> {
         compression::on_downstream_body(&mut ctx.compression, body, end_of_stream)?;
+        partial_content::on_downstream_body(&mut ctx.partial, body);
         Ok(None)
     }
 
