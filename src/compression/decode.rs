@@ -115,7 +115,7 @@ mod tests {
 
     /// `plain` coded in `coding` by the encoder compression on store uses.
     fn encode(coding: ContentCoding, plain: &[u8]) -> Vec<u8> {
-        let mut encoder = StoreEncoder::new(coding, 5).unwrap();
+        let mut encoder = StoreEncoder::new(coding, 5, Some(plain.len())).unwrap();
         encoder.feed(plain, true).unwrap().to_vec()
     }
 

@@ -11,8 +11,11 @@ use bytes::Bytes;
 use pingora_http::ResponseHeader;
 use std::io::{self, Write};
 
-/// brotli's window (log2 bytes): 4 MiB, its default, enough for any page.
-const BROTLI_WINDOW: u32 = 22;
+/// The largest window (log2 bytes) asked for: 4 MiB, brotli's default, enough for any page.
+const MAX_WINDOW_LOG: u32 = 22;
+
+/// The smallest window both brotli and zstd accept.
+const MIN_WINDOW_LOG: u32 = 10;
 
 /// Bytes the brotli encoder works through at a time (its default).
 const BROTLI_BUFFER: usize = 4096;
@@ -49,13 +52,29 @@ pub fn wants(config: &CompressionConfig, resp: &ResponseHeader) -> bool {
     if !config.compressible(&media_type) {
         return false;
     }
-    let length = resp
-        .headers
+    // without a length the body is streamed, usually generated: worth compressing
+    content_length(resp).is_none_or(|len| len >= config.min_size)
+}
+
+/// The response's `Content-Length`, if it has a valid one.
+pub fn content_length(resp: &ResponseHeader) -> Option<usize> {
+    resp.headers
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<usize>().ok());
-    // without a length the body is streamed, usually generated: worth compressing
-    length.is_none_or(|len| len >= config.min_size)
+        .and_then(|v| v.trim().parse::<usize>().ok())
+}
+
+/// The window (log2 bytes) for a body of `length` bytes: the smallest that holds it, so that a
+/// small page does not make brotli or zstd allocate (and the decoder of every identity client
+/// later allocate) megabytes of window for kilobytes of text; the largest when the length is
+/// not known.
+fn window_log(length: Option<usize>) -> u32 {
+    match length {
+        Some(len) => {
+            (usize::BITS - len.max(1).leading_zeros()).clamp(MIN_WINDOW_LOG, MAX_WINDOW_LOG)
+        }
+        None => MAX_WINDOW_LOG,
+    }
 }
 
 /// Rewrites the head of a response about to be coded in `coding`: `Content-Encoding`, no
@@ -81,8 +100,10 @@ enum Inner {
 
 impl StoreEncoder {
     /// An encoder for `coding` at `level` (gzip 1..=9, brotli quality 0..=11, zstd 1..=19: the
-    /// configuration checks the range); `None` for a coding Lacquer does not encode.
-    pub fn new(coding: ContentCoding, level: u32) -> Option<Self> {
+    /// configuration checks the range) for a body of `length` bytes when known (it sizes the
+    /// window); `None` for a coding Lacquer does not encode.
+    pub fn new(coding: ContentCoding, level: u32, length: Option<usize>) -> Option<Self> {
+        let window = window_log(length);
         let inner = match coding {
             ContentCoding::Gzip => Inner::Gzip(flate2::write::GzEncoder::new(
                 Vec::new(),
@@ -92,10 +113,15 @@ impl StoreEncoder {
                 Vec::new(),
                 BROTLI_BUFFER,
                 level,
-                BROTLI_WINDOW,
+                window,
             ))),
             ContentCoding::Zstd => {
-                Inner::Zstd(zstd::stream::write::Encoder::new(Vec::new(), level as i32).ok()?)
+                let mut encoder =
+                    zstd::stream::write::Encoder::new(Vec::new(), level as i32).ok()?;
+                if length.is_some() {
+                    encoder.window_log(window).ok()?;
+                }
+                Inner::Zstd(encoder)
             }
             ContentCoding::Identity | ContentCoding::Other => return None,
         };
@@ -195,7 +221,7 @@ mod tests {
     fn every_coding_round_trips_through_its_decoder() {
         let plain = b"<html>".repeat(10_000);
         for coding in ContentCoding::DECODABLE {
-            let mut enc = StoreEncoder::new(coding, 5).unwrap();
+            let mut enc = StoreEncoder::new(coding, 5, Some(plain.len())).unwrap();
             let mut coded = Vec::new();
             for (i, chunk) in plain.chunks(3000).enumerate() {
                 let end = (i + 1) * 3000 >= plain.len();
@@ -213,7 +239,29 @@ mod tests {
                 "{coding:?}"
             );
         }
-        assert!(StoreEncoder::new(ContentCoding::Other, 5).is_none());
+        assert!(StoreEncoder::new(ContentCoding::Other, 5, None).is_none());
+    }
+
+    #[test]
+    fn the_window_fits_the_body() {
+        assert_eq!(window_log(Some(0)), MIN_WINDOW_LOG);
+        assert_eq!(window_log(Some(8192)), 14);
+        assert_eq!(window_log(Some(8191)), 13);
+        assert_eq!(window_log(Some(50 << 20)), MAX_WINDOW_LOG);
+        assert_eq!(window_log(None), MAX_WINDOW_LOG);
+        // a body longer than its announced length still codes and decodes (a wrong
+        // Content-Length is the origin's error, not a reason to corrupt the copy)
+        let plain = b"0123456789abcdef".repeat(4096);
+        for coding in ContentCoding::DECODABLE {
+            let mut enc = StoreEncoder::new(coding, 5, Some(1000)).unwrap();
+            let coded = enc.feed(&plain, true).unwrap();
+            let mut decoder = Decoder::new(coding).unwrap();
+            assert_eq!(
+                &decoder.feed(&coded, true).unwrap()[..],
+                &plain[..],
+                "{coding:?}"
+            );
+        }
     }
 
     #[test]

@@ -113,7 +113,8 @@ pub fn on_upstream_response(
 ) {
     ctx.store_encoder = None;
     if will_store && req.method != http::Method::HEAD && encode_on_store::wants(config, resp) {
-        if let Some(encoder) = StoreEncoder::new(config.coding, config.level) {
+        let length = encode_on_store::content_length(resp);
+        if let Some(encoder) = StoreEncoder::new(config.coding, config.level, length) {
             encode_on_store::adjust_head(resp, config.coding);
             ctx.store_encoder = Some(Box::new(encoder));
         }
