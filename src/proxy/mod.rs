@@ -4,26 +4,30 @@
 //! concern, and [`RequestCtx`] carries what they learn from phase to phase. In the order a request
 //! meets them (see the picture in `docs/architecture.md`):
 //!
-//! 1. `request_filter`: [`purge`] decides whether this is a PURGE its client may send (refused:
-//!    405); [`fast_hit`] answers fresh, plain hits from storage without Pingora's cache machinery.
+//! 1. `request_filter`: [`purge`] answers a PURGE (refused: 405; allowed: carried out across the
+//!    cluster by `crate::invalidation`); [`fast_hit`] answers fresh, plain hits from storage
+//!    without Pingora's cache machinery.
 //! 2. `request_cache_filter`: whether the cache is used at all (method, client `no-store`,
 //!    config); if so, it is enabled with our storage and the cache lock.
 //! 3. `cache_key_callback`: the key from [`cache_key`] (built once per request);
 //!    `cache_vary_filter` adds the variant (`policy::vary`); `cache_hit_filter` applies the
-//!    client's directives (`policy::request_directives`); `is_purge` reads the purge decision.
+//!    client's directives (`policy::request_directives`).
 //! 4. Lookup (Pingora's state machine): a fresh hit is served from storage; concurrent misses wait
 //!    on the cache lock so one origin fetch fills the cache for all of them.
 //! 5. `proxy_upstream_filter` … `upstream_response_body_filter`: `only-if-cached`, fairness, the
-//!    attempts, retries and passive health of `crate::upstream`; forwarding headers and `Via`
-//!    ([`headers`]); [`invalidation`] by unsafe methods; `crate::compression` on the way in.
+//!    attempts, retries and passive health of `crate::upstream` (and, in `fail_to_proxy`, its
+//!    status for a request that failed: 504 on a timeout); a retry never meets the failed
+//!    attempt's cache write ([`retried_fill`]); forwarding headers and `Via` ([`headers`]);
+//!    [`invalidation`] by unsafe methods; `crate::compression` on the way in.
 //!    An interim (1xx) response passes these phases and `response_filter` too, and is handed to
 //!    [`interim`] alone: it is forwarded, never stored or judged.
 //!    With `[cache.partial]`, [`partial_content`] answers a range from a stored part first,
 //!    and otherwise asks the origin for a range and stores the `206` (through to the
 //!    downstream phases, which serve a range spanning a part and a fetched tail).
 //! 6. `response_cache_filter`: the [`CachePolicy`] decides whether and how long to store.
-//! 7. `response_filter`: `Cache-Status` ([`cache_status`]) and `Via` on every response,
-//!    `crate::compression` on the way out; `logging` ends the fill lease this request holds and
+//! 7. `response_filter`: `Cache-Status` ([`cache_status`]) and `Via` on every response, fields
+//!    meant for this cache only removed ([`headers::ForUsOnly`]), `crate::compression` on the way
+//!    out; `logging` ends the fill lease this request holds and
 //!    writes the [`access_record`].
 
 pub mod access_record;
@@ -34,11 +38,14 @@ pub mod headers;
 pub mod interim;
 pub mod invalidation;
 pub mod partial_content;
+pub mod post_reuse;
 pub mod purge;
+pub mod retried_fill;
 
 use crate::compression::decoded_copies::DecodedCopies;
 use crate::compression::{self, CompressionCtx};
 use crate::config::Config;
+use crate::invalidation::Invalidator;
 use crate::observe::access_log::AccessLog;
 use crate::policy::request_directives::RequestDirectives;
 use crate::policy::{freshness, preconditions, revalidation, vary, CachePolicy};
@@ -61,7 +68,7 @@ use pingora_cache::{CacheKey, CacheMeta, CacheOptionOverrides, ForcedFreshness, 
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_error::Result;
 use pingora_http::{RequestHeader, ResponseHeader};
-use pingora_proxy::{ProxyHttp, Session};
+use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 use purge::PurgeRequest;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -91,6 +98,8 @@ pub struct RequestCtx {
     partial: PartialCtx,
     /// Backends tried, the one in flight, the fairness slot, timings (see [`crate::upstream`]).
     upstream: RequestUpstream,
+    /// A POST response being kept for later GETs of its URL (see [`post_reuse`]).
+    post_reuse: Option<Box<post_reuse::PostReuse>>,
 }
 
 /// Lacquer's implementation of Pingora's [`ProxyHttp`].
@@ -113,6 +122,10 @@ pub struct LacquerProxy {
     access_log: Option<AccessLog>,
     /// Our `Via` entries, rendered once.
     via: headers::ViaValues,
+    /// Purges (PURGE, unsafe methods) carried out across the cluster.
+    invalidator: &'static Invalidator,
+    /// Fields removed from every response to a client.
+    for_us_only: headers::ForUsOnly,
 }
 
 impl LacquerProxy {
@@ -122,6 +135,7 @@ impl LacquerProxy {
         config: Arc<Config>,
         memory: &'static MemoryTier,
         tiered: Option<&'static TieredStorage>,
+        invalidator: &'static Invalidator,
         access_log: Option<AccessLog>,
     ) -> Self {
         let lock: &'static CacheLock = Box::leak(CacheLock::new_boxed(config.cache.lock_timeout));
@@ -140,13 +154,30 @@ impl LacquerProxy {
             let decoded_copies = DecodedCopies::new(config.cache.compression.decoded_copies);
             FastHit::new(memory, tiered, decoded_copies)
         });
+        let policy = CachePolicy::new(&config.cache);
+        let for_us_only = headers::ForUsOnly::new(
+            config
+                .cache
+                .strip_targeted_fields
+                .iter()
+                .map(String::as_str)
+                .chain(
+                    config
+                        .invalidation
+                        .tag_header
+                        .as_deref()
+                        .filter(|_| !config.invalidation.forward_tag_header),
+                ),
+        );
         let partial = (config.cache.enabled && config.cache.partial.enabled)
             .then(|| PartialContent::new(memory, tiered));
         LacquerProxy {
             known_missing,
             fast_hit,
             partial,
-            policy: CachePolicy::new(&config.cache),
+            policy,
+            invalidator,
+            for_us_only,
             upstream: Upstream::new(&config),
             fairness: config.fairness.clone().map(Fairness::new),
             config,
@@ -158,8 +189,8 @@ impl LacquerProxy {
     }
 
     /// Adds what every downstream response carries, on both the fast and the standard path:
-    /// `Cache-Status` and our `Via`, minus the fields targeted at us (RFC 9213) unless configured
-    /// to forward them; keeps the classification for the access log.
+    /// `Cache-Status` and our `Via`, minus the targeted fields configured to be stripped (RFC
+    /// 9213: by default our own); keeps the classification for the access log.
     fn finish_response_head(
         &self,
         head: &mut ResponseHeader,
@@ -167,9 +198,7 @@ impl LacquerProxy {
         status: CacheStatus,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        if !self.config.cache.forward_targeted_fields {
-            self.policy.targeted_fields().strip(head);
-        }
+        self.for_us_only.strip(head);
         head.insert_header(
             "cache-status",
             status.header_value(&self.config.cache.status_name),
@@ -220,6 +249,7 @@ impl ProxyHttp for LacquerProxy {
             compression: CompressionCtx::default(),
             partial: PartialCtx::default(),
             upstream: RequestUpstream::default(),
+            post_reuse: None,
         }
     }
 
@@ -229,8 +259,14 @@ impl ProxyHttp for LacquerProxy {
             || client_ip(session),
             &self.config.cache.purge_from,
         );
-        if ctx.purge == PurgeRequest::Refused {
-            return purge::refuse(session).await;
+        match ctx.purge {
+            PurgeRequest::None => {}
+            PurgeRequest::Refused => return purge::refuse(session).await,
+            PurgeRequest::Allowed => {
+                let client = client_ip(session);
+                let enabled = self.config.cache.enabled;
+                return purge::carry_out(session, self.invalidator, enabled, client).await;
+            }
         }
         let Some(fast_hit) = &self.fast_hit else {
             return Ok(false);
@@ -253,7 +289,7 @@ impl ProxyHttp for LacquerProxy {
             return Ok(());
         }
         let req = session.req_header();
-        if !ctx.purge.allowed() && !self.policy.request_cacheable(req) {
+        if !self.policy.request_cacheable(req) {
             ctx.seen.method_not_cacheable = true;
             return Ok(());
         }
@@ -339,21 +375,22 @@ impl ProxyHttp for LacquerProxy {
         })
     }
 
-    fn is_purge(&self, _session: &Session, ctx: &Self::CTX) -> bool {
-        ctx.purge.allowed()
-    }
-
     fn should_serve_stale(
         &self,
         _session: &mut Session,
-        _ctx: &mut Self::CTX,
+        ctx: &mut Self::CTX,
         error: Option<&pingora_error::Error>,
     ) -> bool {
         match error {
             // stale-while-revalidate: Pingora has already checked the stored window
             None => true,
-            // stale-if-error: only for failures of the origin itself
-            Some(e) => e.esource() == &pingora_error::ErrorSource::Upstream,
+            // stale-if-error (the response's own, or the configured grace): only for failures
+            // of the origin itself, which Cache-Status then reports
+            Some(e) if e.esource() == &pingora_error::ErrorSource::Upstream => {
+                ctx.seen.origin_failure = Some(cache_status::OriginFailure::of(e));
+                true
+            }
+            Some(_) => false,
         }
     }
 
@@ -406,6 +443,7 @@ impl ProxyHttp for LacquerProxy {
     ) -> Box<pingora_error::Error> {
         self.upstream
             .on_connect_failure(&ctx.upstream, session, &mut e);
+        retried_fill::on_retry(session, &e);
         e
     }
 
@@ -415,11 +453,32 @@ impl ProxyHttp for LacquerProxy {
         session: &mut Session,
         e: Box<pingora_error::Error>,
         ctx: &mut Self::CTX,
-        _client_reused: bool,
+        client_reused: bool,
     ) -> Box<pingora_error::Error> {
         let mut e = e.more_context(format!("Peer: {peer}"));
-        self.upstream.on_proxy_error(&ctx.upstream, session, &mut e);
+        self.upstream
+            .on_proxy_error(&ctx.upstream, session, &mut e, client_reused);
+        retried_fill::on_retry(session, &e);
         e
+    }
+
+    async fn fail_to_proxy(
+        &self,
+        session: &mut Session,
+        e: &pingora_error::Error,
+        _ctx: &mut Self::CTX,
+    ) -> FailToProxy {
+        let code = crate::upstream::attempts::failure_status(e);
+        if code > 0 {
+            if let Err(write_error) = session.respond_error(code).await {
+                log::debug!("could not send the {code} error response: {write_error}");
+            }
+        }
+        FailToProxy {
+            error_code: code,
+            // as Pingora's default: the connection may be mid-message
+            can_reuse_downstream: false,
+        }
     }
 
     async fn upstream_request_filter(
@@ -469,9 +528,23 @@ impl ProxyHttp for LacquerProxy {
         }
         self.upstream
             .on_response(&mut ctx.upstream, upstream_response.status);
-        invalidation::on_upstream_response(self.storage, session.req_header(), upstream_response)
-            .await;
+        invalidation::on_upstream_response(
+            self.invalidator,
+            session.req_header(),
+            upstream_response,
+            client_ip(session),
+        )
+        .await;
         headers::strip_hop_by_hop(upstream_response);
+        headers::add_date_if_missing(upstream_response);
+        if self.config.cache.reuse_post_responses && self.config.cache.enabled {
+            ctx.post_reuse = post_reuse::on_upstream_response(
+                &self.policy,
+                session.req_header(),
+                upstream_response,
+                ctx.request_time,
+            );
+        }
         if upstream_response.status == http::StatusCode::NOT_MODIFIED
             && session.cache.phase() == pingora_cache::CachePhase::Stale
         {
@@ -520,6 +593,12 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
     ) -> Result<Option<std::time::Duration>> {
         self.upstream.on_body(&ctx.upstream)?;
+        post_reuse::on_upstream_body(
+            &mut ctx.post_reuse,
+            body,
+            end_of_stream,
+            self.policy.max_object_size(),
+        );
         compression::on_upstream_body(&mut ctx.compression, body, end_of_stream)?;
         if let Some(partial) = &self.partial {
             partial.on_upstream_body(&mut ctx.partial, body, end_of_stream);
@@ -615,11 +694,24 @@ impl ProxyHttp for LacquerProxy {
     async fn logging(
         &self,
         session: &mut Session,
-        _e: Option<&pingora_error::Error>,
+        e: Option<&pingora_error::Error>,
         ctx: &mut Self::CTX,
     ) {
+        if let Some(kept) = ctx.post_reuse.take() {
+            // boxed: every other request's logging future stays as small as it was
+            let key = ctx.key.get(session.req_header());
+            Box::pin(post_reuse::on_request_end(
+                kept,
+                self.storage,
+                key,
+                e.is_some(),
+            ))
+            .await;
+        }
         if let Some(lease) = ctx.fill_lease.take() {
-            lease.on_request_end(ctx.cache_status.as_ref().is_some_and(|s| s.stored));
+            // a request that ended in an error abandoned its fill, whatever was judged storable
+            let stored = e.is_none() && ctx.cache_status.as_ref().is_some_and(|s| s.stored);
+            lease.on_request_end(stored);
         }
         if let Some(log) = &self.access_log {
             access_record::on_request_end(log, session, ctx, &self.config.cache.status_name);

@@ -328,7 +328,7 @@ impl PartialContent {
             return;
         }
         stored.header = partial::partial_head(&stored.header, span);
-        self.memory.store_partial(primary, stored, body);
+        self.memory.store_partial(&key, stored, body);
     }
 }
 
