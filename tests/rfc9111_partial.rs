@@ -18,7 +18,7 @@ const LEN: usize = 1000;
 type Version = Arc<AtomicU8>;
 
 /// An origin serving one 1000-byte representation per path, `max-age=600`, with a strong
-/// `ETag`; it answers a single byte range with a `206` (`If-Range` honoured: another validator
+/// `ETag` and the tag `media`; it answers a single byte range with a `206` (`If-Range` honoured: another validator
 /// gets the whole `200`).
 fn ranged_origin(version: Version) -> TestOrigin {
     TestOrigin::start(move |req| {
@@ -37,6 +37,7 @@ fn ranged_origin(version: Version) -> TestOrigin {
         };
         resp.header("Cache-Control", "max-age=600")
             .header("ETag", etag)
+            .header("Surrogate-Key", "media")
             .header("Content-Type", "application/octet-stream")
     })
 }
@@ -234,6 +235,33 @@ async fn purging_the_url_removes_its_part() {
     assert!(ranged(&lacquer, path, "bytes=0-9").await.is_hit());
     let purged = request("PURGE", &lacquer.url(path), &[SITE], None).await;
     assert_eq!(purged.status, 200);
+    let after = ranged(&lacquer, path, "bytes=0-9").await;
+    assert!(!after.is_hit(), "{:?}", after.cache_status());
+    assert_part(&after, 0, 10, 1);
+    assert_eq!(origin.hits_for(path), 2);
+}
+
+#[tokio::test]
+async fn a_ban_of_its_tag_removes_the_part() {
+    let origin = ranged_origin(Arc::new(AtomicU8::new(1)));
+    let dir = TempDir::new("partial-ban");
+    let token = "partial-ban-token-0123456789abcdef";
+    let token_file = dir.write("token", format!("{token}\n"));
+    let admin = free_port();
+    let lacquer = LacquerProcess::start_simple(
+        origin.addr(),
+        &format!(
+            "[log]\naccess = \"off\"\n[cache.partial]\nenabled = true\n{}",
+            admin_toml(admin, &token_file, "n1")
+        ),
+    );
+    let path = "/banned";
+    let part = ranged(&lacquer, path, "bytes=0-99").await;
+    assert_part(&part, 0, 100, 1);
+    assert!(!part.has_header("surrogate-key"), "the tag field is ours");
+    assert!(ranged(&lacquer, path, "bytes=0-9").await.is_hit());
+    let ban = admin_post(admin, "/ban", Some(token), r#"{"tag": "media"}"#).await;
+    assert_eq!(ban.status, 200, "{}", ban.text());
     let after = ranged(&lacquer, path, "bytes=0-9").await;
     assert!(!after.is_hit(), "{:?}", after.cache_status());
     assert_part(&after, 0, 10, 1);
