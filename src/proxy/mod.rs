@@ -32,14 +32,14 @@ pub mod purge;
 
 use crate::compression::decoded_copies::DecodedCopies;
 use crate::compression::{self, CompressionCtx};
-use crate::config::Config;
+use crate::lifecycle::drain::{InFlightRequests, RequestInFlight};
+use crate::lifecycle::live::{Live, LiveSettings};
 use crate::observe::access_log::AccessLog;
 use crate::policy::request_directives::RequestDirectives;
-use crate::policy::{freshness, preconditions, revalidation, vary, CachePolicy};
+use crate::policy::{freshness, preconditions, revalidation, vary};
 use crate::storage::fill_lease::HeldLease;
 use crate::storage::memory::MemoryTier;
 use crate::storage::tiered::{PrimaryKnownMissing, TieredStorage};
-use crate::upstream::fairness::Fairness;
 use crate::upstream::{RequestUpstream, Upstream};
 use async_trait::async_trait;
 use cache_key::RequestKey;
@@ -84,12 +84,15 @@ pub struct RequestCtx {
     upstream: RequestUpstream,
     /// A POST response being kept for later GETs of its URL (see [`post_reuse`]).
     post_reuse: Option<Box<post_reuse::PostReuse>>,
+    /// Counts this request until it ends, so a draining process waits for it.
+    _in_flight: RequestInFlight,
 }
 
 /// Lacquer's implementation of Pingora's [`ProxyHttp`].
 pub struct LacquerProxy {
-    config: Arc<Config>,
-    policy: CachePolicy,
+    /// The settings a reload replaces (config, policy, `Via`, upstream choices, fairness): each
+    /// phase loads them once (see [`crate::lifecycle::live`]).
+    live: Arc<Live>,
     /// Where Pingora's cache state machine stores and looks up: the memory tier alone, or the
     /// tiered store when a memcached cluster is configured.
     storage: &'static (dyn Storage + Sync),
@@ -99,22 +102,23 @@ pub struct LacquerProxy {
     /// The hot-hit fast path (`None` when the cache is disabled).
     fast_hit: Option<FastHit>,
     cache_lock: &'static CacheKeyLockImpl,
-    upstream: Upstream,
-    fairness: Option<Fairness>,
-    access_log: Option<AccessLog>,
-    /// Our `Via` entries, rendered once.
-    via: headers::ViaValues,
+    access_log: Option<Arc<AccessLog>>,
+    /// Requests in flight, for the drain.
+    in_flight: &'static InFlightRequests,
 }
 
 impl LacquerProxy {
     /// Builds the proxy around already created storage (shared with the admin endpoint): the
     /// memory tier, and the tiered store in front of memcached when one is configured.
     pub fn new(
-        config: Arc<Config>,
+        live: Arc<Live>,
         memory: &'static MemoryTier,
         tiered: Option<&'static TieredStorage>,
-        access_log: Option<AccessLog>,
+        access_log: Option<Arc<AccessLog>>,
+        in_flight: &'static InFlightRequests,
     ) -> Self {
+        let settings = live.load_full();
+        let config = &settings.config;
         let lock: &'static CacheLock = Box::leak(CacheLock::new_boxed(config.cache.lock_timeout));
         let storage: &'static (dyn Storage + Sync) = match tiered {
             Some(tiered) => tiered,
@@ -125,8 +129,6 @@ impl LacquerProxy {
                 Box::leak(Box::new(PrimaryKnownMissing::new(tier)));
             view
         });
-        let via = headers::ViaValues::new(&config.proxy.via_name)
-            .expect("proxy.via_name is checked to be an HTTP token when the config is loaded");
         let fast_hit = config.cache.enabled.then(|| {
             let decoded_copies = DecodedCopies::new(config.cache.compression.decoded_copies);
             FastHit::new(memory, tiered, decoded_copies)
@@ -134,14 +136,11 @@ impl LacquerProxy {
         LacquerProxy {
             known_missing,
             fast_hit,
-            policy: CachePolicy::new(&config.cache),
-            upstream: Upstream::new(&config),
-            fairness: config.fairness.clone().map(Fairness::new),
-            config,
+            live,
             storage,
             cache_lock: lock,
             access_log,
-            via,
+            in_flight,
         }
     }
 
@@ -149,32 +148,32 @@ impl LacquerProxy {
     /// `Cache-Status` and our `Via`, minus the targeted fields configured to be stripped (RFC
     /// 9213: by default our own); keeps the classification for the access log.
     fn finish_response_head(
-        &self,
+        live: &LiveSettings,
         head: &mut ResponseHeader,
         request_version: http::Version,
         status: CacheStatus,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        self.policy.targeted_fields().strip(head);
+        live.policy.targeted_fields().strip(head);
         head.insert_header(
             "cache-status",
-            status.header_value(&self.config.cache.status_name),
+            status.header_value(&live.config.cache.status_name),
         )?;
-        if self.config.proxy.via {
-            head.append_header(http::header::VIA, self.via.for_version(request_version))?;
+        if live.config.proxy.via {
+            head.append_header(http::header::VIA, live.via.for_version(request_version))?;
         }
         ctx.cache_status = Some(status);
         Ok(())
     }
 
-    /// The origin pool (shared with the health checker).
-    pub fn upstream(&self) -> &Upstream {
-        &self.upstream
+    /// The origin pool (its backends shared with the health checker).
+    pub fn upstream(&self) -> Upstream {
+        self.live.load().upstream.clone()
     }
 
-    fn lock_overrides(&self) -> CacheOptionOverrides {
+    fn lock_overrides(live: &LiveSettings) -> CacheOptionOverrides {
         let mut overrides = CacheOptionOverrides::default();
-        overrides.wait_timeout = Some(self.config.cache.lock_timeout);
+        overrides.wait_timeout = Some(live.config.cache.lock_timeout);
         overrides
     }
 }
@@ -206,14 +205,16 @@ impl ProxyHttp for LacquerProxy {
             compression: CompressionCtx::default(),
             upstream: RequestUpstream::default(),
             post_reuse: None,
+            _in_flight: self.in_flight.start(),
         }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
+        let live = self.live.load();
         ctx.purge = purge::on_request(
             &session.req_header().method,
             || client_ip(session),
-            &self.config.cache.purge_from,
+            &live.config.cache.purge_from,
         );
         if ctx.purge == PurgeRequest::Refused {
             return purge::refuse(session).await;
@@ -222,24 +223,25 @@ impl ProxyHttp for LacquerProxy {
             return Ok(false);
         };
         let Some(mut answer) = fast_hit
-            .on_request(&self.policy, session.req_header(), ctx)
+            .on_request(&live.policy, session.req_header(), ctx)
             .await
         else {
             return Ok(false);
         };
         let (version, status) = (session.req_header().version, answer.cache_status());
-        self.finish_response_head(&mut answer.head, version, status, ctx)?;
+        Self::finish_response_head(&live, &mut answer.head, version, status, ctx)?;
         answer.send(session).await?;
         Ok(true)
     }
 
     fn request_cache_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<()> {
-        if !self.config.cache.enabled {
+        let live = self.live.load();
+        if !live.config.cache.enabled {
             ctx.seen.disabled = true;
             return Ok(());
         }
         let req = session.req_header();
-        if !ctx.purge.allowed() && !self.policy.request_cacheable(req) {
+        if !ctx.purge.allowed() && !live.policy.request_cacheable(req) {
             ctx.seen.method_not_cacheable = true;
             return Ok(());
         }
@@ -257,11 +259,11 @@ impl ProxyHttp for LacquerProxy {
             None,
             None,
             Some(self.cache_lock),
-            Some(self.lock_overrides()),
+            Some(Self::lock_overrides(&live)),
         );
         session
             .cache
-            .set_max_file_size_bytes(self.policy.max_object_size());
+            .set_max_file_size_bytes(live.policy.max_object_size());
         Ok(())
     }
 
@@ -299,7 +301,7 @@ impl ProxyHttp for LacquerProxy {
             meta.response_header(),
             meta.age(),
             freshness::remaining_secs(meta.fresh_until(), SystemTime::now()),
-            self.config.cache.honor_client_no_cache,
+            self.live.load().config.cache.honor_client_no_cache,
         );
         if verdict == Some(ForcedFreshness::ForceExpired) {
             ctx.seen.client_forced = true;
@@ -358,7 +360,7 @@ impl ProxyHttp for LacquerProxy {
             session.respond_error(504).await?;
             return Ok(false);
         }
-        match &self.fairness {
+        match &self.live.load().fairness {
             Some(cap) => {
                 cap.on_upstream_request(session, client_ip(session), &mut ctx.upstream)
                     .await
@@ -373,7 +375,7 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
     ) -> Result<Box<HttpPeer>> {
         let key = ctx.key.text(session.req_header());
-        self.upstream.on_peer(&mut ctx.upstream, key)
+        self.live.load().upstream.on_peer(&mut ctx.upstream, key)
     }
 
     fn fail_to_connect(
@@ -383,7 +385,9 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
         mut e: Box<pingora_error::Error>,
     ) -> Box<pingora_error::Error> {
-        self.upstream
+        self.live
+            .load()
+            .upstream
             .on_connect_failure(&ctx.upstream, session, &mut e);
         e
     }
@@ -399,7 +403,10 @@ impl ProxyHttp for LacquerProxy {
         let mut e = e.more_context(format!("Peer: {peer}"));
         // compression's own retry (asking the origin for identity) is left as it is
         if !compression::retry_requested(&ctx.compression) {
-            self.upstream.on_proxy_error(&ctx.upstream, session, &mut e);
+            self.live
+                .load()
+                .upstream
+                .on_proxy_error(&ctx.upstream, session, &mut e);
         }
         e
     }
@@ -410,6 +417,7 @@ impl ProxyHttp for LacquerProxy {
         upstream_request: &mut RequestHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
+        let live = self.live.load();
         let cache_enabled = session.cache.enabled();
         if let Some(ae) = compression::upstream_accept_encoding(&mut ctx.compression, cache_enabled)
         {
@@ -418,20 +426,20 @@ impl ProxyHttp for LacquerProxy {
         let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
         headers::add_forwarded(
             upstream_request,
-            self.config.proxy.forwarded,
+            live.config.proxy.forwarded,
             client_ip(session),
             tls,
         );
-        if self.config.proxy.via {
+        if live.config.proxy.via {
             let version = session.req_header().version;
-            upstream_request.append_header(http::header::VIA, self.via.for_version(version))?;
+            upstream_request.append_header(http::header::VIA, live.via.for_version(version))?;
         }
         if !upstream_request.headers.contains_key(http::header::HOST) {
             let host = upstream_request
                 .uri
                 .authority()
                 .map(|a| a.to_string())
-                .unwrap_or_else(|| self.upstream.host().to_string());
+                .unwrap_or_else(|| live.upstream.host().to_string());
             upstream_request.insert_header(http::header::HOST, host)?;
         }
         Ok(())
@@ -443,15 +451,16 @@ impl ProxyHttp for LacquerProxy {
         upstream_response: &mut ResponseHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
-        self.upstream
+        let live = self.live.load();
+        live.upstream
             .on_response(&mut ctx.upstream, upstream_response.status);
         invalidation::on_upstream_response(self.storage, session.req_header(), upstream_response)
             .await;
         headers::strip_hop_by_hop(upstream_response);
         headers::add_date_if_missing(upstream_response);
-        if self.config.cache.reuse_post_responses && self.config.cache.enabled {
+        if live.config.cache.reuse_post_responses && live.config.cache.enabled {
             ctx.post_reuse = post_reuse::on_upstream_response(
-                &self.policy,
+                &live.policy,
                 session.req_header(),
                 upstream_response,
                 ctx.request_time,
@@ -465,10 +474,10 @@ impl ProxyHttp for LacquerProxy {
         }
         // only gzip on store needs to know in advance (the policy runs again, with the 304
         // merge, in response_cache_filter): skip the second evaluation when it is off
-        let will_store = self.config.cache.compression.enabled
+        let will_store = live.config.cache.compression.enabled
             && session.cache.enabled()
             && matches!(
-                self.policy.response_decision(
+                live.policy.response_decision(
                     session.req_header(),
                     upstream_response,
                     ctx.request_time
@@ -476,7 +485,7 @@ impl ProxyHttp for LacquerProxy {
                 RespCacheable::Cacheable(_)
             );
         compression::on_upstream_response(
-            &self.config.cache.compression,
+            &live.config.cache.compression,
             &mut ctx.compression,
             session.req_header(),
             upstream_response,
@@ -491,12 +500,13 @@ impl ProxyHttp for LacquerProxy {
         end_of_stream: bool,
         ctx: &mut Self::CTX,
     ) -> Result<Option<std::time::Duration>> {
-        self.upstream.on_body(&ctx.upstream)?;
+        let live = self.live.load();
+        live.upstream.on_body(&ctx.upstream)?;
         post_reuse::on_upstream_body(
             &mut ctx.post_reuse,
             body,
             end_of_stream,
-            self.policy.max_object_size(),
+            live.policy.max_object_size(),
         );
         compression::on_upstream_body(&mut ctx.compression, body, end_of_stream)?;
         Ok(None)
@@ -517,7 +527,9 @@ impl ProxyHttp for LacquerProxy {
             None => resp,
         };
         let decision = if compression::storable(resp) {
-            self.policy
+            self.live
+                .load()
+                .policy
                 .response_decision(session.req_header(), resp, ctx.request_time)
         } else {
             RespCacheable::Uncacheable(pingora_cache::NoCacheReason::Custom("content-coding"))
@@ -564,7 +576,9 @@ impl ProxyHttp for LacquerProxy {
             session.req_header(),
             upstream_response,
         );
-        self.finish_response_head(upstream_response, session.req_header().version, status, ctx)
+        let live = self.live.load();
+        let version = session.req_header().version;
+        Self::finish_response_head(&live, upstream_response, version, status, ctx)
     }
 
     fn response_body_filter(
@@ -599,7 +613,8 @@ impl ProxyHttp for LacquerProxy {
             lease.on_request_end(ctx.cache_status.as_ref().is_some_and(|s| s.stored));
         }
         if let Some(log) = &self.access_log {
-            access_record::on_request_end(log, session, ctx, &self.config.cache.status_name);
+            let live = self.live.load();
+            access_record::on_request_end(log, session, ctx, &live.config.cache.status_name);
         }
     }
 }
