@@ -7,6 +7,7 @@
 
 use crate::admin::AdminApp;
 use crate::config::{Cli, Config};
+use crate::invalidation::{InvalidationService, Invalidator};
 use crate::lifecycle::drain::{self, InFlightRequests};
 use crate::lifecycle::live::{Live, LiveSettings};
 use crate::lifecycle::reload::Reloader;
@@ -15,6 +16,8 @@ use crate::lifecycle::upgrade;
 use crate::observe::access_log::AccessLog;
 use crate::proxy::LacquerProxy;
 use crate::storage::memory::MemoryTier;
+use crate::storage::rules::tags::TagField;
+use crate::storage::rules::RuleBook;
 use crate::storage::tiered::TieredStorage;
 use crate::upstream::health::HealthChecker;
 use pingora_core::apps::HttpServerOptions;
@@ -68,8 +71,9 @@ fn server_conf(config: &Config) -> ServerConf {
     }
 }
 
-/// Builds the memory tier the config asks for; with a shared tier it becomes a near cache.
-pub fn memory_tier(config: &Config) -> &'static MemoryTier {
+/// Builds the memory tier the config asks for, judged by `rules`; with a shared tier it becomes
+/// a near cache.
+pub fn memory_tier(config: &Config, rules: &'static RuleBook) -> &'static MemoryTier {
     let mut memory = MemoryTier::new(
         config.cache.memory_size,
         config.cache.max_object_size,
@@ -78,7 +82,18 @@ pub fn memory_tier(config: &Config) -> &'static MemoryTier {
     if let Some(shared) = &config.cache.memcached {
         memory.set_local_ttl(shared.local_ttl);
     }
+    memory.set_rule_book(rules);
     memory.leak()
+}
+
+/// The rule book every tier judges entries by (see [`crate::invalidation`]).
+pub fn rule_book(config: &Config) -> &'static RuleBook {
+    let tags = config
+        .invalidation
+        .tag_header
+        .as_deref()
+        .and_then(TagField::new);
+    RuleBook::new(config.invalidation.retention, tags).leak()
 }
 
 /// Runs the server until a signal stops the process; returns only on a start-up failure.
@@ -91,7 +106,8 @@ pub fn run(config: Config, cli: &Cli) -> Result<Infallible, StartError> {
     // with --upgrade, this waits for the running process's listeners (see lifecycle::upgrade)
     server.bootstrap();
 
-    let memory = memory_tier(&config);
+    let rules = rule_book(&config);
+    let memory = memory_tier(&config, rules);
     let access_log = AccessLog::start(&config.log.access, config.log.format)
         .map_err(|e| StartError(format!("log.access: cannot open: {e}")))?
         .map(Arc::new);
@@ -110,8 +126,13 @@ pub fn run(config: Config, cli: &Cli) -> Result<Infallible, StartError> {
         .cache
         .memcached
         .as_ref()
-        .map(|shared| &*Box::leak(Box::new(TieredStorage::new(memory, shared))));
-    let proxy = LacquerProxy::new(live, memory, tiered, access_log, in_flight);
+        .map(|shared| &*Box::leak(Box::new(TieredStorage::new(memory, shared, rules))));
+    let invalidator = Invalidator::new(&config.invalidation, rules, memory, tiered).leak();
+    server.add_service(background_service(
+        "invalidation",
+        InvalidationService(invalidator),
+    ));
+    let proxy = LacquerProxy::new(live, memory, tiered, invalidator, access_log, in_flight);
     let backends = proxy.upstream().backends().to_vec();
     if let Some(checks) = &config.balancer.health_check {
         let checker = HealthChecker::new(backends.clone(), checks.clone());
@@ -147,7 +168,14 @@ pub fn run(config: Config, cli: &Cli) -> Result<Infallible, StartError> {
     if let Some(addr) = config.admin_listen {
         let mut admin = Service::new(
             "lacquer admin".to_string(),
-            AdminApp::new(memory, tiered, backends.clone()),
+            AdminApp::new(
+                memory,
+                tiered,
+                backends.clone(),
+                invalidator,
+                config.admin_access.clone(),
+                reloader.clone(),
+            ),
         );
         admin.add_tcp(&addr.to_string());
         server.add_service(admin);

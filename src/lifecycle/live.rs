@@ -9,7 +9,7 @@
 
 use crate::config::Config;
 use crate::policy::CachePolicy;
-use crate::proxy::headers::ViaValues;
+use crate::proxy::headers::{ForUsOnly, ViaValues};
 use crate::upstream::fairness::Fairness;
 use crate::upstream::Upstream;
 use arc_swap::{ArcSwap, Guard};
@@ -23,6 +23,9 @@ pub struct LiveSettings {
     pub policy: CachePolicy,
     /// Our `Via` entries, rendered once (`proxy.via_name`).
     pub via: ViaValues,
+    /// Fields removed from every response to a client (`cache.strip_targeted_fields`, the tag
+    /// header unless `invalidation.forward_tag_header`).
+    pub for_us_only: ForUsOnly,
     /// The origin pool: the same backends (and their live state) for the process's life, the
     /// algorithm, retries and timeouts as configured now.
     pub upstream: Upstream,
@@ -51,7 +54,21 @@ impl LiveSettings {
     }
 
     fn build(config: Arc<Config>, upstream: Upstream, fairness: Option<Fairness>) -> Self {
+        let tag_header = config
+            .invalidation
+            .tag_header
+            .as_deref()
+            .filter(|_| !config.invalidation.forward_tag_header);
+        let for_us_only = ForUsOnly::new(
+            config
+                .cache
+                .strip_targeted_fields
+                .iter()
+                .map(String::as_str)
+                .chain(tag_header),
+        );
         LiveSettings {
+            for_us_only,
             policy: CachePolicy::new(&config.cache),
             via: ViaValues::new(&config.proxy.via_name)
                 .expect("proxy.via_name is checked to be an HTTP token when the config is loaded"),

@@ -45,6 +45,12 @@ pub fn keep_running(running: &Config, new: &mut Config) -> Vec<&'static str> {
         "cache.compression.decoded_copies" => cache.compression.decoded_copies;
         "log.access" => log.access;
         "log.format" => log.format;
+        "admin.allow_from" => admin_access.allow_from;
+        "admin.token" => admin_access.token;
+        "invalidation.poll_interval" => invalidation.poll_interval;
+        "invalidation.retention" => invalidation.retention;
+        "invalidation.tag_header" => invalidation.tag_header;
+        "invalidation.node_name" => invalidation.node_name;
     }
     changed.dedup();
     changed

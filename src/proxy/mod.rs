@@ -4,21 +4,25 @@
 //! concern, and [`RequestCtx`] carries what they learn from phase to phase. In the order a request
 //! meets them (see the picture in `docs/architecture.md`):
 //!
-//! 1. `request_filter`: [`purge`] decides whether this is a PURGE its client may send (refused:
-//!    405); [`fast_hit`] answers fresh, plain hits from storage without Pingora's cache machinery.
+//! 1. `request_filter`: [`purge`] answers a PURGE (refused: 405; allowed: carried out across the
+//!    cluster by `crate::invalidation`); [`fast_hit`] answers fresh, plain hits from storage
+//!    without Pingora's cache machinery.
 //! 2. `request_cache_filter`: whether the cache is used at all (method, client `no-store`,
 //!    config); if so, it is enabled with our storage and the cache lock.
 //! 3. `cache_key_callback`: the key from [`cache_key`] (built once per request);
 //!    `cache_vary_filter` adds the variant (`policy::vary`); `cache_hit_filter` applies the
-//!    client's directives (`policy::request_directives`); `is_purge` reads the purge decision.
+//!    client's directives (`policy::request_directives`).
 //! 4. Lookup (Pingora's state machine): a fresh hit is served from storage; concurrent misses wait
 //!    on the cache lock so one origin fetch fills the cache for all of them.
 //! 5. `proxy_upstream_filter` … `upstream_response_body_filter`: `only-if-cached`, fairness, the
-//!    attempts, retries and passive health of `crate::upstream`; forwarding headers and `Via`
-//!    ([`headers`]); [`invalidation`] by unsafe methods; `crate::compression` on the way in.
+//!    attempts, retries and passive health of `crate::upstream` (and, in `fail_to_proxy`, its
+//!    status for a request that failed: 504 on a timeout); a retry never meets the failed
+//!    attempt's cache write ([`retried_fill`]); forwarding headers and `Via` ([`headers`]);
+//!    [`invalidation`] by unsafe methods; `crate::compression` on the way in.
 //! 6. `response_cache_filter`: the [`CachePolicy`] decides whether and how long to store.
-//! 7. `response_filter`: `Cache-Status` ([`cache_status`]) and `Via` on every response,
-//!    `crate::compression` on the way out; `logging` ends the fill lease this request holds and
+//! 7. `response_filter`: `Cache-Status` ([`cache_status`]) and `Via` on every response, fields
+//!    meant for this cache only removed ([`headers::ForUsOnly`]), `crate::compression` on the way
+//!    out; `logging` ends the fill lease this request holds and
 //!    writes the [`access_record`].
 
 pub mod access_record;
@@ -29,9 +33,11 @@ pub mod headers;
 pub mod invalidation;
 pub mod post_reuse;
 pub mod purge;
+pub mod retried_fill;
 
 use crate::compression::decoded_copies::DecodedCopies;
 use crate::compression::{self, CompressionCtx};
+use crate::invalidation::Invalidator;
 use crate::lifecycle::drain::{InFlightRequests, RequestInFlight};
 use crate::lifecycle::live::{Live, LiveSettings};
 use crate::observe::access_log::AccessLog;
@@ -54,7 +60,7 @@ use pingora_cache::{CacheKey, CacheMeta, CacheOptionOverrides, ForcedFreshness, 
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_error::Result;
 use pingora_http::{RequestHeader, ResponseHeader};
-use pingora_proxy::{ProxyHttp, Session};
+use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 use purge::PurgeRequest;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -105,6 +111,8 @@ pub struct LacquerProxy {
     access_log: Option<Arc<AccessLog>>,
     /// Requests in flight, for the drain.
     in_flight: &'static InFlightRequests,
+    /// Purges (PURGE, unsafe methods) carried out across the cluster.
+    invalidator: &'static Invalidator,
 }
 
 impl LacquerProxy {
@@ -114,6 +122,7 @@ impl LacquerProxy {
         live: Arc<Live>,
         memory: &'static MemoryTier,
         tiered: Option<&'static TieredStorage>,
+        invalidator: &'static Invalidator,
         access_log: Option<Arc<AccessLog>>,
         in_flight: &'static InFlightRequests,
     ) -> Self {
@@ -137,6 +146,7 @@ impl LacquerProxy {
             known_missing,
             fast_hit,
             live,
+            invalidator,
             storage,
             cache_lock: lock,
             access_log,
@@ -154,7 +164,7 @@ impl LacquerProxy {
         status: CacheStatus,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        live.policy.targeted_fields().strip(head);
+        live.for_us_only.strip(head);
         head.insert_header(
             "cache-status",
             status.header_value(&live.config.cache.status_name),
@@ -216,8 +226,14 @@ impl ProxyHttp for LacquerProxy {
             || client_ip(session),
             &live.config.cache.purge_from,
         );
-        if ctx.purge == PurgeRequest::Refused {
-            return purge::refuse(session).await;
+        match ctx.purge {
+            PurgeRequest::None => {}
+            PurgeRequest::Refused => return purge::refuse(session).await,
+            PurgeRequest::Allowed => {
+                let client = client_ip(session);
+                let enabled = live.config.cache.enabled;
+                return purge::carry_out(session, self.invalidator, enabled, client).await;
+            }
         }
         let Some(fast_hit) = &self.fast_hit else {
             return Ok(false);
@@ -241,7 +257,7 @@ impl ProxyHttp for LacquerProxy {
             return Ok(());
         }
         let req = session.req_header();
-        if !ctx.purge.allowed() && !live.policy.request_cacheable(req) {
+        if !live.policy.request_cacheable(req) {
             ctx.seen.method_not_cacheable = true;
             return Ok(());
         }
@@ -327,10 +343,6 @@ impl ProxyHttp for LacquerProxy {
         })
     }
 
-    fn is_purge(&self, _session: &Session, ctx: &Self::CTX) -> bool {
-        ctx.purge.allowed()
-    }
-
     fn should_serve_stale(
         &self,
         _session: &mut Session,
@@ -389,6 +401,7 @@ impl ProxyHttp for LacquerProxy {
             .load()
             .upstream
             .on_connect_failure(&ctx.upstream, session, &mut e);
+        retried_fill::on_retry(session, &e);
         e
     }
 
@@ -398,7 +411,7 @@ impl ProxyHttp for LacquerProxy {
         session: &mut Session,
         e: Box<pingora_error::Error>,
         ctx: &mut Self::CTX,
-        _client_reused: bool,
+        client_reused: bool,
     ) -> Box<pingora_error::Error> {
         let mut e = e.more_context(format!("Peer: {peer}"));
         // compression's own retry (asking the origin for identity) is left as it is
@@ -406,9 +419,29 @@ impl ProxyHttp for LacquerProxy {
             self.live
                 .load()
                 .upstream
-                .on_proxy_error(&ctx.upstream, session, &mut e);
+                .on_proxy_error(&ctx.upstream, session, &mut e, client_reused);
         }
+        retried_fill::on_retry(session, &e);
         e
+    }
+
+    async fn fail_to_proxy(
+        &self,
+        session: &mut Session,
+        e: &pingora_error::Error,
+        _ctx: &mut Self::CTX,
+    ) -> FailToProxy {
+        let code = crate::upstream::attempts::failure_status(e);
+        if code > 0 {
+            if let Err(write_error) = session.respond_error(code).await {
+                log::debug!("could not send the {code} error response: {write_error}");
+            }
+        }
+        FailToProxy {
+            error_code: code,
+            // as Pingora's default: the connection may be mid-message
+            can_reuse_downstream: false,
+        }
     }
 
     async fn upstream_request_filter(
@@ -454,8 +487,13 @@ impl ProxyHttp for LacquerProxy {
         let live = self.live.load();
         live.upstream
             .on_response(&mut ctx.upstream, upstream_response.status);
-        invalidation::on_upstream_response(self.storage, session.req_header(), upstream_response)
-            .await;
+        invalidation::on_upstream_response(
+            self.invalidator,
+            session.req_header(),
+            upstream_response,
+            client_ip(session),
+        )
+        .await;
         headers::strip_hop_by_hop(upstream_response);
         headers::add_date_if_missing(upstream_response);
         if live.config.cache.reuse_post_responses && live.config.cache.enabled {
@@ -610,7 +648,9 @@ impl ProxyHttp for LacquerProxy {
             .await;
         }
         if let Some(lease) = ctx.fill_lease.take() {
-            lease.on_request_end(ctx.cache_status.as_ref().is_some_and(|s| s.stored));
+            // a request that ended in an error abandoned its fill, whatever was judged storable
+            let stored = e.is_none() && ctx.cache_status.as_ref().is_some_and(|s| s.stored);
+            lease.on_request_end(stored);
         }
         if let Some(log) = &self.access_log {
             let live = self.live.load();
