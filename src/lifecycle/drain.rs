@@ -88,3 +88,20 @@ fn drain(requests: &InFlightRequests, timeout: Duration) -> ! {
         std::thread::sleep(POLL);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_counts_until_its_guard_is_dropped() {
+        let requests = InFlightRequests::leak();
+        let first = requests.start();
+        let second = requests.start();
+        assert_eq!(requests.count(), 2);
+        drop(first);
+        assert_eq!(requests.count(), 1);
+        drop(second);
+        assert_eq!(requests.count(), 0);
+    }
+}

@@ -61,7 +61,7 @@ mod tests {
     use super::*;
 
     fn config(extra: &str) -> Config {
-        Config::from_toml(&format!("upstream = \"127.0.0.1:8080\"\n{extra}")).unwrap()
+        Config::from_toml(&format!("upstream = \"127.0.0.1:8080\"\n{extra}")).expect(extra)
     }
 
     #[test]
@@ -80,10 +80,20 @@ mod tests {
     fn restart_only_keys_keep_their_running_value_and_are_named() {
         let running = config("listen = [\"127.0.0.1:6081\"]");
         let mut new = config(
-            "listen = [\"127.0.0.1:7000\"]\n[cache]\nmemory_size = \"1MiB\"\ndefault_ttl = \"9s\"",
+            "listen = [\"127.0.0.1:7000\"]\n[cache]\nmemory_size = \"64MiB\"\ndefault_ttl = \"9s\"",
         );
         let changed = keep_running(&running, &mut new);
-        assert_eq!(changed, ["listen", "cache.memory_size"]);
+        // estimated_objects follows memory_size, and the node's name the first listen port,
+        // when not given
+        assert_eq!(
+            changed,
+            [
+                "listen",
+                "cache.memory_size",
+                "cache.estimated_objects",
+                "invalidation.node_name"
+            ]
+        );
         assert_eq!(new.listen, running.listen);
         assert_eq!(new.cache.memory_size, running.cache.memory_size);
         assert_eq!(

@@ -30,3 +30,24 @@ pub fn pingora_options(upgrade: bool) -> Opt {
 pub fn successor_waiting(upgrade_sock: &str) -> bool {
     std::fs::metadata(Path::new(upgrade_sock)).is_ok_and(|m| m.file_type().is_socket())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_listening_socket_means_a_successor_waits() {
+        let dir = std::env::temp_dir().join(format!("lacquer-upgrade-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("upgrade.sock");
+        let path = sock.to_str().unwrap();
+        assert!(!successor_waiting(path), "nothing there yet");
+        std::fs::write(&sock, b"not a socket").unwrap();
+        assert!(!successor_waiting(path), "a plain file is no successor");
+        std::fs::remove_file(&sock).unwrap();
+        let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        assert!(successor_waiting(path));
+        drop(listener);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
