@@ -285,3 +285,35 @@ async fn sigterm_cuts_what_is_still_running_at_shutdown_timeout() {
     );
     assert!(node.stderr_log().contains("shutdown_timeout"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reopens_the_access_log_for_logrotate() {
+    let origin = page_origin();
+    let dir = TempDir::new("lifecycle-logrotate");
+    let log = dir.path().join("access.log");
+    let rotated = dir.path().join("access.log.1");
+    let node = LacquerProcess::start_simple(
+        origin.addr(),
+        &format!("[log]\naccess = \"{}\"\n", log.display()),
+    );
+    let before = node.url("/page/before");
+    get(&before, &[]).await;
+    assert!(poll_until(Duration::from_secs(10), || read_lossy(&log)
+        .contains("/page/before")));
+    // what logrotate does: rename, then SIGHUP
+    std::fs::rename(&log, &rotated).unwrap();
+    assert!(node.signal("HUP"));
+    assert!(wait_for_log(
+        &node,
+        "configuration reloaded",
+        Duration::from_secs(10)
+    ));
+    get(&node.url("/page/after"), &[]).await;
+    assert!(
+        poll_until(Duration::from_secs(10), || read_lossy(&log)
+            .contains("/page/after")),
+        "no line in the new file; stderr:\n{}",
+        node.stderr_log()
+    );
+    assert!(!read_lossy(&rotated).contains("/page/after"));
+}
