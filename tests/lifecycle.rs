@@ -220,8 +220,12 @@ fn slow_download(chunks: usize) -> (TestOrigin, Vec<u8>) {
 }
 
 /// Starts the download through `node`, waits until its first bytes arrived, sends SIGTERM, and
-/// returns what the client then received, whole or cut.
-async fn download_across_sigterm(node: &LacquerProcess) -> Result<Vec<u8>, String> {
+/// returns what the client then received, whole or cut. With `while_in_flight`, runs it once
+/// SIGTERM is sent, before reading the rest.
+async fn download_across_sigterm(
+    node: &mut LacquerProcess,
+    while_in_flight: impl FnOnce(&mut LacquerProcess),
+) -> Result<Vec<u8>, String> {
     let mut response = http_client()
         .get(node.url("/download"))
         .send()
@@ -234,6 +238,7 @@ async fn download_across_sigterm(node: &LacquerProcess) -> Result<Vec<u8>, Strin
         .map(|b| b.to_vec())
         .unwrap_or_default();
     assert!(node.signal("TERM"));
+    while_in_flight(node);
     loop {
         match response.chunk().await {
             Ok(Some(chunk)) => body.extend_from_slice(&chunk),
@@ -245,19 +250,26 @@ async fn download_across_sigterm(node: &LacquerProcess) -> Result<Vec<u8>, Strin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_stops_accepting_and_lets_a_slow_download_finish() {
-    let (origin, whole) = slow_download(20);
+    // 4 s of body: the listener's closing is seen while it streams
+    let (origin, whole) = slow_download(40);
     let mut node = LacquerProcess::start_simple(
         origin.addr(),
         // grace_period, the fixed wait that used to bound the drain, no longer does
         "shutdown_timeout = \"30s\"\ngrace_period = \"1s\"\n[log]\naccess = \"off\"\n",
     );
     let port = node.port();
-    let received = download_across_sigterm(&node).await;
-    // SIGTERM closed the listener; the download went on regardless
-    assert!(
-        poll_until(Duration::from_secs(10), || !port_accepts(port)),
-        "the listener still accepts after SIGTERM"
-    );
+    let received = download_across_sigterm(&mut node, |node| {
+        // the listener closes while the download goes on
+        assert!(
+            poll_until(Duration::from_secs(10), || !port_accepts(port)),
+            "the listener still accepts after SIGTERM"
+        );
+        assert!(
+            node.is_running(),
+            "the process exited with a download in flight"
+        );
+    })
+    .await;
     assert_eq!(received.map(|b| b.len()), Ok(whole.len()));
     let status = node.wait_exit(Duration::from_secs(30));
     assert!(
@@ -276,7 +288,7 @@ async fn sigterm_cuts_what_is_still_running_at_shutdown_timeout() {
         origin.addr(),
         "shutdown_timeout = \"1s\"\n[log]\naccess = \"off\"\n",
     );
-    let received = download_across_sigterm(&node).await;
+    let received = download_across_sigterm(&mut node, |_| {}).await;
     let status = node.wait_exit(Duration::from_secs(30));
     assert!(status.is_some_and(|s| s.success()), "{status:?}");
     assert!(
