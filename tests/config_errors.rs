@@ -228,6 +228,11 @@ fn invalidation_and_admin_access_keys_name_the_key_and_reason() {
             "admin.token_env",
             "not both",
         ),
+        (
+            "[server]\nupgrade_sock = \"up.sock\"",
+            "server.upgrade_sock",
+            "not an absolute path",
+        ),
     ] {
         let out = check_config(&format!("{base}{toml}"));
         assert_eq!(out.status.code(), Some(2), "{toml}: {}", stderr_text(&out));

@@ -90,6 +90,9 @@ pub struct Config {
     /// head and body fit goes out in one `send`. Pingora's default is one MSS (1460 bytes), which
     /// splits any response over ~1 KB into two sends, two client wake-ups.
     pub write_buffer: usize,
+    /// The Unix socket a hand-over passes the listening sockets through (`server.upgrade_sock`,
+    /// see [`crate::lifecycle::upgrade`]).
+    pub upgrade_sock: String,
     pub tls: Option<TlsConfig>,
     pub proxy: ProxyConfig,
     pub cache: CacheConfig,
@@ -146,6 +149,7 @@ impl Config {
             upstream_keepalive_pool: server.upstream_keepalive_pool,
             h2c: server.h2c,
             write_buffer: server.write_buffer,
+            upgrade_sock: server.upgrade_sock,
             tls,
             balancer: balancing::validate(&file.balancer, backends, &proxy)?,
             proxy,

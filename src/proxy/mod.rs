@@ -44,15 +44,15 @@ pub mod retried_fill;
 
 use crate::compression::decoded_copies::DecodedCopies;
 use crate::compression::{self, CompressionCtx};
-use crate::config::Config;
 use crate::invalidation::Invalidator;
+use crate::lifecycle::drain::{InFlightRequests, RequestInFlight};
+use crate::lifecycle::live::{Live, LiveSettings};
 use crate::observe::access_log::AccessLog;
 use crate::policy::request_directives::RequestDirectives;
-use crate::policy::{freshness, preconditions, revalidation, vary, CachePolicy};
+use crate::policy::{freshness, preconditions, revalidation, vary};
 use crate::storage::fill_lease::HeldLease;
 use crate::storage::memory::MemoryTier;
 use crate::storage::tiered::{PrimaryKnownMissing, TieredStorage};
-use crate::upstream::fairness::Fairness;
 use crate::upstream::{RequestUpstream, Upstream};
 use async_trait::async_trait;
 use cache_key::RequestKey;
@@ -100,12 +100,15 @@ pub struct RequestCtx {
     upstream: RequestUpstream,
     /// A POST response being kept for later GETs of its URL (see [`post_reuse`]).
     post_reuse: Option<Box<post_reuse::PostReuse>>,
+    /// Counts this request until it ends, so a draining process waits for it.
+    _in_flight: RequestInFlight,
 }
 
 /// Lacquer's implementation of Pingora's [`ProxyHttp`].
 pub struct LacquerProxy {
-    config: Arc<Config>,
-    policy: CachePolicy,
+    /// The settings a reload replaces (config, policy, `Via`, upstream choices, fairness): each
+    /// phase loads them once (see [`crate::lifecycle::live`]).
+    live: Arc<Live>,
     /// Where Pingora's cache state machine stores and looks up: the memory tier alone, or the
     /// tiered store when a memcached cluster is configured.
     storage: &'static (dyn Storage + Sync),
@@ -117,27 +120,26 @@ pub struct LacquerProxy {
     /// Partial content (`None` unless the cache and `[cache.partial]` are enabled).
     partial: Option<PartialContent>,
     cache_lock: &'static CacheKeyLockImpl,
-    upstream: Upstream,
-    fairness: Option<Fairness>,
-    access_log: Option<AccessLog>,
-    /// Our `Via` entries, rendered once.
-    via: headers::ViaValues,
+    access_log: Option<Arc<AccessLog>>,
+    /// Requests in flight, for the drain.
+    in_flight: &'static InFlightRequests,
     /// Purges (PURGE, unsafe methods) carried out across the cluster.
     invalidator: &'static Invalidator,
-    /// Fields removed from every response to a client.
-    for_us_only: headers::ForUsOnly,
 }
 
 impl LacquerProxy {
     /// Builds the proxy around already created storage (shared with the admin endpoint): the
     /// memory tier, and the tiered store in front of memcached when one is configured.
     pub fn new(
-        config: Arc<Config>,
+        live: Arc<Live>,
         memory: &'static MemoryTier,
         tiered: Option<&'static TieredStorage>,
         invalidator: &'static Invalidator,
-        access_log: Option<AccessLog>,
+        access_log: Option<Arc<AccessLog>>,
+        in_flight: &'static InFlightRequests,
     ) -> Self {
+        let settings = live.load_full();
+        let config = &settings.config;
         let lock: &'static CacheLock = Box::leak(CacheLock::new_boxed(config.cache.lock_timeout));
         let storage: &'static (dyn Storage + Sync) = match tiered {
             Some(tiered) => tiered,
@@ -148,43 +150,22 @@ impl LacquerProxy {
                 Box::leak(Box::new(PrimaryKnownMissing::new(tier)));
             view
         });
-        let via = headers::ViaValues::new(&config.proxy.via_name)
-            .expect("proxy.via_name is checked to be an HTTP token when the config is loaded");
         let fast_hit = config.cache.enabled.then(|| {
             let decoded_copies = DecodedCopies::new(config.cache.compression.decoded_copies);
             FastHit::new(memory, tiered, decoded_copies)
         });
-        let policy = CachePolicy::new(&config.cache);
-        let for_us_only = headers::ForUsOnly::new(
-            config
-                .cache
-                .strip_targeted_fields
-                .iter()
-                .map(String::as_str)
-                .chain(
-                    config
-                        .invalidation
-                        .tag_header
-                        .as_deref()
-                        .filter(|_| !config.invalidation.forward_tag_header),
-                ),
-        );
         let partial = (config.cache.enabled && config.cache.partial.enabled)
             .then(|| PartialContent::new(memory, tiered));
         LacquerProxy {
             known_missing,
             fast_hit,
             partial,
-            policy,
+            live,
             invalidator,
-            for_us_only,
-            upstream: Upstream::new(&config),
-            fairness: config.fairness.clone().map(Fairness::new),
-            config,
             storage,
             cache_lock: lock,
             access_log,
-            via,
+            in_flight,
         }
     }
 
@@ -192,32 +173,32 @@ impl LacquerProxy {
     /// `Cache-Status` and our `Via`, minus the targeted fields configured to be stripped (RFC
     /// 9213: by default our own); keeps the classification for the access log.
     fn finish_response_head(
-        &self,
+        live: &LiveSettings,
         head: &mut ResponseHeader,
         request_version: http::Version,
         status: CacheStatus,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        self.for_us_only.strip(head);
+        live.for_us_only.strip(head);
         head.insert_header(
             "cache-status",
-            status.header_value(&self.config.cache.status_name),
+            status.header_value(&live.config.cache.status_name),
         )?;
-        if self.config.proxy.via {
-            head.append_header(http::header::VIA, self.via.for_version(request_version))?;
+        if live.config.proxy.via {
+            head.append_header(http::header::VIA, live.via.for_version(request_version))?;
         }
         ctx.cache_status = Some(status);
         Ok(())
     }
 
-    /// The origin pool (shared with the health checker).
-    pub fn upstream(&self) -> &Upstream {
-        &self.upstream
+    /// The origin pool (its backends shared with the health checker).
+    pub fn upstream(&self) -> Upstream {
+        self.live.load().upstream.clone()
     }
 
-    fn lock_overrides(&self) -> CacheOptionOverrides {
+    fn lock_overrides(live: &LiveSettings) -> CacheOptionOverrides {
         let mut overrides = CacheOptionOverrides::default();
-        overrides.wait_timeout = Some(self.config.cache.lock_timeout);
+        overrides.wait_timeout = Some(live.config.cache.lock_timeout);
         overrides
     }
 }
@@ -250,21 +231,23 @@ impl ProxyHttp for LacquerProxy {
             partial: PartialCtx::default(),
             upstream: RequestUpstream::default(),
             post_reuse: None,
+            _in_flight: self.in_flight.start(),
         }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
+        let live = self.live.load();
         ctx.purge = purge::on_request(
             &session.req_header().method,
             || client_ip(session),
-            &self.config.cache.purge_from,
+            &live.config.cache.purge_from,
         );
         match ctx.purge {
             PurgeRequest::None => {}
             PurgeRequest::Refused => return purge::refuse(session).await,
             PurgeRequest::Allowed => {
                 let client = client_ip(session);
-                let enabled = self.config.cache.enabled;
+                let enabled = live.config.cache.enabled;
                 return purge::carry_out(session, self.invalidator, enabled, client).await;
             }
         }
@@ -272,24 +255,25 @@ impl ProxyHttp for LacquerProxy {
             return Ok(false);
         };
         let Some(mut answer) = fast_hit
-            .on_request(&self.policy, session.req_header(), ctx)
+            .on_request(&live.policy, session.req_header(), ctx)
             .await
         else {
             return Ok(false);
         };
         let (version, status) = (session.req_header().version, answer.cache_status());
-        self.finish_response_head(&mut answer.head, version, status, ctx)?;
+        Self::finish_response_head(&live, &mut answer.head, version, status, ctx)?;
         answer.send(session).await?;
         Ok(true)
     }
 
     fn request_cache_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<()> {
-        if !self.config.cache.enabled {
+        let live = self.live.load();
+        if !live.config.cache.enabled {
             ctx.seen.disabled = true;
             return Ok(());
         }
         let req = session.req_header();
-        if !self.policy.request_cacheable(req) {
+        if !live.policy.request_cacheable(req) {
             ctx.seen.method_not_cacheable = true;
             return Ok(());
         }
@@ -307,11 +291,11 @@ impl ProxyHttp for LacquerProxy {
             None,
             None,
             Some(self.cache_lock),
-            Some(self.lock_overrides()),
+            Some(Self::lock_overrides(&live)),
         );
         session
             .cache
-            .set_max_file_size_bytes(self.policy.max_object_size());
+            .set_max_file_size_bytes(live.policy.max_object_size());
         Ok(())
     }
 
@@ -349,7 +333,7 @@ impl ProxyHttp for LacquerProxy {
             meta.response_header(),
             meta.age(),
             freshness::remaining_secs(meta.fresh_until(), SystemTime::now()),
-            self.config.cache.honor_client_no_cache,
+            self.live.load().config.cache.honor_client_no_cache,
         );
         if verdict == Some(ForcedFreshness::ForceExpired) {
             ctx.seen.client_forced = true;
@@ -406,7 +390,8 @@ impl ProxyHttp for LacquerProxy {
             let now = SystemTime::now();
             if let Some(mut hit) = partial.on_miss(phase, req, primary, &mut ctx.partial, now) {
                 let (version, status) = (req.version, hit.cache_status());
-                self.finish_response_head(&mut hit.head, version, status, ctx)?;
+                let live = self.live.load();
+                Self::finish_response_head(&live, &mut hit.head, version, status, ctx)?;
                 hit.send(session).await?;
                 return Ok(false);
             }
@@ -416,7 +401,7 @@ impl ProxyHttp for LacquerProxy {
             session.respond_error(504).await?;
             return Ok(false);
         }
-        match &self.fairness {
+        match &self.live.load().fairness {
             Some(cap) => {
                 cap.on_upstream_request(session, client_ip(session), &mut ctx.upstream)
                     .await
@@ -431,7 +416,7 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
     ) -> Result<Box<HttpPeer>> {
         let key = ctx.key.text(session.req_header());
-        self.upstream.on_peer(&mut ctx.upstream, key)
+        self.live.load().upstream.on_peer(&mut ctx.upstream, key)
     }
 
     fn fail_to_connect(
@@ -441,7 +426,9 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
         mut e: Box<pingora_error::Error>,
     ) -> Box<pingora_error::Error> {
-        self.upstream
+        self.live
+            .load()
+            .upstream
             .on_connect_failure(&ctx.upstream, session, &mut e);
         retried_fill::on_retry(session, &e);
         e
@@ -456,7 +443,9 @@ impl ProxyHttp for LacquerProxy {
         client_reused: bool,
     ) -> Box<pingora_error::Error> {
         let mut e = e.more_context(format!("Peer: {peer}"));
-        self.upstream
+        self.live
+            .load()
+            .upstream
             .on_proxy_error(&ctx.upstream, session, &mut e, client_reused);
         retried_fill::on_retry(session, &e);
         e
@@ -487,9 +476,10 @@ impl ProxyHttp for LacquerProxy {
         upstream_request: &mut RequestHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
+        let live = self.live.load();
         let cache_enabled = session.cache.enabled();
         if let Some(ae) =
-            compression::upstream_accept_encoding(&self.config.cache.compression, cache_enabled)
+            compression::upstream_accept_encoding(&live.config.cache.compression, cache_enabled)
         {
             upstream_request.insert_header(http::header::ACCEPT_ENCODING, ae)?;
         }
@@ -497,20 +487,20 @@ impl ProxyHttp for LacquerProxy {
         let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
         headers::add_forwarded(
             upstream_request,
-            self.config.proxy.forwarded,
+            live.config.proxy.forwarded,
             client_ip(session),
             tls,
         );
-        if self.config.proxy.via {
+        if live.config.proxy.via {
             let version = session.req_header().version;
-            upstream_request.append_header(http::header::VIA, self.via.for_version(version))?;
+            upstream_request.append_header(http::header::VIA, live.via.for_version(version))?;
         }
         if !upstream_request.headers.contains_key(http::header::HOST) {
             let host = upstream_request
                 .uri
                 .authority()
                 .map(|a| a.to_string())
-                .unwrap_or_else(|| self.upstream.host().to_string());
+                .unwrap_or_else(|| live.upstream.host().to_string());
             upstream_request.insert_header(http::header::HOST, host)?;
         }
         Ok(())
@@ -526,7 +516,8 @@ impl ProxyHttp for LacquerProxy {
             interim::on_upstream_interim(upstream_response);
             return Ok(());
         }
-        self.upstream
+        let live = self.live.load();
+        live.upstream
             .on_response(&mut ctx.upstream, upstream_response.status);
         invalidation::on_upstream_response(
             self.invalidator,
@@ -537,9 +528,9 @@ impl ProxyHttp for LacquerProxy {
         .await;
         headers::strip_hop_by_hop(upstream_response);
         headers::add_date_if_missing(upstream_response);
-        if self.config.cache.reuse_post_responses && self.config.cache.enabled {
+        if live.config.cache.reuse_post_responses && live.config.cache.enabled {
             ctx.post_reuse = post_reuse::on_upstream_response(
-                &self.policy,
+                &live.policy,
                 session.req_header(),
                 upstream_response,
                 ctx.request_time,
@@ -553,10 +544,10 @@ impl ProxyHttp for LacquerProxy {
         }
         // only compression on store needs to know in advance (the policy runs again, with the 304
         // merge, in response_cache_filter): skip the second evaluation when it is off
-        let will_store = self.config.cache.compression.enabled
+        let will_store = live.config.cache.compression.enabled
             && session.cache.enabled()
             && matches!(
-                self.policy.response_decision(
+                live.policy.response_decision(
                     session.req_header(),
                     upstream_response,
                     ctx.request_time
@@ -564,7 +555,7 @@ impl ProxyHttp for LacquerProxy {
                 RespCacheable::Cacheable(_)
             );
         compression::on_upstream_response(
-            &self.config.cache.compression,
+            &live.config.cache.compression,
             &mut ctx.compression,
             session.req_header(),
             upstream_response,
@@ -574,7 +565,7 @@ impl ProxyHttp for LacquerProxy {
             let req = session.req_header();
             let key = &mut ctx.key;
             partial.on_upstream_response(
-                &self.policy,
+                &live.policy,
                 req,
                 upstream_response,
                 ctx.request_time,
@@ -592,12 +583,13 @@ impl ProxyHttp for LacquerProxy {
         end_of_stream: bool,
         ctx: &mut Self::CTX,
     ) -> Result<Option<std::time::Duration>> {
-        self.upstream.on_body(&ctx.upstream)?;
+        let live = self.live.load();
+        live.upstream.on_body(&ctx.upstream)?;
         post_reuse::on_upstream_body(
             &mut ctx.post_reuse,
             body,
             end_of_stream,
-            self.policy.max_object_size(),
+            live.policy.max_object_size(),
         );
         compression::on_upstream_body(&mut ctx.compression, body, end_of_stream)?;
         if let Some(partial) = &self.partial {
@@ -620,9 +612,11 @@ impl ProxyHttp for LacquerProxy {
             }
             None => resp,
         };
-        let decision = self
-            .policy
-            .response_decision(session.req_header(), resp, ctx.request_time);
+        let decision =
+            self.live
+                .load()
+                .policy
+                .response_decision(session.req_header(), resp, ctx.request_time);
         match &decision {
             RespCacheable::Cacheable(_) => ctx.seen.storable = true,
             RespCacheable::Uncacheable(reason) => {
@@ -652,11 +646,11 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
     ) -> Result<()> {
         if interim::is_interim(upstream_response) {
-            let via = self.config.proxy.via;
+            let live = self.live.load();
             let version = session.req_header().version;
             interim::on_downstream_interim(
                 upstream_response,
-                via.then(|| self.via.for_version(version)),
+                live.config.proxy.via.then(|| live.via.for_version(version)),
             );
             return Ok(());
         }
@@ -676,7 +670,9 @@ impl ProxyHttp for LacquerProxy {
             session.req_header(),
             upstream_response,
         );
-        self.finish_response_head(upstream_response, session.req_header().version, status, ctx)
+        let live = self.live.load();
+        let version = session.req_header().version;
+        Self::finish_response_head(&live, upstream_response, version, status, ctx)
     }
 
     fn response_body_filter(
@@ -714,7 +710,8 @@ impl ProxyHttp for LacquerProxy {
             lease.on_request_end(stored);
         }
         if let Some(log) = &self.access_log {
-            access_record::on_request_end(log, session, ctx, &self.config.cache.status_name);
+            let live = self.live.load();
+            access_record::on_request_end(log, session, ctx, &live.config.cache.status_name);
         }
     }
 }

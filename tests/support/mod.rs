@@ -1,6 +1,7 @@
 //! The integration-test harness for Lacquer: real processes on real loopback sockets, one module
 //! per concept. Use from an integration test with `mod support; use support::*;`.
 //!
+//! - [`load`]: a steady load of checked requests, for changes made under traffic ([`SteadyLoad`]).
 //! - [`lacquer_process`]: the binary under test ([`LacquerProcess`], [`start_balancer`], [`run_lacquer`],
 //!   [`check_config`], [`admin_stat`]).
 //! - [`memcached`]: a real memcached for the shared tier ([`MemcachedProcess`]).
@@ -32,6 +33,7 @@ pub mod generated;
 pub mod gzip;
 pub mod http_date;
 pub mod lacquer_process;
+pub mod load;
 pub mod memcached;
 pub mod net;
 pub mod origin;
@@ -47,6 +49,7 @@ pub use generated::*;
 pub use gzip::*;
 pub use http_date::*;
 pub use lacquer_process::*;
+pub use load::*;
 pub use memcached::*;
 pub use net::*;
 pub use origin::*;
