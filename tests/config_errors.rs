@@ -74,6 +74,16 @@ fn invalid_values_name_the_key_and_reason() {
             "server.write_buffer",
             "not a size",
         ),
+        (
+            "upstream = \"127.0.0.1:1\"\n[cache.partial]\nenabled = \"yes\"",
+            "expected a boolean",
+            "line 3",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\n[cache.partial]\nenable = true",
+            "unknown field `enable`",
+            "line 3",
+        ),
     ] {
         let out = check_config(toml);
         assert_eq!(out.status.code(), Some(2), "{toml}: {}", stderr_text(&out));

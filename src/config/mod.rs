@@ -10,8 +10,8 @@
 //! One module per section, each holding the section as written, its validated form and its
 //! checks: [`server`] (the top-level keys and `[server]`), [`tls`], [`proxy`], [`balancing`]
 //! (`upstream`, `[[upstreams]]`, `[balancer]`), [`fairness`], [`cache`], [`memcached`]
-//! (`[cache.memcached]`), [`compression`] (`[cache.compression]`), [`logging`] (`[log]`) and
-//! [`admin`]. [`units`] parses sizes and durations; [`address_range`] client address ranges.
+//! (`[cache.memcached]`), [`compression`] (`[cache.compression]`), [`partial`]
+//! (`[cache.partial]`), [`logging`] (`[log]`) and [`admin`]. [`units`] parses sizes and durations; [`address_range`] client address ranges.
 //!
 //! With no file at all, `lacquer --upstream 127.0.0.1:8080` is a complete configuration:
 //! a memory-only cache in front of that origin.
@@ -28,6 +28,7 @@ pub mod file;
 pub mod invalidation;
 pub mod logging;
 pub mod memcached;
+pub mod partial;
 pub mod proxy;
 pub mod server;
 pub mod tls;

@@ -19,6 +19,11 @@
 //!    status for a request that failed: 504 on a timeout); a retry never meets the failed
 //!    attempt's cache write ([`retried_fill`]); forwarding headers and `Via` ([`headers`]);
 //!    [`invalidation`] by unsafe methods; `crate::compression` on the way in.
+//!    An interim (1xx) response passes these phases and `response_filter` too, and is handed to
+//!    [`interim`] alone: it is forwarded, never stored or judged.
+//!    With `[cache.partial]`, [`partial_content`] answers a range from a stored part first,
+//!    and otherwise asks the origin for a range and stores the `206` (through to the
+//!    downstream phases, which serve a range spanning a part and a fetched tail).
 //! 6. `response_cache_filter`: the [`CachePolicy`] decides whether and how long to store.
 //! 7. `response_filter`: `Cache-Status` ([`cache_status`]) and `Via` on every response, fields
 //!    meant for this cache only removed ([`headers::ForUsOnly`]), `crate::compression` on the way
@@ -30,7 +35,9 @@ pub mod cache_key;
 pub mod cache_status;
 pub mod fast_hit;
 pub mod headers;
+pub mod interim;
 pub mod invalidation;
+pub mod partial_content;
 pub mod post_reuse;
 pub mod purge;
 pub mod retried_fill;
@@ -51,6 +58,7 @@ use async_trait::async_trait;
 use cache_key::RequestKey;
 use cache_status::{CacheStatus, Observations};
 use fast_hit::FastHit;
+use partial_content::{PartialContent, PartialCtx};
 use pingora_cache::cache_control::CacheControl;
 use pingora_cache::key::HashBinary;
 use pingora_cache::lock::{CacheKeyLockImpl, CacheLock};
@@ -86,6 +94,8 @@ pub struct RequestCtx {
     /// The origin's 304 to our revalidation, whose fields update the stored head.
     not_modified: Option<Box<ResponseHeader>>,
     compression: CompressionCtx,
+    /// What partial content does for this request (see [`partial_content`]).
+    partial: PartialCtx,
     /// Backends tried, the one in flight, the fairness slot, timings (see [`crate::upstream`]).
     upstream: RequestUpstream,
     /// A POST response being kept for later GETs of its URL (see [`post_reuse`]).
@@ -107,6 +117,8 @@ pub struct LacquerProxy {
     known_missing: Option<&'static PrimaryKnownMissing>,
     /// The hot-hit fast path (`None` when the cache is disabled).
     fast_hit: Option<FastHit>,
+    /// Partial content (`None` unless the cache and `[cache.partial]` are enabled).
+    partial: Option<PartialContent>,
     cache_lock: &'static CacheKeyLockImpl,
     access_log: Option<Arc<AccessLog>>,
     /// Requests in flight, for the drain.
@@ -142,9 +154,12 @@ impl LacquerProxy {
             let decoded_copies = DecodedCopies::new(config.cache.compression.decoded_copies);
             FastHit::new(memory, tiered, decoded_copies)
         });
+        let partial = (config.cache.enabled && config.cache.partial.enabled)
+            .then(|| PartialContent::new(memory, tiered));
         LacquerProxy {
             known_missing,
             fast_hit,
+            partial,
             live,
             invalidator,
             storage,
@@ -213,6 +228,7 @@ impl ProxyHttp for LacquerProxy {
             precondition_failed: false,
             not_modified: None,
             compression: CompressionCtx::default(),
+            partial: PartialCtx::default(),
             upstream: RequestUpstream::default(),
             post_reuse: None,
             _in_flight: self.in_flight.start(),
@@ -367,6 +383,19 @@ impl ProxyHttp for LacquerProxy {
         session: &mut Session,
         ctx: &mut Self::CTX,
     ) -> Result<bool> {
+        if let Some(partial) = &self.partial {
+            let req = session.req_header();
+            let primary = ctx.key.primary_bin(req);
+            let phase = session.cache.phase();
+            let now = SystemTime::now();
+            if let Some(mut hit) = partial.on_miss(phase, req, primary, &mut ctx.partial, now) {
+                let (version, status) = (req.version, hit.cache_status());
+                let live = self.live.load();
+                Self::finish_response_head(&live, &mut hit.head, version, status, ctx)?;
+                hit.send(session).await?;
+                return Ok(false);
+            }
+        }
         if ctx.directives.only_if_cached {
             // RFC 9111 §5.2.1.7: nothing usable is stored, and the client forbids the origin
             session.respond_error(504).await?;
@@ -414,13 +443,10 @@ impl ProxyHttp for LacquerProxy {
         client_reused: bool,
     ) -> Box<pingora_error::Error> {
         let mut e = e.more_context(format!("Peer: {peer}"));
-        // compression's own retry (asking the origin for identity) is left as it is
-        if !compression::retry_requested(&ctx.compression) {
-            self.live
-                .load()
-                .upstream
-                .on_proxy_error(&ctx.upstream, session, &mut e, client_reused);
-        }
+        self.live
+            .load()
+            .upstream
+            .on_proxy_error(&ctx.upstream, session, &mut e, client_reused);
         retried_fill::on_retry(session, &e);
         e
     }
@@ -452,10 +478,12 @@ impl ProxyHttp for LacquerProxy {
     ) -> Result<()> {
         let live = self.live.load();
         let cache_enabled = session.cache.enabled();
-        if let Some(ae) = compression::upstream_accept_encoding(&mut ctx.compression, cache_enabled)
+        if let Some(ae) =
+            compression::upstream_accept_encoding(&live.config.cache.compression, cache_enabled)
         {
             upstream_request.insert_header(http::header::ACCEPT_ENCODING, ae)?;
         }
+        partial_content::on_upstream_request(&ctx.partial, upstream_request)?;
         let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
         headers::add_forwarded(
             upstream_request,
@@ -484,6 +512,10 @@ impl ProxyHttp for LacquerProxy {
         upstream_response: &mut ResponseHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
+        if interim::is_interim(upstream_response) {
+            interim::on_upstream_interim(upstream_response);
+            return Ok(());
+        }
         let live = self.live.load();
         live.upstream
             .on_response(&mut ctx.upstream, upstream_response.status);
@@ -510,7 +542,7 @@ impl ProxyHttp for LacquerProxy {
             // the origin validated our stored response (Pingora revalidates only in this phase)
             ctx.not_modified = Some(Box::new(upstream_response.clone()));
         }
-        // only gzip on store needs to know in advance (the policy runs again, with the 304
+        // only compression on store needs to know in advance (the policy runs again, with the 304
         // merge, in response_cache_filter): skip the second evaluation when it is off
         let will_store = live.config.cache.compression.enabled
             && session.cache.enabled()
@@ -528,7 +560,20 @@ impl ProxyHttp for LacquerProxy {
             session.req_header(),
             upstream_response,
             will_store,
-        )
+        );
+        if let Some(partial) = &self.partial {
+            let req = session.req_header();
+            let key = &mut ctx.key;
+            partial.on_upstream_response(
+                &live.policy,
+                req,
+                upstream_response,
+                ctx.request_time,
+                &mut ctx.partial,
+                || key.get(req).clone(),
+            );
+        }
+        Ok(())
     }
 
     fn upstream_response_body_filter(
@@ -547,6 +592,9 @@ impl ProxyHttp for LacquerProxy {
             live.policy.max_object_size(),
         );
         compression::on_upstream_body(&mut ctx.compression, body, end_of_stream)?;
+        if let Some(partial) = &self.partial {
+            partial.on_upstream_body(&mut ctx.partial, body, end_of_stream);
+        }
         Ok(None)
     }
 
@@ -564,14 +612,11 @@ impl ProxyHttp for LacquerProxy {
             }
             None => resp,
         };
-        let decision = if compression::storable(resp) {
+        let decision =
             self.live
                 .load()
                 .policy
-                .response_decision(session.req_header(), resp, ctx.request_time)
-        } else {
-            RespCacheable::Uncacheable(pingora_cache::NoCacheReason::Custom("content-coding"))
-        };
+                .response_decision(session.req_header(), resp, ctx.request_time);
         match &decision {
             RespCacheable::Cacheable(_) => ctx.seen.storable = true,
             RespCacheable::Uncacheable(reason) => {
@@ -587,7 +632,7 @@ impl ProxyHttp for LacquerProxy {
         resp: &mut ResponseHeader,
         _ctx: &mut Self::CTX,
     ) -> pingora_proxy::RangeType {
-        if compression::needs_gunzip(session.req_header(), resp) {
+        if compression::needs_decoding(session.req_header(), resp).is_some() {
             // ranges of the decoded body are unknown until it is decoded: serve it whole
             return pingora_proxy::RangeType::None;
         }
@@ -600,6 +645,15 @@ impl ProxyHttp for LacquerProxy {
         upstream_response: &mut ResponseHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
+        if interim::is_interim(upstream_response) {
+            let live = self.live.load();
+            let version = session.req_header().version;
+            interim::on_downstream_interim(
+                upstream_response,
+                live.config.proxy.via.then(|| live.via.for_version(version)),
+            );
+            return Ok(());
+        }
         let ttl = session
             .cache
             .maybe_cache_meta()
@@ -608,7 +662,9 @@ impl ProxyHttp for LacquerProxy {
             preconditions::to_precondition_failed(upstream_response);
         }
         let phase = session.cache.phase();
-        let status = CacheStatus::classify(phase, &ctx.seen, ctx.upstream.status(), ttl);
+        let mut status = CacheStatus::classify(phase, &ctx.seen, ctx.upstream.status(), ttl);
+        partial_content::on_cache_status(&ctx.partial, &mut status);
+        partial_content::on_downstream_head(&ctx.partial, upstream_response)?;
         compression::on_downstream_head(
             &mut ctx.compression,
             session.req_header(),
@@ -627,6 +683,7 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
     ) -> Result<Option<std::time::Duration>> {
         compression::on_downstream_body(&mut ctx.compression, body, end_of_stream)?;
+        partial_content::on_downstream_body(&mut ctx.partial, body);
         Ok(None)
     }
 

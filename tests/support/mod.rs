@@ -11,7 +11,8 @@
 //! - [`client`]: what the tests send: reqwest helpers ([`get`], [`Resp`]) and a raw-socket
 //!   client ([`raw_request`], [`RawConn`]).
 //! - [`generated`]: deterministic bodies to stream and verify at any offset.
-//! - [`gzip`], [`http_date`]: codings and dates the origin scripts and the tests check.
+//! - [`gzip`], [`coding`] (brotli, zstd), [`http_date`]: codings and dates the origin scripts and
+//!   the tests check.
 //! - [`child`], [`temp_dir`], [`net`], [`poll`]: child processes killed on drop, scratch
 //!   directories, free ports, bounded waits.
 //! - [`fields`]: header lookup in `(name, value)` lists, shared by origin and raw client.
@@ -26,6 +27,7 @@ pub mod assertions;
 pub mod child;
 pub mod client;
 pub mod cluster;
+pub mod coding;
 pub mod fields;
 pub mod generated;
 pub mod gzip;
@@ -42,6 +44,7 @@ pub use assertions::*;
 pub use child::{read_lossy, rss_bytes, run_with_timeout, send_signal, stderr_text, OwnedChild};
 pub use client::*;
 pub use cluster::*;
+pub use coding::{decode, encode, lists_coding};
 pub use generated::*;
 pub use gzip::*;
 pub use http_date::*;
