@@ -245,7 +245,7 @@ impl Collector for NodeCollector {
                     ],
                 )?;
             }
-            if let Some(fairness) = &proxy.fairness {
+            if let Some(fairness) = &proxy.live.load().fairness {
                 f.gauge(
                     "fairness_queued",
                     "Requests waiting for one of their client's origin slots.",

@@ -6,11 +6,11 @@
 
 use crate::compression::decoded_copies::DecodedCopies;
 use crate::invalidation::Invalidator;
+use crate::lifecycle::live::Live;
 use crate::observe::metrics::RequestMetrics;
 use crate::storage::memory::MemoryTier;
 use crate::storage::tiered::TieredStorage;
 use crate::upstream::backend::Backend;
-use crate::upstream::fairness::Fairness;
 use std::sync::Arc;
 
 /// What the proxy counts, handed to the admin listener by `server.rs`.
@@ -20,8 +20,8 @@ pub struct ProxyCounters {
     pub requests: &'static RequestMetrics,
     /// Decoded copies of small gzip bodies, when kept.
     pub decoded_copies: Option<&'static DecodedCopies>,
-    /// Per-client caps, when configured (requests queued).
-    pub fairness: Option<Fairness>,
+    /// The settings a reload replaces, for what lives there (the fairness queue).
+    pub live: Arc<Live>,
 }
 
 /// The components the admin listener reads.

@@ -2,16 +2,17 @@
 //!
 //! Lines are formatted on the worker thread and handed to one writer thread through a channel,
 //! so a slow disk or a blocked stdout pipe never stalls request handling; the writer flushes
-//! whenever the channel runs dry. SIGUSR1 makes the writer reopen a log file by its path (what
-//! logrotate's `postrotate` sends after renaming it): lines queued before the signal go to the
-//! renamed file, later ones to a new file under the configured path.
+//! whenever the channel runs dry. A file target is reopened on request ([`AccessLog::reopen`],
+//! called by a reload), so `logrotate` can move the file and send SIGHUP, or SIGUSR1, which
+//! reopens the log and nothing else (`signal-hook` sets the same flag from the signal).
 
 use crate::config::{AccessLogFormat, AccessLogTarget};
 use serde::Serialize;
 use std::fmt;
 use std::io::{BufWriter, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// One request's worth of log fields.
@@ -36,33 +37,10 @@ pub struct AccessRecord<'a> {
 /// A running access log.
 pub struct AccessLog {
     format: AccessLogFormat,
-    sender: SyncSender<ToWriter>,
+    sender: SyncSender<Vec<u8>>,
     dropped: AtomicU64,
-}
-
-/// What the writer thread is sent.
-enum ToWriter {
-    /// One formatted line.
-    Line(Vec<u8>),
-    /// Reopen the file (SIGUSR1).
-    Reopen,
-}
-
-/// Where the writer writes: standard output or error (never reopened), or a file reopened by
-/// its path.
-enum Sink {
-    Stream,
-    File(String),
-}
-
-/// Opens (or reopens) the log file for appending.
-fn open_file(path: &str) -> std::io::Result<Box<dyn Write + Send>> {
-    Ok(Box::new(
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?,
-    ))
+    /// Set by [`AccessLog::reopen`]; the writer reopens its file before its next write.
+    reopen: Arc<AtomicBool>,
 }
 
 impl AccessLog {
@@ -71,28 +49,41 @@ impl AccessLog {
         target: &AccessLogTarget,
         format: AccessLogFormat,
     ) -> std::io::Result<Option<AccessLog>> {
-        let (sink, out): (Sink, Box<dyn Write + Send>) = match target {
+        let (sink, file): (Box<dyn Write + Send>, Option<String>) = match target {
             AccessLogTarget::Off => {
                 // nothing to reopen, but logrotate's SIGUSR1 must not stop the server (the
                 // signal's default action)
-                let ignored = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let ignored = Arc::new(AtomicBool::new(false));
                 signal_hook::flag::register(signal_hook::consts::SIGUSR1, ignored)?;
                 return Ok(None);
             }
-            AccessLogTarget::Stdout => (Sink::Stream, Box::new(std::io::stdout())),
-            AccessLogTarget::Stderr => (Sink::Stream, Box::new(std::io::stderr())),
-            AccessLogTarget::File(path) => (Sink::File(path.clone()), open_file(path)?),
+            AccessLogTarget::Stdout => (Box::new(std::io::stdout()), None),
+            AccessLogTarget::Stderr => (Box::new(std::io::stderr()), None),
+            AccessLogTarget::File(path) => (Box::new(open_append(path)?), Some(path.clone())),
         };
         let (sender, receiver) = sync_channel(65_536);
+        let reopen = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(signal_hook::consts::SIGUSR1, reopen.clone())?;
+        let writer = Writer {
+            sink: BufWriter::with_capacity(64 * 1024, sink),
+            file,
+            reopen: reopen.clone(),
+        };
         std::thread::Builder::new()
             .name("access-log".into())
-            .spawn(move || write_lines(receiver, sink, out))?;
-        reopen_on_sigusr1(sender.clone())?;
+            .spawn(move || writer.write_lines(receiver))?;
         Ok(Some(AccessLog {
             format,
             sender,
             dropped: AtomicU64::new(0),
+            reopen,
         }))
+    }
+
+    /// Asks the writer to reopen its file (by path) before its next line: after `logrotate`
+    /// renamed it, lines go to the new file. Nothing happens for stdout and stderr.
+    pub fn reopen(&self) {
+        self.reopen.store(true, Ordering::Release);
     }
 
     /// Formats and queues one line; if the writer is far behind the line is dropped and counted.
@@ -101,7 +92,7 @@ impl AccessLog {
             AccessLogFormat::Common => common_line(record, SystemTime::now()).into_bytes(),
             AccessLogFormat::Json => json_line(record, SystemTime::now()),
         };
-        if let Err(TrySendError::Full(_)) = self.sender.try_send(ToWriter::Line(line)) {
+        if let Err(TrySendError::Full(_)) = self.sender.try_send(line) {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -112,51 +103,46 @@ impl AccessLog {
     }
 }
 
-/// Sends [`ToWriter::Reopen`] to the writer on every SIGUSR1, from a thread of its own (a
-/// signal handler may do next to nothing; `signal-hook` relays the signal to this thread).
-fn reopen_on_sigusr1(sender: SyncSender<ToWriter>) -> std::io::Result<()> {
-    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGUSR1])?;
-    std::thread::Builder::new()
-        .name("access-log-reopen".into())
-        .spawn(move || {
-            for _ in signals.forever() {
-                if sender.send(ToWriter::Reopen).is_err() {
-                    return;
-                }
-            }
-        })?;
-    Ok(())
+fn open_append(path: &str) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
 }
 
-fn write_lines(receiver: Receiver<ToWriter>, sink: Sink, out: Box<dyn Write + Send>) {
-    let mut out = BufWriter::with_capacity(64 * 1024, out);
-    while let Ok(message) = receiver.recv() {
-        handle(message, &sink, &mut out);
-        while let Ok(message) = receiver.try_recv() {
-            handle(message, &sink, &mut out);
+/// The writer thread's side: the sink, and the file it reopens when asked.
+struct Writer {
+    sink: BufWriter<Box<dyn Write + Send>>,
+    file: Option<String>,
+    reopen: Arc<AtomicBool>,
+}
+
+impl Writer {
+    fn write_lines(mut self, receiver: Receiver<Vec<u8>>) {
+        while let Ok(line) = receiver.recv() {
+            self.reopen_if_asked();
+            let _ = self.sink.write_all(&line);
+            while let Ok(line) = receiver.try_recv() {
+                let _ = self.sink.write_all(&line);
+            }
+            let _ = self.sink.flush();
         }
-        let _ = out.flush();
     }
-}
 
-/// Writes a line, or reopens the file.
-fn handle(message: ToWriter, sink: &Sink, out: &mut BufWriter<Box<dyn Write + Send>>) {
-    match (message, sink) {
-        (ToWriter::Line(line), _) => {
-            let _ = out.write_all(&line);
+    /// Reopens the file after a reload asked for it; if it cannot be opened, keeps writing to
+    /// the old one (logged), rather than losing lines.
+    fn reopen_if_asked(&mut self) {
+        if !self.reopen.swap(false, Ordering::AcqRel) {
+            return;
         }
-        (ToWriter::Reopen, Sink::Stream) => {}
-        (ToWriter::Reopen, Sink::File(path)) => {
-            let _ = out.flush();
-            match open_file(path) {
-                Ok(file) => {
-                    *out = BufWriter::with_capacity(64 * 1024, file);
-                    log::info!("access log reopened: {path}");
-                }
-                Err(e) => log::error!(
-                    "access log: cannot reopen {path}, still writing to the old file: {e}"
-                ),
+        let Some(path) = &self.file else { return };
+        let _ = self.sink.flush();
+        match open_append(path) {
+            Ok(file) => {
+                self.sink = BufWriter::with_capacity(64 * 1024, Box::new(file));
+                log::info!("access log reopened: {path}");
             }
+            Err(e) => log::error!("log.access: cannot reopen {path}: {e}"),
         }
     }
 }

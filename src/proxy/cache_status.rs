@@ -27,6 +27,8 @@ pub enum Forward {
     Stale,
     /// The request's own directives required going to the origin.
     Request,
+    /// A stored partial response was completed with a fetch of its missing part.
+    Partial,
 }
 
 impl Forward {
@@ -38,6 +40,7 @@ impl Forward {
             Forward::VaryMiss => "vary-miss",
             Forward::Stale => "stale",
             Forward::Request => "request",
+            Forward::Partial => "partial",
         }
     }
 }
@@ -265,7 +268,9 @@ impl CacheStatus {
         match (self.hit, self.fwd) {
             (true, _) => CacheOutcome::Hit,
             (false, Some(Forward::Stale)) if self.stale_on_error => CacheOutcome::Stale,
-            (false, Some(Forward::UriMiss | Forward::VaryMiss)) => CacheOutcome::Miss,
+            (false, Some(Forward::UriMiss | Forward::VaryMiss | Forward::Partial)) => {
+                CacheOutcome::Miss
+            }
             (false, Some(Forward::Stale)) if self.ttl.is_some() => CacheOutcome::Revalidated,
             (false, Some(Forward::Stale)) => CacheOutcome::Stale,
             _ => CacheOutcome::Pass,
