@@ -39,6 +39,11 @@ fn invalid_values_name_the_key_and_reason() {
             "greater than zero",
         ),
         (
+            "upstream = \"127.0.0.1:1\"\n[proxy]\ntunnel_idle_timeout = \"0s\"",
+            "proxy.tunnel_idle_timeout",
+            "greater than zero",
+        ),
+        (
             "upstream = \"127.0.0.1:1\"\n[tls]\nlisten = [\"127.0.0.1:0\"]",
             "tls.cert",
             "required",

@@ -21,6 +21,8 @@ pub struct ProxySection {
     pub write_timeout: Option<String>,
     /// How long an idle pooled upstream connection is kept.
     pub idle_timeout: Option<String>,
+    /// How long an upgraded connection (a WebSocket) may stay silent in either direction.
+    pub tunnel_idle_timeout: Option<String>,
 }
 
 /// Which forwarding headers are added to upstream requests.
@@ -46,6 +48,9 @@ pub struct ProxyConfig {
     pub read_timeout: Duration,
     pub write_timeout: Duration,
     pub idle_timeout: Duration,
+    /// An upgraded connection (a WebSocket tunnel) is closed when either side has sent nothing
+    /// for this long.
+    pub tunnel_idle_timeout: Duration,
 }
 
 /// Validates the section; `forwarded` is read in any case.
@@ -78,5 +83,10 @@ pub fn validate(section: &ProxySection) -> Result<ProxyConfig, ConfigError> {
         read_timeout: timeout("proxy.read_timeout", &section.read_timeout, 60)?,
         write_timeout: timeout("proxy.write_timeout", &section.write_timeout, 60)?,
         idle_timeout: timeout("proxy.idle_timeout", &section.idle_timeout, 60)?,
+        tunnel_idle_timeout: timeout(
+            "proxy.tunnel_idle_timeout",
+            &section.tunnel_idle_timeout,
+            300,
+        )?,
     })
 }

@@ -33,10 +33,9 @@ pub fn strip_hop_by_hop(resp: &mut ResponseHeader) {
         }
     }
     resp.remove_header(&header::CONNECTION);
-    if resp.status != http::StatusCode::SWITCHING_PROTOCOLS {
-        for name in HOP_BY_HOP {
-            resp.remove_header(name);
-        }
+    // a 101's `Upgrade` and `Connection` are put back by `super::upgrade`
+    for name in HOP_BY_HOP {
+        resp.remove_header(name);
     }
 }
 

@@ -29,6 +29,7 @@ pub mod headers;
 pub mod invalidation;
 pub mod post_reuse;
 pub mod purge;
+pub mod upgrade;
 
 use crate::compression::decoded_copies::DecodedCopies;
 use crate::compression::{self, CompressionCtx};
@@ -59,6 +60,7 @@ use purge::PurgeRequest;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
+use upgrade::UpgradeRequest;
 
 /// Per-request state carried between phases.
 pub struct RequestCtx {
@@ -84,6 +86,9 @@ pub struct RequestCtx {
     upstream: RequestUpstream,
     /// A POST response being kept for later GETs of its URL (see [`post_reuse`]).
     post_reuse: Option<Box<post_reuse::PostReuse>>,
+    /// Whether the client asks to switch protocols (see [`upgrade`]); decided in
+    /// `request_filter` for requests the fast path declined.
+    upgrade: UpgradeRequest,
 }
 
 /// Lacquer's implementation of Pingora's [`ProxyHttp`].
@@ -206,6 +211,7 @@ impl ProxyHttp for LacquerProxy {
             compression: CompressionCtx::default(),
             upstream: RequestUpstream::default(),
             post_reuse: None,
+            upgrade: UpgradeRequest::None,
         }
     }
 
@@ -218,13 +224,20 @@ impl ProxyHttp for LacquerProxy {
         if ctx.purge == PurgeRequest::Refused {
             return purge::refuse(session).await;
         }
-        let Some(fast_hit) = &self.fast_hit else {
-            return Ok(false);
+        let answer = match &self.fast_hit {
+            Some(fast_hit) => {
+                fast_hit
+                    .on_request(&self.policy, session.req_header(), ctx)
+                    .await
+            }
+            None => None,
         };
-        let Some(mut answer) = fast_hit
-            .on_request(&self.policy, session.req_header(), ctx)
-            .await
-        else {
+        let Some(mut answer) = answer else {
+            // (the fast path declines every request with an `Upgrade` field)
+            ctx.upgrade = UpgradeRequest::of(session.req_header());
+            if ctx.upgrade.requested() {
+                session.set_read_timeout(Some(self.config.proxy.tunnel_idle_timeout));
+            }
             return Ok(false);
         };
         let (version, status) = (session.req_header().version, answer.cache_status());
@@ -236,6 +249,10 @@ impl ProxyHttp for LacquerProxy {
     fn request_cache_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<()> {
         if !self.config.cache.enabled {
             ctx.seen.disabled = true;
+            return Ok(());
+        }
+        if ctx.upgrade.requested() {
+            ctx.seen.upgrade = true;
             return Ok(());
         }
         let req = session.req_header();
@@ -359,6 +376,8 @@ impl ProxyHttp for LacquerProxy {
             return Ok(false);
         }
         match &self.fairness {
+            // a tunnel would hold its client's slot for as long as it stays open
+            Some(_) if ctx.upgrade.requested() => Ok(true),
             Some(cap) => {
                 cap.on_upstream_request(session, client_ip(session), &mut ctx.upstream)
                     .await
@@ -373,7 +392,11 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
     ) -> Result<Box<HttpPeer>> {
         let key = ctx.key.text(session.req_header());
-        self.upstream.on_peer(&mut ctx.upstream, key)
+        let mut peer = self.upstream.on_peer(&mut ctx.upstream, key)?;
+        if ctx.upgrade.requested() {
+            upgrade::on_peer(&mut peer, self.config.proxy.tunnel_idle_timeout);
+        }
+        Ok(peer)
     }
 
     fn fail_to_connect(
@@ -410,6 +433,9 @@ impl ProxyHttp for LacquerProxy {
         upstream_request: &mut RequestHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
+        if ctx.upgrade.requested() {
+            upgrade::on_upstream_request(upstream_request);
+        }
         let cache_enabled = session.cache.enabled();
         if let Some(ae) = compression::upstream_accept_encoding(&mut ctx.compression, cache_enabled)
         {
@@ -447,7 +473,11 @@ impl ProxyHttp for LacquerProxy {
             .on_response(&mut ctx.upstream, upstream_response.status);
         invalidation::on_upstream_response(self.storage, session.req_header(), upstream_response)
             .await;
+        let switched = upgrade::on_upstream_response(upstream_response);
         headers::strip_hop_by_hop(upstream_response);
+        if let Some(protocol) = switched {
+            upgrade::restore_switch_fields(upstream_response, protocol);
+        }
         headers::add_date_if_missing(upstream_response);
         if self.config.cache.reuse_post_responses && self.config.cache.enabled {
             ctx.post_reuse = post_reuse::on_upstream_response(
