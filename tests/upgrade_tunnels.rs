@@ -34,10 +34,8 @@ async fn echo_origin() -> EchoOrigin {
                 };
                 counted.fetch_add(1, Ordering::SeqCst);
                 while let Some(Ok(msg)) = ws.next().await {
-                    if msg.is_text() || msg.is_binary() {
-                        if ws.send(msg).await.is_err() {
-                            return;
-                        }
+                    if (msg.is_text() || msg.is_binary()) && ws.send(msg).await.is_err() {
+                        return;
                     }
                     // a Close is answered by the library itself; the stream then ends
                 }
