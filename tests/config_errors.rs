@@ -39,6 +39,16 @@ fn invalid_values_name_the_key_and_reason() {
             "greater than zero",
         ),
         (
+            "upstream = \"127.0.0.1:1\"\n[proxy]\ntrusted_proxies = [\"10.0.0.0/33\"]",
+            "proxy.trusted_proxies[0]",
+            "prefix length",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\nlisten = [\"127.0.0.1:1 proxy\"]",
+            "listen",
+            "unknown listen option",
+        ),
+        (
             "upstream = \"127.0.0.1:1\"\n[proxy]\ntunnel_idle_timeout = \"0s\"",
             "proxy.tunnel_idle_timeout",
             "greater than zero",

@@ -72,11 +72,15 @@ fn targets(host: &str, req: &RequestHeader, resp: &ResponseHeader) -> Vec<CacheK
     }
     paths.sort();
     paths.dedup();
-    paths.iter().map(|p| cache_key::of_url(host, p)).collect()
+    // the resource changed whichever scheme it was reached by
+    paths
+        .iter()
+        .flat_map(|p| [false, true].map(|https| cache_key::of_scheme_url(https, host, p)))
+        .collect()
 }
 
 /// Purges each key (and its variants) from the storage.
-async fn purge(storage: &'static (dyn Storage + Sync), keys: &[CacheKey]) {
+pub(super) async fn purge(storage: &'static (dyn Storage + Sync), keys: &[CacheKey]) {
     let span = Span::inactive().handle();
     for key in keys {
         let compact = key.to_compact();

@@ -4,7 +4,8 @@
 //! concern, and [`RequestCtx`] carries what they learn from phase to phase. In the order a request
 //! meets them (see the picture in `docs/architecture.md`):
 //!
-//! 1. `request_filter`: [`purge`] decides whether this is a PURGE its client may send (refused:
+//! 1. `request_filter`: [`forwarding`] resolves the scheme (for the key) and, when asked, the
+//!    client address through trusted proxies; [`purge`] decides whether this is a PURGE its client may send (refused:
 //!    405); [`fast_hit`] answers fresh, plain hits from storage without Pingora's cache machinery.
 //! 2. `request_cache_filter`: whether the cache is used at all (method, client `no-store`,
 //!    config); if so, it is enabled with our storage and the cache lock.
@@ -25,6 +26,7 @@ pub mod access_record;
 pub mod cache_key;
 pub mod cache_status;
 pub mod fast_hit;
+pub mod forwarding;
 pub mod headers;
 pub mod invalidation;
 pub mod post_reuse;
@@ -184,11 +186,12 @@ impl LacquerProxy {
     }
 }
 
-fn client_ip(session: &Session) -> Option<IpAddr> {
-    session
-        .client_addr()
-        .and_then(|addr| addr.as_inet())
-        .map(|inet| inet.ip())
+impl LacquerProxy {
+    /// The client's address as [`forwarding`] resolves it (through trusted proxies): the one
+    /// `purge_from`, fairness and the access log judge.
+    fn client_ip(&self, session: &Session) -> Option<IpAddr> {
+        forwarding::client_ip(session, &self.config.proxy.trusted_proxies)
+    }
 }
 
 #[async_trait]
@@ -216,13 +219,20 @@ impl ProxyHttp for LacquerProxy {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
+        if forwarding::is_https(session, &self.config.proxy.trusted_proxies) {
+            ctx.key.set_https();
+        }
         ctx.purge = purge::on_request(
             &session.req_header().method,
-            || client_ip(session),
+            || self.client_ip(session),
             &self.config.cache.purge_from,
         );
-        if ctx.purge == PurgeRequest::Refused {
-            return purge::refuse(session).await;
+        match ctx.purge {
+            PurgeRequest::Refused => return purge::refuse(session).await,
+            PurgeRequest::Allowed => {
+                purge::other_scheme(self.storage, ctx.key.is_https(), session.req_header()).await
+            }
+            PurgeRequest::None => {}
         }
         let answer = match &self.fast_hit {
             Some(fast_hit) => {
@@ -379,7 +389,7 @@ impl ProxyHttp for LacquerProxy {
             // a tunnel would hold its client's slot for as long as it stays open
             Some(_) if ctx.upgrade.requested() => Ok(true),
             Some(cap) => {
-                cap.on_upstream_request(session, client_ip(session), &mut ctx.upstream)
+                cap.on_upstream_request(session, self.client_ip(session), &mut ctx.upstream)
                     .await
             }
             None => Ok(true),
@@ -441,12 +451,16 @@ impl ProxyHttp for LacquerProxy {
         {
             upstream_request.insert_header(http::header::ACCEPT_ENCODING, ae)?;
         }
-        let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
+        forwarding::on_upstream_request(
+            session,
+            upstream_request,
+            &self.config.proxy.trusted_proxies,
+        );
         headers::add_forwarded(
             upstream_request,
             self.config.proxy.forwarded,
-            client_ip(session),
-            tls,
+            forwarding::peer_ip(session),
+            ctx.key.is_https(),
         );
         if self.config.proxy.via {
             let version = session.req_header().version;
@@ -629,7 +643,14 @@ impl ProxyHttp for LacquerProxy {
             lease.on_request_end(ctx.cache_status.as_ref().is_some_and(|s| s.stored));
         }
         if let Some(log) = &self.access_log {
-            access_record::on_request_end(log, session, ctx, &self.config.cache.status_name);
+            let client = self.client_ip(session);
+            access_record::on_request_end(
+                log,
+                session,
+                ctx,
+                &self.config.cache.status_name,
+                client,
+            );
         }
     }
 }

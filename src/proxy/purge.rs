@@ -56,6 +56,18 @@ pub fn on_request(
     }
 }
 
+/// `request_filter`, for an allowed PURGE: removes the URL's page of the other scheme (the key
+/// has the scheme, a PURGE names a URL); Pingora's purge path then removes the request's own.
+pub async fn other_scheme(
+    storage: &'static (dyn pingora_cache::storage::Storage + Sync),
+    https: bool,
+    req: &pingora_http::RequestHeader,
+) {
+    let path = req.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    let key = super::cache_key::of_scheme_url(!https, super::cache_key::request_host(req), path);
+    super::invalidation::purge(storage, &[key]).await;
+}
+
 /// Answers a refused PURGE: 405, as for a method this server does not allow. Returns that the
 /// request is answered.
 pub async fn refuse(session: &mut Session) -> Result<bool> {
