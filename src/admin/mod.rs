@@ -66,6 +66,7 @@ impl AdminApp {
                         failures: t.failures,
                         ejections: t.ejections,
                         in_flight: b.in_flight(),
+                        queued: b.queued(),
                     }
                 })
                 .collect(),
@@ -147,6 +148,8 @@ struct BackendReport<'a> {
     failures: u64,
     ejections: u64,
     in_flight: usize,
+    /// Requests waiting for a slot under the backend's `max_in_flight`.
+    queued: usize,
 }
 
 #[async_trait]
@@ -182,11 +185,12 @@ mod tests {
             failures: 0,
             ejections: 0,
             in_flight: 0,
+            queued: 0,
         };
         assert_eq!(
             serde_json::to_string(&report).unwrap(),
             "{\"name\":\"a\\\"b\\\\c\\n\",\"weight\":1,\"up\":true,\"ejected\":false,\
-             \"requests\":2,\"failures\":0,\"ejections\":0,\"in_flight\":0}"
+             \"requests\":2,\"failures\":0,\"ejections\":0,\"in_flight\":0,\"queued\":0}"
         );
     }
 }

@@ -402,7 +402,7 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
     ) -> Result<Box<HttpPeer>> {
         let key = ctx.key.text(session.req_header());
-        let mut peer = self.upstream.on_peer(&mut ctx.upstream, key)?;
+        let mut peer = self.upstream.on_peer(&mut ctx.upstream, key).await?;
         if ctx.upgrade.requested() {
             upgrade::on_peer(&mut peer, self.config.proxy.tunnel_idle_timeout);
         }
