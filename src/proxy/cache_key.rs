@@ -92,15 +92,21 @@ fn path(req: &RequestHeader) -> &str {
         .unwrap_or("/")
 }
 
-/// The primary cache key for a host (lowercased here: hosts are case-insensitive) and a path with
-/// its query (case-sensitive), with its primary hash computed.
-pub fn of_url(host: &str, path_and_query: &str) -> CacheKey {
-    of_scheme_url(false, host, path_and_query)
+/// The host as the key's text of a scheme starts with it: `https://` + host for `https`, the host
+/// alone for `http`. [`of_url`] of it (and a purge's URL target naming it) is that scheme's key.
+pub fn keyed_host(https: bool, host: &str) -> std::borrow::Cow<'_, str> {
+    if https {
+        format!("{HTTPS_PREFIX}{host}").into()
+    } else {
+        host.into()
+    }
 }
 
-/// [`of_url`] for the `http` (`https == false`) or the `https` page of the URL.
-pub fn of_scheme_url(https: bool, host: &str, path_and_query: &str) -> CacheKey {
-    let mut key = CacheKey::new(primary_string(https, host, path_and_query), "");
+/// The primary cache key for a host (lowercased here: hosts are case-insensitive) and a path with
+/// its query (case-sensitive), with its primary hash computed: the `http` page's (for the
+/// `https` one, give [`keyed_host`]).
+pub fn of_url(host: &str, path_and_query: &str) -> CacheKey {
+    let mut key = CacheKey::new(primary_string(false, host, path_and_query), "");
     let hash = key.primary_bin();
     key.set_primary_bin_override(hash);
     key
@@ -108,7 +114,7 @@ pub fn of_scheme_url(https: bool, host: &str, path_and_query: &str) -> CacheKey 
 
 /// What an `https` key starts with (an `http` key has no prefix: keys stored before the scheme
 /// was part of the key stay valid).
-const HTTPS_PREFIX: &str = "https://";
+pub const HTTPS_PREFIX: &str = "https://";
 
 /// [`HTTPS_PREFIX`] when `https`, then host (lowercased) + path + query, in one allocation.
 fn primary_string(https: bool, host: &str, path_and_query: &str) -> String {
@@ -259,7 +265,7 @@ mod tests {
         assert_eq!(hashed_first.primary_bin(&req), unhashed.primary_bin());
         assert_ne!(http.primary_bin(&req), unhashed.primary_bin());
         assert_eq!(
-            of_scheme_url(true, "a.test", "/x?y").primary_bin(),
+            of_url(&keyed_host(true, "a.test"), "/x?y").primary_bin(),
             unhashed.primary_bin()
         );
     }
