@@ -17,7 +17,8 @@
 //!   `memcached_batch_keys` (histograms);
 //! * origin backends, per backend: `backend_requests_total`, `backend_failures_total`,
 //!   `backend_ejections_total`, `backend_up`, `backend_health_check_up`, `backend_ejected`,
-//!   `backend_in_flight`, `backend_response_seconds` (histogram); `fairness_queued`;
+//!   `backend_in_flight`, `backend_queued`, `backend_response_seconds` (histogram);
+//!   `fairness_queued`;
 //! * invalidation: `invalidations_total{kind}`, `invalidations_learned_total`,
 //!   `invalidation_rules`, `invalidation_log_reads_total{result}`, `invalidation_pending{kind}`.
 
@@ -448,6 +449,14 @@ impl Collector for NodeCollector {
             &backends
                 .iter()
                 .map(|b| (label(b), gauge_of(b.in_flight())))
+                .collect::<Vec<_>>(),
+        )?;
+        f.gauges(
+            "backend_queued",
+            "Requests waiting for one of the backend's max_in_flight slots.",
+            &backends
+                .iter()
+                .map(|b| (label(b), gauge_of(b.queued())))
                 .collect::<Vec<_>>(),
         )?;
         f.histograms(

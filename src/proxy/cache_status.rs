@@ -105,6 +105,9 @@ impl OriginFailure {
     }
 }
 
+/// The `detail` of a request that asked to switch protocols (a WebSocket): never cached.
+const UPGRADE_DETAIL: &str = "upgrade";
+
 /// A classified response, renderable as `Cache-Status` and as a short log word.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CacheStatus {
@@ -145,6 +148,8 @@ pub struct Observations {
     pub client_forced: bool,
     /// The origin failed and Pingora was allowed to serve the stale stored response instead.
     pub origin_failure: Option<OriginFailure>,
+    /// The client asked to switch protocols: the request went to the origin uncached.
+    pub upgrade: bool,
 }
 
 impl CacheStatus {
@@ -185,6 +190,7 @@ impl CacheStatus {
             }
             CachePhase::Disabled(reason) => {
                 status.fwd = Some(match reason {
+                    NoCacheReason::NeverEnabled if seen.upgrade => Forward::Bypass,
                     NoCacheReason::NeverEnabled if seen.method_not_cacheable => Forward::Method,
                     NoCacheReason::NeverEnabled if seen.disabled => Forward::Bypass,
                     NoCacheReason::NeverEnabled if seen.bypassed => Forward::Request,
@@ -193,6 +199,7 @@ impl CacheStatus {
                     _ => miss_kind,
                 });
                 status.detail = seen.not_stored_reason.or(match reason {
+                    NoCacheReason::NeverEnabled if seen.upgrade => Some(UPGRADE_DETAIL),
                     NoCacheReason::NeverEnabled => None,
                     other => Some(other.as_str()),
                 });
@@ -277,8 +284,12 @@ impl CacheStatus {
         }
     }
 
-    /// One word for the access log: hit, miss, stale, revalidated, pass.
+    /// One word for the access log: hit, miss, stale, revalidated, pass, tunnel (an upgraded
+    /// connection, counted as a pass by the metrics).
     pub fn log_word(&self) -> &'static str {
+        if !self.hit && self.fwd == Some(Forward::Bypass) && self.detail == Some(UPGRADE_DETAIL) {
+            return "tunnel";
+        }
         self.outcome().label()
     }
 }
