@@ -78,6 +78,9 @@ impl std::error::Error for ConfigError {}
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen: Vec<SocketAddr>,
+    /// The plain listeners (`listen = ["ADDR proxy_protocol"]`) whose connections start with a
+    /// PROXY protocol header naming the client (`tls.listen` has its own).
+    pub proxy_protocol_listen: Vec<SocketAddr>,
     pub upstream: SocketAddr,
     /// The upstream as written (used for the `Host` fallback and logs).
     pub upstream_name: String,
@@ -141,6 +144,7 @@ impl Config {
         let proxy = proxy::validate(&file.proxy)?;
         Ok(Config {
             listen: server.listen,
+            proxy_protocol_listen: server.proxy_protocol,
             upstream: backends[0].addr,
             upstream_name: backends[0].name.clone(),
             threads: server.threads,

@@ -4,9 +4,10 @@
 //! concern, and [`RequestCtx`] carries what they learn from phase to phase. In the order a request
 //! meets them (see the picture in `docs/architecture.md`):
 //!
-//! 1. `request_filter`: [`purge`] answers a PURGE (refused: 405; allowed: carried out across the
-//!    cluster by `crate::invalidation`); [`fast_hit`] answers fresh, plain hits from storage
-//!    without Pingora's cache machinery.
+//! 1. `request_filter`: [`forwarding`] resolves the scheme (for the key) and, when asked, the
+//!    client address through trusted proxies; [`purge`] answers a PURGE (refused: 405; allowed:
+//!    carried out across the cluster by `crate::invalidation`); [`fast_hit`] answers fresh, plain
+//!    hits from storage without Pingora's cache machinery.
 //! 2. `request_cache_filter`: whether the cache is used at all (method, client `no-store`,
 //!    config); if so, it is enabled with our storage and the cache lock.
 //! 3. `cache_key_callback`: the key from [`cache_key`] (built once per request);
@@ -34,6 +35,7 @@ pub mod access_record;
 pub mod cache_key;
 pub mod cache_status;
 pub mod fast_hit;
+pub mod forwarding;
 pub mod headers;
 pub mod interim;
 pub mod invalidation;
@@ -41,6 +43,7 @@ pub mod partial_content;
 pub mod post_reuse;
 pub mod purge;
 pub mod retried_fill;
+pub mod upgrade;
 
 use crate::compression::decoded_copies::DecodedCopies;
 use crate::compression::{self, CompressionCtx};
@@ -73,6 +76,7 @@ use purge::PurgeRequest;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
+use upgrade::UpgradeRequest;
 
 /// Per-request state carried between phases.
 pub struct RequestCtx {
@@ -102,6 +106,9 @@ pub struct RequestCtx {
     post_reuse: Option<Box<post_reuse::PostReuse>>,
     /// Counts this request until it ends, so a draining process waits for it.
     _in_flight: RequestInFlight,
+    /// Whether the client asks to switch protocols (see [`upgrade`]); decided in
+    /// `request_filter` for requests the fast path declined.
+    upgrade: UpgradeRequest,
 }
 
 /// Lacquer's implementation of Pingora's [`ProxyHttp`].
@@ -203,11 +210,12 @@ impl LacquerProxy {
     }
 }
 
-fn client_ip(session: &Session) -> Option<IpAddr> {
-    session
-        .client_addr()
-        .and_then(|addr| addr.as_inet())
-        .map(|inet| inet.ip())
+impl LacquerProxy {
+    /// The client's address as [`forwarding`] resolves it (through trusted proxies): the one
+    /// `purge_from`, fairness and the access log judge.
+    fn client_ip(&self, session: &Session) -> Option<IpAddr> {
+        forwarding::client_ip(session, &self.live.load().config.proxy.trusted_proxies)
+    }
 }
 
 #[async_trait]
@@ -232,32 +240,44 @@ impl ProxyHttp for LacquerProxy {
             upstream: RequestUpstream::default(),
             post_reuse: None,
             _in_flight: self.in_flight.start(),
+            upgrade: UpgradeRequest::None,
         }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
         let live = self.live.load();
+        if forwarding::is_https(session, &live.config.proxy.trusted_proxies) {
+            ctx.key.set_https();
+        }
         ctx.purge = purge::on_request(
             &session.req_header().method,
-            || client_ip(session),
+            || self.client_ip(session),
             &live.config.cache.purge_from,
         );
         match ctx.purge {
             PurgeRequest::None => {}
             PurgeRequest::Refused => return purge::refuse(session).await,
             PurgeRequest::Allowed => {
-                let client = client_ip(session);
+                let client = self.client_ip(session);
                 let enabled = live.config.cache.enabled;
-                return purge::carry_out(session, self.invalidator, enabled, client).await;
+                let https = ctx.key.is_https();
+                return purge::carry_out(session, self.invalidator, enabled, client, https).await;
             }
         }
-        let Some(fast_hit) = &self.fast_hit else {
-            return Ok(false);
+        let answer = match &self.fast_hit {
+            Some(fast_hit) => {
+                fast_hit
+                    .on_request(&live.policy, session.req_header(), ctx)
+                    .await
+            }
+            None => None,
         };
-        let Some(mut answer) = fast_hit
-            .on_request(&live.policy, session.req_header(), ctx)
-            .await
-        else {
+        let Some(mut answer) = answer else {
+            // (the fast path declines every request with an `Upgrade` field)
+            ctx.upgrade = UpgradeRequest::of(session.req_header());
+            if ctx.upgrade.requested() {
+                session.set_read_timeout(Some(live.config.proxy.tunnel_idle_timeout));
+            }
             return Ok(false);
         };
         let (version, status) = (session.req_header().version, answer.cache_status());
@@ -270,6 +290,10 @@ impl ProxyHttp for LacquerProxy {
         let live = self.live.load();
         if !live.config.cache.enabled {
             ctx.seen.disabled = true;
+            return Ok(());
+        }
+        if ctx.upgrade.requested() {
+            ctx.seen.upgrade = true;
             return Ok(());
         }
         let req = session.req_header();
@@ -401,9 +425,12 @@ impl ProxyHttp for LacquerProxy {
             session.respond_error(504).await?;
             return Ok(false);
         }
-        match &self.live.load().fairness {
+        let live = self.live.load();
+        match &live.fairness {
+            // a tunnel would hold its client's slot for as long as it stays open
+            Some(_) if ctx.upgrade.requested() => Ok(true),
             Some(cap) => {
-                cap.on_upstream_request(session, client_ip(session), &mut ctx.upstream)
+                cap.on_upstream_request(session, self.client_ip(session), &mut ctx.upstream)
                     .await
             }
             None => Ok(true),
@@ -416,7 +443,12 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
     ) -> Result<Box<HttpPeer>> {
         let key = ctx.key.text(session.req_header());
-        self.live.load().upstream.on_peer(&mut ctx.upstream, key)
+        let live = self.live.load();
+        let mut peer = live.upstream.on_peer(&mut ctx.upstream, key).await?;
+        if ctx.upgrade.requested() {
+            upgrade::on_peer(&mut peer, live.config.proxy.tunnel_idle_timeout);
+        }
+        Ok(peer)
     }
 
     fn fail_to_connect(
@@ -477,6 +509,9 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
     ) -> Result<()> {
         let live = self.live.load();
+        if ctx.upgrade.requested() {
+            upgrade::on_upstream_request(upstream_request);
+        }
         let cache_enabled = session.cache.enabled();
         if let Some(ae) =
             compression::upstream_accept_encoding(&live.config.cache.compression, cache_enabled)
@@ -484,12 +519,16 @@ impl ProxyHttp for LacquerProxy {
             upstream_request.insert_header(http::header::ACCEPT_ENCODING, ae)?;
         }
         partial_content::on_upstream_request(&ctx.partial, upstream_request)?;
-        let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
+        forwarding::on_upstream_request(
+            session,
+            upstream_request,
+            &live.config.proxy.trusted_proxies,
+        );
         headers::add_forwarded(
             upstream_request,
             live.config.proxy.forwarded,
-            client_ip(session),
-            tls,
+            forwarding::peer_ip(session),
+            ctx.key.is_https(),
         );
         if live.config.proxy.via {
             let version = session.req_header().version;
@@ -523,10 +562,14 @@ impl ProxyHttp for LacquerProxy {
             self.invalidator,
             session.req_header(),
             upstream_response,
-            client_ip(session),
+            self.client_ip(session),
         )
         .await;
+        let switched = upgrade::on_upstream_response(upstream_response);
         headers::strip_hop_by_hop(upstream_response);
+        if let Some(protocol) = switched {
+            upgrade::restore_switch_fields(upstream_response, protocol);
+        }
         headers::add_date_if_missing(upstream_response);
         if live.config.cache.reuse_post_responses && live.config.cache.enabled {
             ctx.post_reuse = post_reuse::on_upstream_response(
@@ -710,8 +753,15 @@ impl ProxyHttp for LacquerProxy {
             lease.on_request_end(stored);
         }
         if let Some(log) = &self.access_log {
+            let client = self.client_ip(session);
             let live = self.live.load();
-            access_record::on_request_end(log, session, ctx, &live.config.cache.status_name);
+            access_record::on_request_end(
+                log,
+                session,
+                ctx,
+                &live.config.cache.status_name,
+                client,
+            );
         }
     }
 }

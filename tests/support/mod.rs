@@ -15,6 +15,7 @@
 //!   the tests check.
 //! - [`child`], [`temp_dir`], [`net`], [`poll`]: child processes killed on drop, scratch
 //!   directories, free ports, bounded waits.
+//! - [`tls`]: certificates for TLS listeners.
 //! - [`fields`]: header lookup in `(name, value)` lists, shared by origin and raw client.
 //! - [`assertions`]: checks against expectations computed apart from the response checked.
 //!
@@ -39,6 +40,7 @@ pub mod net;
 pub mod origin;
 pub mod poll;
 pub mod temp_dir;
+pub mod tls;
 
 pub use assertions::*;
 pub use child::{read_lossy, rss_bytes, run_with_timeout, send_signal, stderr_text, OwnedChild};
@@ -55,6 +57,7 @@ pub use net::*;
 pub use origin::*;
 pub use poll::*;
 pub use temp_dir::*;
+pub use tls::*;
 
 /// Re-exported so tests can write `support::Bytes` / `Duration` without extra imports.
 pub use bytes::Bytes;
