@@ -4,8 +4,11 @@
 //! concern, and [`RequestCtx`] carries what they learn from phase to phase. In the order a request
 //! meets them (see the picture in `docs/architecture.md`):
 //!
-//! 1. `request_filter`: [`purge`] decides whether this is a PURGE its client may send (refused:
-//!    405); [`fast_hit`] answers fresh, plain hits from storage without Pingora's cache machinery.
+//! 1. `request_filter`: [`request_head`] checks what Pingora leaves unchecked in the head (the
+//!    authority, the target form; refused: 400), sends one `Content-Length` on, and notes a GET or
+//!    HEAD with a body (never cached); [`purge`] decides whether this is a PURGE its client may
+//!    send (refused: 405); [`fast_hit`] answers fresh, plain hits from storage without Pingora's
+//!    cache machinery.
 //! 2. `request_cache_filter`: whether the cache is used at all (method, client `no-store`,
 //!    config); if so, it is enabled with our storage and the cache lock.
 //! 3. `cache_key_callback`: the key from [`cache_key`] (built once per request);
@@ -28,6 +31,7 @@ pub mod fast_hit;
 pub mod headers;
 pub mod invalidation;
 pub mod purge;
+pub mod request_head;
 
 use crate::compression::decoded_copies::DecodedCopies;
 use crate::compression::{self, CompressionCtx};
@@ -55,6 +59,7 @@ use pingora_error::Result;
 use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::{ProxyHttp, Session};
 use purge::PurgeRequest;
+use request_head::Admitted;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
@@ -67,6 +72,8 @@ pub struct RequestCtx {
     key: RequestKey,
     /// Whether this request is a PURGE, and whether its client may purge (see [`purge`]).
     purge: PurgeRequest,
+    /// What the checks of the request head found (see [`request_head`]).
+    head: Admitted,
     seen: Observations,
     directives: RequestDirectives,
     cache_status: Option<CacheStatus>,
@@ -195,6 +202,7 @@ impl ProxyHttp for LacquerProxy {
             request_time: SystemTime::now(),
             key: RequestKey::default(),
             purge: PurgeRequest::None,
+            head: Admitted::default(),
             seen: Observations::default(),
             directives: RequestDirectives::default(),
             cache_status: None,
@@ -208,6 +216,10 @@ impl ProxyHttp for LacquerProxy {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
+        ctx.head = match request_head::on_request(session) {
+            Ok(admitted) => admitted,
+            Err(why) => return request_head::refuse(session, why).await,
+        };
         ctx.purge = purge::on_request(
             &session.req_header().method,
             || client_ip(session),
@@ -216,7 +228,11 @@ impl ProxyHttp for LacquerProxy {
         if ctx.purge == PurgeRequest::Refused {
             return purge::refuse(session).await;
         }
-        let Some(fast_hit) = &self.fast_hit else {
+        let Some(fast_hit) = self
+            .fast_hit
+            .as_ref()
+            .filter(|_| !ctx.head.uncacheable_body)
+        else {
             return Ok(false);
         };
         let Some(mut answer) = fast_hit
@@ -239,6 +255,12 @@ impl ProxyHttp for LacquerProxy {
         let req = session.req_header();
         if !ctx.purge.allowed() && !self.policy.request_cacheable(req) {
             ctx.seen.method_not_cacheable = true;
+            return Ok(());
+        }
+        if ctx.head.uncacheable_body {
+            // the key does not include the body: forwarded, never looked up or stored
+            ctx.seen.bypassed = true;
+            ctx.seen.not_stored_reason = Some("request-body");
             return Ok(());
         }
         if CacheControl::from_req_headers(req).is_some_and(|cc| cc.no_store()) {
