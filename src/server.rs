@@ -1,19 +1,28 @@
 //! Start-up: turns a validated [`Config`] into a running Pingora server.
 //!
+//! The client side is bounded by `[server]`'s limits ([`ClientLimits`]): the request-head
+//! deadline and sizes and the HTTP/2 idle timeout go into Pingora's server options (the head
+//! limits through the vendored pingora-core's patches, `vendor/README.md`), and the number of
+//! connections is capped around the proxy ([`connection_cap`]).
+//!
 //! Signals are Pingora's: SIGINT stops at once (fast shutdown), SIGTERM stops accepting, waits
 //! `grace_period` and then drains for at most `shutdown_timeout`, SIGQUIT hands listeners to a new
 //! process (graceful upgrade). Pingora's own default grace period is 300 s; ours is 5 s.
 
+mod connection_cap;
+
 use crate::admin::AdminApp;
-use crate::config::Config;
+use crate::config::{ClientLimits, Config};
 use crate::observe::access_log::AccessLog;
 use crate::proxy::LacquerProxy;
 use crate::storage::memory::MemoryTier;
 use crate::storage::tiered::TieredStorage;
 use crate::upstream::health::HealthChecker;
+use connection_cap::ConnectionCap;
 use pingora_core::apps::HttpServerOptions;
 use pingora_core::listeners::tls::TlsSettings;
 use pingora_core::listeners::{L4BufferSettings, ListenerConfig};
+use pingora_core::protocols::http::v2::server::{default_h2_options, H2Options};
 use pingora_core::server::configuration::ServerConf;
 use pingora_core::server::Server;
 use pingora_core::services::background::background_service;
@@ -52,6 +61,24 @@ fn server_conf(config: &Config) -> ServerConf {
     }
 }
 
+/// Pingora's options for client connections: h2c, and the bounds of `[server]`.
+fn client_options(h2c: bool, limits: &ClientLimits) -> HttpServerOptions {
+    let mut options = HttpServerOptions::default();
+    options.h2c = h2c;
+    options.request_head_timeout = Some(limits.header_read_timeout);
+    options.request_head_max_bytes = Some(limits.max_header_size);
+    options.request_line_max_bytes = Some(limits.max_request_line);
+    options.h2_idle_timeout = Some(limits.h2_idle_timeout);
+    options
+}
+
+/// Pingora's bounded HTTP/2 defaults, with the header list limited like an HTTP/1 head.
+fn h2_options(limits: &ClientLimits) -> H2Options {
+    let mut options = default_h2_options();
+    options.max_header_list_size(u32::try_from(limits.max_header_size).unwrap_or(u32::MAX));
+    options
+}
+
 /// Builds the memory tier the config asks for; with a shared tier it becomes a near cache.
 pub fn memory_tier(config: &Config) -> &'static MemoryTier {
     let mut memory = MemoryTier::new(
@@ -87,15 +114,13 @@ pub fn run(config: Config) -> Result<Infallible, StartError> {
         let checker = HealthChecker::new(backends.clone(), checks.clone());
         server.add_service(background_service("health checks", checker));
     }
-    let mut service =
-        pingora_proxy::http_proxy_service_with_name(&server.configuration, proxy, "lacquer");
-    if config.h2c {
-        let mut options = HttpServerOptions::default();
-        options.h2c = true;
-        if let Some(app) = service.app_logic_mut() {
-            app.server_options = Some(options);
-        }
-    }
+    let mut app = pingora_proxy::http_proxy(&server.configuration, proxy);
+    app.server_options = Some(client_options(config.h2c, &config.client_limits));
+    app.h2_options = Some(h2_options(&config.client_limits));
+    let mut service = Service::new(
+        "lacquer".to_string(),
+        ConnectionCap::new(app, config.client_limits.max_connections),
+    );
     let buffers = L4BufferSettings::default().write(config.write_buffer);
     for addr in &config.listen {
         service.add_listener(ListenerConfig::tcp(addr.to_string()).l4_buffer(buffers));
