@@ -218,7 +218,8 @@ impl ProxyHttp for LacquerProxy {
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
         ctx.head = match request_head::on_request(session) {
             Ok(admitted) => admitted,
-            Err(why) => return request_head::refuse(session, why).await,
+            // boxed: the refusal's write is rare, and kept out of this future's size
+            Err(why) => return Box::pin(request_head::refuse(session, why)).await,
         };
         ctx.purge = purge::on_request(
             &session.req_header().method,

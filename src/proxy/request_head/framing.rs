@@ -16,7 +16,7 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NotOneNumber;
 
-/// The `Content-Length` lines of one request, gathered during the pass over its fields.
+/// The `Content-Length` lines of one request, gathered one by one.
 #[derive(Debug, Default)]
 pub struct ContentLengths<'a> {
     lines: usize,

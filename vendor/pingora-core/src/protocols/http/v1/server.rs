@@ -162,14 +162,15 @@ pub struct HttpSession {
     /// clock already runs (the first request of a connection).
     request_head_deadline: Option<Instant>,
     /// LACQUER PATCH (request head deadline): how long the request head may take from its first
-    /// byte, when no deadline runs yet.
-    request_head_timeout: Option<Duration>,
+    /// byte, when no deadline runs yet, in milliseconds (0: no limit). Small, because a session is
+    /// built and moved for every request.
+    request_head_timeout_ms: u32,
     /// LACQUER PATCH (request head limits): the largest request head (request line and header
-    /// fields), answered 431 above it.
-    request_head_max_bytes: usize,
+    /// fields), answered 431 above it. (u32s: a session is built and moved for every request.)
+    request_head_max_bytes: u32,
     /// LACQUER PATCH (request head limits): the longest request line (CRLF excluded), answered
-    /// 414 above it.
-    request_line_max_bytes: Option<usize>,
+    /// 414 above it; 0: no limit of its own.
+    request_line_max_bytes: u32,
 }
 
 impl HttpSession {
@@ -219,9 +220,9 @@ impl HttpSession {
             pipelined_prefix: None,
             pipelined_idle_bytes_stashed: false,
             request_head_deadline: None,
-            request_head_timeout: None,
-            request_head_max_bytes: MAX_HEADER_SIZE,
-            request_line_max_bytes: None,
+            request_head_timeout_ms: 0,
+            request_head_max_bytes: MAX_HEADER_SIZE as u32,
+            request_line_max_bytes: 0,
         }
     }
 
@@ -289,19 +290,21 @@ impl HttpSession {
     }
 
     /// LACQUER PATCH (request head deadline): [`Self::read_request_buf`] within the request head
-    /// deadline. The deadline starts with the first read that returns bytes unless it already
-    /// runs; past it, the error is `HTTPStatus(408)`, which the proxy answers with that status.
+    /// deadline. Unless it already runs, the deadline starts when a head has begun but needs
+    /// another read (so a head that arrives in one read never reads the clock); past it, the
+    /// error is `HTTPStatus(408)`, which the proxy answers with that status.
     async fn read_request_head_buf(
         &mut self,
         buf: &mut BytesMut,
         already_read: usize,
     ) -> Result<Option<usize>> {
+        if self.request_head_deadline.is_none() && already_read > 0 && self.request_head_timeout_ms > 0
+        {
+            let timeout = Duration::from_millis(self.request_head_timeout_ms.into());
+            self.request_head_deadline = Some(Instant::now() + timeout);
+        }
         let Some(deadline) = self.request_head_deadline else {
-            let read = self.read_request_buf(buf, already_read).await;
-            if let (Ok(Some(_)), Some(timeout)) = (&read, self.request_head_timeout) {
-                self.request_head_deadline = Some(Instant::now() + timeout);
-            }
-            return read;
+            return self.read_request_buf(buf, already_read).await;
         };
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -322,7 +325,10 @@ impl HttpSession {
     /// LACQUER PATCH (request head deadline): the request head must be complete `timeout` after
     /// its first byte arrives, unless [`Self::set_request_head_deadline`] set an earlier clock.
     pub fn set_request_head_timeout(&mut self, timeout: Option<Duration>) {
-        self.request_head_timeout = timeout;
+        self.request_head_timeout_ms = timeout.map_or(0, |t| {
+            let ms = t.as_secs().saturating_mul(1000) + u64::from(t.subsec_millis());
+            u32::try_from(ms).unwrap_or(u32::MAX).max(1)
+        });
     }
 
     /// LACQUER PATCH (request head limits): the largest request head (request line and header
@@ -334,14 +340,18 @@ impl HttpSession {
         head_max_bytes: Option<usize>,
         line_max_bytes: Option<usize>,
     ) {
-        self.request_head_max_bytes = head_max_bytes.unwrap_or(MAX_HEADER_SIZE);
-        self.request_line_max_bytes = line_max_bytes;
+        let to_u32 = |bytes: usize| u32::try_from(bytes).unwrap_or(u32::MAX);
+        self.request_head_max_bytes = to_u32(head_max_bytes.unwrap_or(MAX_HEADER_SIZE));
+        self.request_line_max_bytes = line_max_bytes.map_or(0, |line| to_u32(line).max(1));
     }
 
     /// LACQUER PATCH (request head limits): `head` is a complete request head, or as much of one
     /// as was read; 414 if its request line is longer than allowed, else 431 if it is larger.
     fn check_request_head_size(&self, head: &[u8]) -> Result<()> {
-        if let Some(max_line) = self.request_line_max_bytes {
+        // a head no longer than the line limit cannot hold a longer line: the common case reads
+        // nothing
+        let max_line = self.request_line_max_bytes as usize;
+        if max_line > 0 && head.len() > max_line {
             // the line ends at its LF; a CR before the LF is not part of it
             let window = &head[..head.len().min(max_line.saturating_add(2))];
             let line_len = match window.find_byte(b'\n') {
@@ -357,7 +367,7 @@ impl HttpSession {
                 );
             }
         }
-        if head.len() > self.request_head_max_bytes {
+        if head.len() > self.request_head_max_bytes as usize {
             return Error::e_explain(
                 HTTPStatus(431),
                 format!("request head larger than {} bytes", self.request_head_max_bytes),
