@@ -45,6 +45,21 @@ fn invalid_values_name_the_key_and_reason() {
         ),
         ("threads = 2", "upstream", "no origin configured"),
         (
+            "upstream = \"127.0.0.1:1\"\n[cache]\nstore_set_cookie = \"yes\"",
+            "expected a boolean",
+            "line 3",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\n[cache]\nreuse_post_responses = 1",
+            "expected a boolean",
+            "line 3",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\n[cache]\nstrip_targeted_fields = [\"a b\"]",
+            "cache.strip_targeted_fields[0]",
+            "not a valid header name",
+        ),
+        (
             "upstream = \"127.0.0.1:1\"\n[cache]\npurge_from = [\"127.0.0.1\", \"10.0.0.0/40\"]",
             "cache.purge_from[1]",
             "prefix length must be 0 to 32",

@@ -116,6 +116,38 @@ async fn age_parsing() {
     }
 }
 
+/// RFC 9111 §5.1: of a list-based `Age` (`Age: 7200, 0`) the first member counts, so a response
+/// already older than its lifetime is stale on arrival.
+#[tokio::test]
+async fn age_as_a_list_uses_the_first_member() {
+    let origin = scripted_origin();
+    let lacquer = proxy(&origin);
+    for (name, age) in [("list", "7200, 0"), ("spaced", " 7200 ,0")] {
+        let path = format!("/age-list-{name}?cc={}&age={}", q("max-age=3600"), q(age));
+        let (second, hits) = twice(&lacquer, &origin, &path).await;
+        assert_eq!(hits, 2, "Age: {age} served as fresh");
+        assert!(!second.is_hit(), "Age: {age}: {:?}", second.cache_status());
+    }
+    let two_lines = format!(
+        "/age-lines?cc={}&hdr={}&hdr={}",
+        q("max-age=3600"),
+        q("Age:7200"),
+        q("Age:0")
+    );
+    let (_, hits) = twice(&lacquer, &origin, &two_lines).await;
+    assert_eq!(hits, 2, "Age on two lines: the first counts");
+    // the first member is young: fresh, and the Age served counts from it
+    let young = format!(
+        "/age-list-young?cc={}&age={}",
+        q("max-age=600"),
+        q("30, 7200")
+    );
+    let (hit, hits) = twice(&lacquer, &origin, &young).await;
+    assert!(hit.is_hit(), "{:?}", hit.cache_status());
+    assert_eq!(hits, 1);
+    assert!((30..90).contains(&hit.age().unwrap()), "{:?}", hit.age());
+}
+
 #[tokio::test]
 async fn expires_needs_a_valid_future_http_date() {
     let origin = scripted_origin();
@@ -167,6 +199,85 @@ async fn expires_is_relative_to_the_origin_date() {
     assert!(hit.is_hit(), "{:?}", hit.cache_status());
     assert_eq!(hits, 1);
     assert!(hit.age().unwrap() < 60, "{:?}", hit.age());
+}
+
+/// RFC 9110 §5.6.7: the three HTTP-date formats (IMF-fixdate, RFC 850, asctime) and names in any
+/// case, in `Expires`, `Last-Modified` and `Date`; anything else is no date, and an `Expires` that
+/// is no date means already expired (RFC 9111 §5.3). `If-Modified-Since` is in
+/// `rfc9111_validation::if_modified_since_reads_every_http_date_format`.
+#[tokio::test]
+async fn every_http_date_format_in_expires_last_modified_and_date() {
+    let origin = scripted_origin();
+    let lacquer = proxy(&origin);
+    let [imf, rfc850, asctime] = http_date_formats(3600);
+    let expires_forms = [
+        ("imf", imf.clone()),
+        ("rfc850", rfc850.clone()),
+        ("asctime", asctime.clone()),
+        ("lower", imf.to_lowercase()),
+        ("upper", imf.to_uppercase()),
+        ("lower-zone", imf.replace("GMT", "gmt")),
+        ("rfc850-lower", rfc850.to_lowercase()),
+        ("asctime-upper", asctime.to_uppercase()),
+    ];
+    for (name, expires) in expires_forms {
+        let path = format!("/date-fmt-exp-{name}?expires={}", q(&expires));
+        let (hit, hits) = twice(&lacquer, &origin, &path).await;
+        assert!(hit.is_hit(), "Expires: {expires}: {:?}", hit.cache_status());
+        assert_eq!(hits, 1, "Expires: {expires}");
+        let ttl = hit.cache_ttl().unwrap();
+        assert!(
+            (3000..=3600).contains(&ttl),
+            "Expires: {expires}: ttl {ttl}"
+        );
+    }
+    // not HTTP-dates: already expired, even with Last-Modified to grant heuristic freshness
+    for (name, expires) in [
+        ("utc", imf.replace("GMT", "UTC")),
+        ("short-year", format!("{}{}", &imf[..12], &imf[14..])),
+        ("no-comma", imf.replacen(',', "", 1)),
+        ("two-spaces", imf.replacen(' ', "  ", 1)),
+    ] {
+        let path = format!("/date-fmt-bad-{name}?expires={}&lm=-100000", q(&expires));
+        let (second, hits) = twice(&lacquer, &origin, &path).await;
+        assert_eq!(hits, 2, "Expires: {expires} is no date, so expired");
+        assert!(!second.is_hit());
+    }
+    // Last-Modified in any format gives heuristic freshness (10 % of 100000 s)
+    let [lm_imf, lm_rfc850, lm_asctime] = http_date_formats(-100_000);
+    for (name, lm) in [
+        ("rfc850", lm_rfc850),
+        ("asctime", lm_asctime),
+        ("lower", lm_imf.to_lowercase()),
+    ] {
+        let path = format!(
+            "/date-fmt-lm-{name}?hdr={}",
+            q(&format!("Last-Modified:{lm}"))
+        );
+        let (hit, hits) = twice(&lacquer, &origin, &path).await;
+        assert!(
+            hit.is_hit(),
+            "Last-Modified: {lm}: {:?}",
+            hit.cache_status()
+        );
+        assert_eq!(hits, 1, "Last-Modified: {lm}");
+    }
+    // Date in any format gives the apparent age
+    let [_, date_rfc850, date_asctime] = http_date_formats(-100);
+    for (name, date) in [
+        ("rfc850", date_rfc850),
+        ("asctime", date_asctime.to_lowercase()),
+    ] {
+        let path = format!(
+            "/date-fmt-date-{name}?cc={}&date={}",
+            q("max-age=600"),
+            q(&date)
+        );
+        let (hit, _) = twice(&lacquer, &origin, &path).await;
+        assert!(hit.is_hit(), "Date: {date}: {:?}", hit.cache_status());
+        let age = hit.age().unwrap();
+        assert!((100..=160).contains(&age), "Date: {date}: age {age}");
+    }
 }
 
 #[tokio::test]

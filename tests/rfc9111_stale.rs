@@ -1,10 +1,11 @@
 //! Serving stale responses (RFC 9111 §4.2.4, RFC 5861), over real sockets.
 //!
 //! `stale-while-revalidate` serves a stale entry while one background request refreshes it;
-//! `stale-if-error` and the configured `cache.stale_if_error_grace` serve a stale entry when the
-//! origin answers 5xx, refuses connections or times out; `must-revalidate` and
-//! `proxy-revalidate` forbid all of it. Client request directives (`max-stale`, ...) are in
-//! `tests/request_directives.rs`.
+//! `stale-if-error` and the configured `cache.stale_if_error_grace` (5 minutes by default) serve a
+//! stale entry when the origin answers 5xx, refuses connections, closes them or times out, and
+//! `Cache-Status` says so (`fwd=stale` and the failure); `must-revalidate` and
+//! `proxy-revalidate` forbid all of it, `no-cache` and `s-maxage` forbid the grace. Client
+//! request directives (`max-stale`, ...) are in `tests/request_directives.rs`.
 
 mod support;
 
@@ -155,13 +156,108 @@ async fn configured_grace_serves_stale_on_error_without_a_directive() {
     assert_eq!(stale.status, 200, "{:?}", stale.cache_status());
     assert_eq!(stale.body, stored.body);
 
-    // the default is no grace: the error passes through
+    // a grace of 0s turns it off: the error passes through
     let origin = scripted_origin();
-    let strict = proxy(&origin, "");
+    let strict = proxy(&origin, "[cache]\nstale_if_error_grace = \"0s\"");
     let stored = get(&strict.url(&path), &[]).await;
     assert!(stored.is_stored(), "{:?}", stored.cache_status());
     let_it_go_stale().await;
     assert_eq!(get(&strict.url(&path), &[]).await.status, 503);
+}
+
+/// RFC 9111 §4.2.4: with no configuration and no directive, a stale response is served when the
+/// origin fails in any of the ways an origin fails, and `Cache-Status` names the failure.
+#[tokio::test]
+async fn by_default_stale_is_served_when_the_origin_fails() {
+    let origin = scripted_origin();
+    let lacquer = proxy(&origin, "[proxy]\nread_timeout = \"1s\"");
+    let failures = [
+        ("500", "fail_after=1&fail_status=500", "origin-500"),
+        ("502", "fail_after=1&fail_status=502", "origin-502"),
+        ("503", "fail_after=1&fail_status=503", "origin-503"),
+        ("504", "fail_after=1&fail_status=504", "origin-504"),
+        ("closed", "close_after=1", "origin-closed"),
+        ("timeout", "sleep_after=1:30000", "origin-timeout"),
+    ];
+    let mut stored = Vec::new();
+    for (name, script, detail) in failures {
+        let path = format!("/default-grace-{name}?cc={}&{script}", q("max-age=1"));
+        let first = get(&lacquer.url(&path), &[]).await;
+        assert!(first.is_stored(), "{name}: {:?}", first.cache_status());
+        stored.push((path, first, detail));
+    }
+    let_it_go_stale().await;
+    for (path, first, detail) in stored {
+        let stale = get(&lacquer.url(&path), &[]).await;
+        assert_eq!(stale.status, 200, "{path}: {:?}", stale.cache_status());
+        assert_eq!(stale.body, first.body, "{path}");
+        assert_eq!(stale.cache_fwd().as_deref(), Some("stale"), "{path}");
+        assert_eq!(stale.cache_status_param("detail").as_deref(), Some(detail));
+        assert!(stale.cache_ttl().is_some_and(|ttl| ttl < 0), "{path}");
+        assert!(!stale.is_hit(), "{path}: it went forward");
+        assert!(
+            origin.hits_for(&path) >= 2,
+            "{path}: the origin was asked first"
+        );
+    }
+}
+
+#[tokio::test]
+async fn by_default_stale_is_served_when_the_origin_is_down() {
+    let origin = scripted_origin();
+    let lacquer = proxy(&origin, "");
+    let path = format!("/default-grace-down?cc={}", q("max-age=1"));
+    let stored = get(&lacquer.url(&path), &[]).await;
+    assert!(stored.is_stored(), "{:?}", stored.cache_status());
+    drop(origin);
+    let_it_go_stale().await;
+    let stale = get(&lacquer.url(&path), &[]).await;
+    assert_eq!(stale.status, 200, "{:?}", stale.cache_status());
+    assert_eq!(stale.body, stored.body);
+    assert_eq!(
+        stale.cache_status_param("detail").as_deref(),
+        Some("origin-unreachable"),
+        "{:?}",
+        stale.cache_status()
+    );
+}
+
+/// What forbids serving stale (RFC 9111 §4.2.4: `no-cache`, `must-revalidate`, an applicable
+/// `s-maxage`, `proxy-revalidate`) forbids the grace, the default one and a configured one: the
+/// origin closes the connection and the client gets the 502.
+#[tokio::test]
+async fn directives_that_forbid_stale_forbid_the_grace() {
+    let origin = scripted_origin();
+    let etag = q("\"v1\"");
+    for (name, config) in [
+        ("default", ""),
+        ("configured", "[cache]\nstale_if_error_grace = \"10m\""),
+    ] {
+        let lacquer = proxy(&origin, config);
+        let mut stored = Vec::new();
+        for cc in [
+            "max-age=1, must-revalidate",
+            "max-age=1, proxy-revalidate",
+            "s-maxage=1",
+            "max-age=1, no-cache",
+        ] {
+            let path = format!("/forbid-{name}?cc={}&etag={etag}&close_after=1", q(cc));
+            let first = get(&lacquer.url(&path), &[]).await;
+            assert!(first.is_stored(), "{name} {cc}: {:?}", first.cache_status());
+            stored.push((path, cc));
+        }
+        let_it_go_stale().await;
+        for (path, cc) in stored {
+            let resp = get(&lacquer.url(&path), &[]).await;
+            assert_eq!(
+                resp.status,
+                502,
+                "{name} {cc}: served stale {:?}",
+                resp.cache_status()
+            );
+            assert!(origin.hits_for(&path) >= 2, "{name} {cc}");
+        }
+    }
 }
 
 #[tokio::test]

@@ -13,6 +13,88 @@ fn proxy(origin: &TestOrigin) -> LacquerProcess {
     LacquerProcess::start_simple(origin.addr(), "[log]\naccess = \"off\"")
 }
 
+/// RFC 9111 §4.3.2: without `Last-Modified`, `If-Modified-Since` is judged by the stored `Date`
+/// (RFC 9110 §13.1.3): 304 when that `Date` is not later than the condition.
+#[tokio::test]
+async fn if_modified_since_without_last_modified_uses_the_stored_date() {
+    let origin = scripted_origin();
+    let lacquer = proxy(&origin);
+    let date = http_date_offset(-100);
+    let path = format!("/ims-date?cc={}&date={}", q("max-age=600"), q(&date));
+    let stored = get(&lacquer.url(&path), &[]).await;
+    assert!(stored.is_stored(), "{:?}", stored.cache_status());
+    for since in [date.clone(), http_date_offset(0)] {
+        let resp = get(&lacquer.url(&path), &[("if-modified-since", &since)]).await;
+        assert_eq!(resp.status, 304, "If-Modified-Since: {since} (Date {date})");
+        assert!(resp.body.is_empty());
+        assert!(resp.is_hit(), "{:?}", resp.cache_status());
+    }
+    let earlier = http_date_offset(-1000);
+    let modified = get(&lacquer.url(&path), &[("if-modified-since", &earlier)]).await;
+    assert_eq!(modified.status, 200);
+    assert_eq!(modified.body, stored.body);
+    assert_eq!(origin.hits_for(&path), 1);
+}
+
+/// A response stored without `Date` from the origin got the time it was received as its `Date`
+/// (RFC 9110 §6.6.1), which `If-Modified-Since` is then judged by.
+#[tokio::test]
+async fn if_modified_since_without_any_origin_date_uses_the_time_received() {
+    let origin = RawOrigin::answering(|_head, stream| {
+        use std::io::Write;
+        let _ = stream.write_all(
+            b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nContent-Length: 5\r\n\r\nhello",
+        );
+    });
+    let lacquer = LacquerProcess::start_simple(origin.addr, "[log]\naccess = \"off\"");
+    let before = http_date_offset(-10);
+    let stored = get(&lacquer.url("/ims-no-date"), &[]).await;
+    assert!(stored.is_stored(), "{:?}", stored.cache_status());
+    let after = http_date_offset(10);
+    let resp = get(
+        &lacquer.url("/ims-no-date"),
+        &[("if-modified-since", &after)],
+    )
+    .await;
+    assert_eq!(resp.status, 304, "{:?}", resp.cache_status());
+    let resp = get(
+        &lacquer.url("/ims-no-date"),
+        &[("if-modified-since", &before)],
+    )
+    .await;
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.text(), "hello");
+    assert_eq!(origin.accepted(), 1);
+}
+
+/// `If-Modified-Since` in each HTTP-date format, names in any case (RFC 9110 §5.6.7); a value
+/// that is no HTTP-date is ignored (§13.1.3).
+#[tokio::test]
+async fn if_modified_since_reads_every_http_date_format() {
+    let origin = scripted_origin();
+    let lacquer = proxy(&origin);
+    let path = format!("/ims-formats?cc={}&lm=-10000", q("max-age=600"));
+    let stored = get(&lacquer.url(&path), &[]).await;
+    let [imf, rfc850, asctime] = http_date_formats(0);
+    for since in [
+        imf.clone(),
+        rfc850.clone(),
+        asctime.clone(),
+        imf.to_lowercase(),
+        rfc850.to_uppercase(),
+        asctime.to_lowercase(),
+    ] {
+        let resp = get(&lacquer.url(&path), &[("if-modified-since", &since)]).await;
+        assert_eq!(resp.status, 304, "If-Modified-Since: {since}");
+    }
+    for not_a_date in [imf.replace("GMT", "UTC"), "yesterday".to_string()] {
+        let resp = get(&lacquer.url(&path), &[("if-modified-since", &not_a_date)]).await;
+        assert_eq!(resp.status, 200, "If-Modified-Since: {not_a_date}");
+        assert_eq!(resp.body, stored.body);
+    }
+    assert_eq!(origin.hits_for(&path), 1);
+}
+
 #[tokio::test]
 async fn if_none_match_is_answered_from_a_fresh_entry_with_weak_comparison() {
     let origin = scripted_origin();

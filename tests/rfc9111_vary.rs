@@ -118,3 +118,51 @@ async fn vary_star_among_other_fields_is_never_stored() {
     assert!(again.cache_status().unwrap().contains("detail=vary-star"));
     assert_eq!(origin.hits_for(&path), 2);
 }
+
+/// `Accept-Language` is matched as the preference it states: language ranges in any case,
+/// whitespace, `q=1` implied or written, `q=0.50` as `q=0.5`, and any order among entries of
+/// equal weight are one variant; a different weighting is another (rule: `docs/conformance.md`).
+#[tokio::test]
+async fn accept_language_variants_are_matched_as_preferences() {
+    let origin = scripted_origin();
+    let lacquer = proxy(&origin);
+    let path = format!("/al?cc={}&vary={}", q("max-age=600"), q("Accept-Language"));
+    let stored = get(
+        &lacquer.url(&path),
+        &[("accept-language", "en-US, fr;q=0.5")],
+    )
+    .await;
+    assert!(stored.is_stored(), "{:?}", stored.cache_status());
+    for same in [
+        "EN-us,fr;q=0.5",
+        "fr;q=0.50, en-us;q=1.0",
+        "en-US ,  FR ; q=0.500",
+    ] {
+        let resp = get(&lacquer.url(&path), &[("accept-language", same)]).await;
+        assert!(resp.is_hit(), "{same}: {:?}", resp.cache_status());
+        assert_eq!(resp.body, stored.body, "{same}");
+    }
+    assert_eq!(origin.hits_for(&path), 1);
+    let equal_weights = format!(
+        "/al-eq?cc={}&vary={}",
+        q("max-age=600"),
+        q("Accept-Language")
+    );
+    get(
+        &lacquer.url(&equal_weights),
+        &[("accept-language", "de, en")],
+    )
+    .await;
+    let reordered = get(
+        &lacquer.url(&equal_weights),
+        &[("accept-language", "en, de")],
+    )
+    .await;
+    assert!(reordered.is_hit(), "{:?}", reordered.cache_status());
+    // another weighting is another preference, so another variant
+    for other in ["en-US, fr;q=0.9", "fr, en-US", "en-US"] {
+        let resp = get(&lacquer.url(&path), &[("accept-language", other)]).await;
+        assert!(!resp.is_hit(), "{other}: {:?}", resp.cache_status());
+    }
+    assert_eq!(origin.hits_for(&path), 4);
+}

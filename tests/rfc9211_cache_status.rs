@@ -2,7 +2,8 @@
 //!
 //! Each `fwd` reason is provoked by the situation it names and asserted on the exact field value;
 //! targeted fields (`Lacquer-Cache-Control`, then `CDN-Cache-Control`) govern this cache before
-//! `Cache-Control` and are not forwarded unless configured. More in `tests/core_caching.rs`
+//! `Cache-Control`; ours is not forwarded unless configured, `CDN-Cache-Control` is (more in
+//! `tests/rfc9213_targeted_fields.rs`). More in `tests/core_caching.rs`
 //! (`miss_then_hit_with_age`, `targeted_cache_control_fields_take_precedence`).
 
 mod support;
@@ -72,6 +73,39 @@ async fn every_forward_reason_is_reported() {
     );
 }
 
+/// A stale response served because the origin failed is `fwd=stale` with the origin's status and
+/// the failure in `detail` (RFC 9211 §2.2, §2.3, §2.8), not `fwd=bypass`; `ttl` is negative.
+#[tokio::test]
+async fn stale_served_on_an_origin_failure_is_labelled_stale_with_the_reason() {
+    let origin = scripted_origin();
+    let lacquer = proxy(&origin, "");
+    let failed_status = format!(
+        "/cs-sie?cc={}&fail_after=1",
+        q("max-age=1, stale-if-error=600")
+    );
+    let closed = format!("/cs-grace?cc={}&close_after=1", q("max-age=1"));
+    for path in [&failed_status, &closed] {
+        let first = get(&lacquer.url(path), &[]).await;
+        assert!(first.is_stored(), "{:?}", first.cache_status());
+    }
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let stale = get(&lacquer.url(&failed_status), &[]).await;
+    assert_eq!(stale.status, 200);
+    let ttl = stale.cache_ttl().expect("a ttl");
+    assert!(ttl < 0, "ttl {ttl}");
+    assert_eq!(
+        stale.cache_status().unwrap(),
+        format!("lacquer; fwd=stale; fwd-status=503; ttl={ttl}; detail=origin-503")
+    );
+    let stale = get(&lacquer.url(&closed), &[]).await;
+    assert_eq!(stale.status, 200);
+    let ttl = stale.cache_ttl().expect("a ttl");
+    assert_eq!(
+        stale.cache_status().unwrap(),
+        format!("lacquer; fwd=stale; ttl={ttl}; detail=origin-closed")
+    );
+}
+
 #[tokio::test]
 async fn a_disabled_cache_reports_bypass() {
     let origin = scripted_origin();
@@ -100,7 +134,8 @@ async fn our_targeted_field_beats_cdn_cache_control_beats_cache_control() {
     let hit = get(&lacquer.url(&ours), &[]).await;
     assert!(hit.is_hit(), "{:?}", hit.cache_status());
     assert!(!hit.has_header("lacquer-cache-control"));
-    assert!(!hit.has_header("cdn-cache-control"));
+    // CDN-Cache-Control targets every CDN on the path: passed on (issue 17)
+    assert_eq!(hit.header("cdn-cache-control").as_deref(), Some("no-store"));
     assert_eq!(hit.header("cache-control").as_deref(), Some("no-store"));
 
     // CDN-Cache-Control: s-maxage / max-age give the lifetime, not Cache-Control's

@@ -35,12 +35,19 @@ pub struct CacheSection {
     pub targeted_field: Option<String>,
     /// Forward the targeted fields (ours and `CDN-Cache-Control`) to clients.
     pub forward_targeted_fields: Option<bool>,
+    /// The fields removed from responses to clients (default: our targeted field alone).
+    pub strip_targeted_fields: Option<Vec<String>>,
+    /// Store responses that carry `Set-Cookie` (strict RFC 9111; off by default).
+    pub store_set_cookie: Option<bool>,
+    /// Reuse a POST response for later GETs when it says it is the URL's representation
+    /// (RFC 9111 §4, RFC 9110 §9.3.3; off by default).
+    pub reuse_post_responses: Option<bool>,
     /// Per path-prefix TTL overrides, off unless listed.
     pub ttl_overrides: Option<Vec<TtlOverrideEntry>>,
     /// Whether a client's `no-cache` forces revalidation with the origin.
     pub honor_client_no_cache: Option<bool>,
     /// How long a stale response may be served when the origin fails and the response has no
-    /// `stale-if-error` of its own (RFC 5861 grace; off by default).
+    /// `stale-if-error` of its own (RFC 9111 §4.2.4; default [`DEFAULT_STALE_IF_ERROR_GRACE`]).
     pub stale_if_error_grace: Option<String>,
     /// Client addresses (`10.0.0.0/8`, `::1`) allowed to send PURGE.
     pub purge_from: Option<Vec<String>>,
@@ -84,18 +91,39 @@ pub struct CacheConfig {
     pub targeted_field: String,
     /// Whether targeted fields are passed on to clients.
     pub forward_targeted_fields: bool,
+    /// The fields removed from responses to clients (lowercase names): our targeted field unless
+    /// configured, none with `forward_targeted_fields`.
+    pub strip_targeted_fields: Vec<String>,
+    /// Responses with `Set-Cookie` are stored and served to every client (strict RFC 9111).
+    pub store_set_cookie: bool,
+    /// POST responses whose `Content-Location` is the request URL, with explicit freshness, are
+    /// stored for later GETs of that URL.
+    pub reuse_post_responses: bool,
     /// The shared memcached tier, if servers are configured.
     pub memcached: Option<MemcachedConfig>,
     /// Whether a client's `no-cache` forces revalidation (RFC 9111 allows ignoring it).
     pub honor_client_no_cache: bool,
     /// Stale responses without their own `stale-if-error` may be served this long past their
-    /// freshness when the origin fails (zero: never). `must-revalidate` still forbids it.
+    /// freshness when the origin fails (zero: never). `must-revalidate`, `proxy-revalidate`,
+    /// `s-maxage` and `no-cache` forbid it.
     pub stale_if_error_grace: Duration,
     /// gzip on store (`[cache.compression]`).
     pub compression: CompressionConfig,
     /// Client addresses allowed to send PURGE (default: loopback only); others get 405.
     pub purge_from: Vec<AddressRange>,
 }
+
+/// How long past its freshness a stored response is served when the origin fails (refuses,
+/// closes, times out, answers 500/502/503/504) and nothing forbids it (RFC 9111 §4.2.4).
+///
+/// Five minutes, not Varnish's 10 s: here the grace is used only when the origin has just been
+/// asked and failed (a healthy origin is always asked first, so a long grace never delays an
+/// update), and an application server's restart or a deploy takes tens of seconds to minutes,
+/// which 10 s does not cover. It stays short enough that an outage shows within minutes: each
+/// stale answer says `fwd=stale` with the origin's status in `Cache-Status` and the log, and
+/// after the grace the error passes through. The grace also extends how long an entry is kept
+/// in memcached past its freshness (by at most this much).
+pub const DEFAULT_STALE_IF_ERROR_GRACE: Duration = Duration::from_secs(300);
 
 /// The largest delta-seconds value a cache must handle (RFC 9111 §1.2.2).
 const MAX_DELTA_SECONDS: Duration = Duration::from_secs(1 << 31);
@@ -155,6 +183,12 @@ pub fn validate(section: &CacheSection) -> Result<CacheConfig, ConfigError> {
             .as_deref()
             .unwrap_or("lacquer-cache-control"),
     )?;
+    let forward_targeted_fields = section.forward_targeted_fields.unwrap_or(false);
+    let strip_targeted_fields = strip_targeted_fields(
+        &section.strip_targeted_fields,
+        forward_targeted_fields,
+        &targeted_field,
+    )?;
     Ok(CacheConfig {
         enabled: section.enabled.unwrap_or(true),
         memory_size,
@@ -175,19 +209,46 @@ pub fn validate(section: &CacheSection) -> Result<CacheConfig, ConfigError> {
         status_name,
         ttl_overrides: ttl_overrides(&section.ttl_overrides)?,
         targeted_field,
-        forward_targeted_fields: section.forward_targeted_fields.unwrap_or(false),
+        forward_targeted_fields,
+        strip_targeted_fields,
+        store_set_cookie: section.store_set_cookie.unwrap_or(false),
+        reuse_post_responses: section.reuse_post_responses.unwrap_or(false),
         memcached: memcached::validate(&section.memcached)?,
         honor_client_no_cache: section.honor_client_no_cache.unwrap_or(true),
         stale_if_error_grace: check::whole_seconds(
             "cache.stale_if_error_grace",
             &section.stale_if_error_grace,
-            Duration::ZERO,
+            DEFAULT_STALE_IF_ERROR_GRACE,
             MAX_DELTA_SECONDS,
             "HTTP expresses it in delta-seconds",
         )?,
         compression: compression::validate(&section.compression)?,
         purge_from: purge_from(&section.purge_from)?,
     })
+}
+
+/// `cache.strip_targeted_fields`: header names, lowercased; by default our own targeted field
+/// alone (`CDN-Cache-Control` is meant for every CDN on the path, so it is passed on), none when
+/// `forward_targeted_fields = true`, which a list contradicts.
+fn strip_targeted_fields(
+    value: &Option<Vec<String>>,
+    forward_targeted_fields: bool,
+    targeted_field: &str,
+) -> Result<Vec<String>, ConfigError> {
+    let key = "cache.strip_targeted_fields";
+    match value {
+        None if forward_targeted_fields => Ok(Vec::new()),
+        None => Ok(vec![targeted_field.to_string()]),
+        Some(list) if forward_targeted_fields && !list.is_empty() => Err(ConfigError::new(
+            key,
+            "cannot list fields to strip while cache.forward_targeted_fields = true",
+        )),
+        Some(list) => list
+            .iter()
+            .enumerate()
+            .map(|(i, name)| check::header_name(&format!("{key}[{i}]"), name))
+            .collect(),
+    }
 }
 
 /// `[[cache.ttl_overrides]]`: each prefix a path, each TTL a duration.

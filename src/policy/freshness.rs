@@ -5,7 +5,6 @@
 
 use super::delta_seconds::{first_directive, DeltaSeconds};
 use http::StatusCode;
-use httpdate::HttpDate;
 use pingora_http::ResponseHeader;
 use std::time::{Duration, SystemTime};
 
@@ -55,6 +54,9 @@ pub enum FreshnessSource {
     Heuristic,
     Override,
     Default,
+    /// None of the above: a `no-cache` response with a validator, stored only to be revalidated
+    /// on every use (see [`revalidate_only`]).
+    NoCache,
 }
 
 /// Inputs that are configuration rather than response.
@@ -81,13 +83,17 @@ fn header_date(resp: &ResponseHeader, name: http::header::HeaderName) -> Option<
     if values.next().is_some() {
         return None;
     }
-    let parsed: HttpDate = first.to_str().ok()?.trim().parse().ok()?;
-    Some(parsed.into())
+    super::http_date::parse_value(first)
 }
 
 /// Parses `Age` (RFC 9111 §5.1): a non-negative integer; invalid values are ignored, huge ones clamp.
+///
+/// `Age` is a singleton field, but "a cache encountering a message with a list-based Age field
+/// value SHOULD use the first member of the field value, discarding subsequent ones" (§5.1): of
+/// `Age: 7200, 0` (or of two `Age` lines) the 7200 counts.
 pub fn parse_age(resp: &ResponseHeader) -> Option<Duration> {
-    let value = resp.headers.get(http::header::AGE)?.to_str().ok()?.trim();
+    let line = resp.headers.get(http::header::AGE)?.to_str().ok()?;
+    let value = line.split(',').next().unwrap_or_default().trim();
     if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -170,6 +176,22 @@ pub fn freshness(
     rules
         .default_ttl
         .and_then(|ttl| make(ttl, FreshnessSource::Default))
+}
+
+/// A lifetime of zero, for a response that is stored only to be revalidated on every use: one
+/// with `no-cache` and a validator but no freshness of its own (RFC 9111 §5.2.2.4: "the
+/// response MUST NOT be used to satisfy any other request without forwarding it for validation",
+/// which a stored validator makes a conditional request answered by a 304).
+pub fn revalidate_only(
+    resp: &ResponseHeader,
+    request_time: SystemTime,
+    response_time: SystemTime,
+) -> Freshness {
+    Freshness {
+        lifetime: Duration::ZERO,
+        initial_age: initial_age(resp, request_time, response_time),
+        source: FreshnessSource::NoCache,
+    }
 }
 
 /// The remaining freshness of a stored response at `now`, in whole seconds rounded down: `0` up
@@ -272,6 +294,15 @@ mod tests {
             Some(Duration::from_secs(30))
         );
         assert_eq!(parse_age(&resp(&[("age", "-3")])), None);
+        assert_eq!(
+            parse_age(&resp(&[("age", "7200, 0")])),
+            Some(Duration::from_secs(7200))
+        );
+        assert_eq!(
+            parse_age(&resp(&[("age", "7200"), ("age", "0")])),
+            Some(Duration::from_secs(7200))
+        );
+        assert_eq!(parse_age(&resp(&[("age", "x, 7200")])), None);
         assert_eq!(parse_age(&resp(&[("age", "abc")])), None);
         assert_eq!(
             parse_age(&resp(&[("age", "99999999999999999999")])),

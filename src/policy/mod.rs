@@ -9,6 +9,7 @@
 
 pub mod delta_seconds;
 pub mod freshness;
+pub mod http_date;
 pub mod preconditions;
 pub mod request_directives;
 pub mod revalidation;
@@ -53,6 +54,8 @@ pub struct CachePolicy {
     targeted: targeted::TargetedFields,
     /// `stale-if-error` seconds granted to responses that carry none.
     stale_if_error_grace: u32,
+    /// Store responses with `Set-Cookie` (`cache.store_set_cookie`).
+    store_set_cookie: bool,
 }
 
 impl CachePolicy {
@@ -68,8 +71,12 @@ impl CachePolicy {
                 .map(|o| (o.prefix.clone(), o.ttl))
                 .collect(),
             max_object_size: config.max_object_size,
-            targeted: targeted::TargetedFields::new(&config.targeted_field),
+            targeted: targeted::TargetedFields::new(
+                &config.targeted_field,
+                &config.strip_targeted_fields,
+            ),
             stale_if_error_grace: config.stale_if_error_grace.as_secs().min(u32::MAX as u64) as u32,
+            store_set_cookie: config.store_set_cookie,
         }
     }
 
@@ -101,7 +108,14 @@ impl CachePolicy {
     ///
     /// Beyond RFC 9111's rules, two conservative choices that Varnish and nginx also make:
     /// responses with `Set-Cookie` are not stored (a shared cache must not hand one user's cookie
-    /// to another), and neither are bodies over `cache.max_object_size`.
+    /// to another) unless `cache.store_set_cookie` says to, and neither are bodies over
+    /// `cache.max_object_size`.
+    ///
+    /// A `no-cache` response with a validator is stored even without freshness of its own, to be
+    /// revalidated on every use. Serving it stale is never allowed (RFC 9111 §4.2.4), nor is the
+    /// configured grace given to a response with `s-maxage` (which implies `proxy-revalidate`,
+    /// §5.2.2.10); that response's own `stale-if-error` / `stale-while-revalidate` still count
+    /// (CDN practice, `docs/conformance.md`).
     pub fn response_decision(
         &self,
         req: &RequestHeader,
@@ -136,7 +150,7 @@ impl CachePolicy {
         if vary::has_star(resp) {
             return uncacheable(REASON_VARY_STAR);
         }
-        if resp.headers.contains_key(http::header::SET_COOKIE) {
+        if !self.store_set_cookie && resp.headers.contains_key(http::header::SET_COOKIE) {
             return uncacheable(REASON_SET_COOKIE);
         }
         if content_length(resp).is_some_and(|len| len > self.max_object_size as u64) {
@@ -151,18 +165,33 @@ impl CachePolicy {
             ignore_expires: targeted,
         };
         let now = SystemTime::now();
-        let Some(mut fresh) = freshness(resp, &rules, request_time, now) else {
-            return uncacheable(REASON_NO_FRESHNESS);
+        let no_cache = rules.override_ttl.is_none() && cc.as_ref().is_some_and(|cc| cc.no_cache());
+        let mut fresh = match freshness(resp, &rules, request_time, now) {
+            Some(fresh) => fresh,
+            // storable at all (RFC 9111 §3): a heuristically cacheable status, or `public`
+            None if no_cache
+                && has_validator(resp)
+                && (freshness::heuristically_cacheable(resp.status)
+                    || cc.as_ref().is_some_and(|cc| cc.public())) =>
+            {
+                freshness::revalidate_only(resp, request_time, now)
+            }
+            None => return uncacheable(REASON_NO_FRESHNESS),
         };
         let mut header = resp.clone();
         let (mut swr, mut sie) = (0, self.stale_if_error_grace);
         if let Some(cc) = &cc {
-            if cc.no_cache() && rules.override_ttl.is_none() {
+            if no_cache {
                 // stored, but never served without revalidation (RFC 9111 §5.2.2.4)
                 fresh.lifetime = Duration::ZERO;
             }
-            if cc.must_revalidate() || cc.proxy_revalidate() {
-                // never served stale, whatever else is said or configured (RFC 9111 §5.2.2.2)
+            if cc.has_key("s-maxage") {
+                // implies proxy-revalidate (RFC 9111 §5.2.2.10): no grace of ours
+                sie = 0;
+            }
+            if no_cache || cc.must_revalidate() || cc.proxy_revalidate() {
+                // never served stale, whatever else is said or configured (RFC 9111 §4.2.4,
+                // §5.2.2.2, §5.2.2.4)
                 sie = 0;
             } else {
                 swr = cc.stale_while_revalidate().ok().flatten().unwrap_or(0);
@@ -173,6 +202,42 @@ impl CachePolicy {
             cc.strip_private_headers(&mut header);
         }
         RespCacheable::Cacheable(build_meta(&fresh, now, swr, sie, header))
+    }
+}
+
+impl CachePolicy {
+    /// The decision for a POST response offered for reuse by later GETs of its URL (RFC 9110
+    /// §9.3.3, `crate::proxy::post_reuse`): as for any response, and only with explicit
+    /// freshness of its own (`s-maxage`, `max-age` or `Expires`; not heuristic, default or
+    /// override) that has not already run out.
+    pub fn post_response_decision(
+        &self,
+        req: &RequestHeader,
+        resp: &ResponseHeader,
+        request_time: SystemTime,
+    ) -> RespCacheable {
+        let (_, targeted) = self.targeted.cache_control(resp);
+        let explicit_only = FreshnessRules {
+            cache_control_field: self.targeted.governing_field(resp),
+            heuristic_fraction: 0.0,
+            heuristic_max: Duration::ZERO,
+            default_ttl: None,
+            override_ttl: None,
+            ignore_expires: targeted,
+        };
+        let now = SystemTime::now();
+        let explicit = freshness(resp, &explicit_only, request_time, now).is_some_and(|f| {
+            f.source != freshness::FreshnessSource::Heuristic && f.lifetime > f.initial_age
+        });
+        match self.response_decision(req, resp, request_time) {
+            RespCacheable::Cacheable(meta) if explicit && meta.is_fresh(now) => {
+                RespCacheable::Cacheable(meta)
+            }
+            RespCacheable::Cacheable(_) => {
+                RespCacheable::Uncacheable(NoCacheReason::Custom(REASON_NO_FRESHNESS))
+            }
+            uncacheable => uncacheable,
+        }
     }
 }
 
@@ -195,6 +260,12 @@ fn build_meta(
         created + fresh.lifetime
     };
     CacheMeta::new(fresh_until, created, swr, sie, header)
+}
+
+/// Whether the response carries a validator a conditional request can use (RFC 9110 §8.8).
+fn has_validator(resp: &ResponseHeader) -> bool {
+    resp.headers.contains_key(http::header::ETAG)
+        || resp.headers.contains_key(http::header::LAST_MODIFIED)
 }
 
 fn content_length(resp: &ResponseHeader) -> Option<u64> {
@@ -273,6 +344,65 @@ mod tests {
     fn no_cache_is_stored_stale() {
         let meta = decide(&[], &[("cache-control", "max-age=60, no-cache")]).unwrap_meta();
         assert!(!meta.is_fresh(SystemTime::now()));
+    }
+
+    #[test]
+    fn no_cache_with_a_validator_is_stored_without_freshness_of_its_own() {
+        for validator in [
+            ("etag", "\"v1\""),
+            ("last-modified", "Sat, 01 Jan 2022 00:00:00 GMT"),
+        ] {
+            let meta = decide(&[], &[("cache-control", "no-cache"), validator]).unwrap_meta();
+            assert!(!meta.is_fresh(SystemTime::now()), "{validator:?}");
+            assert_eq!(meta.stale_if_error_sec(), 0, "{validator:?}");
+        }
+        assert!(!decide(&[], &[("cache-control", "no-cache")]).is_cacheable());
+        // RFC 9111 §3: a status that is not heuristically cacheable needs more than no-cache
+        let found = |cc: &str| {
+            let req = RequestHeader::build("GET", b"/x", None).unwrap();
+            let mut resp = test_headers::response(&[("cache-control", cc), ("etag", "\"v1\"")]);
+            resp.set_status(302).unwrap();
+            policy().response_decision(&req, &resp, SystemTime::now())
+        };
+        assert!(!found("no-cache").is_cacheable());
+        assert!(found("no-cache, public").is_cacheable());
+    }
+
+    #[test]
+    fn the_grace_is_withheld_where_stale_is_forbidden() {
+        let grace = |cc: &str| {
+            decide(&[], &[("cache-control", cc)])
+                .unwrap_meta()
+                .stale_if_error_sec()
+        };
+        assert_eq!(grace("max-age=60"), 300);
+        for forbidding in [
+            "max-age=60, must-revalidate",
+            "max-age=60, proxy-revalidate",
+            "max-age=60, no-cache",
+            "s-maxage=60",
+            "no-cache, stale-if-error=600, max-age=60",
+        ] {
+            assert_eq!(grace(forbidding), 0, "{forbidding}");
+        }
+        // the response's own stale-if-error with s-maxage still counts (CDN practice)
+        assert_eq!(grace("s-maxage=60, stale-if-error=30"), 30);
+    }
+
+    #[test]
+    fn set_cookie_is_stored_only_when_configured() {
+        let cookie = [("cache-control", "max-age=60"), ("set-cookie", "a=b")];
+        assert!(!decide(&[], &cookie).is_cacheable());
+        let strict = CachePolicy::new(
+            &Config::from_toml("upstream = \"127.0.0.1:1\"\n[cache]\nstore_set_cookie = true")
+                .unwrap()
+                .cache,
+        );
+        let req = RequestHeader::build("GET", b"/x", None).unwrap();
+        let resp = test_headers::response(&cookie);
+        assert!(strict
+            .response_decision(&req, &resp, SystemTime::now())
+            .is_cacheable());
     }
 
     #[test]

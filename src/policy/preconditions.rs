@@ -11,12 +11,16 @@
 //! 4. otherwise `If-Modified-Since` false: 304 for GET and HEAD.
 //!
 //! Preconditions apply only when the response would otherwise be a 2xx; `If-None-Match` and
-//! `If-Modified-Since` only to a stored 200, as in Pingora.
+//! `If-Modified-Since` only to a stored 200, as in Pingora. Dates are read with
+//! [`super::http_date`] (all three formats, names in any case). A stored response without
+//! `Last-Modified` is judged by its `Date` for `If-Modified-Since` (RFC 9111 §4.3.2; every stored
+//! response has one, see `proxy::headers::add_date_if_missing`), which Pingora's check skips.
 
-use http::header::{ETAG, IF_MATCH, IF_UNMODIFIED_SINCE, LAST_MODIFIED};
-use http::HeaderValue;
-use httpdate::HttpDate;
-use pingora_core::protocols::http::conditional_filter::not_modified_filter;
+use http::header::{
+    DATE, ETAG, IF_MATCH, IF_MODIFIED_SINCE, IF_NONE_MATCH, IF_UNMODIFIED_SINCE, LAST_MODIFIED,
+};
+use http::{HeaderName, HeaderValue, Method, StatusCode};
+use pingora_core::protocols::http::conditional_filter::weak_validate_etag;
 use pingora_http::{RequestHeader, ResponseHeader};
 use std::time::SystemTime;
 
@@ -51,10 +55,51 @@ pub fn evaluate(req: &RequestHeader, resp: &ResponseHeader) -> Outcome {
             return Outcome::Failed;
         }
     }
-    if not_modified_filter(req, resp) {
+    if not_modified(req, resp) {
         Outcome::NotModified
     } else {
         Outcome::Proceed
+    }
+}
+
+/// Whether `If-None-Match` (weak comparison) or, without it, `If-Modified-Since` makes a stored
+/// 200 a 304 (RFC 9110 §13.1.2, §13.1.3, §13.2.2 steps 3 and 4).
+fn not_modified(req: &RequestHeader, resp: &ResponseHeader) -> bool {
+    if resp.status != StatusCode::OK {
+        return false;
+    }
+    if req.headers.contains_key(IF_NONE_MATCH) {
+        let Some(current) = resp.headers.get(ETAG) else {
+            return false;
+        };
+        return req
+            .headers
+            .get_all(IF_NONE_MATCH)
+            .iter()
+            .any(|list| weak_validate_etag(list.as_bytes(), current.as_bytes()));
+    }
+    if req.method != Method::GET && req.method != Method::HEAD {
+        return false;
+    }
+    // a condition that is not one valid HTTP-date is ignored (RFC 9110 §13.1.3)
+    let Some(since) = single_date(&req.headers, IF_MODIFIED_SINCE) else {
+        return false;
+    };
+    // the stored Last-Modified, else the stored Date (RFC 9111 §4.3.2)
+    let modified = match resp.headers.contains_key(LAST_MODIFIED) {
+        true => single_date(&resp.headers, LAST_MODIFIED),
+        false => single_date(&resp.headers, DATE),
+    };
+    modified.is_some_and(|modified| modified <= since)
+}
+
+/// The date of a field that occurs once and holds an HTTP-date.
+fn single_date(headers: &http::HeaderMap, name: HeaderName) -> Option<SystemTime> {
+    let mut lines = headers.get_all(name).iter();
+    let first = lines.next()?;
+    match lines.next() {
+        Some(_) => None,
+        None => date(Some(first)),
     }
 }
 
@@ -66,8 +111,7 @@ pub fn to_precondition_failed(resp: &mut ResponseHeader) {
 }
 
 fn date(value: Option<&HeaderValue>) -> Option<SystemTime> {
-    let parsed: HttpDate = value?.to_str().ok()?.trim().parse().ok()?;
-    Some(parsed.into())
+    super::http_date::parse_value(value?)
 }
 
 /// Whether the `If-Match` list matches the current entity tag with the strong comparison
@@ -171,6 +215,28 @@ mod tests {
         assert_eq!(
             outcome(&[("if-match", "\"v2\""), ("if-none-match", "\"v1\"")]),
             Outcome::Failed
+        );
+    }
+
+    #[test]
+    fn if_modified_since_uses_last_modified_else_the_stored_date() {
+        assert_eq!(outcome(&[("if-modified-since", LM)]), Outcome::NotModified);
+        assert_eq!(
+            outcome(&[("if-modified-since", "saturday, 01-jan-22 00:00:00 gmt")]),
+            Outcome::NotModified
+        );
+        assert_eq!(outcome(&[("if-modified-since", BEFORE)]), Outcome::Proceed);
+        let dated = response(&[("date", LM)]);
+        let ims = |since: &str| evaluate(&request(&[("if-modified-since", since)]), &dated);
+        assert_eq!(ims(AFTER), Outcome::NotModified);
+        assert_eq!(ims(LM), Outcome::NotModified);
+        assert_eq!(ims(BEFORE), Outcome::Proceed);
+        assert_eq!(ims("garbage"), Outcome::Proceed);
+        // Last-Modified present but not a date: no modification date to compare with
+        let broken = response(&[("date", LM), ("last-modified", "yesterday")]);
+        assert_eq!(
+            evaluate(&request(&[("if-modified-since", AFTER)]), &broken),
+            Outcome::Proceed
         );
     }
 

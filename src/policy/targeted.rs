@@ -2,37 +2,45 @@
 //!
 //! An origin can say `Lacquer-Cache-Control: max-age=3600` (the name is configurable) or
 //! `CDN-Cache-Control: ...` to give Lacquer a policy different from what browsers get in
-//! `Cache-Control`. The first field of the target list that is present and parses replaces
-//! `Cache-Control` *and* `Expires` for this cache; the targeted fields are removed from responses
-//! to clients unless configured otherwise, since they were meant for us.
+//! `Cache-Control`. The first field of the target list that is present and valid replaces
+//! `Cache-Control` *and* `Expires` for this cache.
+//!
+//! A targeted field is a Structured Field Dictionary (RFC 9213 §2.1, RFC 8941 §3.2): a value that
+//! does not parse as one (`max-age=10000, &&&&&`, `MAX-AGE=10`) is ignored as a whole, never in
+//! part, and the next field of the list (in the end `Cache-Control`) governs. It is parsed with
+//! the `sfv` crate (already in the tree through Pingora), and only when a targeted field is
+//! present, so responses without one pay one field lookup per name.
+//!
+//! Which fields are removed from responses to clients is configured apart from which are obeyed
+//! (`cache.strip_targeted_fields`): by default only our own field, since `CDN-Cache-Control`
+//! targets every CDN on the path, including one in front of Lacquer (issue 17).
 
 use pingora_cache::cache_control::CacheControl;
 use pingora_http::ResponseHeader;
+use sfv::{ParseMore, Parser};
 
-/// The target list, most specific first.
+/// The target list, most specific first, and the fields removed from responses to clients.
 #[derive(Debug, Clone)]
 pub struct TargetedFields {
     names: Vec<String>,
-    /// The same names parsed once, for [`TargetedFields::strip`] on every response.
-    header_names: Vec<http::header::HeaderName>,
+    /// Removed from every response to a client, parsed once for [`TargetedFields::strip`].
+    stripped: Vec<http::header::HeaderName>,
 }
 
 impl TargetedFields {
-    /// Our own field (lowercase) first, then `CDN-Cache-Control`.
-    pub fn new(own_field: &str) -> Self {
+    /// Our own field (lowercase) first, then `CDN-Cache-Control`; `stripped` are the field names
+    /// removed from responses to clients.
+    pub fn new(own_field: &str, stripped: &[String]) -> Self {
         let mut names = vec![own_field.to_ascii_lowercase()];
         if names[0] != "cdn-cache-control" {
             names.push("cdn-cache-control".to_string());
         }
         // a name that is not a valid field name can never be present in a response
-        let header_names = names
+        let stripped = stripped
             .iter()
             .filter_map(|n| http::header::HeaderName::from_bytes(n.as_bytes()).ok())
             .collect();
-        TargetedFields {
-            names,
-            header_names,
-        }
+        TargetedFields { names, stripped }
     }
 
     /// The field names of the target list, most specific first.
@@ -40,43 +48,56 @@ impl TargetedFields {
         &self.names
     }
 
+    /// The targeted field that governs this cache for `resp`: the first of the list that is
+    /// present and parses as a Structured Field Dictionary. `None`: `Cache-Control` governs.
+    pub fn governing<'a>(&'a self, resp: &ResponseHeader) -> Option<&'a str> {
+        self.names
+            .iter()
+            .map(String::as_str)
+            .find(|name| is_dictionary(resp, name))
+    }
+
     /// The cache control that governs this cache for `resp`, and whether it came from a targeted
     /// field (in which case `Expires` must be ignored too).
     pub fn cache_control(&self, resp: &ResponseHeader) -> (Option<CacheControl>, bool) {
-        for name in &self.names {
-            if let Some(cc) = CacheControl::from_resp_headers_named(name, resp) {
-                return (Some(cc), true);
-            }
+        match self.governing(resp) {
+            Some(name) => (CacheControl::from_resp_headers_named(name, resp), true),
+            None => (CacheControl::from_resp_headers(resp), false),
         }
-        (CacheControl::from_resp_headers(resp), false)
     }
 
-    /// The name of the field whose directives govern this cache for `resp`: the first targeted
-    /// field present, else `cache-control`.
+    /// The name of the field whose directives govern this cache for `resp`: the
+    /// [`governing`](Self::governing) targeted field, else `cache-control`.
     pub fn governing_field<'a>(&'a self, resp: &ResponseHeader) -> &'a str {
-        self.names
-            .iter()
-            .find(|name| resp.headers.contains_key(name.as_str()))
-            .map(|name| name.as_str())
-            .unwrap_or("cache-control")
+        self.governing(resp).unwrap_or("cache-control")
     }
 
-    /// Removes the targeted fields from a response going to a client.
+    /// Removes the configured fields from a response going to a client.
     ///
-    /// Runs on every response: the common case (no targeted field present) is one pass over the
-    /// response's field names comparing lengths and bytes, without hashing the targeted names.
+    /// Runs on every response: the common case (none of them present) is one pass over the
+    /// response's field names comparing lengths and bytes, without hashing the names.
     pub fn strip(&self, resp: &mut ResponseHeader) {
-        if !resp
-            .headers
-            .keys()
-            .any(|name| self.header_names.contains(name))
+        if self.stripped.is_empty() || !resp.headers.keys().any(|name| self.stripped.contains(name))
         {
             return;
         }
-        for name in &self.header_names {
+        for name in &self.stripped {
             resp.remove_header(name);
         }
     }
+}
+
+/// Whether field `name` is present in `resp` and its lines, combined, are a Structured Field
+/// Dictionary (RFC 8941 §4.2: each line parsed and merged, as if joined with commas).
+fn is_dictionary(resp: &ResponseHeader, name: &str) -> bool {
+    let mut lines = resp.headers.get_all(name).iter();
+    let Some(first) = lines.next() else {
+        return false;
+    };
+    let Ok(mut dictionary) = Parser::parse_dictionary(first.as_bytes()) else {
+        return false;
+    };
+    lines.all(|line| dictionary.parse_more(line.as_bytes()).is_ok())
 }
 
 #[cfg(test)]
@@ -87,7 +108,7 @@ mod tests {
 
     #[test]
     fn most_specific_field_wins() {
-        let fields = TargetedFields::new("Lacquer-Cache-Control");
+        let fields = TargetedFields::new("Lacquer-Cache-Control", &[]);
         let r = resp(&[
             ("cache-control", "no-store"),
             ("cdn-cache-control", "max-age=10"),
@@ -102,16 +123,63 @@ mod tests {
     }
 
     #[test]
-    fn strip_removes_only_targeted_fields() {
-        let fields = TargetedFields::new("lacquer-cache-control");
-        let mut r = resp(&[
+    fn an_invalid_dictionary_is_ignored_as_a_whole() {
+        let fields = TargetedFields::new("lacquer-cache-control", &[]);
+        for invalid in [
+            "max-age=10000, &&&&&",
+            "MAX-AGE=10",
+            "max-age=10,",
+            "max-age=\"1",
+        ] {
+            let r = resp(&[
+                ("cache-control", "max-age=5"),
+                ("cdn-cache-control", invalid),
+            ]);
+            assert_eq!(fields.governing(&r), None, "{invalid}");
+            let (cc, targeted) = fields.cache_control(&r);
+            assert!(!targeted, "{invalid}");
+            assert_eq!(cc.unwrap().max_age().unwrap(), Some(5), "{invalid}");
+        }
+        // our own field invalid: CDN-Cache-Control, the next of the list, governs
+        let r = resp(&[
+            ("lacquer-cache-control", "max-age=1, !"),
+            ("cdn-cache-control", "max-age=20"),
+        ]);
+        assert_eq!(fields.governing(&r), Some("cdn-cache-control"));
+        // every line counts: one invalid line spoils the field
+        let r = resp(&[
+            ("cdn-cache-control", "max-age=20"),
+            ("cdn-cache-control", "&"),
+        ]);
+        assert_eq!(fields.governing(&r), None);
+        let r = resp(&[
+            ("cdn-cache-control", "max-age=20"),
+            ("cdn-cache-control", "public"),
+        ]);
+        assert_eq!(fields.governing(&r), Some("cdn-cache-control"));
+    }
+
+    #[test]
+    fn strip_removes_only_the_configured_fields() {
+        let headers = [
             ("cache-control", "no-store"),
             ("cdn-cache-control", "max-age=10"),
             ("lacquer-cache-control", "max-age=20"),
-        ]);
-        fields.strip(&mut r);
-        assert!(r.headers.get("cdn-cache-control").is_none());
+        ];
+        let own_only =
+            TargetedFields::new("lacquer-cache-control", &["lacquer-cache-control".into()]);
+        let mut r = resp(&headers);
+        own_only.strip(&mut r);
         assert!(r.headers.get("lacquer-cache-control").is_none());
+        assert!(r.headers.get("cdn-cache-control").is_some());
+        assert!(r.headers.get("cache-control").is_some());
+        let both = TargetedFields::new(
+            "lacquer-cache-control",
+            &["lacquer-cache-control".into(), "cdn-cache-control".into()],
+        );
+        let mut r = resp(&headers);
+        both.strip(&mut r);
+        assert!(r.headers.get("cdn-cache-control").is_none());
         assert!(r.headers.get("cache-control").is_some());
     }
 }

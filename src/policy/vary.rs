@@ -5,6 +5,16 @@
 //! spacing of comma lists do not create new variants, and `Accept-Encoding` creates none at all:
 //! the one stored copy is gzip or identity, and [`crate::compression`] serves every client from it
 //! (gzip as-is or decoded), so splitting on it would only multiply copies and origin fetches.
+//!
+//! `Accept-Language` is compared as what it means (RFC 9110 §12.5.4, §12.4.2), so that the
+//! spellings browsers and libraries produce of one preference share a variant
+//! ([`normalized_accept_language`]): language ranges in any case (they are case-insensitive, RFC
+//! 4647 §2.1), whitespace anywhere, `q=1` written or not, `q=0.50` as `q=0.5`, and the order of
+//! entries that have the same weight, which expresses no preference between them. Entries with
+//! different weights keep their meaning whatever their order, so the normal form lists them by
+//! weight, highest first, then by name. `en-US, fr;q=0.5` and `fr;q=0.5,EN-us;q=1.0` are one
+//! variant; `en, fr` and `en, fr;q=0.9` are two. An entry whose weight is not a valid qvalue is
+//! kept as written (lowercased), so a malformed field never shares a variant with a valid one.
 
 use pingora_cache::key::HashBinary;
 use pingora_cache::VarianceBuilder;
@@ -35,6 +45,9 @@ fn normalized_value(req: &RequestHeader, name: &str) -> Vec<u8> {
     if !req.headers.contains_key(name) {
         return ABSENT.to_vec();
     }
+    if name == "accept-language" {
+        return normalized_accept_language(req);
+    }
     let mut out = String::new();
     for value in req.headers.get_all(name) {
         let text = String::from_utf8_lossy(value.as_bytes());
@@ -50,6 +63,59 @@ fn normalized_value(req: &RequestHeader, name: &str) -> Vec<u8> {
         }
     }
     out.into_bytes()
+}
+
+/// `Accept-Language` in normal form (see the module doc): `lang;q=0.xyz` entries, lowercased,
+/// without whitespace, `q` omitted when 1, by weight (highest first) then name, duplicates once.
+pub fn normalized_accept_language(req: &RequestHeader) -> Vec<u8> {
+    // (weight in thousandths, or -1 when invalid; the entry as it is keyed)
+    let mut entries: Vec<(i32, String)> = Vec::new();
+    for value in req.headers.get_all(http::header::ACCEPT_LANGUAGE) {
+        let text = String::from_utf8_lossy(value.as_bytes()).to_ascii_lowercase();
+        for item in text.split(',') {
+            let item: String = item.split_whitespace().collect();
+            if item.is_empty() {
+                continue;
+            }
+            let mut parts = item.split(';');
+            let range = parts.next().unwrap_or_default();
+            let params: Vec<&str> = parts.collect();
+            let weight = match params.as_slice() {
+                [] => Some(1000),
+                [q] => q.strip_prefix("q=").and_then(qvalue_thousandths),
+                _ => None,
+            };
+            entries.push(match weight {
+                Some(1000) => (1000, range.to_string()),
+                Some(0) => (0, format!("{range};q=0")),
+                Some(w) => (w, format!("{range};q=0.{}", thousandths_digits(w))),
+                None => (-1, item),
+            });
+        }
+    }
+    entries.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    entries.dedup();
+    let keyed: Vec<String> = entries.into_iter().map(|(_, entry)| entry).collect();
+    keyed.join(", ").into_bytes()
+}
+
+/// A qvalue (RFC 9110 §12.4.2: `0[.ddd]` or `1[.000]`) in thousandths.
+fn qvalue_thousandths(text: &str) -> Option<i32> {
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    if fraction.len() > 3 || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let fraction = format!("{fraction:0<3}").parse::<i32>().ok()?;
+    match whole {
+        "0" => Some(fraction),
+        "1" if fraction == 0 => Some(1000),
+        _ => None,
+    }
+}
+
+/// The digits after `0.` of a weight between 0 and 1, without trailing zeros (`500` → `5`).
+fn thousandths_digits(weight: i32) -> String {
+    format!("{weight:03}").trim_end_matches('0').to_string()
 }
 
 /// The variance hash for `req` against a stored response's `Vary`, or `None` without `Vary`.
@@ -88,6 +154,47 @@ mod tests {
         assert_ne!(
             variance_key(&r, &req(&[("accept-language", "en")])),
             variance_key(&r, &req(&[("accept-language", "fr")]))
+        );
+    }
+
+    #[test]
+    fn accept_language_is_compared_as_a_preference() {
+        let al = |value: &str| {
+            String::from_utf8(normalized_accept_language(&req(&[(
+                "accept-language",
+                value,
+            )])))
+            .unwrap()
+        };
+        assert_eq!(al("en-US, fr;q=0.5"), "en-us, fr;q=0.5");
+        for same in [
+            "fr;q=0.5,EN-us;q=1.0",
+            "en-us;q=1, FR ; q=0.50",
+            " en-US ,fr;q=0.500 ",
+            "en-us, fr;q=0.5, en-us",
+        ] {
+            assert_eq!(al(same), "en-us, fr;q=0.5", "{same}");
+        }
+        // equal weights: order carries no preference
+        assert_eq!(al("de, en"), al("en, de"));
+        assert_eq!(al("de;q=0.8, en;q=0.8"), al("en;q=0.8, de;q=0.8"));
+        // different weights are different preferences
+        assert_ne!(al("en, fr"), al("en, fr;q=0.9"));
+        assert_ne!(al("en;q=0.9, fr"), al("en, fr;q=0.9"));
+        // not qvalues: kept as written, never equal to a valid form
+        assert_eq!(al("en;q=2"), "en;q=2");
+        assert_eq!(al("en;q=0.5555"), "en;q=0.5555");
+        assert_ne!(al("en;q=x"), al("en"));
+        assert_eq!(al("*;q=0.000"), "*;q=0");
+
+        let r = resp("Accept-Language");
+        assert_eq!(
+            variance_key(&r, &req(&[("accept-language", "en-US, fr;q=0.5")])),
+            variance_key(&r, &req(&[("accept-language", "FR;q=0.50, en-us")]))
+        );
+        assert_ne!(
+            variance_key(&r, &req(&[("accept-language", "en")])),
+            variance_key(&r, &req(&[]))
         );
     }
 

@@ -1,10 +1,13 @@
 //! The RFC 9211 `Cache-Status` header: how this cache handled the request.
 //!
 //! One value per response, e.g. `lacquer; hit; ttl=58`, `lacquer; fwd=uri-miss; stored`,
-//! `lacquer; fwd=stale; fwd-status=304`, `lacquer; fwd=method`. The same classification feeds the
-//! access log's short cache field.
+//! `lacquer; fwd=stale; fwd-status=304`, `lacquer; fwd=method`. A stale response served because
+//! the origin failed says so with the failure: `lacquer; fwd=stale; fwd-status=503; ttl=-4;
+//! detail=origin-503` (RFC 9211 §2.2, §2.8). The same classification feeds the access log's short
+//! cache field.
 
 use pingora_cache::{CachePhase, NoCacheReason};
+use pingora_error::{Error, ErrorType};
 
 /// Why a request went forward to the origin (RFC 9211 §2.2 `fwd`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +39,66 @@ impl Forward {
     }
 }
 
+/// How the origin failed when a stale response was served in its place (RFC 9111 §4.2.4), for
+/// the `detail` of `Cache-Status` and the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OriginFailure {
+    /// The origin answered with this 5xx status.
+    Status(u16),
+    /// No connection could be made (refused, no route, connect or TLS failure).
+    Unreachable,
+    /// The origin accepted but did not answer in time.
+    Timeout,
+    /// The origin closed the connection without a complete answer.
+    Closed,
+    /// Any other failure of the origin's answer (malformed, reset).
+    Error,
+}
+
+impl OriginFailure {
+    /// Classifies the error with which Pingora offers the stale response.
+    pub fn of(error: &Error) -> OriginFailure {
+        match error.etype() {
+            ErrorType::HTTPStatus(code) => OriginFailure::Status(*code),
+            ErrorType::ConnectTimedout
+            | ErrorType::ConnectRefused
+            | ErrorType::ConnectNoRoute
+            | ErrorType::ConnectError
+            | ErrorType::ConnectProxyFailure
+            | ErrorType::TLSHandshakeFailure
+            | ErrorType::TLSHandshakeTimedout
+            | ErrorType::InvalidCert
+            | ErrorType::HandshakeError => OriginFailure::Unreachable,
+            ErrorType::ReadTimedout | ErrorType::WriteTimedout => OriginFailure::Timeout,
+            ErrorType::ConnectionClosed => OriginFailure::Closed,
+            _ => OriginFailure::Error,
+        }
+    }
+
+    /// The `detail` token (RFC 9211 §2.8).
+    pub fn detail(self) -> &'static str {
+        match self {
+            OriginFailure::Status(500) => "origin-500",
+            OriginFailure::Status(502) => "origin-502",
+            OriginFailure::Status(503) => "origin-503",
+            OriginFailure::Status(504) => "origin-504",
+            OriginFailure::Status(_) => "origin-5xx",
+            OriginFailure::Unreachable => "origin-unreachable",
+            OriginFailure::Timeout => "origin-timeout",
+            OriginFailure::Closed => "origin-closed",
+            OriginFailure::Error => "origin-error",
+        }
+    }
+
+    /// The status the origin answered with, if it answered.
+    fn status(self) -> Option<u16> {
+        match self {
+            OriginFailure::Status(code) => Some(code),
+            _ => None,
+        }
+    }
+}
+
 /// A classified response, renderable as `Cache-Status` and as a short log word.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CacheStatus {
@@ -51,6 +114,8 @@ pub struct CacheStatus {
     pub ttl: Option<i64>,
     /// Extra detail such as why a response was not stored.
     pub detail: Option<&'static str>,
+    /// A stale response was served because the origin failed.
+    pub stale_on_error: bool,
 }
 
 /// What the proxy noted about the request while handling it.
@@ -70,6 +135,8 @@ pub struct Observations {
     pub not_stored_reason: Option<&'static str>,
     /// The client's own directives sent a stored response to the origin.
     pub client_forced: bool,
+    /// The origin failed and Pingora was allowed to serve the stale stored response instead.
+    pub origin_failure: Option<OriginFailure>,
 }
 
 impl CacheStatus {
@@ -122,6 +189,15 @@ impl CacheStatus {
                     other => Some(other.as_str()),
                 });
             }
+            // still Stale after the origin was asked: its failure made us serve the stored copy
+            CachePhase::Stale if seen.origin_failure.is_some() => {
+                let failure = seen.origin_failure.unwrap_or(OriginFailure::Error);
+                status.fwd = Some(Forward::Stale);
+                status.fwd_status = failure.status().or(upstream_status);
+                status.ttl = ttl;
+                status.detail = Some(failure.detail());
+                status.stale_on_error = true;
+            }
             CachePhase::Bypass | CachePhase::Uninit | CachePhase::CacheKey | CachePhase::Stale => {
                 status.fwd = Some(Forward::Bypass);
             }
@@ -170,6 +246,7 @@ impl CacheStatus {
     pub fn log_word(&self) -> &'static str {
         match (self.hit, self.fwd) {
             (true, _) => "hit",
+            (false, Some(Forward::Stale)) if self.stale_on_error => "stale",
             (false, Some(Forward::UriMiss | Forward::VaryMiss)) => "miss",
             (false, Some(Forward::Stale)) if self.ttl.is_some() => "revalidated",
             (false, Some(Forward::Stale)) => "stale",
@@ -238,6 +315,35 @@ mod tests {
         assert_eq!(
             pass.header_value("lacquer"),
             "lacquer; fwd=method; fwd-status=201"
+        );
+    }
+
+    #[test]
+    fn stale_served_on_an_origin_failure_says_why() {
+        let failed = |failure| Observations {
+            origin_failure: Some(failure),
+            ..Default::default()
+        };
+        let status = CacheStatus::classify(
+            CachePhase::Stale,
+            &failed(OriginFailure::Status(503)),
+            None,
+            Some(-4),
+        );
+        assert_eq!(
+            status.header_value("lacquer"),
+            "lacquer; fwd=stale; fwd-status=503; ttl=-4; detail=origin-503"
+        );
+        assert_eq!(status.log_word(), "stale");
+        let closed = CacheStatus::classify(
+            CachePhase::Stale,
+            &failed(OriginFailure::of(&Error::new(ErrorType::ConnectionClosed))),
+            None,
+            Some(-1),
+        );
+        assert_eq!(
+            closed.header_value("lacquer"),
+            "lacquer; fwd=stale; ttl=-1; detail=origin-closed"
         );
     }
 }

@@ -40,6 +40,18 @@ pub fn strip_hop_by_hop(resp: &mut ResponseHeader) {
     }
 }
 
+/// Gives a response from the origin that has no `Date` the time it was received (RFC 9110
+/// §6.6.1: a recipient with a clock "MUST record the time it was received and append a
+/// corresponding Date header field ... if it is cached or forwarded downstream"). It runs before
+/// the response is stored, so the stored head and every hit carry that `Date`, and
+/// `If-Modified-Since` can be judged against it (RFC 9111 §4.3.2).
+pub fn add_date_if_missing(resp: &mut ResponseHeader) {
+    if !resp.status.is_informational() && !resp.headers.contains_key(header::DATE) {
+        let now = pingora_core::protocols::http::date::get_cached_date();
+        let _ = resp.insert_header(header::DATE, now);
+    }
+}
+
 /// Our `Via` entry (RFC 9110 §7.6.3) for a message received with the given protocol version.
 pub fn via_value(version: http::Version, pseudonym: &str) -> String {
     format!("{} {pseudonym}", VIA_PROTOCOLS[via_index(version)])

@@ -36,8 +36,9 @@ pub fn invalidates(method: &Method, status: StatusCode) -> bool {
     !safe && (status.is_success() || status.is_redirection())
 }
 
-/// The same-host path and query a `Location` / `Content-Location` value points to, if any.
-fn same_host_target(host: &str, value: &str) -> Option<String> {
+/// The same-host path and query a `Location` / `Content-Location` value points to, if any
+/// (also how [`super::post_reuse`] checks that a POST answer names its own target).
+pub fn same_host_target(host: &str, value: &str) -> Option<String> {
     let value = value.trim();
     if value.starts_with('/') && !value.starts_with("//") {
         return Some(value.to_string());

@@ -17,8 +17,10 @@
 //! 4. Lookup (Pingora's state machine): a fresh hit is served from storage; concurrent misses wait
 //!    on the cache lock so one origin fetch fills the cache for all of them.
 //! 5. `proxy_upstream_filter` … `upstream_response_body_filter`: `only-if-cached`, fairness, the
-//!    attempts, retries and passive health of `crate::upstream`; forwarding headers and `Via`
-//!    ([`headers`]); [`invalidation`] by unsafe methods; `crate::compression` on the way in.
+//!    attempts, retries and passive health of `crate::upstream` (and, in `fail_to_proxy`, its
+//!    status for a request that failed: 504 on a timeout); a retry never meets the failed
+//!    attempt's cache write ([`retried_fill`]); forwarding headers and `Via` ([`headers`]);
+//!    [`invalidation`] by unsafe methods; `crate::compression` on the way in.
 //! 6. `response_cache_filter`: the [`CachePolicy`] decides whether and how long to store.
 //! 7. `response_filter`: `Cache-Status` ([`cache_status`]) and `Via` on every response,
 //!    `crate::compression` on the way out; `logging` ends the fill lease this request holds and
@@ -30,8 +32,10 @@ pub mod cache_status;
 pub mod fast_hit;
 pub mod headers;
 pub mod invalidation;
+pub mod post_reuse;
 pub mod purge;
 pub mod request_head;
+pub mod retried_fill;
 
 use crate::compression::decoded_copies::DecodedCopies;
 use crate::compression::{self, CompressionCtx};
@@ -57,7 +61,7 @@ use pingora_cache::{CacheKey, CacheMeta, CacheOptionOverrides, ForcedFreshness, 
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_error::Result;
 use pingora_http::{RequestHeader, ResponseHeader};
-use pingora_proxy::{ProxyHttp, Session};
+use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 use purge::PurgeRequest;
 use request_head::Admitted;
 use std::net::IpAddr;
@@ -88,6 +92,8 @@ pub struct RequestCtx {
     compression: CompressionCtx,
     /// Backends tried, the one in flight, the fairness slot, timings (see [`crate::upstream`]).
     upstream: RequestUpstream,
+    /// A POST response being kept for later GETs of its URL (see [`post_reuse`]).
+    post_reuse: Option<Box<post_reuse::PostReuse>>,
 }
 
 /// Lacquer's implementation of Pingora's [`ProxyHttp`].
@@ -150,8 +156,8 @@ impl LacquerProxy {
     }
 
     /// Adds what every downstream response carries, on both the fast and the standard path:
-    /// `Cache-Status` and our `Via`, minus the fields targeted at us (RFC 9213) unless configured
-    /// to forward them; keeps the classification for the access log.
+    /// `Cache-Status` and our `Via`, minus the targeted fields configured to be stripped (RFC
+    /// 9213: by default our own); keeps the classification for the access log.
     fn finish_response_head(
         &self,
         head: &mut ResponseHeader,
@@ -159,9 +165,7 @@ impl LacquerProxy {
         status: CacheStatus,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        if !self.config.cache.forward_targeted_fields {
-            self.policy.targeted_fields().strip(head);
-        }
+        self.policy.targeted_fields().strip(head);
         head.insert_header(
             "cache-status",
             status.header_value(&self.config.cache.status_name),
@@ -212,6 +216,7 @@ impl ProxyHttp for LacquerProxy {
             not_modified: None,
             compression: CompressionCtx::default(),
             upstream: RequestUpstream::default(),
+            post_reuse: None,
         }
     }
 
@@ -353,14 +358,19 @@ impl ProxyHttp for LacquerProxy {
     fn should_serve_stale(
         &self,
         _session: &mut Session,
-        _ctx: &mut Self::CTX,
+        ctx: &mut Self::CTX,
         error: Option<&pingora_error::Error>,
     ) -> bool {
         match error {
             // stale-while-revalidate: Pingora has already checked the stored window
             None => true,
-            // stale-if-error: only for failures of the origin itself
-            Some(e) => e.esource() == &pingora_error::ErrorSource::Upstream,
+            // stale-if-error (the response's own, or the configured grace): only for failures
+            // of the origin itself, which Cache-Status then reports
+            Some(e) if e.esource() == &pingora_error::ErrorSource::Upstream => {
+                ctx.seen.origin_failure = Some(cache_status::OriginFailure::of(e));
+                true
+            }
+            Some(_) => false,
         }
     }
 
@@ -401,6 +411,7 @@ impl ProxyHttp for LacquerProxy {
     ) -> Box<pingora_error::Error> {
         self.upstream
             .on_connect_failure(&ctx.upstream, session, &mut e);
+        retried_fill::on_retry(session, &e);
         e
     }
 
@@ -410,14 +421,35 @@ impl ProxyHttp for LacquerProxy {
         session: &mut Session,
         e: Box<pingora_error::Error>,
         ctx: &mut Self::CTX,
-        _client_reused: bool,
+        client_reused: bool,
     ) -> Box<pingora_error::Error> {
         let mut e = e.more_context(format!("Peer: {peer}"));
         // compression's own retry (asking the origin for identity) is left as it is
         if !compression::retry_requested(&ctx.compression) {
-            self.upstream.on_proxy_error(&ctx.upstream, session, &mut e);
+            self.upstream
+                .on_proxy_error(&ctx.upstream, session, &mut e, client_reused);
         }
+        retried_fill::on_retry(session, &e);
         e
+    }
+
+    async fn fail_to_proxy(
+        &self,
+        session: &mut Session,
+        e: &pingora_error::Error,
+        _ctx: &mut Self::CTX,
+    ) -> FailToProxy {
+        let code = crate::upstream::attempts::failure_status(e);
+        if code > 0 {
+            if let Err(write_error) = session.respond_error(code).await {
+                log::debug!("could not send the {code} error response: {write_error}");
+            }
+        }
+        FailToProxy {
+            error_code: code,
+            // as Pingora's default: the connection may be mid-message
+            can_reuse_downstream: false,
+        }
     }
 
     async fn upstream_request_filter(
@@ -464,6 +496,15 @@ impl ProxyHttp for LacquerProxy {
         invalidation::on_upstream_response(self.storage, session.req_header(), upstream_response)
             .await;
         headers::strip_hop_by_hop(upstream_response);
+        headers::add_date_if_missing(upstream_response);
+        if self.config.cache.reuse_post_responses && self.config.cache.enabled {
+            ctx.post_reuse = post_reuse::on_upstream_response(
+                &self.policy,
+                session.req_header(),
+                upstream_response,
+                ctx.request_time,
+            );
+        }
         if upstream_response.status == http::StatusCode::NOT_MODIFIED
             && session.cache.phase() == pingora_cache::CachePhase::Stale
         {
@@ -499,6 +540,12 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
     ) -> Result<Option<std::time::Duration>> {
         self.upstream.on_body(&ctx.upstream)?;
+        post_reuse::on_upstream_body(
+            &mut ctx.post_reuse,
+            body,
+            end_of_stream,
+            self.policy.max_object_size(),
+        );
         compression::on_upstream_body(&mut ctx.compression, body, end_of_stream)?;
         Ok(None)
     }
@@ -582,11 +629,24 @@ impl ProxyHttp for LacquerProxy {
     async fn logging(
         &self,
         session: &mut Session,
-        _e: Option<&pingora_error::Error>,
+        e: Option<&pingora_error::Error>,
         ctx: &mut Self::CTX,
     ) {
+        if let Some(kept) = ctx.post_reuse.take() {
+            // boxed: every other request's logging future stays as small as it was
+            let key = ctx.key.get(session.req_header());
+            Box::pin(post_reuse::on_request_end(
+                kept,
+                self.storage,
+                key,
+                e.is_some(),
+            ))
+            .await;
+        }
         if let Some(lease) = ctx.fill_lease.take() {
-            lease.on_request_end(ctx.cache_status.as_ref().is_some_and(|s| s.stored));
+            // a request that ended in an error abandoned its fill, whatever was judged storable
+            let stored = e.is_none() && ctx.cache_status.as_ref().is_some_and(|s| s.stored);
+            lease.on_request_end(stored);
         }
         if let Some(log) = &self.access_log {
             access_record::on_request_end(log, session, ctx, &self.config.cache.status_name);

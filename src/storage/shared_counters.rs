@@ -21,4 +21,9 @@ pub struct SharedCounters {
     /// Requests that waited for another node's fill and were served by it (requests on the
     /// filling node wait on Pingora's cache lock instead, and are not counted).
     pub fills_awaited: AtomicU64,
+    /// Misses filled without a lease because the URL's memcached server was ejected, had just
+    /// failed, or did not answer the claim: nothing more is asked of a failing server.
+    pub fills_unguarded: AtomicU64,
+    /// Waits for another node's fill cut short because the URL's memcached server failed.
+    pub fill_waits_cut: AtomicU64,
 }

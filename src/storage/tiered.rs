@@ -18,6 +18,7 @@ use super::fill_lease::FillLeases;
 use super::memory::MemoryTier;
 use super::object::{Body, StoredMeta};
 use super::shared_counters::SharedCounters;
+use super::shared_framing;
 use crate::config::memcached::MemcachedConfig;
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -141,6 +142,16 @@ impl TieredStorage {
                 None
             }
         };
+        // untrusted input: the head's framing is rebuilt from the body it came with
+        let result = result.and_then(|(mut meta, body)| {
+            match shared_framing::reframe(&mut meta, body.len()) {
+                Ok(()) => Some((meta, body)),
+                Err(e) => {
+                    log::debug!("memcached value for {logical} rejected: {e}");
+                    None
+                }
+            }
+        });
         match &result {
             Some(_) => self.counters.hits.fetch_add(1, Ordering::Relaxed),
             None => self.counters.rejected.fetch_add(1, Ordering::Relaxed),
@@ -156,15 +167,7 @@ impl TieredStorage {
             .cluster
             .get_multi_with(mc_key.as_bytes(), &keys)
             .await?;
-        let mut chunks = Vec::with_capacity(values.len());
-        let mut crc = crc32fast::Hasher::new();
-        for (i, value) in values.into_iter().enumerate() {
-            let data = entry::decode_chunk(&value?, logical, list.write_id, i as u32).ok()?;
-            crc.update(&data);
-            chunks.push(data);
-        }
-        let body = Body::from_chunks(chunks);
-        (body.len() as u64 == list.body_len && crc.finalize() == list.body_crc).then_some(body)
+        entry::assemble_chunks(values, logical, list).map(Body::from_chunks)
     }
 
     fn ttl_secs(&self, meta: &StoredMeta) -> u32 {
@@ -220,6 +223,8 @@ impl TieredStorage {
     /// Writes what the memory tier holds for `key` to memcached, in the background.
     fn spawn_write(&'static self, key: CacheKey) {
         let Some((meta, body)) = self.memory.stored_parts(&key) else {
+            // the memory tier did not keep it (admission, eviction): nothing will be written
+            self.fill_leases.on_write_failed(&key);
             return;
         };
         tokio::spawn(async move {
@@ -227,6 +232,8 @@ impl TieredStorage {
                 self.counters.writes.fetch_add(1, Ordering::Relaxed);
             } else {
                 self.counters.write_failures.fetch_add(1, Ordering::Relaxed);
+                // nodes waiting for this fill would never see it
+                self.fill_leases.on_write_failed(&key);
             }
         });
     }

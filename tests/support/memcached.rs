@@ -1,7 +1,7 @@
 //! Memcached servers for the shared-tier tests: a real `memcached` on a free loopback port, killed
 //! on drop, with a text-protocol side door to plant values and read its stats.
 
-use super::child::{read_lossy, OwnedChild, StartFailure};
+use super::child::{read_lossy, send_signal, OwnedChild, StartFailure};
 use super::net::{free_port, local_addr};
 use super::temp_dir::TempDir;
 use std::collections::HashMap;
@@ -127,6 +127,36 @@ impl MemcachedProcess {
         self.child.kill();
     }
 
+    /// SIGSTOPs memcached, as a hung server: connections are still accepted by the kernel, but
+    /// nothing is answered. Returns once every thread is stopped (`kill` only queues the signal).
+    pub fn freeze(&self) {
+        self.signal_and_wait("STOP", true);
+    }
+
+    /// SIGCONTs a frozen memcached; it then handles what queued up meanwhile.
+    pub fn thaw(&self) {
+        self.signal_and_wait("CONT", false);
+    }
+
+    fn signal_and_wait(&self, sig: &str, stopped: bool) {
+        let pid = self.child.pid().expect("memcached is running");
+        assert!(send_signal(pid, sig), "kill -{sig} {pid}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while all_threads_stopped(pid) != stopped {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "memcached ignored SIG{sig}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Whether this server holds `key` (read directly, not through any proxy).
+    pub fn holds(&self, key: &str) -> bool {
+        self.command(&format!("get {key}"), None)
+            .starts_with("VALUE")
+    }
+
     /// Kills memcached (if running) and starts a fresh, empty one on the same port.
     pub fn restart(&mut self) {
         self.kill();
@@ -202,7 +232,20 @@ impl MemcachedProcess {
     }
 }
 
-/// Whether process `pid` holds the socket listening on TCP `port` (from `/proc/net/tcp{,6}` and
+/// Whether every thread of process `pid` is in the stopped state (`T` in `/proc/.../stat`).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // the state follows the parenthesised command name
+        stat.rsplit(") ")
+            .next()
+            .is_some_and(|rest| rest.starts_with('T'))
+    })
+}
+
 /// Whether `out` ends with a complete memcached text-protocol reply (a terminal line).
 fn reply_complete(out: &[u8]) -> bool {
     if !out.ends_with(b"\r\n") {

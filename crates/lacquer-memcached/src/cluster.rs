@@ -8,6 +8,7 @@
 
 use crate::batch::GetBatcher;
 use crate::client::ServerClient;
+use crate::error::McError;
 use crate::ketama::KetamaRing;
 use crate::pool::ServerConfig;
 use bytes::Bytes;
@@ -127,13 +128,21 @@ impl Cluster {
 
     /// The server for `key`, or `None` when it is ejected (and rehashing is off).
     fn node_for(&self, key: &[u8]) -> Option<usize> {
+        self.place(key, true)
+    }
+
+    /// Where `key` lives now; `count_skip`: an ejected server passed over is counted (an
+    /// operation skipped), not merely looked at.
+    fn place(&self, key: &[u8], count_skip: bool) -> Option<usize> {
         let index = self.ring.server_for(key)?;
         if self.usable(index) {
             return Some(index);
         }
-        self.counters
-            .skipped_ejected
-            .fetch_add(1, Ordering::Relaxed);
+        if count_skip {
+            self.counters
+                .skipped_ejected
+                .fetch_add(1, Ordering::Relaxed);
+        }
         if self.rehash_on_eject {
             self.ring.server_for_excluding(key, |i| self.usable(i))
         } else {
@@ -141,15 +150,27 @@ impl Cluster {
         }
     }
 
-    fn record<T, E: std::fmt::Display>(&self, index: usize, result: Result<T, E>) -> Option<T> {
+    /// Counts an operation's outcome against its server. A server that answered, even with
+    /// `SERVER_ERROR` (a value too large, out of memory), is reachable: only a server that did
+    /// not answer (refused, reset, timed out, unreadable) counts towards ejection.
+    fn record<T>(&self, index: usize, result: Result<T, McError>) -> Option<T> {
         let node = &self.nodes[index];
+        let answered = |node: &Node| {
+            if node.consecutive_failures.swap(0, Ordering::Relaxed) >= self.failure_limit {
+                *node.ejected_until.lock() = None;
+                log::info!("memcached {} is back in service", node.name);
+            }
+        };
         match result {
             Ok(value) => {
-                if node.consecutive_failures.swap(0, Ordering::Relaxed) >= self.failure_limit {
-                    *node.ejected_until.lock() = None;
-                    log::info!("memcached {} is back in service", node.name);
-                }
+                answered(node);
                 Some(value)
+            }
+            Err(McError::ServerError(e)) => {
+                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                log::debug!("memcached {} refused an operation: {e}", node.name);
+                answered(node);
+                None
             }
             Err(e) => {
                 self.counters.errors.fetch_add(1, Ordering::Relaxed);
@@ -174,18 +195,47 @@ impl Cluster {
         }
     }
 
+    /// Whether the server that holds `placement_key` cannot be counted on right now: it is
+    /// ejected (and its keys are misses), or its last operation failed. A caller that has just
+    /// seen a miss asks this to tell "nothing stored" from "nobody answered", and then spends
+    /// nothing more on that server for the request: a failing server costs one `op_timeout`,
+    /// not one per operation.
+    pub fn server_failing(&self, placement_key: &[u8]) -> bool {
+        match self.place(placement_key, false) {
+            Some(index) => {
+                self.nodes[index]
+                    .consecutive_failures
+                    .load(Ordering::Relaxed)
+                    > 0
+            }
+            None => true,
+        }
+    }
+
     /// Fetches one value; any failure is a miss.
     /// Concurrent gets to one server share round trips (see [`GetBatcher`]); a failed batch
     /// counts as one failure of the server, however many gets it carried. A get queued behind
     /// a slow batch still costs at most `op_timeout` in all.
     pub async fn get(&self, key: &[u8]) -> Option<Bytes> {
-        let index = self.node_for(key)?;
+        self.get_with(key, key).await
+    }
+
+    /// Fetches one value stored on the server of `placement_key` (as [`Self::get`]).
+    pub async fn get_with(&self, placement_key: &[u8], key: &[u8]) -> Option<Bytes> {
+        let index = self.node_for(placement_key)?;
         let node = &self.nodes[index];
+        // One deadline for the wait in the queue and the batch itself. The batch's own bound is
+        // the same instant, so when the server does not answer the leader's timeout is seen
+        // (and counted against the server) before the caller's: a frozen server is ejected
+        // however many gets it swallows.
+        let deadline = tokio::time::Instant::now() + self.op_timeout;
         let batched = node.gets.get(key, |keys| async move {
-            let result = node.client.get_multi(&keys).await;
+            let result = tokio::time::timeout_at(deadline, node.client.get_multi(&keys))
+                .await
+                .unwrap_or(Err(McError::Timeout));
             self.record(index, result)
         });
-        tokio::time::timeout(self.op_timeout, batched)
+        tokio::time::timeout_at(deadline, batched)
             .await
             .ok()
             .flatten()
@@ -226,15 +276,36 @@ impl Cluster {
     /// Stores `key` only if it is absent (memcached `add`): `Some(true)` when this call stored
     /// it, `Some(false)` when it was already there, `None` when the server could not be asked.
     pub async fn add(&self, key: &[u8], value: Bytes, ttl_secs: u32) -> Option<bool> {
-        let index = self.node_for(key)?;
+        self.add_with(key, key, value, ttl_secs).await
+    }
+
+    /// [`Self::add`] on the server of `placement_key`: a fill lease lives with the object it
+    /// guards, so the lease is lost, found or unreachable exactly when the object is.
+    pub async fn add_with(
+        &self,
+        placement_key: &[u8],
+        key: &[u8],
+        value: Bytes,
+        ttl_secs: u32,
+    ) -> Option<bool> {
+        let index = self.node_for(placement_key)?;
         let added = self.nodes[index].client.add(key, value, ttl_secs);
-        let result = tokio::time::timeout(self.op_timeout, added).await.ok()?;
+        // a timeout is a failure of the server like any other (and counts towards ejection)
+        let result = tokio::time::timeout(self.op_timeout, added)
+            .await
+            .unwrap_or(Err(McError::Timeout));
         self.record(index, result)
     }
 
     /// Deletes one value; returns whether the server answered.
     pub async fn delete(&self, key: &[u8]) -> bool {
-        let Some(index) = self.node_for(key) else {
+        self.delete_with(key, key).await
+    }
+
+    /// Deletes one value stored on the server of `placement_key`; returns whether the server
+    /// answered.
+    pub async fn delete_with(&self, placement_key: &[u8], key: &[u8]) -> bool {
+        let Some(index) = self.node_for(placement_key) else {
             return false;
         };
         let result = self.nodes[index].client.delete(key).await;

@@ -134,6 +134,17 @@ impl OriginResponse {
         }
     }
 
+    /// No response at all: the origin closes the connection after reading the request, as an
+    /// origin that crashes or is restarted mid-request does.
+    pub fn close_without_answer() -> Self {
+        OriginResponse::new(CLOSE_WITHOUT_ANSWER)
+    }
+
+    /// Whether this is [`OriginResponse::close_without_answer`].
+    pub fn is_close_without_answer(&self) -> bool {
+        self.status == CLOSE_WITHOUT_ANSWER
+    }
+
     /// A `200 OK` response with the given body (`&str`, `String`, `Vec<u8>`, `Bytes` or a [`Body`]).
     pub fn ok(body: impl Into<Body>) -> Self {
         OriginResponse::new(200).body(body)
@@ -182,6 +193,9 @@ impl OriginResponse {
         field(&self.headers, name)
     }
 }
+
+/// The status that stands for [`OriginResponse::close_without_answer`] (no real status is 0).
+const CLOSE_WITHOUT_ANSWER: u16 = 0;
 
 /// A handler answering every request with `200`, `Cache-Control: <cache_control>`
 /// (omitted if empty), `Content-Type: text/plain` and the given body.

@@ -36,6 +36,8 @@ pub fn q(value: &str) -> String {
 /// * `fail_after=N`: every request after the N-th for this exact target is answered with
 ///   `fail_status` (default 503) and no scripted fields, as a failing origin would;
 /// * `sleep_after=N:ms`: requests after the N-th for this target wait `ms` before answering.
+/// * `close_after=N`: requests after the N-th for this target get no answer: the origin closes
+///   the connection once it has read them.
 /// * `repeat=` repeats the default body that many times (compressible text);
 /// * `ct=` Content-Type; `gzip=1` gzip-codes the body (with `Vary: Accept-Encoding`) when the
 ///   request accepts gzip, `gzip=always` whatever it accepts; `br=1` labels the body
@@ -63,6 +65,12 @@ pub fn scripted_origin() -> TestOrigin {
                     .status(status)
                     .header("x-origin-count", n.to_string());
             }
+        }
+        if query_param(req, "close_after")
+            .and_then(|v| v.parse::<usize>().ok())
+            .is_some_and(|limit| nth_for_target > limit)
+        {
+            return OriginResponse::close_without_answer();
         }
         let safe = req.method == "GET" || req.method == "HEAD";
         let status: u16 = query_param(req, if safe { "status" } else { "unsafe_status" })

@@ -105,6 +105,10 @@ async fn serve_conn(mut stream: TcpStream, shared: Arc<Shared>, conn_id: usize) 
                 .header("Content-Type", "text/plain")
                 .body(format!("test origin handler panicked: {e}\n")),
         };
+        if resp.is_close_without_answer() {
+            let _ = stream.shutdown().await;
+            return;
+        }
         match write_response(&mut stream, &method, resp, req_close).await {
             Ok(true) => continue,
             Ok(false) | Err(_) => {
