@@ -955,7 +955,12 @@ impl HttpSession {
         // no need to add these headers to 1xx responses
         if !header.status.is_informational() && self.update_resp_headers {
             /* update headers */
-            header.insert_header(header::DATE, date::get_cached_date())?;
+            // LACQUER PATCH (keep Date): a response that carries a Date keeps it: a stored
+            // response served from a cache (RFC 9111 §4) and a proxied one carry the origin's
+            // (RFC 9110 §6.6.1)
+            if !header.headers.contains_key(header::DATE) {
+                header.insert_header(header::DATE, date::get_cached_date())?;
+            }
 
             // TODO: make these lazy static
             let connection_value = if self.will_keepalive() {

@@ -639,7 +639,11 @@ impl HttpSession {
         }
 
         /* update headers */
-        header.insert_header(header::DATE, get_cached_date())?;
+        // LACQUER PATCH (keep Date): a response that carries a Date keeps it (see the HTTP/1
+        // server session)
+        if !header.headers.contains_key(header::DATE) {
+            header.insert_header(header::DATE, get_cached_date())?;
+        }
 
         // remove other h1 hop headers that cannot be present in H2
         // https://httpwg.org/specs/rfc7540.html#n-connection-specific-header-fields
