@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing Lacquer needs on a fresh Debian machine:
-# a C toolchain and cmake (Pingora builds zlib-ng), memcached (tests run real servers), curl.
+# a C toolchain and cmake (Pingora builds zlib-ng), memcached (tests run real servers), curl,
+# and a Python virtualenv in .venv with the example page writer's memcached client
+# (tests/app_pages.rs runs examples/python/lacquer_pages.py with it).
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 need=()
@@ -10,6 +12,8 @@ command -v memcached >/dev/null || [ -x /usr/bin/memcached ] || need+=(memcached
 command -v curl >/dev/null || need+=(curl)
 command -v openssl >/dev/null || need+=(openssl)
 command -v pkg-config >/dev/null || need+=(pkg-config)
+command -v python3 >/dev/null || need+=(python3)
+python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   # keep package post-install scripts from starting services (memcached would grab 11211)
@@ -21,3 +25,8 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${need[@]}"
 fi
 command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust (rustup) first" >&2; exit 1; }
+cd "$(dirname "$0")/.."
+if ! .venv/bin/python -c 'import pymemcache' 2>/dev/null; then
+  python3 -m venv .venv
+  .venv/bin/pip install -q -r examples/python/requirements.txt
+fi

@@ -9,6 +9,7 @@ use super::admin::AdminSection;
 use super::balancing::{BalancerSection, UpstreamEntry};
 use super::cache::CacheSection;
 use super::fairness::FairnessSection;
+use super::invalidation::InvalidationSection;
 use super::logging::LogSection;
 use super::proxy::ProxySection;
 use super::server::ServerSection;
@@ -53,6 +54,9 @@ pub struct FileConfig {
     /// `[fairness]`: per-client cap on requests going upstream.
     #[serde(default)]
     pub fairness: FairnessSection,
+    /// `[invalidation]`: how purges and bans reach every node, tags.
+    #[serde(default)]
+    pub invalidation: InvalidationSection,
 }
 
 impl FileConfig {

@@ -6,14 +6,14 @@
 //!
 //! 1. `request_filter`: [`request_head`] checks what Pingora leaves unchecked in the head (the
 //!    authority, the target form; refused: 400), sends one `Content-Length` on, and notes a GET or
-//!    HEAD with a body (never cached); [`purge`] decides whether this is a PURGE its client may
-//!    send (refused: 405); [`fast_hit`] answers fresh, plain hits from storage without Pingora's
-//!    cache machinery.
+//!    HEAD with a body (never cached); [`purge`] answers a PURGE (refused: 405; allowed: carried
+//!    out across the cluster by `crate::invalidation`); [`fast_hit`] answers fresh, plain hits
+//!    from storage without Pingora's cache machinery.
 //! 2. `request_cache_filter`: whether the cache is used at all (method, client `no-store`,
 //!    config); if so, it is enabled with our storage and the cache lock.
 //! 3. `cache_key_callback`: the key from [`cache_key`] (built once per request);
 //!    `cache_vary_filter` adds the variant (`policy::vary`); `cache_hit_filter` applies the
-//!    client's directives (`policy::request_directives`); `is_purge` reads the purge decision.
+//!    client's directives (`policy::request_directives`).
 //! 4. Lookup (Pingora's state machine): a fresh hit is served from storage; concurrent misses wait
 //!    on the cache lock so one origin fetch fills the cache for all of them.
 //! 5. `proxy_upstream_filter` … `upstream_response_body_filter`: `only-if-cached`, fairness, the
@@ -22,8 +22,9 @@
 //!    attempt's cache write ([`retried_fill`]); forwarding headers and `Via` ([`headers`]);
 //!    [`invalidation`] by unsafe methods; `crate::compression` on the way in.
 //! 6. `response_cache_filter`: the [`CachePolicy`] decides whether and how long to store.
-//! 7. `response_filter`: `Cache-Status` ([`cache_status`]) and `Via` on every response,
-//!    `crate::compression` on the way out; `logging` ends the fill lease this request holds and
+//! 7. `response_filter`: `Cache-Status` ([`cache_status`]) and `Via` on every response, fields
+//!    meant for this cache only removed ([`headers::ForUsOnly`]), `crate::compression` on the way
+//!    out; `logging` ends the fill lease this request holds and
 //!    writes the [`access_record`].
 
 pub mod access_record;
@@ -40,6 +41,7 @@ pub mod retried_fill;
 use crate::compression::decoded_copies::DecodedCopies;
 use crate::compression::{self, CompressionCtx};
 use crate::config::Config;
+use crate::invalidation::Invalidator;
 use crate::observe::access_log::AccessLog;
 use crate::policy::request_directives::RequestDirectives;
 use crate::policy::{freshness, preconditions, revalidation, vary, CachePolicy};
@@ -114,6 +116,10 @@ pub struct LacquerProxy {
     access_log: Option<AccessLog>,
     /// Our `Via` entries, rendered once.
     via: headers::ViaValues,
+    /// Purges (PURGE, unsafe methods) carried out across the cluster.
+    invalidator: &'static Invalidator,
+    /// Fields removed from every response to a client.
+    for_us_only: headers::ForUsOnly,
 }
 
 impl LacquerProxy {
@@ -123,6 +129,7 @@ impl LacquerProxy {
         config: Arc<Config>,
         memory: &'static MemoryTier,
         tiered: Option<&'static TieredStorage>,
+        invalidator: &'static Invalidator,
         access_log: Option<AccessLog>,
     ) -> Self {
         let lock: &'static CacheLock = Box::leak(CacheLock::new_boxed(config.cache.lock_timeout));
@@ -141,10 +148,27 @@ impl LacquerProxy {
             let decoded_copies = DecodedCopies::new(config.cache.compression.decoded_copies);
             FastHit::new(memory, tiered, decoded_copies)
         });
+        let policy = CachePolicy::new(&config.cache);
+        let for_us_only = headers::ForUsOnly::new(
+            config
+                .cache
+                .strip_targeted_fields
+                .iter()
+                .map(String::as_str)
+                .chain(
+                    config
+                        .invalidation
+                        .tag_header
+                        .as_deref()
+                        .filter(|_| !config.invalidation.forward_tag_header),
+                ),
+        );
         LacquerProxy {
             known_missing,
             fast_hit,
-            policy: CachePolicy::new(&config.cache),
+            policy,
+            invalidator,
+            for_us_only,
             upstream: Upstream::new(&config),
             fairness: config.fairness.clone().map(Fairness::new),
             config,
@@ -165,7 +189,7 @@ impl LacquerProxy {
         status: CacheStatus,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        self.policy.targeted_fields().strip(head);
+        self.for_us_only.strip(head);
         head.insert_header(
             "cache-status",
             status.header_value(&self.config.cache.status_name),
@@ -231,8 +255,14 @@ impl ProxyHttp for LacquerProxy {
             || client_ip(session),
             &self.config.cache.purge_from,
         );
-        if ctx.purge == PurgeRequest::Refused {
-            return purge::refuse(session).await;
+        match ctx.purge {
+            PurgeRequest::None => {}
+            PurgeRequest::Refused => return purge::refuse(session).await,
+            PurgeRequest::Allowed => {
+                let client = client_ip(session);
+                let enabled = self.config.cache.enabled;
+                return purge::carry_out(session, self.invalidator, enabled, client).await;
+            }
         }
         let Some(fast_hit) = self
             .fast_hit
@@ -259,7 +289,7 @@ impl ProxyHttp for LacquerProxy {
             return Ok(());
         }
         let req = session.req_header();
-        if !ctx.purge.allowed() && !self.policy.request_cacheable(req) {
+        if !self.policy.request_cacheable(req) {
             ctx.seen.method_not_cacheable = true;
             return Ok(());
         }
@@ -349,10 +379,6 @@ impl ProxyHttp for LacquerProxy {
                 true
             }
         })
-    }
-
-    fn is_purge(&self, _session: &Session, ctx: &Self::CTX) -> bool {
-        ctx.purge.allowed()
     }
 
     fn should_serve_stale(
@@ -493,8 +519,13 @@ impl ProxyHttp for LacquerProxy {
     ) -> Result<()> {
         self.upstream
             .on_response(&mut ctx.upstream, upstream_response.status);
-        invalidation::on_upstream_response(self.storage, session.req_header(), upstream_response)
-            .await;
+        invalidation::on_upstream_response(
+            self.invalidator,
+            session.req_header(),
+            upstream_response,
+            client_ip(session),
+        )
+        .await;
         headers::strip_hop_by_hop(upstream_response);
         headers::add_date_if_missing(upstream_response);
         if self.config.cache.reuse_post_responses && self.config.cache.enabled {

@@ -338,6 +338,20 @@ impl FillLeases {
                 .await;
         });
     }
+
+    /// `key`'s URL was purged: a lease on it belongs to a fill from before the purge (or one
+    /// that will find the URL purged), so it is deleted and the nodes that miss the URL now
+    /// fetch it at once instead of waiting for the lease to expire.
+    pub async fn on_purge(&self, key: &CacheKey) {
+        if !self.lease.is_zero() {
+            self.cluster
+                .delete_with(
+                    self.entry_key(key).as_bytes(),
+                    self.lease_key(key).as_bytes(),
+                )
+                .await;
+        }
+    }
 }
 
 impl HeldLease {

@@ -12,6 +12,9 @@ pub struct SharedCounters {
     pub misses: AtomicU64,
     /// Values memcached returned that failed verification (format, checksum, key, a chunk).
     pub rejected: AtomicU64,
+    /// Verified entries not served because a purge or ban covers them, or because they are
+    /// older than purges and bans are remembered (`invalidation.retention`).
+    pub invalidated: AtomicU64,
     /// Entries written to memcached.
     pub writes: AtomicU64,
     /// Entries that could not be written.

@@ -117,6 +117,41 @@ impl MemcachedProcess {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// The value stored under `key`, byte for byte (`None` when absent).
+    pub fn get_raw(&self, key: &str) -> Option<Vec<u8>> {
+        let mut s = TcpStream::connect_timeout(&self.addr(), Duration::from_secs(2))
+            .unwrap_or_else(|e| panic!("connect to memcached {}: {e}", self.addr()));
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok();
+        s.write_all(format!("get {key}\r\n").as_bytes())
+            .expect("write to memcached");
+        let mut out = Vec::new();
+        let mut buf = [0u8; 65536];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+            if out.ends_with(b"END\r\n") {
+                break;
+            }
+        }
+        let header_end = out.windows(2).position(|w| w == b"\r\n")?;
+        let header = String::from_utf8_lossy(&out[..header_end]).into_owned();
+        let len: usize = header
+            .strip_prefix("VALUE ")?
+            .split(' ')
+            .nth(2)?
+            .parse()
+            .ok()?;
+        Some(out[header_end + 2..header_end + 2 + len].to_vec())
+    }
+
+    /// Stores `value` under `key` for `ttl` seconds, byte for byte.
+    pub fn set_raw(&self, key: &str, value: &[u8], ttl: u32) {
+        let reply = self.command(&format!("set {key} 0 {ttl} {}", value.len()), Some(value));
+        assert!(reply.starts_with("STORED"), "set {key}: {reply}");
+    }
+
     /// Whether the memcached process is running.
     pub fn is_running(&mut self) -> bool {
         self.child.is_running()

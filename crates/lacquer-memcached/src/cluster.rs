@@ -70,6 +70,19 @@ pub struct ClusterCounters {
     pub skipped_ejected: AtomicU64,
 }
 
+/// What a delete that its caller reports on found (see [`Cluster::delete_reporting`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    /// The server held the key and removed it.
+    Deleted,
+    /// The server answered: it did not hold the key.
+    NotFound,
+    /// The server is ejected: nothing was sent (its keys are misses meanwhile).
+    Skipped,
+    /// The server was asked and did not answer (timeout, connection error, server error).
+    Failed,
+}
+
 /// The configured servers, placed on a libmemcached-compatible ketama ring.
 pub struct Cluster {
     ring: KetamaRing,
@@ -312,11 +325,99 @@ impl Cluster {
         self.record(index, result).is_some()
     }
 
+    /// Deletes one value and says what happened, and on which server (by index; `None` when
+    /// the ring is empty): for callers that must report what they could and could not reach.
+    pub async fn delete_reporting(&self, key: &[u8]) -> (Option<usize>, DeleteOutcome) {
+        let Some(owner) = self.ring.server_for(key) else {
+            return (None, DeleteOutcome::Skipped);
+        };
+        let Some(index) = self.node_for(key) else {
+            return (Some(owner), DeleteOutcome::Skipped);
+        };
+        let result = self.nodes[index].client.delete(key).await;
+        let outcome = match self.record(index, result) {
+            Some(true) => DeleteOutcome::Deleted,
+            Some(false) => DeleteOutcome::NotFound,
+            None => DeleteOutcome::Failed,
+        };
+        (Some(index), outcome)
+    }
+
     /// Names of the servers currently ejected.
     pub fn ejected(&self) -> Vec<String> {
         (0..self.nodes.len())
             .filter(|i| !self.usable(*i))
             .map(|i| self.nodes[i].name.clone())
             .collect()
+    }
+}
+
+/// Operations on one server chosen by index rather than by key, for data that every server holds
+/// a copy of (Lacquer's invalidation log): a copy on each server survives the loss of any of
+/// them. Ejection still applies: an ejected server is not asked until its probe is due, and
+/// failures count towards ejection as for any operation.
+impl Cluster {
+    /// How many servers are configured.
+    pub fn server_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// The name of server `index` (`host:port` as configured).
+    pub fn server_name(&self, index: usize) -> &str {
+        &self.nodes[index].name
+    }
+
+    /// The server ketama places `key` on, whether or not it is ejected.
+    pub fn owner(&self, key: &[u8]) -> Option<usize> {
+        self.ring.server_for(key)
+    }
+
+    /// Whether server `index` is in service (not ejected, or its probe is due).
+    pub fn is_usable(&self, index: usize) -> bool {
+        self.usable(index)
+    }
+
+    /// Fetches `keys` from server `index` in one pipelined round trip; `None` when the server is
+    /// ejected or did not answer.
+    pub async fn get_multi_on(&self, index: usize, keys: &[Vec<u8>]) -> Option<Vec<Option<Bytes>>> {
+        if !self.usable(index) {
+            return None;
+        }
+        let result = self.nodes[index].client.get_multi(keys).await;
+        self.record(index, result)
+    }
+
+    /// Stores one value on server `index`; returns whether it was stored.
+    pub async fn set_on(&self, index: usize, key: &[u8], value: Bytes, ttl_secs: u32) -> bool {
+        if !self.usable(index) {
+            return false;
+        }
+        let result = self.nodes[index].client.set(key, value, ttl_secs).await;
+        self.record(index, result).is_some()
+    }
+
+    /// Appends `value` to the value under `key` on server `index`, creating it (with
+    /// `ttl_secs`) when absent; returns whether the bytes were stored. Concurrent writers each
+    /// get their bytes in whole: memcached appends atomically, and a writer that loses the race
+    /// to create the key appends instead.
+    pub async fn append_on(&self, index: usize, key: &[u8], value: Bytes, ttl_secs: u32) -> bool {
+        if !self.usable(index) {
+            return false;
+        }
+        let client = &self.nodes[index].client;
+        for _ in 0..2 {
+            match self.record(index, client.append(key, value.clone()).await) {
+                Some(true) => return true,
+                Some(false) => {}
+                None => return false,
+            }
+            match self.record(index, client.add(key, value.clone(), ttl_secs).await) {
+                Some(true) => return true,
+                // another writer created it meanwhile: append to theirs
+                Some(false) => {}
+                None => return false,
+            }
+        }
+        false
     }
 }
