@@ -64,10 +64,13 @@ fn server_conf(config: &Config) -> ServerConf {
     }
 }
 
-/// Pingora's options for client connections: h2c, and the bounds of `[server]`.
+/// Pingora's options for client connections: h2c, HTTP/1.1 pipelining (RFC 9112 §9.3.2: every
+/// pipelined request answered in order; Pingora closes after the first without it), and the
+/// bounds of `[server]`.
 fn client_options(h2c: bool, limits: &ClientLimits) -> HttpServerOptions {
     let mut options = HttpServerOptions::default();
     options.h2c = h2c;
+    options.h1_pipelining = true;
     options.request_head_timeout = Some(limits.header_read_timeout);
     options.request_head_max_bytes = Some(limits.max_header_size);
     options.request_line_max_bytes = Some(limits.max_request_line);

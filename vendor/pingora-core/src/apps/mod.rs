@@ -111,6 +111,15 @@ pub struct HttpServerOptions {
     ///
     /// Default: `None` (only the head limit)
     pub request_line_max_bytes: Option<usize>,
+
+    /// LACQUER PATCH (pipelining): answer HTTP/1.1 requests that a client pipelines (sends
+    /// before the previous answer), one after the other and in order (RFC 9112 §9.3.2), instead
+    /// of answering the first and closing the connection. Sets
+    /// [`HttpSession::set_pipelining_enabled`](crate::protocols::http::v1::server::HttpSession::set_pipelining_enabled)
+    /// on every HTTP/1 connection; the reused sessions of a connection inherit it.
+    ///
+    /// Default: `false`
+    pub h1_pipelining: bool,
 }
 
 /// Settings persisted across HTTP/1.x keepalive requests on the same downstream connection.
@@ -382,6 +391,9 @@ where
             if let ServerSession::H1(h1) = &mut session {
                 h1.set_request_head_deadline(head_deadline);
                 h1.set_request_head_timeout(head_timeout);
+                // LACQUER PATCH (pipelining): the connection's later sessions inherit it
+                // through HttpPersistentSettings
+                h1.set_pipelining_enabled(self.server_options().is_some_and(|o| o.h1_pipelining));
             }
             // LACQUER PATCH (request head limits)
             apply_request_head_limits(self.server_options(), &mut session);

@@ -413,7 +413,12 @@ impl HttpSession {
             /* NOTE: this check only blocks second read. The first large read is allowed
             since the buf is already allocated. The goal is to avoid slowly bloating
             this buffer */
-            self.check_request_head_size(&buf[..already_read])?;
+            // LACQUER PATCH (pipelining): only before a read, when the buffer is known to hold
+            // an incomplete head; a pipelined prefix may hold many complete requests, larger
+            // together than one head may be, and is parsed first
+            if !skip_next_read {
+                self.check_request_head_size(&buf[..already_read])?;
+            }
 
             // On the first iteration after a pipelined prefix was injected,
             // attempt to parse what we already have before issuing a stream
