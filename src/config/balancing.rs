@@ -94,7 +94,7 @@ pub enum Algorithm {
 }
 
 /// One validated backend.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct BackendConfig {
     /// As written, for logs and the `Host` fallback.
     pub name: String,
@@ -103,7 +103,7 @@ pub struct BackendConfig {
 }
 
 /// Validated active health checks.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ActiveHealthConfig {
     pub path: String,
     pub interval: Duration,
