@@ -31,6 +31,11 @@ pub fn keep_running(running: &Config, new: &mut Config) -> Vec<&'static str> {
         "server.h2c" => h2c;
         "server.write_buffer" => write_buffer;
         "server.upgrade_sock" => upgrade_sock;
+        "server.header_read_timeout" => client_limits.header_read_timeout;
+        "server.max_header_size" => client_limits.max_header_size;
+        "server.max_request_line" => client_limits.max_request_line;
+        "server.max_connections" => client_limits.max_connections;
+        "server.h2_idle_timeout" => client_limits.h2_idle_timeout;
         "tls" => tls;
         "admin.listen" => admin_listen;
         "upstream" => upstream;
