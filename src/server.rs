@@ -15,6 +15,7 @@ use crate::lifecycle::signals::{self, OperatorSignals};
 use crate::lifecycle::upgrade;
 use crate::observe::access_log::AccessLog;
 use crate::proxy::LacquerProxy;
+use crate::proxy_protocol::{PreTlsHeader, ProxyProtocolApp, ProxyProtocolListeners};
 use crate::storage::memory::MemoryTier;
 use crate::storage::rules::tags::TagField;
 use crate::storage::rules::RuleBook;
@@ -22,7 +23,7 @@ use crate::storage::tiered::TieredStorage;
 use crate::upstream::health::HealthChecker;
 use pingora_core::apps::HttpServerOptions;
 use pingora_core::listeners::tls::TlsSettings;
-use pingora_core::listeners::{L4BufferSettings, ListenerConfig};
+use pingora_core::listeners::{L4BufferSettings, ListenerConfig, Listeners};
 use pingora_core::server::configuration::ServerConf;
 use pingora_core::server::{RunArgs, Server};
 use pingora_core::services::background::background_service;
@@ -138,32 +139,46 @@ pub fn run(config: Config, cli: &Cli) -> Result<Infallible, StartError> {
         let checker = HealthChecker::new(backends.clone(), checks.clone());
         server.add_service(background_service("health checks", checker));
     }
-    let mut service =
-        pingora_proxy::http_proxy_service_with_name(&server.configuration, proxy, "lacquer");
+    let mut http = pingora_proxy::http_proxy(&server.configuration, proxy);
     if config.h2c {
         let mut options = HttpServerOptions::default();
         options.h2c = true;
-        if let Some(app) = service.app_logic_mut() {
-            app.server_options = Some(options);
-        }
+        http.server_options = Some(options);
     }
+    let mut listeners = Listeners::new();
     let buffers = L4BufferSettings::default().write(config.write_buffer);
     for addr in &config.listen {
-        service.add_listener(ListenerConfig::tcp(addr.to_string()).l4_buffer(buffers));
+        listeners.add_listener(ListenerConfig::tcp(addr.to_string()).l4_buffer(buffers));
     }
     if let Some(tls) = &config.tls {
         for addr in &tls.listen {
             let mut settings = TlsSettings::intermediate(&tls.cert, &tls.key)
                 .map_err(|e| StartError(format!("tls.cert/tls.key: {e}")))?;
             settings.enable_h2();
-            service.add_listener(
+            listeners.add_listener(
                 ListenerConfig::tcp(addr.to_string())
                     .tls(settings)
                     .l4_buffer(buffers),
             );
         }
     }
-    server.add_service(service);
+    let expecting_header = ProxyProtocolListeners::new(
+        config
+            .proxy_protocol_listen
+            .iter()
+            .chain(config.tls.iter().flat_map(|tls| &tls.proxy_protocol))
+            .copied()
+            .collect(),
+    );
+    if !expecting_header.is_empty() {
+        listeners.set_pre_tls_callback(Arc::new(PreTlsHeader(expecting_header.clone())));
+    }
+    let app = ProxyProtocolApp::new(http, expecting_header);
+    server.add_service(Service::with_listeners(
+        "lacquer".to_string(),
+        listeners,
+        app,
+    ));
 
     if let Some(addr) = config.admin_listen {
         let mut admin = Service::new(

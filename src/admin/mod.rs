@@ -94,6 +94,7 @@ impl AdminApp {
                         failures: t.failures,
                         ejections: t.ejections,
                         in_flight: b.in_flight(),
+                        queued: b.queued(),
                     }
                 })
                 .collect(),
@@ -184,6 +185,8 @@ struct BackendReport<'a> {
     failures: u64,
     ejections: u64,
     in_flight: usize,
+    /// Requests waiting for a slot under the backend's `max_in_flight`.
+    queued: usize,
 }
 
 impl AdminApp {
@@ -282,11 +285,12 @@ mod tests {
             failures: 0,
             ejections: 0,
             in_flight: 0,
+            queued: 0,
         };
         assert_eq!(
             serde_json::to_string(&report).unwrap(),
             "{\"name\":\"a\\\"b\\\\c\\n\",\"weight\":1,\"up\":true,\"ejected\":false,\
-             \"requests\":2,\"failures\":0,\"ejections\":0,\"in_flight\":0}"
+             \"requests\":2,\"failures\":0,\"ejections\":0,\"in_flight\":0,\"queued\":0}"
         );
     }
 }

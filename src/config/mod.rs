@@ -10,8 +10,8 @@
 //! One module per section, each holding the section as written, its validated form and its
 //! checks: [`server`] (the top-level keys and `[server]`), [`tls`], [`proxy`], [`balancing`]
 //! (`upstream`, `[[upstreams]]`, `[balancer]`), [`fairness`], [`cache`], [`memcached`]
-//! (`[cache.memcached]`), [`compression`] (`[cache.compression]`), [`logging`] (`[log]`) and
-//! [`admin`]. [`units`] parses sizes and durations; [`address_range`] client address ranges.
+//! (`[cache.memcached]`), [`compression`] (`[cache.compression]`), [`partial`]
+//! (`[cache.partial]`), [`logging`] (`[log]`) and [`admin`]. [`units`] parses sizes and durations; [`address_range`] client address ranges.
 //!
 //! With no file at all, `lacquer --upstream 127.0.0.1:8080` is a complete configuration:
 //! a memory-only cache in front of that origin.
@@ -28,6 +28,7 @@ pub mod file;
 pub mod invalidation;
 pub mod logging;
 pub mod memcached;
+pub mod partial;
 pub mod proxy;
 pub mod server;
 pub mod tls;
@@ -77,6 +78,9 @@ impl std::error::Error for ConfigError {}
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen: Vec<SocketAddr>,
+    /// The plain listeners (`listen = ["ADDR proxy_protocol"]`) whose connections start with a
+    /// PROXY protocol header naming the client (`tls.listen` has its own).
+    pub proxy_protocol_listen: Vec<SocketAddr>,
     pub upstream: SocketAddr,
     /// The upstream as written (used for the `Host` fallback and logs).
     pub upstream_name: String,
@@ -140,6 +144,7 @@ impl Config {
         let proxy = proxy::validate(&file.proxy)?;
         Ok(Config {
             listen: server.listen,
+            proxy_protocol_listen: server.proxy_protocol,
             upstream: backends[0].addr,
             upstream_name: backends[0].name.clone(),
             threads: server.threads,

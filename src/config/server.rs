@@ -32,6 +32,8 @@ const MAX_WRITE_BUFFER: usize = 1 << 20;
 /// The validated process settings; [`super::Config`] keeps them as its top-level fields.
 pub(super) struct ServerSettings {
     pub listen: Vec<SocketAddr>,
+    /// The plain listeners whose connections start with a PROXY protocol header.
+    pub proxy_protocol: Vec<SocketAddr>,
     pub threads: usize,
     pub grace_period: Duration,
     pub shutdown_timeout: Duration,
@@ -55,12 +57,15 @@ pub(super) struct ServerKeys<'a> {
 /// Validates `listen`, `threads`, `grace_period`, `shutdown_timeout`,
 /// `upstream_keepalive_pool` and `[server]` (`server.upgrade_sock`: an absolute path).
 pub(super) fn validate(file: ServerKeys<'_>) -> Result<ServerSettings, ConfigError> {
-    let listen = match &file.listen {
+    let (listen, proxy_protocol) = match &file.listen {
         Some(list) if list.is_empty() => {
             return Err(ConfigError::new("listen", "needs at least one address"))
         }
-        Some(list) => check::socket_addrs("listen", list)?,
-        None => vec![DEFAULT_LISTEN.parse().expect("default listen address")],
+        Some(list) => check::listen_addrs("listen", list)?,
+        None => (
+            vec![DEFAULT_LISTEN.parse().expect("default listen address")],
+            Vec::new(),
+        ),
     };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = check::integer("threads", file.threads, cores, 1..=1024)?;
@@ -96,6 +101,7 @@ pub(super) fn validate(file: ServerKeys<'_>) -> Result<ServerSettings, ConfigErr
     }
     Ok(ServerSettings {
         listen,
+        proxy_protocol,
         threads,
         grace_period,
         shutdown_timeout,

@@ -4,9 +4,10 @@
 //! concern, and [`RequestCtx`] carries what they learn from phase to phase. In the order a request
 //! meets them (see the picture in `docs/architecture.md`):
 //!
-//! 1. `request_filter`: [`purge`] answers a PURGE (refused: 405; allowed: carried out across the
-//!    cluster by `crate::invalidation`); [`fast_hit`] answers fresh, plain hits from storage
-//!    without Pingora's cache machinery.
+//! 1. `request_filter`: [`forwarding`] resolves the scheme (for the key) and, when asked, the
+//!    client address through trusted proxies; [`purge`] answers a PURGE (refused: 405; allowed:
+//!    carried out across the cluster by `crate::invalidation`); [`fast_hit`] answers fresh, plain
+//!    hits from storage without Pingora's cache machinery.
 //! 2. `request_cache_filter`: whether the cache is used at all (method, client `no-store`,
 //!    config); if so, it is enabled with our storage and the cache lock.
 //! 3. `cache_key_callback`: the key from [`cache_key`] (built once per request);
@@ -19,6 +20,11 @@
 //!    status for a request that failed: 504 on a timeout); a retry never meets the failed
 //!    attempt's cache write ([`retried_fill`]); forwarding headers and `Via` ([`headers`]);
 //!    [`invalidation`] by unsafe methods; `crate::compression` on the way in.
+//!    An interim (1xx) response passes these phases and `response_filter` too, and is handed to
+//!    [`interim`] alone: it is forwarded, never stored or judged.
+//!    With `[cache.partial]`, [`partial_content`] answers a range from a stored part first,
+//!    and otherwise asks the origin for a range and stores the `206` (through to the
+//!    downstream phases, which serve a range spanning a part and a fetched tail).
 //! 6. `response_cache_filter`: the [`CachePolicy`] decides whether and how long to store.
 //! 7. `response_filter`: `Cache-Status` ([`cache_status`]) and `Via` on every response, fields
 //!    meant for this cache only removed ([`headers::ForUsOnly`]), `crate::compression` on the way
@@ -29,11 +35,15 @@ pub mod access_record;
 pub mod cache_key;
 pub mod cache_status;
 pub mod fast_hit;
+pub mod forwarding;
 pub mod headers;
+pub mod interim;
 pub mod invalidation;
+pub mod partial_content;
 pub mod post_reuse;
 pub mod purge;
 pub mod retried_fill;
+pub mod upgrade;
 
 use crate::compression::decoded_copies::DecodedCopies;
 use crate::compression::{self, CompressionCtx};
@@ -51,6 +61,7 @@ use async_trait::async_trait;
 use cache_key::RequestKey;
 use cache_status::{CacheStatus, Observations};
 use fast_hit::FastHit;
+use partial_content::{PartialContent, PartialCtx};
 use pingora_cache::cache_control::CacheControl;
 use pingora_cache::key::HashBinary;
 use pingora_cache::lock::{CacheKeyLockImpl, CacheLock};
@@ -65,6 +76,7 @@ use purge::PurgeRequest;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
+use upgrade::UpgradeRequest;
 
 /// Per-request state carried between phases.
 pub struct RequestCtx {
@@ -86,12 +98,17 @@ pub struct RequestCtx {
     /// The origin's 304 to our revalidation, whose fields update the stored head.
     not_modified: Option<Box<ResponseHeader>>,
     compression: CompressionCtx,
+    /// What partial content does for this request (see [`partial_content`]).
+    partial: PartialCtx,
     /// Backends tried, the one in flight, the fairness slot, timings (see [`crate::upstream`]).
     upstream: RequestUpstream,
     /// A POST response being kept for later GETs of its URL (see [`post_reuse`]).
     post_reuse: Option<Box<post_reuse::PostReuse>>,
     /// Counts this request until it ends, so a draining process waits for it.
     _in_flight: RequestInFlight,
+    /// Whether the client asks to switch protocols (see [`upgrade`]); decided in
+    /// `request_filter` for requests the fast path declined.
+    upgrade: UpgradeRequest,
 }
 
 /// Lacquer's implementation of Pingora's [`ProxyHttp`].
@@ -107,6 +124,8 @@ pub struct LacquerProxy {
     known_missing: Option<&'static PrimaryKnownMissing>,
     /// The hot-hit fast path (`None` when the cache is disabled).
     fast_hit: Option<FastHit>,
+    /// Partial content (`None` unless the cache and `[cache.partial]` are enabled).
+    partial: Option<PartialContent>,
     cache_lock: &'static CacheKeyLockImpl,
     access_log: Option<Arc<AccessLog>>,
     /// Requests in flight, for the drain.
@@ -142,9 +161,12 @@ impl LacquerProxy {
             let decoded_copies = DecodedCopies::new(config.cache.compression.decoded_copies);
             FastHit::new(memory, tiered, decoded_copies)
         });
+        let partial = (config.cache.enabled && config.cache.partial.enabled)
+            .then(|| PartialContent::new(memory, tiered));
         LacquerProxy {
             known_missing,
             fast_hit,
+            partial,
             live,
             invalidator,
             storage,
@@ -188,11 +210,12 @@ impl LacquerProxy {
     }
 }
 
-fn client_ip(session: &Session) -> Option<IpAddr> {
-    session
-        .client_addr()
-        .and_then(|addr| addr.as_inet())
-        .map(|inet| inet.ip())
+impl LacquerProxy {
+    /// The client's address as [`forwarding`] resolves it (through trusted proxies): the one
+    /// `purge_from`, fairness and the access log judge.
+    fn client_ip(&self, session: &Session) -> Option<IpAddr> {
+        forwarding::client_ip(session, &self.live.load().config.proxy.trusted_proxies)
+    }
 }
 
 #[async_trait]
@@ -213,35 +236,48 @@ impl ProxyHttp for LacquerProxy {
             precondition_failed: false,
             not_modified: None,
             compression: CompressionCtx::default(),
+            partial: PartialCtx::default(),
             upstream: RequestUpstream::default(),
             post_reuse: None,
             _in_flight: self.in_flight.start(),
+            upgrade: UpgradeRequest::None,
         }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
         let live = self.live.load();
+        if forwarding::is_https(session, &live.config.proxy.trusted_proxies) {
+            ctx.key.set_https();
+        }
         ctx.purge = purge::on_request(
             &session.req_header().method,
-            || client_ip(session),
+            || self.client_ip(session),
             &live.config.cache.purge_from,
         );
         match ctx.purge {
             PurgeRequest::None => {}
             PurgeRequest::Refused => return purge::refuse(session).await,
             PurgeRequest::Allowed => {
-                let client = client_ip(session);
+                let client = self.client_ip(session);
                 let enabled = live.config.cache.enabled;
-                return purge::carry_out(session, self.invalidator, enabled, client).await;
+                let https = ctx.key.is_https();
+                return purge::carry_out(session, self.invalidator, enabled, client, https).await;
             }
         }
-        let Some(fast_hit) = &self.fast_hit else {
-            return Ok(false);
+        let answer = match &self.fast_hit {
+            Some(fast_hit) => {
+                fast_hit
+                    .on_request(&live.policy, session.req_header(), ctx)
+                    .await
+            }
+            None => None,
         };
-        let Some(mut answer) = fast_hit
-            .on_request(&live.policy, session.req_header(), ctx)
-            .await
-        else {
+        let Some(mut answer) = answer else {
+            // (the fast path declines every request with an `Upgrade` field)
+            ctx.upgrade = UpgradeRequest::of(session.req_header());
+            if ctx.upgrade.requested() {
+                session.set_read_timeout(Some(live.config.proxy.tunnel_idle_timeout));
+            }
             return Ok(false);
         };
         let (version, status) = (session.req_header().version, answer.cache_status());
@@ -254,6 +290,10 @@ impl ProxyHttp for LacquerProxy {
         let live = self.live.load();
         if !live.config.cache.enabled {
             ctx.seen.disabled = true;
+            return Ok(());
+        }
+        if ctx.upgrade.requested() {
+            ctx.seen.upgrade = true;
             return Ok(());
         }
         let req = session.req_header();
@@ -367,14 +407,30 @@ impl ProxyHttp for LacquerProxy {
         session: &mut Session,
         ctx: &mut Self::CTX,
     ) -> Result<bool> {
+        if let Some(partial) = &self.partial {
+            let req = session.req_header();
+            let primary = ctx.key.primary_bin(req);
+            let phase = session.cache.phase();
+            let now = SystemTime::now();
+            if let Some(mut hit) = partial.on_miss(phase, req, primary, &mut ctx.partial, now) {
+                let (version, status) = (req.version, hit.cache_status());
+                let live = self.live.load();
+                Self::finish_response_head(&live, &mut hit.head, version, status, ctx)?;
+                hit.send(session).await?;
+                return Ok(false);
+            }
+        }
         if ctx.directives.only_if_cached {
             // RFC 9111 §5.2.1.7: nothing usable is stored, and the client forbids the origin
             session.respond_error(504).await?;
             return Ok(false);
         }
-        match &self.live.load().fairness {
+        let live = self.live.load();
+        match &live.fairness {
+            // a tunnel would hold its client's slot for as long as it stays open
+            Some(_) if ctx.upgrade.requested() => Ok(true),
             Some(cap) => {
-                cap.on_upstream_request(session, client_ip(session), &mut ctx.upstream)
+                cap.on_upstream_request(session, self.client_ip(session), &mut ctx.upstream)
                     .await
             }
             None => Ok(true),
@@ -387,7 +443,12 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
     ) -> Result<Box<HttpPeer>> {
         let key = ctx.key.text(session.req_header());
-        self.live.load().upstream.on_peer(&mut ctx.upstream, key)
+        let live = self.live.load();
+        let mut peer = live.upstream.on_peer(&mut ctx.upstream, key).await?;
+        if ctx.upgrade.requested() {
+            upgrade::on_peer(&mut peer, live.config.proxy.tunnel_idle_timeout);
+        }
+        Ok(peer)
     }
 
     fn fail_to_connect(
@@ -414,13 +475,10 @@ impl ProxyHttp for LacquerProxy {
         client_reused: bool,
     ) -> Box<pingora_error::Error> {
         let mut e = e.more_context(format!("Peer: {peer}"));
-        // compression's own retry (asking the origin for identity) is left as it is
-        if !compression::retry_requested(&ctx.compression) {
-            self.live
-                .load()
-                .upstream
-                .on_proxy_error(&ctx.upstream, session, &mut e, client_reused);
-        }
+        self.live
+            .load()
+            .upstream
+            .on_proxy_error(&ctx.upstream, session, &mut e, client_reused);
         retried_fill::on_retry(session, &e);
         e
     }
@@ -451,17 +509,26 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
     ) -> Result<()> {
         let live = self.live.load();
+        if ctx.upgrade.requested() {
+            upgrade::on_upstream_request(upstream_request);
+        }
         let cache_enabled = session.cache.enabled();
-        if let Some(ae) = compression::upstream_accept_encoding(&mut ctx.compression, cache_enabled)
+        if let Some(ae) =
+            compression::upstream_accept_encoding(&live.config.cache.compression, cache_enabled)
         {
             upstream_request.insert_header(http::header::ACCEPT_ENCODING, ae)?;
         }
-        let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
+        partial_content::on_upstream_request(&ctx.partial, upstream_request)?;
+        forwarding::on_upstream_request(
+            session,
+            upstream_request,
+            &live.config.proxy.trusted_proxies,
+        );
         headers::add_forwarded(
             upstream_request,
             live.config.proxy.forwarded,
-            client_ip(session),
-            tls,
+            forwarding::peer_ip(session),
+            ctx.key.is_https(),
         );
         if live.config.proxy.via {
             let version = session.req_header().version;
@@ -484,6 +551,10 @@ impl ProxyHttp for LacquerProxy {
         upstream_response: &mut ResponseHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
+        if interim::is_interim(upstream_response) {
+            interim::on_upstream_interim(upstream_response);
+            return Ok(());
+        }
         let live = self.live.load();
         live.upstream
             .on_response(&mut ctx.upstream, upstream_response.status);
@@ -491,10 +562,14 @@ impl ProxyHttp for LacquerProxy {
             self.invalidator,
             session.req_header(),
             upstream_response,
-            client_ip(session),
+            self.client_ip(session),
         )
         .await;
+        let switched = upgrade::on_upstream_response(upstream_response);
         headers::strip_hop_by_hop(upstream_response);
+        if let Some(protocol) = switched {
+            upgrade::restore_switch_fields(upstream_response, protocol);
+        }
         headers::add_date_if_missing(upstream_response);
         if live.config.cache.reuse_post_responses && live.config.cache.enabled {
             ctx.post_reuse = post_reuse::on_upstream_response(
@@ -510,7 +585,7 @@ impl ProxyHttp for LacquerProxy {
             // the origin validated our stored response (Pingora revalidates only in this phase)
             ctx.not_modified = Some(Box::new(upstream_response.clone()));
         }
-        // only gzip on store needs to know in advance (the policy runs again, with the 304
+        // only compression on store needs to know in advance (the policy runs again, with the 304
         // merge, in response_cache_filter): skip the second evaluation when it is off
         let will_store = live.config.cache.compression.enabled
             && session.cache.enabled()
@@ -528,7 +603,20 @@ impl ProxyHttp for LacquerProxy {
             session.req_header(),
             upstream_response,
             will_store,
-        )
+        );
+        if let Some(partial) = &self.partial {
+            let req = session.req_header();
+            let key = &mut ctx.key;
+            partial.on_upstream_response(
+                &live.policy,
+                req,
+                upstream_response,
+                ctx.request_time,
+                &mut ctx.partial,
+                || key.get(req).clone(),
+            );
+        }
+        Ok(())
     }
 
     fn upstream_response_body_filter(
@@ -547,6 +635,9 @@ impl ProxyHttp for LacquerProxy {
             live.policy.max_object_size(),
         );
         compression::on_upstream_body(&mut ctx.compression, body, end_of_stream)?;
+        if let Some(partial) = &self.partial {
+            partial.on_upstream_body(&mut ctx.partial, body, end_of_stream);
+        }
         Ok(None)
     }
 
@@ -564,14 +655,11 @@ impl ProxyHttp for LacquerProxy {
             }
             None => resp,
         };
-        let decision = if compression::storable(resp) {
+        let decision =
             self.live
                 .load()
                 .policy
-                .response_decision(session.req_header(), resp, ctx.request_time)
-        } else {
-            RespCacheable::Uncacheable(pingora_cache::NoCacheReason::Custom("content-coding"))
-        };
+                .response_decision(session.req_header(), resp, ctx.request_time);
         match &decision {
             RespCacheable::Cacheable(_) => ctx.seen.storable = true,
             RespCacheable::Uncacheable(reason) => {
@@ -587,7 +675,7 @@ impl ProxyHttp for LacquerProxy {
         resp: &mut ResponseHeader,
         _ctx: &mut Self::CTX,
     ) -> pingora_proxy::RangeType {
-        if compression::needs_gunzip(session.req_header(), resp) {
+        if compression::needs_decoding(session.req_header(), resp).is_some() {
             // ranges of the decoded body are unknown until it is decoded: serve it whole
             return pingora_proxy::RangeType::None;
         }
@@ -600,6 +688,15 @@ impl ProxyHttp for LacquerProxy {
         upstream_response: &mut ResponseHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
+        if interim::is_interim(upstream_response) {
+            let live = self.live.load();
+            let version = session.req_header().version;
+            interim::on_downstream_interim(
+                upstream_response,
+                live.config.proxy.via.then(|| live.via.for_version(version)),
+            );
+            return Ok(());
+        }
         let ttl = session
             .cache
             .maybe_cache_meta()
@@ -608,7 +705,9 @@ impl ProxyHttp for LacquerProxy {
             preconditions::to_precondition_failed(upstream_response);
         }
         let phase = session.cache.phase();
-        let status = CacheStatus::classify(phase, &ctx.seen, ctx.upstream.status(), ttl);
+        let mut status = CacheStatus::classify(phase, &ctx.seen, ctx.upstream.status(), ttl);
+        partial_content::on_cache_status(&ctx.partial, &mut status);
+        partial_content::on_downstream_head(&ctx.partial, upstream_response)?;
         compression::on_downstream_head(
             &mut ctx.compression,
             session.req_header(),
@@ -627,6 +726,7 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
     ) -> Result<Option<std::time::Duration>> {
         compression::on_downstream_body(&mut ctx.compression, body, end_of_stream)?;
+        partial_content::on_downstream_body(&mut ctx.partial, body);
         Ok(None)
     }
 
@@ -653,8 +753,15 @@ impl ProxyHttp for LacquerProxy {
             lease.on_request_end(stored);
         }
         if let Some(log) = &self.access_log {
+            let client = self.client_ip(session);
             let live = self.live.load();
-            access_record::on_request_end(log, session, ctx, &live.config.cache.status_name);
+            access_record::on_request_end(
+                log,
+                session,
+                ctx,
+                &live.config.cache.status_name,
+                client,
+            );
         }
     }
 }

@@ -11,9 +11,11 @@
 //! - [`client`]: what the tests send: reqwest helpers ([`get`], [`Resp`]) and a raw-socket
 //!   client ([`raw_request`], [`RawConn`]).
 //! - [`generated`]: deterministic bodies to stream and verify at any offset.
-//! - [`gzip`], [`http_date`]: codings and dates the origin scripts and the tests check.
+//! - [`gzip`], [`coding`] (brotli, zstd), [`http_date`]: codings and dates the origin scripts and
+//!   the tests check.
 //! - [`child`], [`temp_dir`], [`net`], [`poll`]: child processes killed on drop, scratch
 //!   directories, free ports, bounded waits.
+//! - [`tls`]: certificates for TLS listeners.
 //! - [`fields`]: header lookup in `(name, value)` lists, shared by origin and raw client.
 //! - [`assertions`]: checks against expectations computed apart from the response checked.
 //!
@@ -26,6 +28,7 @@ pub mod assertions;
 pub mod child;
 pub mod client;
 pub mod cluster;
+pub mod coding;
 pub mod fields;
 pub mod generated;
 pub mod gzip;
@@ -37,11 +40,13 @@ pub mod net;
 pub mod origin;
 pub mod poll;
 pub mod temp_dir;
+pub mod tls;
 
 pub use assertions::*;
 pub use child::{read_lossy, rss_bytes, run_with_timeout, send_signal, stderr_text, OwnedChild};
 pub use client::*;
 pub use cluster::*;
+pub use coding::{decode, encode, lists_coding};
 pub use generated::*;
 pub use gzip::*;
 pub use http_date::*;
@@ -52,6 +57,7 @@ pub use net::*;
 pub use origin::*;
 pub use poll::*;
 pub use temp_dir::*;
+pub use tls::*;
 
 /// Re-exported so tests can write `support::Bytes` / `Duration` without extra imports.
 pub use bytes::Bytes;
