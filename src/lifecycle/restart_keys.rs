@@ -25,6 +25,7 @@ pub fn keep_running(running: &Config, new: &mut Config) -> Vec<&'static str> {
     }
     restart_only! {
         "listen" => listen;
+        "listen" => proxy_protocol_listen;
         "threads" => threads;
         "shutdown_timeout" => shutdown_timeout;
         "upstream_keepalive_pool" => upstream_keepalive_pool;
@@ -42,12 +43,14 @@ pub fn keep_running(running: &Config, new: &mut Config) -> Vec<&'static str> {
         "upstream" => upstream_name;
         "upstreams" => balancer.backends;
         "balancer.health_check" => balancer.health_check;
+        "balancer.queue" => balancer.queue;
         "cache.enabled" => cache.enabled;
         "cache.memory_size" => cache.memory_size;
         "cache.max_object_size" => cache.max_object_size;
         "cache.estimated_objects" => cache.estimated_objects;
         "cache.memcached" => cache.memcached;
         "cache.compression.decoded_copies" => cache.compression.decoded_copies;
+        "cache.partial" => cache.partial;
         "log.access" => log.access;
         "log.format" => log.format;
         "admin.allow_from" => admin_access.allow_from;
