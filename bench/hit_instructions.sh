@@ -11,6 +11,7 @@
 #   bench/hit_instructions.sh --path /tagged/1         # a page with three tags (Surrogate-Key)
 #   bench/hit_instructions.sh --memcached              # every hit read from memcached (local_ttl 0s)
 #   bench/hit_instructions.sh --memcached --bans 1000  # ... judged against 1,000 tag bans
+#   ORIGIN=... bench/hit_instructions.sh --config br.toml --path /plain8k.html   # more config
 #
 # Lacquer runs under valgrind with one worker thread; after a warm-up of 2,000 hits the counters
 # are zeroed, N hits (default 20,000) are sent over one keep-alive connection, and the total is
@@ -30,6 +31,7 @@ HEADERS=()
 MEMCACHED=0
 BANS=0
 PLAIN=0
+EXTRA_CONFIG=
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) BIN=$2; shift 2 ;;
@@ -39,6 +41,7 @@ while [ $# -gt 0 ]; do
     --memcached) MEMCACHED=1; shift ;;
     --bans) BANS=$2; shift 2 ;;
     --plain) PLAIN=1; shift ;;
+    --config) EXTRA_CONFIG=$(realpath "$2"); shift 2 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -73,6 +76,9 @@ if [ "$MEMCACHED" = 1 ]; then
   PIDS+=($!)
   printf '[cache.memcached]\nservers = ["127.0.0.1:%s"]\nlocal_ttl = "0s"\n' "$MC_PORT" >>"$WORK/lacquer.toml"
 fi
+# --config FILE: its sections are added to the script's (so they must not repeat [admin],
+# [invalidation] or [cache.memcached])
+[ -n "$EXTRA_CONFIG" ] && cat "$EXTRA_CONFIG" >>"$WORK/lacquer.toml"
 CONFIG=(--config "$WORK/lacquer.toml")
 valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out" \
   "$BIN" "${CONFIG[@]}" --listen 127.0.0.1:"$PORT" --upstream "$ORIGIN" --threads 1 \

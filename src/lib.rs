@@ -4,6 +4,7 @@
 //! * [`config`]: the TOML file, CLI flags and validation;
 //! * [`server`]: builds the Pingora server, listeners and services from a [`config::Config`];
 //!   [`proxy_protocol`] reads the PROXY header on listeners that expect one;
+//! * [`lifecycle`]: reload, hand-over to a new process, drain on shutdown;
 //! * [`proxy`]: the request path as Pingora's phase-named callbacks;
 //! * [`policy`]: what may be stored and for how long (RFC 9111);
 //! * [`storage`]: the cache tiers;
@@ -17,6 +18,7 @@ pub mod admin;
 pub mod compression;
 pub mod config;
 pub mod invalidation;
+pub mod lifecycle;
 pub mod observe;
 pub mod policy;
 pub mod proxy;

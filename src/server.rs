@@ -1,12 +1,18 @@
 //! Start-up: turns a validated [`Config`] into a running Pingora server.
 //!
-//! Signals are Pingora's: SIGINT stops at once (fast shutdown), SIGTERM stops accepting, waits
-//! `grace_period` and then drains for at most `shutdown_timeout`, SIGQUIT hands listeners to a new
-//! process (graceful upgrade). Pingora's own default grace period is 300 s; ours is 5 s.
+//! What happens after start-up (SIGHUP reload, SIGQUIT hand-over, SIGTERM drain) is
+//! [`crate::lifecycle`]'s: this module wires it in, passing Pingora our signal watcher, our
+//! `upgrade_sock` and `--upgrade`, and a grace period just past `shutdown_timeout` that the drain
+//! watcher ends as soon as no request is left.
 
 use crate::admin::AdminApp;
-use crate::config::Config;
+use crate::config::{Cli, Config};
 use crate::invalidation::{InvalidationService, Invalidator};
+use crate::lifecycle::drain::{self, InFlightRequests};
+use crate::lifecycle::live::{Live, LiveSettings};
+use crate::lifecycle::reload::Reloader;
+use crate::lifecycle::signals::{self, OperatorSignals};
+use crate::lifecycle::upgrade;
 use crate::observe::access_log::AccessLog;
 use crate::proxy::LacquerProxy;
 use crate::proxy_protocol::{PreTlsHeader, ProxyProtocolApp, ProxyProtocolListeners};
@@ -19,7 +25,7 @@ use pingora_core::apps::HttpServerOptions;
 use pingora_core::listeners::tls::TlsSettings;
 use pingora_core::listeners::{L4BufferSettings, ListenerConfig, Listeners};
 use pingora_core::server::configuration::ServerConf;
-use pingora_core::server::Server;
+use pingora_core::server::{RunArgs, Server};
 use pingora_core::services::background::background_service;
 use pingora_core::services::listening::Service;
 use std::convert::Infallible;
@@ -38,20 +44,30 @@ impl fmt::Display for StartError {
 
 impl std::error::Error for StartError {}
 
+/// The logger lets everything through and `log::set_max_level` filters, so a reload can change
+/// `log.level`; with `RUST_LOG` set, it decides instead, as before.
 fn init_logging(config: &Config) {
+    let from_env = std::env::var_os("RUST_LOG").is_some();
     let _ = env_logger::Builder::new()
-        .filter_level(config.log.level)
+        .filter_level(log::LevelFilter::Trace)
         .parse_default_env()
         .format_timestamp_millis()
         .try_init();
+    if !from_env {
+        log::set_max_level(config.log.level);
+    }
 }
 
 fn server_conf(config: &Config) -> ServerConf {
+    // the drain watcher exits once no request is left; Pingora's grace sleep, one second past
+    // `shutdown_timeout`, is only a backstop, and its runtime shutdown drops what is left
+    let drain_backstop = config.shutdown_timeout.as_secs_f64().ceil() as u64 + 1;
     ServerConf {
         threads: config.threads,
-        grace_period_seconds: Some(config.grace_period.as_secs()),
-        graceful_shutdown_timeout_seconds: Some(config.shutdown_timeout.as_secs()),
+        grace_period_seconds: Some(drain_backstop),
+        graceful_shutdown_timeout_seconds: Some(0),
         upstream_keepalive_pool_size: config.upstream_keepalive_pool,
+        upgrade_sock: config.upgrade_sock.clone(),
         ..ServerConf::default()
     }
 }
@@ -82,16 +98,30 @@ pub fn rule_book(config: &Config) -> &'static RuleBook {
 }
 
 /// Runs the server until a signal stops the process; returns only on a start-up failure.
-pub fn run(config: Config) -> Result<Infallible, StartError> {
+/// `cli` is what the process was started with: a reload reads the same file with the same flags.
+pub fn run(config: Config, cli: &Cli) -> Result<Infallible, StartError> {
+    signals::ignore_hangup_until_handled();
     init_logging(&config);
-    let mut server = Server::new_with_opt_and_conf(None, server_conf(&config));
+    let options = upgrade::pingora_options(cli.upgrade);
+    let mut server = Server::new_with_opt_and_conf(options, server_conf(&config));
+    // with --upgrade, this waits for the running process's listeners (see lifecycle::upgrade)
     server.bootstrap();
 
     let rules = rule_book(&config);
     let memory = memory_tier(&config, rules);
     let access_log = AccessLog::start(&config.log.access, config.log.format)
-        .map_err(|e| StartError(format!("log.access: cannot open: {e}")))?;
-    let config = Arc::new(config);
+        .map_err(|e| StartError(format!("log.access: cannot open: {e}")))?
+        .map(Arc::new);
+    let in_flight = InFlightRequests::leak();
+    drain::watch(
+        server.watch_execution_phase(),
+        in_flight,
+        config.shutdown_timeout,
+    )
+    .map_err(|e| StartError(format!("cannot start the drain watcher: {e}")))?;
+    let live = Arc::new(Live::new(LiveSettings::initial(config)));
+    let reloader = Arc::new(Reloader::new(cli.clone(), live.clone(), access_log.clone()));
+    let config = live.load_full().config.clone();
 
     let tiered: Option<&'static TieredStorage> = config
         .cache
@@ -103,7 +133,7 @@ pub fn run(config: Config) -> Result<Infallible, StartError> {
         "invalidation",
         InvalidationService(invalidator),
     ));
-    let proxy = LacquerProxy::new(config.clone(), memory, tiered, invalidator, access_log);
+    let proxy = LacquerProxy::new(live, memory, tiered, invalidator, access_log, in_flight);
     let backends = proxy.upstream().backends().to_vec();
     if let Some(checks) = &config.balancer.health_check {
         let checker = HealthChecker::new(backends.clone(), checks.clone());
@@ -159,6 +189,7 @@ pub fn run(config: Config) -> Result<Infallible, StartError> {
                 backends.clone(),
                 invalidator,
                 config.admin_access.clone(),
+                reloader.clone(),
             ),
         );
         admin.add_tcp(&addr.to_string());
@@ -178,5 +209,9 @@ pub fn run(config: Config) -> Result<Infallible, StartError> {
         config.threads,
         config.cache.memory_size
     );
-    server.run_forever()
+    let signals = OperatorSignals::new(reloader, config.upgrade_sock.clone());
+    server.run(RunArgs {
+        shutdown_signal: Box::new(signals),
+    });
+    std::process::exit(0)
 }

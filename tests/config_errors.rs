@@ -99,6 +99,16 @@ fn invalid_values_name_the_key_and_reason() {
             "server.write_buffer",
             "not a size",
         ),
+        (
+            "upstream = \"127.0.0.1:1\"\n[cache.partial]\nenabled = \"yes\"",
+            "expected a boolean",
+            "line 3",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\n[cache.partial]\nenable = true",
+            "unknown field `enable`",
+            "line 3",
+        ),
     ] {
         let out = check_config(toml);
         assert_eq!(out.status.code(), Some(2), "{toml}: {}", stderr_text(&out));
@@ -242,6 +252,11 @@ fn invalidation_and_admin_access_keys_name_the_key_and_reason() {
             "[admin]\ntoken_env = \"A\"\ntoken_file = \"/b\"",
             "admin.token_env",
             "not both",
+        ),
+        (
+            "[server]\nupgrade_sock = \"up.sock\"",
+            "server.upgrade_sock",
+            "not an absolute path",
         ),
     ] {
         let out = check_config(&format!("{base}{toml}"));

@@ -6,15 +6,17 @@
 //! shared tier's counters, each origin backend's state (health verdicts, requests in flight,
 //! requests sent, failures, ejections: what `varnishadm backend.list` or nginx's upstream status
 //! tells an operator) and the invalidation service's. `POST /purge` and `POST /ban`
-//! ([`invalidate`]) purge and ban across the cluster. Everything but `GET /health` is for the
-//! addresses in `admin.allow_from` only, and the invalidation API also demands the bearer token
-//! ([`auth`]).
+//! ([`invalidate`]) purge and ban across the cluster; `POST /reload` ([`reload`]) reloads the
+//! config as SIGHUP does. Everything but `GET /health` is for the addresses in
+//! `admin.allow_from` only, and the POST calls also demand the bearer token ([`auth`]).
 
 pub mod auth;
 pub mod invalidate;
+pub mod reload;
 
 use crate::config::admin::AdminAccess;
 use crate::invalidation::{InvalidationStats, Invalidator};
+use crate::lifecycle::reload::Reloader;
 use crate::storage::memory::MemoryTier;
 use crate::storage::tiered::TieredStorage;
 use crate::upstream::backend::Backend;
@@ -33,18 +35,27 @@ pub struct AdminApp {
     backends: Vec<Arc<Backend>>,
     invalidator: &'static Invalidator,
     access: AdminAccess,
+    reloader: Arc<Reloader>,
+}
+
+/// What a POST to the admin listener asks for.
+enum Call {
+    Invalidate(invalidate::Call),
+    Reload,
 }
 
 impl AdminApp {
     /// An admin app reporting on `memory`, the shared tier when configured, and the origin
     /// `backends` (shared with the balancer, so their state is live), and carrying out purges
-    /// and bans through `invalidator` for the clients `access` lets in.
+    /// and bans through `invalidator` and reloads through `reloader` for the clients `access`
+    /// lets in.
     pub fn new(
         memory: &'static MemoryTier,
         shared: Option<&'static TieredStorage>,
         backends: Vec<Arc<Backend>>,
         invalidator: &'static Invalidator,
         access: AdminAccess,
+        reloader: Arc<Reloader>,
     ) -> Self {
         AdminApp {
             memory,
@@ -52,6 +63,7 @@ impl AdminApp {
             backends,
             invalidator,
             access,
+            reloader,
         }
     }
 
@@ -201,8 +213,9 @@ impl AdminApp {
             "/stats" if method == http::Method::GET => {
                 return (200, self.stats_json(), "application/json", false)
             }
-            "/purge" => invalidate::Call::Purge,
-            "/ban" => invalidate::Call::Ban,
+            "/purge" => Call::Invalidate(invalidate::Call::Purge),
+            "/ban" => Call::Invalidate(invalidate::Call::Ban),
+            "/reload" => Call::Reload,
             "/stats" => return (405, "method not allowed\n".into(), "text/plain", false),
             _ => return (404, "not found\n".into(), "text/plain", false),
         };
@@ -216,7 +229,15 @@ impl AdminApp {
             );
             return refused(refusal);
         }
-        let (status, body) = invalidate::on_request(session, call, self.invalidator, client).await;
+        let (status, body) = match call {
+            Call::Invalidate(call) => {
+                invalidate::on_request(session, call, self.invalidator, client).await
+            }
+            Call::Reload => {
+                log::info!("admin: reload asked by {client:?}");
+                reload::on_request(&self.reloader)
+            }
+        };
         (status, body, "application/json", false)
     }
 }

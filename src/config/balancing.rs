@@ -108,7 +108,7 @@ pub enum Algorithm {
 }
 
 /// One validated backend.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct BackendConfig {
     /// As written, for logs and the `Host` fallback.
     pub name: String,
@@ -126,7 +126,7 @@ pub struct QueueConfig {
 }
 
 /// Validated active health checks.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ActiveHealthConfig {
     pub path: String,
     pub interval: Duration,

@@ -10,8 +10,8 @@
 //! One module per section, each holding the section as written, its validated form and its
 //! checks: [`server`] (the top-level keys and `[server]`), [`tls`], [`proxy`], [`balancing`]
 //! (`upstream`, `[[upstreams]]`, `[balancer]`), [`fairness`], [`cache`], [`memcached`]
-//! (`[cache.memcached]`), [`compression`] (`[cache.compression]`), [`logging`] (`[log]`) and
-//! [`admin`]. [`units`] parses sizes and durations; [`address_range`] client address ranges.
+//! (`[cache.memcached]`), [`compression`] (`[cache.compression]`), [`partial`]
+//! (`[cache.partial]`), [`logging`] (`[log]`) and [`admin`]. [`units`] parses sizes and durations; [`address_range`] client address ranges.
 //!
 //! With no file at all, `lacquer --upstream 127.0.0.1:8080` is a complete configuration:
 //! a memory-only cache in front of that origin.
@@ -28,6 +28,7 @@ pub mod file;
 pub mod invalidation;
 pub mod logging;
 pub mod memcached;
+pub mod partial;
 pub mod proxy;
 pub mod server;
 pub mod tls;
@@ -92,6 +93,9 @@ pub struct Config {
     /// head and body fit goes out in one `send`. Pingora's default is one MSS (1460 bytes), which
     /// splits any response over ~1 KB into two sends, two client wake-ups.
     pub write_buffer: usize,
+    /// The Unix socket a hand-over passes the listening sockets through (`server.upgrade_sock`,
+    /// see [`crate::lifecycle::upgrade`]).
+    pub upgrade_sock: String,
     pub tls: Option<TlsConfig>,
     pub proxy: ProxyConfig,
     pub cache: CacheConfig,
@@ -149,6 +153,7 @@ impl Config {
             upstream_keepalive_pool: server.upstream_keepalive_pool,
             h2c: server.h2c,
             write_buffer: server.write_buffer,
+            upgrade_sock: server.upgrade_sock,
             tls,
             balancer: balancing::validate(&file.balancer, backends, &proxy)?,
             proxy,

@@ -15,10 +15,16 @@ pub struct ServerSection {
     pub h2c: Option<bool>,
     /// Per-connection write buffer for clients, e.g. "16KiB".
     pub write_buffer: Option<String>,
+    /// The Unix socket a hand-over passes the listening sockets through (`lacquer --upgrade`).
+    pub upgrade_sock: Option<String>,
 }
 
 /// The default plain listener, Varnish's customary port.
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:6081";
+
+/// Where a hand-over passes the listening sockets by default. Two Lacquer instances on one host
+/// each need their own.
+pub const DEFAULT_UPGRADE_SOCK: &str = "/tmp/lacquer-upgrade.sock";
 
 /// The largest `server.write_buffer`: it is allocated per client connection.
 const MAX_WRITE_BUFFER: usize = 1 << 20;
@@ -34,6 +40,7 @@ pub(super) struct ServerSettings {
     pub upstream_keepalive_pool: usize,
     pub h2c: bool,
     pub write_buffer: usize,
+    pub upgrade_sock: String,
 }
 
 /// The top-level keys of the file that configure the server, with `[server]`: borrowed from the
@@ -48,7 +55,7 @@ pub(super) struct ServerKeys<'a> {
 }
 
 /// Validates `listen`, `threads`, `grace_period`, `shutdown_timeout`,
-/// `upstream_keepalive_pool` and `[server]`.
+/// `upstream_keepalive_pool` and `[server]` (`server.upgrade_sock`: an absolute path).
 pub(super) fn validate(file: ServerKeys<'_>) -> Result<ServerSettings, ConfigError> {
     let (listen, proxy_protocol) = match &file.listen {
         Some(list) if list.is_empty() => {
@@ -81,6 +88,17 @@ pub(super) fn validate(file: ServerKeys<'_>) -> Result<ServerSettings, ConfigErr
             format!("{write_buffer} bytes is more than the 1MiB allowed per connection"),
         ));
     }
+    let upgrade_sock = file
+        .server
+        .upgrade_sock
+        .clone()
+        .unwrap_or_else(|| DEFAULT_UPGRADE_SOCK.to_string());
+    if !upgrade_sock.starts_with('/') {
+        return Err(ConfigError::new(
+            "server.upgrade_sock",
+            format!("{upgrade_sock:?} is not an absolute path"),
+        ));
+    }
     Ok(ServerSettings {
         listen,
         proxy_protocol,
@@ -90,5 +108,6 @@ pub(super) fn validate(file: ServerKeys<'_>) -> Result<ServerSettings, ConfigErr
         upstream_keepalive_pool,
         h2c: file.server.h2c.unwrap_or(true),
         write_buffer,
+        upgrade_sock,
     })
 }

@@ -16,7 +16,7 @@ pub struct TlsSection {
 }
 
 /// TLS listener settings.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TlsConfig {
     pub listen: Vec<SocketAddr>,
     /// The TLS listeners whose connections start with a PROXY protocol header (before TLS).

@@ -24,6 +24,8 @@ pub enum Forward {
     Stale,
     /// The request's own directives required going to the origin.
     Request,
+    /// A stored partial response was completed with a fetch of its missing part.
+    Partial,
 }
 
 impl Forward {
@@ -35,6 +37,7 @@ impl Forward {
             Forward::VaryMiss => "vary-miss",
             Forward::Stale => "stale",
             Forward::Request => "request",
+            Forward::Partial => "partial",
         }
     }
 }
@@ -255,7 +258,7 @@ impl CacheStatus {
             (true, _) => "hit",
             (false, Some(Forward::Bypass)) if self.detail == Some(UPGRADE_DETAIL) => "tunnel",
             (false, Some(Forward::Stale)) if self.stale_on_error => "stale",
-            (false, Some(Forward::UriMiss | Forward::VaryMiss)) => "miss",
+            (false, Some(Forward::UriMiss | Forward::VaryMiss | Forward::Partial)) => "miss",
             (false, Some(Forward::Stale)) if self.ttl.is_some() => "revalidated",
             (false, Some(Forward::Stale)) => "stale",
             _ => "pass",

@@ -75,6 +75,18 @@ impl Upstream {
             .iter()
             .map(|b| Arc::new(Backend::with_queue(b, &config.balancer.queue)))
             .collect();
+        Upstream::around(backends, config)
+    }
+
+    /// The same backends (their in-flight counts, health verdicts and counters, which the
+    /// health checker and `/stats` share) under a reloaded config's algorithm, retries,
+    /// timeouts and passive checks. The backend list itself is a restart-only key
+    /// (`crate::lifecycle::restart_keys`), so `config` names the same backends.
+    pub fn reconfigured(&self, config: &Config) -> Self {
+        Upstream::around(self.inner.backends.clone(), config)
+    }
+
+    fn around(backends: Vec<Arc<Backend>>, config: &Config) -> Self {
         Upstream {
             inner: Arc::new(Pool {
                 round_robin: RoundRobin::new(backends.len()),

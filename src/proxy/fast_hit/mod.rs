@@ -69,7 +69,7 @@ pub fn eligible(policy: &CachePolicy, req: &RequestHeader) -> bool {
 }
 
 /// What the fast path reads: this node's memory tier, the tiered store in front of memcached
-/// when one is configured, and the decoded copies of small gzip bodies.
+/// when one is configured, and the decoded copies of small compressed bodies.
 pub struct FastHit {
     memory: &'static MemoryTier,
     shared: Option<&'static TieredStorage>,
