@@ -524,3 +524,29 @@ pub fn validate(
         queue,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    #[test]
+    fn an_https_address_turns_tls_on_with_the_host_as_sni() {
+        let config = Config::from_toml(
+            "[[upstreams]]\naddress = \"https://127.0.0.1:8443/\"\n\
+             [[upstreams]]\naddress = \"http://127.0.0.1:8080\"\n\
+             [[upstreams]]\naddress = \"127.0.0.1:8081\"\ntls = true\nsni = \"app.internal\"\n",
+        )
+        .unwrap();
+        let backends = &config.balancer.backends;
+        let tls = backends[0].tls.as_ref().expect("https:// is TLS");
+        assert_eq!(tls.sni, "127.0.0.1");
+        assert_eq!(backends[0].name, "127.0.0.1:8443");
+        assert_eq!(backends[0].addr.port(), 8443);
+        assert!(backends[1].tls.is_none());
+        assert_eq!(backends[2].tls.as_ref().unwrap().sni, "app.internal");
+
+        let single = Config::from_toml("upstream = \"https://127.0.0.1:8443\"").unwrap();
+        assert!(single.balancer.backends[0].tls.is_some());
+        assert_eq!(single.upstream_name, "127.0.0.1:8443");
+    }
+}
