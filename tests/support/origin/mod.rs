@@ -20,8 +20,10 @@
 //! - [`replica`]: [`Replica`], one of several origins behind the balancer, counting its load.
 //! - [`raw`]: [`RawOrigin`], an origin that misbehaves at the socket level.
 //! - [`tls_front`]: [`TlsFront`], TLS in front of an origin (an `https` origin).
+//! - [`capture`]: [`CaptureOrigin`], which keeps every byte the proxy sent it.
 //! - `wire`: the HTTP/1.1 server loop behind [`TestOrigin`].
 
+pub mod capture;
 pub mod raw;
 pub mod replica;
 pub mod request;
@@ -30,6 +32,7 @@ pub mod scripted;
 pub mod tls_front;
 mod wire;
 
+pub use capture::*;
 pub use raw::*;
 pub use replica::*;
 pub use request::*;
