@@ -318,3 +318,55 @@ fn invalidation_and_admin_access_keys_name_the_key_and_reason() {
     ));
     assert_eq!(out.status.code(), Some(0), "{}", stderr_text(&out));
 }
+
+#[test]
+fn tls_upstream_keys_name_the_key_and_reason() {
+    let dir = TempDir::new("config-upstream-tls");
+    let not_pem = dir.write("not.pem", "hello");
+    let not_pem = not_pem.display();
+    for (toml, key, reason) in [
+        (
+            "[[upstreams]]\naddress = \"https://127.0.0.1:1\"\nca_file = \"/nonexistent/ca.pem\""
+                .to_string(),
+            "upstreams[0].ca_file",
+            "cannot read",
+        ),
+        (
+            format!("[[upstreams]]\naddress = \"https://127.0.0.1:1\"\nca_file = \"{not_pem}\""),
+            "upstreams[0].ca_file",
+            "no PEM certificate",
+        ),
+        (
+            format!(
+                "[[upstreams]]\naddress = \"https://127.0.0.1:1\"\nclient_cert = \"{not_pem}\""
+            ),
+            "upstreams[0].client_key",
+            "required when client_cert is set",
+        ),
+        (
+            "[[upstreams]]\naddress = \"127.0.0.1:1\"\nsni = \"app.internal\"".to_string(),
+            "upstreams[0].sni",
+            "only applies to TLS origins",
+        ),
+        (
+            "[[upstreams]]\naddress = \"https://127.0.0.1:1\"\ntls = false".to_string(),
+            "upstreams[0].tls",
+            "address is https://",
+        ),
+        (
+            "upstream = \"ftp://127.0.0.1:1\"".to_string(),
+            "upstream",
+            "not http or https",
+        ),
+        (
+            "[[upstreams]]\naddress = \"https://127.0.0.1:1\"\nsni = \"a b\"".to_string(),
+            "upstreams[0].sni",
+            "not a host name",
+        ),
+    ] {
+        let out = check_config(&toml);
+        assert_eq!(out.status.code(), Some(2), "{toml}: {}", stderr_text(&out));
+        let err = stderr_text(&out);
+        assert!(err.contains(key) && err.contains(reason), "{toml}:\n{err}");
+    }
+}

@@ -6,6 +6,7 @@
 //! because an operator reading either one alone would be misled.
 
 use super::{check, ConfigError, ProxyConfig};
+use crate::upstream::tls::{OriginTls, OriginTlsFiles, TlsFile};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -14,8 +15,19 @@ use std::time::Duration;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamEntry {
-    /// `HOST:PORT`, resolved once at start-up.
+    /// `HOST:PORT`, resolved once at start-up; `https://HOST:PORT` for TLS to the origin
+    /// (`http://` may be written too).
     pub address: String,
+    /// TLS to this origin (the same as an `https://` address).
+    pub tls: Option<bool>,
+    /// The name sent as SNI and verified in the origin's certificate; default the address's host.
+    pub sni: Option<String>,
+    /// PEM CA certificates the origin's certificate is verified against; default the system roots.
+    pub ca_file: Option<String>,
+    /// PEM client certificate (chain) presented to the origin, with `client_key`.
+    pub client_cert: Option<String>,
+    /// PEM private key of `client_cert`.
+    pub client_key: Option<String>,
     /// Relative share of traffic; default 1.
     pub weight: Option<i64>,
     /// At most this many requests on the replica at once (others wait in `[balancer.queue]`).
@@ -116,6 +128,8 @@ pub struct BackendConfig {
     pub weight: u32,
     /// At most this many requests at once (`None`: no limit).
     pub max_in_flight: Option<u32>,
+    /// TLS to the origin (`https` upstreams); `None`: plain HTTP.
+    pub tls: Option<OriginTls>,
 }
 
 /// Validated `[balancer.queue]`.
@@ -180,20 +194,30 @@ pub fn validate_backends(
             "upstreams",
             "give either `upstream` or `[[upstreams]]`, not both",
         )),
-        (Some(name), None) => Ok(vec![BackendConfig {
-            name: name.clone(),
-            addr: check::resolved_addr("upstream", name)?,
-            weight: 1,
-            max_in_flight: None,
-        }]),
+        (Some(address), None) => {
+            let (https, name) = split_scheme("upstream", address)?;
+            let tls = match https {
+                true => Some(origin_tls("upstream", name, &TlsKeys::default())?),
+                false => None,
+            };
+            Ok(vec![BackendConfig {
+                name: name.to_string(),
+                addr: check::resolved_addr("upstream", name)?,
+                weight: 1,
+                max_in_flight: None,
+                tls,
+            }])
+        }
         (None, Some(list)) if list.is_empty() => {
             Err(ConfigError::new("upstreams", "needs at least one entry"))
         }
         (None, Some(list)) => {
             let mut backends: Vec<BackendConfig> = Vec::with_capacity(list.len());
             for (i, entry) in list.iter().enumerate() {
-                let addr =
-                    check::resolved_addr(&format!("upstreams[{i}].address"), &entry.address)?;
+                let key = format!("upstreams[{i}]");
+                let (https, name) = split_scheme(&format!("{key}.address"), &entry.address)?;
+                let addr = check::resolved_addr(&format!("{key}.address"), name)?;
+                let tls = backend_tls(&key, entry, https, name)?;
                 if backends.iter().any(|b| b.addr == addr) {
                     return Err(ConfigError::new(
                         format!("upstreams[{i}].address"),
@@ -201,8 +225,9 @@ pub fn validate_backends(
                     ));
                 }
                 backends.push(BackendConfig {
-                    name: entry.address.clone(),
+                    name: name.to_string(),
                     addr,
+                    tls,
                     weight: check::integer(
                         &format!("upstreams[{i}].weight"),
                         entry.weight,
@@ -229,6 +254,138 @@ pub fn validate_backends(
             "no origin configured (set `upstream = \"HOST:PORT\"`, `[[upstreams]]` or pass --upstream)",
         )),
     }
+}
+
+/// The address without its scheme, and whether the scheme was `https://`.
+fn split_scheme<'a>(key: &str, address: &'a str) -> Result<(bool, &'a str), ConfigError> {
+    let address = address.trim();
+    if let Some(rest) = address.strip_prefix("https://") {
+        Ok((true, rest.trim_end_matches('/')))
+    } else if let Some(rest) = address.strip_prefix("http://") {
+        Ok((false, rest.trim_end_matches('/')))
+    } else if let Some((scheme, _)) = address.split_once("://") {
+        Err(ConfigError::new(
+            key,
+            format!("\"{address}\": scheme \"{scheme}\" is not http or https"),
+        ))
+    } else {
+        Ok((false, address))
+    }
+}
+
+/// An entry's TLS keys as written.
+#[derive(Default)]
+struct TlsKeys<'a> {
+    sni: Option<&'a str>,
+    ca_file: Option<&'a str>,
+    client_cert: Option<&'a str>,
+    client_key: Option<&'a str>,
+}
+
+/// One `[[upstreams]]` entry's TLS: on with an `https://` address or `tls = true` (which must
+/// agree), and then its SNI, CA file and client certificate, each file read now.
+fn backend_tls(
+    key: &str,
+    entry: &UpstreamEntry,
+    https: bool,
+    name: &str,
+) -> Result<Option<OriginTls>, ConfigError> {
+    let on = match (https, entry.tls) {
+        (true, Some(false)) => {
+            return Err(ConfigError::new(
+                format!("{key}.tls"),
+                "is false but the address is https://",
+            ))
+        }
+        (false, Some(true)) if entry.address.trim().starts_with("http://") => {
+            return Err(ConfigError::new(
+                format!("{key}.tls"),
+                "is true but the address is http://",
+            ))
+        }
+        (https, tls) => https || tls == Some(true),
+    };
+    let keys = TlsKeys {
+        sni: entry.sni.as_deref(),
+        ca_file: entry.ca_file.as_deref(),
+        client_cert: entry.client_cert.as_deref(),
+        client_key: entry.client_key.as_deref(),
+    };
+    if !on {
+        let stray = [
+            ("sni", keys.sni),
+            ("ca_file", keys.ca_file),
+            ("client_cert", keys.client_cert),
+            ("client_key", keys.client_key),
+        ]
+        .into_iter()
+        .find(|(_, v)| v.is_some());
+        return match stray {
+            Some((field, _)) => Err(ConfigError::new(
+                format!("{key}.{field}"),
+                "only applies to TLS origins (an https:// address or tls = true)",
+            )),
+            None => Ok(None),
+        };
+    }
+    origin_tls(key, name, &keys).map(Some)
+}
+
+/// Loads TLS settings for the origin at `name` (`HOST:PORT`); errors name `key`'s field.
+fn origin_tls(key: &str, name: &str, keys: &TlsKeys) -> Result<OriginTls, ConfigError> {
+    let field = |f: &str| {
+        if key == "upstream" {
+            key.to_string()
+        } else {
+            format!("{key}.{f}")
+        }
+    };
+    let sni = match keys.sni {
+        Some(sni) => {
+            let sni = sni.trim();
+            if sni.is_empty() || sni.bytes().any(|b| b <= b' ' || b == b'/' || b == b':') {
+                return Err(ConfigError::new(
+                    field("sni"),
+                    format!("\"{sni}\" is not a host name"),
+                ));
+            }
+            sni.to_string()
+        }
+        None => {
+            let host = name.rsplit_once(':').map_or(name, |(host, _)| host);
+            host.trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string()
+        }
+    };
+    let client_cert_key = match (keys.client_cert, keys.client_key) {
+        (Some(cert), Some(key)) => Some((cert.to_string(), key.to_string())),
+        (None, None) => None,
+        (Some(_), None) => {
+            return Err(ConfigError::new(
+                field("client_key"),
+                "required when client_cert is set",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(ConfigError::new(
+                field("client_cert"),
+                "required when client_key is set",
+            ))
+        }
+    };
+    let files = OriginTlsFiles {
+        ca_file: keys.ca_file.map(str::to_string),
+        client_cert_key,
+    };
+    OriginTls::load(sni, files).map_err(|(file, reason)| {
+        let f = match file {
+            TlsFile::Ca => "ca_file",
+            TlsFile::ClientCert => "client_cert",
+            TlsFile::ClientKey => "client_key",
+        };
+        ConfigError::new(field(f), reason)
+    })
 }
 
 /// Validates `[balancer]`; the timeouts default to the `[proxy]` ones so older files keep working.
@@ -366,4 +523,30 @@ pub fn validate(
         timeouts,
         queue,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    #[test]
+    fn an_https_address_turns_tls_on_with_the_host_as_sni() {
+        let config = Config::from_toml(
+            "[[upstreams]]\naddress = \"https://127.0.0.1:8443/\"\n\
+             [[upstreams]]\naddress = \"http://127.0.0.1:8080\"\n\
+             [[upstreams]]\naddress = \"127.0.0.1:8081\"\ntls = true\nsni = \"app.internal\"\n",
+        )
+        .unwrap();
+        let backends = &config.balancer.backends;
+        let tls = backends[0].tls.as_ref().expect("https:// is TLS");
+        assert_eq!(tls.sni, "127.0.0.1");
+        assert_eq!(backends[0].name, "127.0.0.1:8443");
+        assert_eq!(backends[0].addr.port(), 8443);
+        assert!(backends[1].tls.is_none());
+        assert_eq!(backends[2].tls.as_ref().unwrap().sni, "app.internal");
+
+        let single = Config::from_toml("upstream = \"https://127.0.0.1:8443\"").unwrap();
+        assert!(single.balancer.backends[0].tls.is_some());
+        assert_eq!(single.upstream_name, "127.0.0.1:8443");
+    }
 }

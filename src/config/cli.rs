@@ -88,6 +88,11 @@ pub fn apply_cli(mut file: FileConfig, cli: &Cli) -> FileConfig {
                         address: address.clone(),
                         weight: None,
                         max_in_flight: None,
+                        tls: None,
+                        sni: None,
+                        ca_file: None,
+                        client_cert: None,
+                        client_key: None,
                     })
                     .collect(),
             );

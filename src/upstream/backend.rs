@@ -3,8 +3,10 @@
 //! is offered traffic.
 
 use super::concurrency::ConcurrencyLimit;
+use super::tls::OriginTls;
 use crate::config::balancing::{BackendConfig, QueueConfig};
 use crate::observe::metrics::histogram::{Histogram, SharedHistogram};
+use pingora_core::upstreams::peer::HttpPeer;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -20,6 +22,8 @@ pub struct Backend {
     pub addr: SocketAddr,
     /// Relative share of traffic.
     pub weight: u32,
+    /// TLS to this origin (`https` upstreams); `None`: plain HTTP.
+    pub tls: Option<OriginTls>,
     in_flight: AtomicUsize,
     /// Requests sent here since start (a retry counts on the backend it went to).
     requests: AtomicU64,
@@ -50,6 +54,7 @@ impl Backend {
             name: config.name.clone(),
             addr: config.addr,
             weight: config.weight,
+            tls: config.tls.clone(),
             in_flight: AtomicUsize::new(0),
             requests: AtomicU64::new(0),
             failures: AtomicU64::new(0),
@@ -78,6 +83,15 @@ impl Backend {
             .max_in_flight
             .map(|max| ConcurrencyLimit::new(max, queue.length, queue.timeout));
         backend
+    }
+
+    /// A Pingora peer for this backend: its address, over TLS when it is an `https` upstream.
+    pub fn peer(&self) -> HttpPeer {
+        let mut peer = HttpPeer::new(self.addr, false, String::new());
+        if let Some(tls) = &self.tls {
+            tls.apply(&mut peer);
+        }
+        peer
     }
 
     /// Requests waiting for a slot under `max_in_flight`.
@@ -203,6 +217,7 @@ mod tests {
             addr: "127.0.0.1:1".parse().unwrap(),
             weight: 1,
             max_in_flight: None,
+            tls: None,
         }))
     }
 

@@ -5,14 +5,19 @@
 //!
 //! The checker runs as a Pingora background service ([`HealthChecker`]), one task per backend,
 //! so a backend that hangs does not delay the verdict on the others.
+//!
+//! An `https` backend is probed over TLS, verified as its requests are (same SNI, roots and
+//! client certificate, through Pingora's connector): a certificate that stops verifying takes
+//! the backend down like a connection that fails.
 
 use super::backend::Backend;
 use crate::config::balancing::ActiveHealthConfig;
 use async_trait::async_trait;
+use pingora_core::connectors::TransportConnector;
 use pingora_core::server::ShutdownWatch;
 use pingora_core::services::background::BackgroundService;
 use std::sync::Arc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Probes every backend of a pool until shutdown.
@@ -67,11 +72,14 @@ impl Streak {
 
 async fn watch(backend: Arc<Backend>, config: ActiveHealthConfig) {
     let mut streak = Streak::default();
+    // one connector per TLS backend: building one reads the system roots
+    let tls = backend.tls.as_ref().map(|_| TransportConnector::new(None));
     let mut ticker = tokio::time::interval(config.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        let result = tokio::time::timeout(config.timeout, probe(&backend, &config)).await;
+        let result =
+            tokio::time::timeout(config.timeout, probe(&backend, &config, tls.as_ref())).await;
         let (ok, detail) = match result {
             Ok(Ok(status)) if status == config.expect_status => (true, format!("status {status}")),
             Ok(Ok(status)) => (false, format!("status {status}")),
@@ -97,9 +105,30 @@ async fn watch(backend: Arc<Backend>, config: ActiveHealthConfig) {
     }
 }
 
-/// One `GET` on a fresh connection; returns the response status.
-async fn probe(backend: &Backend, config: &ActiveHealthConfig) -> std::io::Result<u16> {
-    let mut stream = TcpStream::connect(backend.addr).await?;
+/// One `GET` on a fresh connection (over TLS with `tls`); returns the response status.
+async fn probe(
+    backend: &Backend,
+    config: &ActiveHealthConfig,
+    tls: Option<&TransportConnector>,
+) -> std::io::Result<u16> {
+    match tls {
+        None => exchange(TcpStream::connect(backend.addr).await?, backend, config).await,
+        Some(connector) => {
+            let stream = connector
+                .new_stream(&backend.peer())
+                .await
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            exchange(stream, backend, config).await
+        }
+    }
+}
+
+/// Sends the probe on `stream` and reads the status line.
+async fn exchange(
+    mut stream: impl AsyncRead + AsyncWrite + Unpin,
+    backend: &Backend,
+    config: &ActiveHealthConfig,
+) -> std::io::Result<u16> {
     let host = config.host.as_deref().unwrap_or(&backend.name);
     let request = format!(
         "GET {} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: lacquer-health-check\r\nConnection: close\r\n\r\n",

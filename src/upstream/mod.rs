@@ -8,6 +8,7 @@
 //! * [`passive`]: outlier ejection from live traffic (connect errors, timeouts, 5xx);
 //! * [`retry`]: which failures may be retried on another backend;
 //! * [`timeouts`]: connect / first byte / idle / total, applied to each peer;
+//! * [`tls`]: TLS to `https` origins (SNI, verification roots, client certificate);
 //! * [`concurrency`]: a backend's `max_in_flight`, with its bounded queue;
 //! * [`fairness`]: the per-client cap on requests going upstream.
 //!
@@ -26,6 +27,7 @@ pub mod health;
 pub mod passive;
 pub mod retry;
 pub mod timeouts;
+pub mod tls;
 
 use crate::config::balancing::{Algorithm, BalancerConfig};
 use crate::config::Config;
@@ -150,7 +152,7 @@ impl Upstream {
             }
         }?;
         let backend = pool.backends[candidates[pos]].clone();
-        let mut peer = HttpPeer::new(backend.addr, false, String::new());
+        let mut peer = backend.peer();
         timeouts::apply(&mut peer, &pool.config.timeouts, &pool.proxy);
         Some(Selection {
             in_flight: InFlight::start(backend),

@@ -19,6 +19,7 @@
 //! - [`scripted`]: [`scripted_origin`], whose answers the request's query string scripts.
 //! - [`replica`]: [`Replica`], one of several origins behind the balancer, counting its load.
 //! - [`raw`]: [`RawOrigin`], an origin that misbehaves at the socket level.
+//! - [`tls_front`]: [`TlsFront`], TLS in front of an origin (an `https` origin).
 //! - [`capture`]: [`CaptureOrigin`], which keeps every byte the proxy sent it.
 //! - `wire`: the HTTP/1.1 server loop behind [`TestOrigin`].
 
@@ -28,6 +29,7 @@ pub mod replica;
 pub mod request;
 pub mod response;
 pub mod scripted;
+pub mod tls_front;
 mod wire;
 
 pub use capture::*;
@@ -36,6 +38,7 @@ pub use replica::*;
 pub use request::*;
 pub use response::*;
 pub use scripted::*;
+pub use tls_front::*;
 
 use crate::support::poll::{poll_until, poll_until_async};
 use std::net::SocketAddr;
