@@ -4,6 +4,7 @@
 //! * [`config`]: the TOML file, CLI flags and validation;
 //! * [`server`]: builds the Pingora server, listeners and services from a [`config::Config`];
 //! * [`proxy`]: the request path as Pingora's phase-named callbacks;
+//! * [`rules`]: the request rules (`[[rules]]`): what to cache, per request;
 //! * [`policy`]: what may be stored and for how long (RFC 9111);
 //! * [`storage`]: the cache tiers;
 //! * [`compression`]: one stored gzip copy, served to every client as it accepts;
@@ -18,6 +19,7 @@ pub mod config;
 pub mod observe;
 pub mod policy;
 pub mod proxy;
+pub mod rules;
 pub mod server;
 pub mod storage;
 pub mod upstream;

@@ -18,6 +18,8 @@ pub struct UpstreamEntry {
     pub address: String,
     /// Relative share of traffic; default 1.
     pub weight: Option<i64>,
+    /// The backend group a request rule (`backend_group`) may send requests to.
+    pub group: Option<String>,
 }
 
 /// `[balancer]` as written.
@@ -100,6 +102,9 @@ pub struct BackendConfig {
     pub name: String,
     pub addr: SocketAddr,
     pub weight: u32,
+    /// The backend group (`[[rules]]` `backend_group` sends requests to one); `None`: the
+    /// default pool.
+    pub group: Option<String>,
 }
 
 /// Validated active health checks.
@@ -159,6 +164,7 @@ pub fn validate_backends(
             name: name.clone(),
             addr: check::resolved_addr("upstream", name)?,
             weight: 1,
+            group: None,
         }]),
         (None, Some(list)) if list.is_empty() => {
             Err(ConfigError::new("upstreams", "needs at least one entry"))
@@ -183,6 +189,7 @@ pub fn validate_backends(
                         1,
                         1..=1000,
                     )?,
+                    group: group(i, &entry.group)?,
                 });
             }
             Ok(backends)
@@ -191,6 +198,17 @@ pub fn validate_backends(
             "upstream",
             "no origin configured (set `upstream = \"HOST:PORT\"`, `[[upstreams]]` or pass --upstream)",
         )),
+    }
+}
+
+/// `upstreams[i].group`: a name a rule's `backend_group` refers to.
+fn group(i: usize, group: &Option<String>) -> Result<Option<String>, ConfigError> {
+    match group {
+        Some(name) if name.is_empty() => Err(ConfigError::new(
+            format!("upstreams[{i}].group"),
+            "must not be empty",
+        )),
+        _ => Ok(group.clone()),
     }
 }
 

@@ -82,6 +82,7 @@ pub fn apply_cli(mut file: FileConfig, cli: &Cli) -> FileConfig {
                     .map(|address| UpstreamEntry {
                         address: address.clone(),
                         weight: None,
+                        group: None,
                     })
                     .collect(),
             );

@@ -11,6 +11,7 @@ use super::cache::CacheSection;
 use super::fairness::FairnessSection;
 use super::logging::LogSection;
 use super::proxy::ProxySection;
+use super::rules::RuleEntry;
 use super::server::ServerSection;
 use super::tls::TlsSection;
 use super::ConfigError;
@@ -53,6 +54,8 @@ pub struct FileConfig {
     /// `[fairness]`: per-client cap on requests going upstream.
     #[serde(default)]
     pub fairness: FairnessSection,
+    /// `[[rules]]`: request rules, in order.
+    pub rules: Option<Vec<RuleEntry>>,
 }
 
 impl FileConfig {

@@ -10,8 +10,8 @@
 //! One module per section, each holding the section as written, its validated form and its
 //! checks: [`server`] (the top-level keys and `[server]`), [`tls`], [`proxy`], [`balancing`]
 //! (`upstream`, `[[upstreams]]`, `[balancer]`), [`fairness`], [`cache`], [`memcached`]
-//! (`[cache.memcached]`), [`compression`] (`[cache.compression]`), [`logging`] (`[log]`) and
-//! [`admin`]. [`units`] parses sizes and durations; [`address_range`] client address ranges.
+//! (`[cache.memcached]`), [`compression`] (`[cache.compression]`), [`logging`] (`[log]`),
+//! [`admin`] and [`rules`] (`[[rules]]`). [`units`] parses sizes and durations; [`address_range`] client address ranges.
 //!
 //! With no file at all, `lacquer --upstream 127.0.0.1:8080` is a complete configuration:
 //! a memory-only cache in front of that origin.
@@ -28,6 +28,7 @@ pub mod file;
 pub mod logging;
 pub mod memcached;
 pub mod proxy;
+pub mod rules;
 pub mod server;
 pub mod tls;
 pub mod units;
@@ -98,6 +99,8 @@ pub struct Config {
     pub balancer: balancing::BalancerConfig,
     /// Per-client cap on requests going upstream, if configured.
     pub fairness: Option<fairness::FairnessConfig>,
+    /// The request rules, in order (`[[cache.ttl_overrides]]` folded in first).
+    pub rules: Vec<rules::Rule>,
 }
 
 impl Config {
@@ -129,6 +132,9 @@ impl Config {
         let backends = balancing::validate_backends(&file.upstream, &file.upstreams)?;
         let tls = tls::validate(&file.tls)?;
         let proxy = proxy::validate(&file.proxy)?;
+        let cache = cache::validate(&file.cache)?;
+        let groups = rules::backend_groups(&backends);
+        let rules = rules::validate(&file.rules, &cache.ttl_overrides, &groups)?;
         Ok(Config {
             listen: server.listen,
             upstream: backends[0].addr,
@@ -143,9 +149,10 @@ impl Config {
             balancer: balancing::validate(&file.balancer, backends, &proxy)?,
             proxy,
             fairness: fairness::validate(&file.fairness)?,
-            cache: cache::validate(&file.cache)?,
+            cache,
             log: logging::validate(&file.log)?,
             admin_listen: admin::validate(&file.admin)?,
+            rules,
         })
     }
 }

@@ -5,7 +5,8 @@
 //! meets them (see the picture in `docs/architecture.md`):
 //!
 //! 1. `request_filter`: [`purge`] decides whether this is a PURGE its client may send (refused:
-//!    405); [`fast_hit`] answers fresh, plain hits from storage without Pingora's cache machinery.
+//!    405); the request rules (`crate::rules`) are applied; [`fast_hit`] answers fresh, plain hits
+//!    from storage without Pingora's cache machinery.
 //! 2. `request_cache_filter`: whether the cache is used at all (method, client `no-store`,
 //!    config); if so, it is enabled with our storage and the cache lock.
 //! 3. `cache_key_callback`: the key from [`cache_key`] (built once per request);
@@ -36,6 +37,7 @@ use crate::config::Config;
 use crate::observe::access_log::AccessLog;
 use crate::policy::request_directives::RequestDirectives;
 use crate::policy::{freshness, preconditions, revalidation, vary, CachePolicy};
+use crate::rules::{self, RequestRules};
 use crate::storage::fill_lease::HeldLease;
 use crate::storage::memory::MemoryTier;
 use crate::storage::tiered::{PrimaryKnownMissing, TieredStorage};
@@ -84,6 +86,8 @@ pub struct RequestCtx {
     upstream: RequestUpstream,
     /// A POST response being kept for later GETs of its URL (see [`post_reuse`]).
     post_reuse: Option<Box<post_reuse::PostReuse>>,
+    /// What the request rules decided for this request (see `crate::rules`).
+    rules: rules::Verdict,
 }
 
 /// Lacquer's implementation of Pingora's [`ProxyHttp`].
@@ -104,6 +108,8 @@ pub struct LacquerProxy {
     access_log: Option<AccessLog>,
     /// Our `Via` entries, rendered once.
     via: headers::ViaValues,
+    /// `[[rules]]`, compiled.
+    rules: RequestRules,
 }
 
 impl LacquerProxy {
@@ -135,6 +141,7 @@ impl LacquerProxy {
             known_missing,
             fast_hit,
             policy: CachePolicy::new(&config.cache),
+            rules: RequestRules::new(&config.rules),
             upstream: Upstream::new(&config),
             fairness: config.fairness.clone().map(Fairness::new),
             config,
@@ -156,6 +163,7 @@ impl LacquerProxy {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         self.policy.targeted_fields().strip(head);
+        self.rules.on_downstream_head(&ctx.rules, head);
         head.insert_header(
             "cache-status",
             status.header_value(&self.config.cache.status_name),
@@ -206,6 +214,7 @@ impl ProxyHttp for LacquerProxy {
             compression: CompressionCtx::default(),
             upstream: RequestUpstream::default(),
             post_reuse: None,
+            rules: rules::Verdict::default(),
         }
     }
 
@@ -218,9 +227,14 @@ impl ProxyHttp for LacquerProxy {
         if ctx.purge == PurgeRequest::Refused {
             return purge::refuse(session).await;
         }
+        ctx.rules = self.rules.on_request(session.req_header_mut());
+        ctx.upstream.group = ctx.rules.backend_group.take();
         let Some(fast_hit) = &self.fast_hit else {
             return Ok(false);
         };
+        if ctx.rules.pass {
+            return Ok(false);
+        }
         let Some(mut answer) = fast_hit
             .on_request(&self.policy, session.req_header(), ctx)
             .await
@@ -241,6 +255,10 @@ impl ProxyHttp for LacquerProxy {
         let req = session.req_header();
         if !ctx.purge.allowed() && !self.policy.request_cacheable(req) {
             ctx.seen.method_not_cacheable = true;
+            return Ok(());
+        }
+        if ctx.rules.pass && !ctx.purge.allowed() {
+            ctx.seen.bypassed = true;
             return Ok(());
         }
         if CacheControl::from_req_headers(req).is_some_and(|cc| cc.no_store()) {
@@ -449,6 +467,7 @@ impl ProxyHttp for LacquerProxy {
             .await;
         headers::strip_hop_by_hop(upstream_response);
         headers::add_date_if_missing(upstream_response);
+        rules::on_upstream_response(&ctx.rules, upstream_response);
         if self.config.cache.reuse_post_responses && self.config.cache.enabled {
             ctx.post_reuse = post_reuse::on_upstream_response(
                 &self.policy,
@@ -468,10 +487,11 @@ impl ProxyHttp for LacquerProxy {
         let will_store = self.config.cache.compression.enabled
             && session.cache.enabled()
             && matches!(
-                self.policy.response_decision(
+                self.policy.response_decision_with(
                     session.req_header(),
                     upstream_response,
-                    ctx.request_time
+                    ctx.request_time,
+                    &ctx.rules.store_overrides(),
                 ),
                 RespCacheable::Cacheable(_)
             );
@@ -517,8 +537,12 @@ impl ProxyHttp for LacquerProxy {
             None => resp,
         };
         let decision = if compression::storable(resp) {
-            self.policy
-                .response_decision(session.req_header(), resp, ctx.request_time)
+            self.policy.response_decision_with(
+                session.req_header(),
+                resp,
+                ctx.request_time,
+                &ctx.rules.store_overrides(),
+            )
         } else {
             RespCacheable::Uncacheable(pingora_cache::NoCacheReason::Custom("content-coding"))
         };

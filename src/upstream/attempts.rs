@@ -38,6 +38,8 @@ pub struct RequestUpstream {
     pub admission: Option<fairness::Admission>,
     /// When the whole upstream exchange must be over.
     pub deadline: Option<TotalDeadline>,
+    /// The backend group a request rule chose (`None`: the default pool).
+    pub group: Option<Arc<str>>,
     /// When the current attempt started (`None`: the request has not gone upstream).
     started: Option<Instant>,
     /// Milliseconds from the start of the last attempt to the origin's response head.
@@ -82,7 +84,7 @@ impl Upstream {
         request
             .deadline
             .get_or_insert_with(|| TotalDeadline::start(total));
-        let Some(selection) = self.select(key, &request.tried) else {
+        let Some(selection) = self.select_in(request.group.as_deref(), key, &request.tried) else {
             return Error::e_explain(ErrorType::HTTPStatus(502), "no backend configured");
         };
         request.tried.push(selection.in_flight.backend().addr);
@@ -98,7 +100,7 @@ impl Upstream {
         }
         let method = &session.req_header().method;
         e.set_retry(
-            self.has_untried(&request.tried)
+            self.has_untried(request.group.as_deref(), &request.tried)
                 && self.retry().may_retry(method, request.attempts(), false),
         );
     }

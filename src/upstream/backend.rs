@@ -18,6 +18,8 @@ pub struct Backend {
     pub addr: SocketAddr,
     /// Relative share of traffic.
     pub weight: u32,
+    /// The backend group request rules may choose (`None`: the default pool).
+    pub group: Option<String>,
     in_flight: AtomicUsize,
     /// Requests sent here since start (a retry counts on the backend it went to).
     requests: AtomicU64,
@@ -44,6 +46,7 @@ impl Backend {
             name: config.name.clone(),
             addr: config.addr,
             weight: config.weight,
+            group: config.group.clone(),
             in_flight: AtomicUsize::new(0),
             requests: AtomicU64::new(0),
             failures: AtomicU64::new(0),
@@ -170,6 +173,7 @@ mod tests {
             name: "127.0.0.1:1".into(),
             addr: "127.0.0.1:1".parse().unwrap(),
             weight: 1,
+            group: None,
         }))
     }
 
