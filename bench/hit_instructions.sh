@@ -8,6 +8,7 @@
 #   bench/hit_instructions.sh                          # this tree's release build, 1 KB demo page
 #   bench/hit_instructions.sh --bin /tmp/lacquer-old   # another build, for an A/B
 #   ORIGIN=127.0.0.1:28080 bench/hit_instructions.sh --path /gz/8k.html --header 'Accept-Encoding: gzip'
+#   bench/hit_instructions.sh --config <(bench/rules_config.py 100)   # with 100 request rules
 #
 # Lacquer runs under valgrind with one worker thread; after a warm-up of 2,000 hits the counters
 # are zeroed, N hits (default 20,000) are sent over one keep-alive connection, and the total is
@@ -18,12 +19,14 @@ BIN=$(pwd)/target/release/lacquer
 REQUESTS=20000
 REQ_PATH=/page/1
 HEADERS=()
+CONFIG_TEXT=
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) BIN=$2; shift 2 ;;
     --requests) REQUESTS=$2; shift 2 ;;
     --path) REQ_PATH=$2; shift 2 ;;
     --header) HEADERS+=("$2"); shift 2 ;;
+    --config) CONFIG_TEXT=$(cat "$2"); shift 2 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -34,6 +37,11 @@ WORK=$(mktemp -d /tmp/hit-instructions.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
 trap cleanup EXIT
+CONFIG_ARGS=()
+if [ -n "$CONFIG_TEXT" ]; then
+  printf '%s\n' "$CONFIG_TEXT" >"$WORK/config.toml"
+  CONFIG_ARGS=(--config "$WORK/config.toml")
+fi
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 if [ -z "${ORIGIN:-}" ]; then
@@ -43,7 +51,7 @@ if [ -z "${ORIGIN:-}" ]; then
 fi
 PORT=$(free_port)
 valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out" \
-  "$BIN" --listen 127.0.0.1:"$PORT" --upstream "$ORIGIN" --threads 1 --memory-size 512MiB \
+  "$BIN" "${CONFIG_ARGS[@]}" --listen 127.0.0.1:"$PORT" --upstream "$ORIGIN" --threads 1 --memory-size 512MiB \
   --access-log off >"$WORK/lacquer.log" 2>&1 &
 VALGRIND=$!
 PIDS+=($VALGRIND)

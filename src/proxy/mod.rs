@@ -258,7 +258,7 @@ impl ProxyHttp for LacquerProxy {
             return Ok(());
         }
         if ctx.rules.pass && !ctx.purge.allowed() {
-            ctx.seen.bypassed = true;
+            // configured not to handle it: RFC 9211's fwd=bypass
             return Ok(());
         }
         if CacheControl::from_req_headers(req).is_some_and(|cc| cc.no_store()) {
