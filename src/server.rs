@@ -7,6 +7,7 @@
 use crate::admin::AdminApp;
 use crate::config::Config;
 use crate::observe::access_log::AccessLog;
+use crate::proxy::hooks::PhaseHooks;
 use crate::proxy::LacquerProxy;
 use crate::storage::memory::MemoryTier;
 use crate::storage::tiered::TieredStorage;
@@ -67,6 +68,19 @@ pub fn memory_tier(config: &Config) -> &'static MemoryTier {
 
 /// Runs the server until a signal stops the process; returns only on a start-up failure.
 pub fn run(config: Config) -> Result<Infallible, StartError> {
+    serve(config, None)
+}
+
+/// [`run`] with an embedding program's own code in the request path (see
+/// [`crate::proxy::hooks`]; `examples/device_rule.rs` is a complete program).
+pub fn run_with_hooks(
+    config: Config,
+    hooks: Arc<dyn PhaseHooks>,
+) -> Result<Infallible, StartError> {
+    serve(config, Some(hooks))
+}
+
+fn serve(config: Config, hooks: Option<Arc<dyn PhaseHooks>>) -> Result<Infallible, StartError> {
     init_logging(&config);
     let mut server = Server::new_with_opt_and_conf(None, server_conf(&config));
     server.bootstrap();
@@ -81,7 +95,10 @@ pub fn run(config: Config) -> Result<Infallible, StartError> {
         .memcached
         .as_ref()
         .map(|shared| &*Box::leak(Box::new(TieredStorage::new(memory, shared))));
-    let proxy = LacquerProxy::new(config.clone(), memory, tiered, access_log);
+    let mut proxy = LacquerProxy::new(config.clone(), memory, tiered, access_log);
+    if let Some(hooks) = hooks {
+        proxy = proxy.with_hooks(hooks);
+    }
     let backends = proxy.upstream().backends().to_vec();
     if let Some(checks) = &config.balancer.health_check {
         let checker = HealthChecker::new(backends.clone(), checks.clone());

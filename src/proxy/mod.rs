@@ -21,12 +21,15 @@
 //! 7. `response_filter`: `Cache-Status` ([`cache_status`]) and `Via` on every response,
 //!    `crate::compression` on the way out; `logging` ends the fill lease this request holds and
 //!    writes the [`access_record`].
+//!
+//! A program that embeds Lacquer adds its own code to phases 1 and 7 through [`hooks`].
 
 pub mod access_record;
 pub mod cache_key;
 pub mod cache_status;
 pub mod fast_hit;
 pub mod headers;
+pub mod hooks;
 pub mod invalidation;
 pub mod post_reuse;
 pub mod purge;
@@ -110,6 +113,8 @@ pub struct LacquerProxy {
     via: headers::ViaValues,
     /// `[[rules]]`, compiled.
     rules: RequestRules,
+    /// The embedding program's own phase hooks (none in the `lacquer` binary).
+    hooks: Option<Arc<dyn hooks::PhaseHooks>>,
 }
 
 impl LacquerProxy {
@@ -142,6 +147,7 @@ impl LacquerProxy {
             fast_hit,
             policy: CachePolicy::new(&config.cache),
             rules: RequestRules::new(&config.rules),
+            hooks: None,
             upstream: Upstream::new(&config),
             fairness: config.fairness.clone().map(Fairness::new),
             config,
@@ -152,18 +158,28 @@ impl LacquerProxy {
         }
     }
 
+    /// The proxy with an embedding program's [`hooks::PhaseHooks`] in its phases.
+    pub fn with_hooks(mut self, hooks: Arc<dyn hooks::PhaseHooks>) -> Self {
+        self.hooks = Some(hooks);
+        self
+    }
+
     /// Adds what every downstream response carries, on both the fast and the standard path:
     /// `Cache-Status` and our `Via`, minus the targeted fields configured to be stripped (RFC
     /// 9213: by default our own); keeps the classification for the access log.
     fn finish_response_head(
         &self,
         head: &mut ResponseHeader,
-        request_version: http::Version,
+        req: &RequestHeader,
         status: CacheStatus,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
+        let request_version = req.version;
         self.policy.targeted_fields().strip(head);
         self.rules.on_downstream_head(&ctx.rules, head);
+        if let Some(hooks) = &self.hooks {
+            hooks.response_filter(req, head)?;
+        }
         head.insert_header(
             "cache-status",
             status.header_value(&self.config.cache.status_name),
@@ -228,6 +244,11 @@ impl ProxyHttp for LacquerProxy {
             return purge::refuse(session).await;
         }
         ctx.rules = self.rules.on_request(session.req_header_mut());
+        if let Some(hooks) = &self.hooks {
+            if hooks.request_filter(session, &mut ctx.rules).await? {
+                return Ok(true);
+            }
+        }
         ctx.upstream.group = ctx.rules.backend_group.take();
         let Some(fast_hit) = &self.fast_hit else {
             return Ok(false);
@@ -241,8 +262,8 @@ impl ProxyHttp for LacquerProxy {
         else {
             return Ok(false);
         };
-        let (version, status) = (session.req_header().version, answer.cache_status());
-        self.finish_response_head(&mut answer.head, version, status, ctx)?;
+        let status = answer.cache_status();
+        self.finish_response_head(&mut answer.head, session.req_header(), status, ctx)?;
         answer.send(session).await?;
         Ok(true)
     }
@@ -588,7 +609,7 @@ impl ProxyHttp for LacquerProxy {
             session.req_header(),
             upstream_response,
         );
-        self.finish_response_head(upstream_response, session.req_header().version, status, ctx)
+        self.finish_response_head(upstream_response, session.req_header(), status, ctx)
     }
 
     fn response_body_filter(
