@@ -8,6 +8,7 @@
 //!   query-string [`scripted_origin`], balancer [`Replica`]s and socket-level [`RawOrigin`]s.
 //! - [`client`]: what the tests send: reqwest helpers ([`get`], [`Resp`]) and a raw-socket
 //!   client ([`raw_request`], [`RawConn`]).
+//! - [`django_site`]: the Django test site under gunicorn ([`DjangoSite`]), a real application.
 //! - [`generated`]: deterministic bodies to stream and verify at any offset.
 //! - [`gzip`], [`http_date`]: codings and dates the origin scripts and the tests check.
 //! - [`child`], [`temp_dir`], [`net`], [`poll`]: child processes killed on drop, scratch
@@ -23,6 +24,7 @@
 pub mod assertions;
 pub mod child;
 pub mod client;
+pub mod django_site;
 pub mod fields;
 pub mod generated;
 pub mod gzip;
@@ -37,6 +39,7 @@ pub mod temp_dir;
 pub use assertions::*;
 pub use child::{read_lossy, rss_bytes, run_with_timeout, send_signal, stderr_text, OwnedChild};
 pub use client::*;
+pub use django_site::*;
 pub use generated::*;
 pub use gzip::*;
 pub use http_date::*;
