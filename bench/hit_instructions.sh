@@ -8,25 +8,40 @@
 #   bench/hit_instructions.sh                          # this tree's release build, 1 KB demo page
 #   bench/hit_instructions.sh --bin /tmp/lacquer-old   # another build, for an A/B
 #   ORIGIN=127.0.0.1:28080 bench/hit_instructions.sh --path /gz/8k.html --header 'Accept-Encoding: gzip'
-#   bench/hit_instructions.sh --config <(bench/rules_config.py 100)   # with 100 request rules
+#   bench/hit_instructions.sh --path /tagged/1         # a page with three tags (Surrogate-Key)
+#   bench/hit_instructions.sh --memcached              # every hit read from memcached (local_ttl 0s)
+#   bench/hit_instructions.sh --memcached --bans 1000  # ... judged against 1,000 tag bans
+#   bench/hit_instructions.sh --rules 100              # with 100 request rules (bench/rules_config.py)
 #
 # Lacquer runs under valgrind with one worker thread; after a warm-up of 2,000 hits the counters
 # are zeroed, N hits (default 20,000) are sent over one keep-alive connection, and the total is
-# divided by N. Without ORIGIN, the demo origin is started (its /page/ pages are 1 KB, max-age 30).
+# divided by N. Without ORIGIN, the demo origin is started (its /page/ pages are 1 KB, max-age 30;
+# /tagged/ pages carry three tags). With --memcached a memcached is started and Lacquer keeps no
+# local copy, so each hit is a verified memcached read judged by the rule book; --bans N first
+# issues N tag bans (of other tags) through the admin API, so the rule book is not empty. The
+# invalidation log is read every 10 s here (not 250 ms), so its background reads stay out of the
+# per-hit figure. An older build, which knows no `[invalidation]` or admin token, needs --plain
+# (no admin listener or invalidation keys in its config).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$(pwd)/target/release/lacquer
 REQUESTS=20000
 REQ_PATH=/page/1
 HEADERS=()
-CONFIG_TEXT=
+MEMCACHED=0
+BANS=0
+PLAIN=0
+RULES=0
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) BIN=$2; shift 2 ;;
     --requests) REQUESTS=$2; shift 2 ;;
     --path) REQ_PATH=$2; shift 2 ;;
     --header) HEADERS+=("$2"); shift 2 ;;
-    --config) CONFIG_TEXT=$(cat "$2"); shift 2 ;;
+    --memcached) MEMCACHED=1; shift ;;
+    --bans) BANS=$2; shift 2 ;;
+    --plain) PLAIN=1; shift ;;
+    --rules) RULES=$2; shift 2 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -37,11 +52,6 @@ WORK=$(mktemp -d /tmp/hit-instructions.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
 trap cleanup EXIT
-CONFIG_ARGS=()
-if [ -n "$CONFIG_TEXT" ]; then
-  printf '%s\n' "$CONFIG_TEXT" >"$WORK/config.toml"
-  CONFIG_ARGS=(--config "$WORK/config.toml")
-fi
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 if [ -z "${ORIGIN:-}" ]; then
@@ -50,9 +60,29 @@ if [ -z "${ORIGIN:-}" ]; then
   PIDS+=($!)
 fi
 PORT=$(free_port)
+ADMIN=$(free_port)
+TOKEN=bench-token-0123456789abcdef
+: >"$WORK/lacquer.toml"
+if [ "$PLAIN" = 0 ]; then
+  printf '%s\n' "$TOKEN" >"$WORK/token"
+  {
+    printf '[admin]\nlisten = "127.0.0.1:%s"\ntoken_file = "%s"\n' "$ADMIN" "$WORK/token"
+    printf '[invalidation]\npoll_interval = "10s"\n'
+  } >>"$WORK/lacquer.toml"
+fi
+if [ "$MEMCACHED" = 1 ]; then
+  MC_PORT=$(free_port)
+  memcached -p "$MC_PORT" -l 127.0.0.1 -U 0 -m 64 -u root &
+  PIDS+=($!)
+  printf '[cache.memcached]\nservers = ["127.0.0.1:%s"]\nlocal_ttl = "0s"\n' "$MC_PORT" >>"$WORK/lacquer.toml"
+fi
+if [ "$RULES" -gt 0 ]; then
+  python3 bench/rules_config.py "$RULES" >>"$WORK/lacquer.toml"
+fi
+CONFIG=(--config "$WORK/lacquer.toml")
 valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out" \
-  "$BIN" "${CONFIG_ARGS[@]}" --listen 127.0.0.1:"$PORT" --upstream "$ORIGIN" --threads 1 --memory-size 512MiB \
-  --access-log off >"$WORK/lacquer.log" 2>&1 &
+  "$BIN" "${CONFIG[@]}" --listen 127.0.0.1:"$PORT" --upstream "$ORIGIN" --threads 1 \
+  --memory-size 512MiB --access-log off >"$WORK/lacquer.log" 2>&1 &
 VALGRIND=$!
 PIDS+=($VALGRIND)
 
@@ -74,6 +104,19 @@ PY
 for _ in $(seq 1 100); do
   python3 "$WORK/client.py" "$PORT" 1 "$REQ_PATH" "${HEADERS[@]}" 2>/dev/null && break || sleep 0.3
 done
+if [ "$BANS" -gt 0 ]; then
+  python3 - "$ADMIN" "$TOKEN" "$BANS" <<'PY'
+import http.client, json, sys
+conn = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=60)
+for i in range(int(sys.argv[3])):
+    conn.request("POST", "/ban", json.dumps({"tag": f"other-tag-{i}", "wait": False}),
+                 {"Authorization": "Bearer " + sys.argv[2], "Content-Type": "application/json"})
+    resp = conn.getresponse()
+    resp.read()
+    if resp.status not in (200, 202):
+        sys.exit(f"ban refused: {resp.status}")
+PY
+fi
 python3 "$WORK/client.py" "$PORT" 2000 "$REQ_PATH" "${HEADERS[@]}"
 callgrind_control -z "$VALGRIND" >/dev/null 2>&1
 python3 "$WORK/client.py" "$PORT" "$REQUESTS" "$REQ_PATH" "${HEADERS[@]}"

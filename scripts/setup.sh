@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what building and testing Lacquer needs on a fresh Debian machine:
 # a C toolchain and cmake (Pingora builds zlib-ng), memcached (tests run real servers), curl,
-# and the Django test site's virtualenv (tests/django_site/.venv: Django and gunicorn).
+# and a Python virtualenv in .venv with the example page writer's memcached client
+# (tests/app_pages.rs runs examples/python/lacquer_pages.py with it) and the Django test site's
+# Django and gunicorn (tests/django_site.rs runs tests/django_site/ with them).
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 need=()
@@ -12,7 +14,7 @@ command -v curl >/dev/null || need+=(curl)
 command -v openssl >/dev/null || need+=(openssl)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v python3 >/dev/null || need+=(python3)
-python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   # keep package post-install scripts from starting services (memcached would grab 11211)
@@ -24,10 +26,8 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${need[@]}"
 fi
 command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust (rustup) first" >&2; exit 1; }
-
-# the Django site the suite runs behind Lacquer (tests/django_site.rs)
-site="$(dirname "$0")/../tests/django_site"
-if [ ! -x "$site/.venv/bin/gunicorn" ] || ! "$site/.venv/bin/python" -c 'import django' 2>/dev/null; then
-  python3 -m venv "$site/.venv"
-  "$site/.venv/bin/pip" install -q --disable-pip-version-check -r "$site/requirements.txt"
+cd "$(dirname "$0")/.."
+if ! .venv/bin/python -c 'import pymemcache, django, gunicorn' 2>/dev/null; then
+  python3 -m venv .venv
+  .venv/bin/pip install -q -r examples/python/requirements.txt -r tests/django_site/requirements.txt
 fi

@@ -16,6 +16,7 @@
 pub mod admin;
 pub mod compression;
 pub mod config;
+pub mod invalidation;
 pub mod observe;
 pub mod policy;
 pub mod proxy;

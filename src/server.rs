@@ -6,10 +6,13 @@
 
 use crate::admin::AdminApp;
 use crate::config::Config;
+use crate::invalidation::{InvalidationService, Invalidator};
 use crate::observe::access_log::AccessLog;
 use crate::proxy::hooks::PhaseHooks;
 use crate::proxy::LacquerProxy;
 use crate::storage::memory::MemoryTier;
+use crate::storage::rules::tags::TagField;
+use crate::storage::rules::RuleBook;
 use crate::storage::tiered::TieredStorage;
 use crate::upstream::health::HealthChecker;
 use pingora_core::apps::HttpServerOptions;
@@ -53,8 +56,9 @@ fn server_conf(config: &Config) -> ServerConf {
     }
 }
 
-/// Builds the memory tier the config asks for; with a shared tier it becomes a near cache.
-pub fn memory_tier(config: &Config) -> &'static MemoryTier {
+/// Builds the memory tier the config asks for, judged by `rules`; with a shared tier it becomes
+/// a near cache.
+pub fn memory_tier(config: &Config, rules: &'static RuleBook) -> &'static MemoryTier {
     let mut memory = MemoryTier::new(
         config.cache.memory_size,
         config.cache.max_object_size,
@@ -63,7 +67,18 @@ pub fn memory_tier(config: &Config) -> &'static MemoryTier {
     if let Some(shared) = &config.cache.memcached {
         memory.set_local_ttl(shared.local_ttl);
     }
+    memory.set_rule_book(rules);
     memory.leak()
+}
+
+/// The rule book every tier judges entries by (see [`crate::invalidation`]).
+pub fn rule_book(config: &Config) -> &'static RuleBook {
+    let tags = config
+        .invalidation
+        .tag_header
+        .as_deref()
+        .and_then(TagField::new);
+    RuleBook::new(config.invalidation.retention, tags).leak()
 }
 
 /// Runs the server until a signal stops the process; returns only on a start-up failure.
@@ -85,7 +100,8 @@ fn serve(config: Config, hooks: Option<Arc<dyn PhaseHooks>>) -> Result<Infallibl
     let mut server = Server::new_with_opt_and_conf(None, server_conf(&config));
     server.bootstrap();
 
-    let memory = memory_tier(&config);
+    let rules = rule_book(&config);
+    let memory = memory_tier(&config, rules);
     let access_log = AccessLog::start(&config.log.access, config.log.format)
         .map_err(|e| StartError(format!("log.access: cannot open: {e}")))?;
     let config = Arc::new(config);
@@ -94,8 +110,13 @@ fn serve(config: Config, hooks: Option<Arc<dyn PhaseHooks>>) -> Result<Infallibl
         .cache
         .memcached
         .as_ref()
-        .map(|shared| &*Box::leak(Box::new(TieredStorage::new(memory, shared))));
-    let mut proxy = LacquerProxy::new(config.clone(), memory, tiered, access_log);
+        .map(|shared| &*Box::leak(Box::new(TieredStorage::new(memory, shared, rules))));
+    let invalidator = Invalidator::new(&config.invalidation, rules, memory, tiered).leak();
+    server.add_service(background_service(
+        "invalidation",
+        InvalidationService(invalidator),
+    ));
+    let mut proxy = LacquerProxy::new(config.clone(), memory, tiered, invalidator, access_log);
     if let Some(hooks) = hooks {
         proxy = proxy.with_hooks(hooks);
     }
@@ -134,7 +155,13 @@ fn serve(config: Config, hooks: Option<Arc<dyn PhaseHooks>>) -> Result<Infallibl
     if let Some(addr) = config.admin_listen {
         let mut admin = Service::new(
             "lacquer admin".to_string(),
-            AdminApp::new(memory, tiered, backends.clone()),
+            AdminApp::new(
+                memory,
+                tiered,
+                backends.clone(),
+                invalidator,
+                config.admin_access.clone(),
+            ),
         );
         admin.add_tcp(&addr.to_string());
         server.add_service(admin);

@@ -199,3 +199,78 @@ fn missing_config_file_is_named() {
         "{err}"
     );
 }
+
+#[test]
+fn invalidation_and_admin_access_keys_name_the_key_and_reason() {
+    let base = "upstream = \"127.0.0.1:1\"\n";
+    for (toml, key, reason) in [
+        (
+            "[invalidation]\npoll_interval = \"5ms\"",
+            "invalidation.poll_interval",
+            "between 10ms and 10s",
+        ),
+        (
+            "[invalidation]\nretention = \"30d\"",
+            "invalidation.retention",
+            "between 1m and 7d",
+        ),
+        (
+            "[invalidation]\ntag_header = \"surrogate key\"",
+            "invalidation.tag_header",
+            "not a valid header name",
+        ),
+        (
+            "[invalidation]\nnode_name = \"\"",
+            "invalidation.node_name",
+            "1-128 characters",
+        ),
+        (
+            "[admin]\nallow_from = [\"10.0.0.0/33\"]",
+            "admin.allow_from[0]",
+            "prefix length",
+        ),
+        (
+            "[admin]\ntoken_file = \"/nonexistent/admin.token\"",
+            "admin.token_file",
+            "cannot read",
+        ),
+        (
+            "[admin]\ntoken_env = \"LACQUER_TEST_TOKEN_NOT_SET\"",
+            "admin.token_env",
+            "not set",
+        ),
+        (
+            "[admin]\ntoken_env = \"A\"\ntoken_file = \"/b\"",
+            "admin.token_env",
+            "not both",
+        ),
+    ] {
+        let out = check_config(&format!("{base}{toml}"));
+        assert_eq!(out.status.code(), Some(2), "{toml}: {}", stderr_text(&out));
+        let err = stderr_text(&out);
+        assert!(err.contains(key) && err.contains(reason), "{toml}:\n{err}");
+    }
+
+    // a token too short to resist guessing is refused, and the error does not repeat it
+    let dir = TempDir::new("lacquer-token");
+    let short = dir.write("short.token", "hunter2\n");
+    let out = check_config(&format!(
+        "{base}[admin]\ntoken_file = \"{}\"",
+        short.display()
+    ));
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr_text(&out);
+    assert!(
+        err.contains("admin.token_file") && err.contains("at least 16"),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2"), "{err}");
+    let good = dir.write("good.token", "a-long-enough-admin-token\n");
+    let out = check_config(&format!(
+        "{base}[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"{}\"\nallow_from = [\"10.0.0.0/8\"]\n\
+         [invalidation]\npoll_interval = \"100ms\"\nretention = \"2h\"\ntag_header = \"xkey\"\n\
+         forward_tag_header = true\nnode_name = \"edge-1\"",
+        good.display()
+    ));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_text(&out));
+}

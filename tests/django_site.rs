@@ -4,8 +4,8 @@
 //! pages never are and never leak between two users, form posts work, and behind Lacquer's TLS
 //! listener `SECURE_PROXY_SSL_HEADER` sees https, so there is no redirect loop.
 //!
-//! Needs `tests/django_site/.venv`, made by `scripts/setup.sh` (which CI runs); without it each
-//! test says so and does nothing.
+//! Needs Django and gunicorn in the project's `.venv`, made by `scripts/setup.sh` (which CI runs
+//! through `scripts/test.sh`); without them each test says so and does nothing.
 
 mod support;
 
@@ -18,8 +18,8 @@ const SITE_RULES: &str = include_str!("django_site/lacquer.toml");
 fn site(env: &[(&str, &str)]) -> Option<DjangoSite> {
     if DjangoSite::venv().is_none() {
         eprintln!(
-            "SKIPPED: tests/django_site/.venv is missing; run scripts/setup.sh to make it \
-             (Django and gunicorn)"
+            "SKIPPED: no gunicorn in .venv; run scripts/setup.sh to install Django and gunicorn \
+             there"
         );
         return None;
     }

@@ -237,7 +237,7 @@ async fn a_stored_response_keeps_its_date() {
         assert!(hit.age().unwrap() >= 30);
     }
 
-    let dateless = RawOrigin::answering(|stream| {
+    let dateless = RawOrigin::answering(|_head, stream| {
         use std::io::Write;
         let _ = stream.write_all(
             b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nContent-Length: 2\r\n\r\nok",

@@ -40,7 +40,7 @@ async fn if_modified_since_without_last_modified_uses_the_stored_date() {
 /// (RFC 9110 §6.6.1), which `If-Modified-Since` is then judged by.
 #[tokio::test]
 async fn if_modified_since_without_any_origin_date_uses_the_time_received() {
-    let origin = RawOrigin::answering(|stream| {
+    let origin = RawOrigin::answering(|_head, stream| {
         use std::io::Write;
         let _ = stream.write_all(
             b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nContent-Length: 5\r\n\r\nhello",

@@ -1,11 +1,20 @@
-//! The admin endpoint: counters an operator (and the test suite) reads over HTTP.
+//! The admin endpoint: counters an operator (and the test suite) reads over HTTP, and the
+//! invalidation API applications call.
 //!
 //! Served on its own listener (`admin.listen`, off unless configured) so it is never reachable
 //! through the public port. `GET /stats` answers JSON with the memory tier's accounting, the
-//! shared tier's counters and each origin backend's state (health verdicts, requests in flight,
-//! requests sent, failures, ejections): what `varnishadm backend.list` or nginx's upstream status
-//! tells an operator.
+//! shared tier's counters, each origin backend's state (health verdicts, requests in flight,
+//! requests sent, failures, ejections: what `varnishadm backend.list` or nginx's upstream status
+//! tells an operator) and the invalidation service's. `POST /purge` and `POST /ban`
+//! ([`invalidate`]) purge and ban across the cluster. Everything but `GET /health` is for the
+//! addresses in `admin.allow_from` only, and the invalidation API also demands the bearer token
+//! ([`auth`]).
 
+pub mod auth;
+pub mod invalidate;
+
+use crate::config::admin::AdminAccess;
+use crate::invalidation::{InvalidationStats, Invalidator};
 use crate::storage::memory::MemoryTier;
 use crate::storage::tiered::TieredStorage;
 use crate::upstream::backend::Backend;
@@ -22,20 +31,27 @@ pub struct AdminApp {
     memory: &'static MemoryTier,
     shared: Option<&'static TieredStorage>,
     backends: Vec<Arc<Backend>>,
+    invalidator: &'static Invalidator,
+    access: AdminAccess,
 }
 
 impl AdminApp {
     /// An admin app reporting on `memory`, the shared tier when configured, and the origin
-    /// `backends` (shared with the balancer, so their state is live).
+    /// `backends` (shared with the balancer, so their state is live), and carrying out purges
+    /// and bans through `invalidator` for the clients `access` lets in.
     pub fn new(
         memory: &'static MemoryTier,
         shared: Option<&'static TieredStorage>,
         backends: Vec<Arc<Backend>>,
+        invalidator: &'static Invalidator,
+        access: AdminAccess,
     ) -> Self {
         AdminApp {
             memory,
             shared,
             backends,
+            invalidator,
+            access,
         }
     }
 
@@ -69,6 +85,7 @@ impl AdminApp {
                     }
                 })
                 .collect(),
+            invalidation: self.invalidator.stats(),
         };
         let mut body = serde_json::to_string(&stats).expect("stats serialize to JSON");
         body.push('\n');
@@ -84,6 +101,8 @@ struct Stats<'a> {
     /// `null` without a shared tier.
     shared: Option<SharedReport>,
     backends: Vec<BackendReport<'a>>,
+    /// Purges and bans: rules held, issued here, learned from others, log reads, retries.
+    invalidation: InvalidationStats,
 }
 
 /// The memory tier's accounting ([`crate::storage::memory::MemoryStats`]).
@@ -102,10 +121,13 @@ struct SharedReport {
     hits: u64,
     misses: u64,
     rejected: u64,
+    invalidated: u64,
     writes: u64,
     write_failures: u64,
     fills_claimed: u64,
     fills_awaited: u64,
+    fills_unguarded: u64,
+    fill_waits_cut: u64,
     errors: u64,
     ejections: u64,
     skipped_ejected: u64,
@@ -121,10 +143,13 @@ impl SharedReport {
             hits: c.hits.load(Ordering::Relaxed),
             misses: c.misses.load(Ordering::Relaxed),
             rejected: c.rejected.load(Ordering::Relaxed),
+            invalidated: c.invalidated.load(Ordering::Relaxed),
             writes: c.writes.load(Ordering::Relaxed),
             write_failures: c.write_failures.load(Ordering::Relaxed),
             fills_claimed: c.fills_claimed.load(Ordering::Relaxed),
             fills_awaited: c.fills_awaited.load(Ordering::Relaxed),
+            fills_unguarded: c.fills_unguarded.load(Ordering::Relaxed),
+            fill_waits_cut: c.fill_waits_cut.load(Ordering::Relaxed),
             errors: n.errors.load(Ordering::Relaxed),
             ejections: n.ejections.load(Ordering::Relaxed),
             skipped_ejected: n.skipped_ejected.load(Ordering::Relaxed),
@@ -149,19 +174,73 @@ struct BackendReport<'a> {
     in_flight: usize,
 }
 
+impl AdminApp {
+    /// The answer to one request: status, body, content type, and whether to ask for bearer
+    /// credentials.
+    async fn answer(&self, session: &mut ServerSession) -> (u16, String, &'static str, bool) {
+        let req = session.req_header();
+        let (method, path) = (req.method.clone(), req.uri.path().to_string());
+        if path == "/health" {
+            return (200, "ok\n".into(), "text/plain", false);
+        }
+        let client = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip());
+        if let Err(refusal) = auth::check_address(&self.access, client) {
+            log::warn!(
+                "admin: {method} {path} from {client:?} refused: {}",
+                refusal.reason()
+            );
+            return refused(refusal);
+        }
+        let call = match path.as_str() {
+            "/stats" if method == http::Method::GET => {
+                return (200, self.stats_json(), "application/json", false)
+            }
+            "/purge" => invalidate::Call::Purge,
+            "/ban" => invalidate::Call::Ban,
+            "/stats" => return (405, "method not allowed\n".into(), "text/plain", false),
+            _ => return (404, "not found\n".into(), "text/plain", false),
+        };
+        if method != http::Method::POST {
+            return (405, "method not allowed\n".into(), "text/plain", false);
+        }
+        if let Err(refusal) = auth::check_token(&self.access, session.req_header()) {
+            log::warn!(
+                "admin: {method} {path} from {client:?} refused: {}",
+                refusal.reason()
+            );
+            return refused(refusal);
+        }
+        let (status, body) = invalidate::on_request(session, call, self.invalidator, client).await;
+        (status, body, "application/json", false)
+    }
+}
+
+fn refused(refusal: auth::Refusal) -> (u16, String, &'static str, bool) {
+    let mut body = serde_json::json!({ "error": refusal.reason() }).to_string();
+    body.push('\n');
+    (
+        refusal.status(),
+        body,
+        "application/json",
+        refusal.status() == 401,
+    )
+}
+
 #[async_trait]
 impl ServeHttp for AdminApp {
     async fn response(&self, session: &mut ServerSession) -> http::Response<Vec<u8>> {
-        let path = session.req_header().uri.path().to_string();
-        let (status, body, content_type) = match path.as_str() {
-            "/stats" => (200, self.stats_json(), "application/json"),
-            "/health" => (200, "ok\n".to_string(), "text/plain"),
-            _ => (404, "not found\n".to_string(), "text/plain"),
-        };
-        http::Response::builder()
+        let (status, body, content_type, challenge) = self.answer(session).await;
+        let mut response = http::Response::builder()
             .status(status)
             .header("content-type", content_type)
-            .header("content-length", body.len())
+            .header("content-length", body.len());
+        if challenge {
+            response = response.header("www-authenticate", "Bearer realm=\"lacquer admin\"");
+        }
+        response
             .body(body.into_bytes())
             .expect("static response parts are valid")
     }

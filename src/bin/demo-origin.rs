@@ -3,6 +3,8 @@
 //! Every page takes `--render-ms` (default 200 ms) to "render", so the difference between a miss
 //! and a hit is visible with curl. Pages:
 //! * `/` and `/page/<anything>`: HTML, `Cache-Control: public, max-age=30`;
+//! * `/tagged/<anything>`: the same with three tags in `Surrogate-Key` (for measuring what tags
+//!   cost a hit, `bench/hit_instructions.sh --tags`);
 //! * `/static/<anything>`: `max-age=3600`, with `Last-Modified` and `ETag`;
 //! * `/private`: `Cache-Control: private` (never shared);
 //! * `/nocache`: `Cache-Control: no-store`;
@@ -67,6 +69,9 @@ impl ServeHttp for DemoOrigin {
                 .header("etag", format!("\"{}\"", p.len())),
             "/" => builder.header("cache-control", "public, max-age=30"),
             p if p.starts_with("/page/") => builder.header("cache-control", "public, max-age=30"),
+            p if p.starts_with("/tagged/") => builder
+                .header("cache-control", "public, max-age=30")
+                .header("surrogate-key", format!("page{p} section-news site-all")),
             _ => {
                 let body = b"not found\n".to_vec();
                 return http::Response::builder()

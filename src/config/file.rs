@@ -9,6 +9,7 @@ use super::admin::AdminSection;
 use super::balancing::{BalancerSection, UpstreamEntry};
 use super::cache::CacheSection;
 use super::fairness::FairnessSection;
+use super::invalidation::InvalidationSection;
 use super::logging::LogSection;
 use super::proxy::ProxySection;
 use super::rules::RuleEntry;
@@ -56,6 +57,9 @@ pub struct FileConfig {
     pub fairness: FairnessSection,
     /// `[[rules]]`: request rules, in order.
     pub rules: Option<Vec<RuleEntry>>,
+    /// `[invalidation]`: how purges and bans reach every node, tags.
+    #[serde(default)]
+    pub invalidation: InvalidationSection,
 }
 
 impl FileConfig {

@@ -11,7 +11,8 @@
 //! checks: [`server`] (the top-level keys and `[server]`), [`tls`], [`proxy`], [`balancing`]
 //! (`upstream`, `[[upstreams]]`, `[balancer]`), [`fairness`], [`cache`], [`memcached`]
 //! (`[cache.memcached]`), [`compression`] (`[cache.compression]`), [`logging`] (`[log]`),
-//! [`admin`] and [`rules`] (`[[rules]]`). [`units`] parses sizes and durations; [`address_range`] client address ranges.
+//! [`admin`] and [`rules`] (`[[rules]]`). [`units`] parses sizes and durations;
+//! [`address_range`] client address ranges.
 //!
 //! With no file at all, `lacquer --upstream 127.0.0.1:8080` is a complete configuration:
 //! a memory-only cache in front of that origin.
@@ -25,6 +26,7 @@ pub mod cli;
 pub mod compression;
 pub mod fairness;
 pub mod file;
+pub mod invalidation;
 pub mod logging;
 pub mod memcached;
 pub mod proxy;
@@ -95,6 +97,10 @@ pub struct Config {
     pub log: LogConfig,
     /// Admin endpoint address, if enabled.
     pub admin_listen: Option<SocketAddr>,
+    /// Who may use the admin endpoint, and the token its invalidation API demands.
+    pub admin_access: admin::AdminAccess,
+    /// How purges and bans reach every node (`[invalidation]`).
+    pub invalidation: invalidation::InvalidationConfig,
     /// The origin replicas and how requests are spread over them (`upstream` is the first one).
     pub balancer: balancing::BalancerConfig,
     /// Per-client cap on requests going upstream, if configured.
@@ -129,6 +135,7 @@ impl Config {
             upstream_keepalive_pool: file.upstream_keepalive_pool,
             server: &file.server,
         })?;
+        let first_listen_port = server.listen.first().map(|a| a.port());
         let backends = balancing::validate_backends(&file.upstream, &file.upstreams)?;
         let tls = tls::validate(&file.tls)?;
         let proxy = proxy::validate(&file.proxy)?;
@@ -152,6 +159,8 @@ impl Config {
             cache,
             log: logging::validate(&file.log)?,
             admin_listen: admin::validate(&file.admin)?,
+            admin_access: admin::validate_access(&file.admin)?,
+            invalidation: invalidation::validate(&file.invalidation, first_listen_port)?,
             rules,
         })
     }

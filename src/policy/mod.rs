@@ -78,10 +78,7 @@ impl CachePolicy {
             heuristic_max: config.heuristic_max,
             default_ttl: config.default_ttl,
             max_object_size: config.max_object_size,
-            targeted: targeted::TargetedFields::new(
-                &config.targeted_field,
-                &config.strip_targeted_fields,
-            ),
+            targeted: targeted::TargetedFields::new(&config.targeted_field),
             stale_if_error_grace: config.stale_if_error_grace.as_secs().min(u32::MAX as u64) as u32,
             store_set_cookie: config.store_set_cookie,
         }

@@ -19,28 +19,22 @@ use pingora_cache::cache_control::CacheControl;
 use pingora_http::ResponseHeader;
 use sfv::{ParseMore, Parser};
 
-/// The target list, most specific first, and the fields removed from responses to clients.
+/// The target list, most specific first. (Which of them are removed from responses to clients is
+/// `cache.strip_targeted_fields`, applied with the other fields meant for this cache only by
+/// `proxy::headers::ForUsOnly`.)
 #[derive(Debug, Clone)]
 pub struct TargetedFields {
     names: Vec<String>,
-    /// Removed from every response to a client, parsed once for [`TargetedFields::strip`].
-    stripped: Vec<http::header::HeaderName>,
 }
 
 impl TargetedFields {
-    /// Our own field (lowercase) first, then `CDN-Cache-Control`; `stripped` are the field names
-    /// removed from responses to clients.
-    pub fn new(own_field: &str, stripped: &[String]) -> Self {
+    /// Our own field (lowercase) first, then `CDN-Cache-Control`.
+    pub fn new(own_field: &str) -> Self {
         let mut names = vec![own_field.to_ascii_lowercase()];
         if names[0] != "cdn-cache-control" {
             names.push("cdn-cache-control".to_string());
         }
-        // a name that is not a valid field name can never be present in a response
-        let stripped = stripped
-            .iter()
-            .filter_map(|n| http::header::HeaderName::from_bytes(n.as_bytes()).ok())
-            .collect();
-        TargetedFields { names, stripped }
+        TargetedFields { names }
     }
 
     /// The field names of the target list, most specific first.
@@ -71,20 +65,6 @@ impl TargetedFields {
     pub fn governing_field<'a>(&'a self, resp: &ResponseHeader) -> &'a str {
         self.governing(resp).unwrap_or("cache-control")
     }
-
-    /// Removes the configured fields from a response going to a client.
-    ///
-    /// Runs on every response: the common case (none of them present) is one pass over the
-    /// response's field names comparing lengths and bytes, without hashing the names.
-    pub fn strip(&self, resp: &mut ResponseHeader) {
-        if self.stripped.is_empty() || !resp.headers.keys().any(|name| self.stripped.contains(name))
-        {
-            return;
-        }
-        for name in &self.stripped {
-            resp.remove_header(name);
-        }
-    }
 }
 
 /// Whether field `name` is present in `resp` and its lines, combined, are a Structured Field
@@ -108,7 +88,7 @@ mod tests {
 
     #[test]
     fn most_specific_field_wins() {
-        let fields = TargetedFields::new("Lacquer-Cache-Control", &[]);
+        let fields = TargetedFields::new("Lacquer-Cache-Control");
         let r = resp(&[
             ("cache-control", "no-store"),
             ("cdn-cache-control", "max-age=10"),
@@ -124,7 +104,7 @@ mod tests {
 
     #[test]
     fn an_invalid_dictionary_is_ignored_as_a_whole() {
-        let fields = TargetedFields::new("lacquer-cache-control", &[]);
+        let fields = TargetedFields::new("lacquer-cache-control");
         for invalid in [
             "max-age=10000, &&&&&",
             "MAX-AGE=10",
@@ -157,29 +137,5 @@ mod tests {
             ("cdn-cache-control", "public"),
         ]);
         assert_eq!(fields.governing(&r), Some("cdn-cache-control"));
-    }
-
-    #[test]
-    fn strip_removes_only_the_configured_fields() {
-        let headers = [
-            ("cache-control", "no-store"),
-            ("cdn-cache-control", "max-age=10"),
-            ("lacquer-cache-control", "max-age=20"),
-        ];
-        let own_only =
-            TargetedFields::new("lacquer-cache-control", &["lacquer-cache-control".into()]);
-        let mut r = resp(&headers);
-        own_only.strip(&mut r);
-        assert!(r.headers.get("lacquer-cache-control").is_none());
-        assert!(r.headers.get("cdn-cache-control").is_some());
-        assert!(r.headers.get("cache-control").is_some());
-        let both = TargetedFields::new(
-            "lacquer-cache-control",
-            &["lacquer-cache-control".into(), "cdn-cache-control".into()],
-        );
-        let mut r = resp(&headers);
-        both.strip(&mut r);
-        assert!(r.headers.get("cdn-cache-control").is_none());
-        assert!(r.headers.get("cache-control").is_some());
     }
 }

@@ -1,4 +1,5 @@
-//! Header rewriting at the proxy boundary: hop-by-hop fields, `Via`, and forwarding headers.
+//! Header rewriting at the proxy boundary: hop-by-hop fields, fields meant for this cache only,
+//! `Via`, and forwarding headers.
 //!
 //! Pingora 0.9 already strips hop-by-hop fields from requests it forwards upstream (including the
 //! fields a `Connection` header nominates). Responses are our job: whatever the origin marks as
@@ -49,6 +50,38 @@ pub fn add_date_if_missing(resp: &mut ResponseHeader) {
     if !resp.status.is_informational() && !resp.headers.contains_key(header::DATE) {
         let now = pingora_core::protocols::http::date::get_cached_date();
         let _ = resp.insert_header(header::DATE, now);
+    }
+}
+
+/// Fields meant for this cache only, removed from every response to a client: the targeted
+/// cache-control fields (RFC 9213; unless `cache.forward_targeted_fields`) and the tag field
+/// (unless `invalidation.forward_tag_header`).
+#[derive(Debug, Clone, Default)]
+pub struct ForUsOnly {
+    names: Vec<HeaderName>,
+}
+
+impl ForUsOnly {
+    /// The fields called `names` (names that are not valid field names are never present).
+    pub fn new<'a>(names: impl IntoIterator<Item = &'a str>) -> ForUsOnly {
+        let names = names
+            .into_iter()
+            .filter_map(|n| HeaderName::from_bytes(n.to_ascii_lowercase().as_bytes()).ok())
+            .collect();
+        ForUsOnly { names }
+    }
+
+    /// Removes them from a response going to a client.
+    ///
+    /// Runs on every response: the common case (none present) is one pass over the response's
+    /// field names comparing lengths and bytes, without hashing the names removed.
+    pub fn strip(&self, resp: &mut ResponseHeader) {
+        if !resp.headers.keys().any(|name| self.names.contains(name)) {
+            return;
+        }
+        for name in &self.names {
+            resp.remove_header(name);
+        }
     }
 }
 
@@ -189,5 +222,21 @@ mod tests {
             assert_eq!(via.for_version(version), expected);
             assert_eq!(via_value(version, "lacquer"), expected);
         }
+    }
+
+    #[test]
+    fn for_us_only_removes_only_the_named_fields() {
+        let mut resp = ResponseHeader::build(200, None).unwrap();
+        resp.insert_header("cache-control", "no-store").unwrap();
+        resp.insert_header("cdn-cache-control", "max-age=10")
+            .unwrap();
+        resp.insert_header("lacquer-cache-control", "max-age=20")
+            .unwrap();
+        resp.insert_header("surrogate-key", "a b").unwrap();
+        ForUsOnly::new(["Lacquer-Cache-Control", "surrogate-key", "not a name"]).strip(&mut resp);
+        assert!(resp.headers.get("lacquer-cache-control").is_none());
+        assert!(resp.headers.get("surrogate-key").is_none());
+        assert!(resp.headers.get("cdn-cache-control").is_some());
+        assert!(resp.headers.get("cache-control").is_some());
     }
 }

@@ -3,26 +3,40 @@
 //! A successful POST, PUT, DELETE, PATCH (or any method not known to be safe) changes the resource,
 //! so the cache must not keep serving what it stored for the target URI, nor for the URIs in
 //! `Location` and `Content-Location` when they are on the same host. Every variant stored under
-//! those URIs goes: the storage's purge of a URL takes its variants with it (and, with a memcached
-//! cluster, the URL's entry there), as for a PURGE ([`super::purge`]).
+//! those URIs goes, as for a PURGE ([`super::purge`]), through the invalidation service: here, in
+//! memcached, and (when something was stored) on every other node through the cluster's log.
 
 use super::cache_key;
+use crate::invalidation::target::Target;
+use crate::invalidation::{Invalidator, Request};
 use http::{Method, StatusCode};
-use pingora_cache::storage::{PurgeTarget, PurgeType, Storage};
-use pingora_cache::trace::Span;
-use pingora_cache::CacheKey;
 use pingora_http::{RequestHeader, ResponseHeader};
+use std::net::IpAddr;
 
-/// `upstream_response_filter`: when `resp` is a successful answer to an unsafe `req`, removes
-/// what `storage` holds for the request's URI and the same-host URIs the response points to.
+/// `upstream_response_filter`: when `resp` is a successful answer to an unsafe `req` from
+/// `client`, purges the request's URI and the same-host URIs the response points to.
 pub async fn on_upstream_response(
-    storage: &'static (dyn Storage + Sync),
+    invalidator: &'static Invalidator,
     req: &RequestHeader,
     resp: &ResponseHeader,
+    client: Option<IpAddr>,
 ) {
-    if invalidates(&req.method, resp.status) {
-        let keys = targets(cache_key::request_host(req), req, resp);
-        purge(storage, &keys).await;
+    if !invalidates(&req.method, resp.status) {
+        return;
+    }
+    let host = cache_key::request_host(req);
+    let client = client.map_or_else(|| "unknown".to_string(), |ip| ip.to_string());
+    for path in targets(host, req, resp) {
+        let request = Request {
+            target: Target::url(host, &path),
+            soft: false,
+            asked_by: format!("{client} ({} {})", req.method, resp.status.as_u16()),
+            wait: false,
+            only_if_stored: true,
+        };
+        if let Err(refused) = invalidator.invalidate(request).await {
+            log::warn!("invalidation of {host}{path} refused: {}", refused.0);
+        }
     }
 }
 
@@ -55,9 +69,9 @@ pub fn same_host_target(host: &str, value: &str) -> Option<String> {
     )
 }
 
-/// The cache keys an invalidating response removes: the target URI and same-host
-/// `Location` / `Content-Location`. `host` is the request's, as sent.
-fn targets(host: &str, req: &RequestHeader, resp: &ResponseHeader) -> Vec<CacheKey> {
+/// The paths (with query) an invalidating response removes on `host` (the request's, as sent):
+/// the target URI and same-host `Location` / `Content-Location`.
+fn targets(host: &str, req: &RequestHeader, resp: &ResponseHeader) -> Vec<String> {
     let mut paths = vec![req
         .uri
         .path_and_query()
@@ -72,25 +86,7 @@ fn targets(host: &str, req: &RequestHeader, resp: &ResponseHeader) -> Vec<CacheK
     }
     paths.sort();
     paths.dedup();
-    paths.iter().map(|p| cache_key::of_url(host, p)).collect()
-}
-
-/// Purges each key (and its variants) from the storage.
-async fn purge(storage: &'static (dyn Storage + Sync), keys: &[CacheKey]) {
-    let span = Span::inactive().handle();
-    for key in keys {
-        let compact = key.to_compact();
-        if let Err(e) = storage
-            .purge(
-                PurgeTarget::Active(&compact),
-                PurgeType::Invalidation,
-                &span,
-            )
-            .await
-        {
-            log::warn!("invalidation of {compact} failed: {e}");
-        }
-    }
+    paths
 }
 
 #[cfg(test)]

@@ -4,22 +4,25 @@
 //! concern, and [`RequestCtx`] carries what they learn from phase to phase. In the order a request
 //! meets them (see the picture in `docs/architecture.md`):
 //!
-//! 1. `request_filter`: [`purge`] decides whether this is a PURGE its client may send (refused:
-//!    405); the request rules (`crate::rules`) are applied; [`fast_hit`] answers fresh, plain hits
-//!    from storage without Pingora's cache machinery.
+//! 1. `request_filter`: [`purge`] answers a PURGE (refused: 405; allowed: carried out across the
+//!    cluster by `crate::invalidation`); the request rules (`crate::rules`) are applied;
+//!    [`fast_hit`] answers fresh, plain hits from storage without Pingora's cache machinery.
 //! 2. `request_cache_filter`: whether the cache is used at all (method, client `no-store`,
 //!    config); if so, it is enabled with our storage and the cache lock.
 //! 3. `cache_key_callback`: the key from [`cache_key`] (built once per request);
 //!    `cache_vary_filter` adds the variant (`policy::vary`); `cache_hit_filter` applies the
-//!    client's directives (`policy::request_directives`); `is_purge` reads the purge decision.
+//!    client's directives (`policy::request_directives`).
 //! 4. Lookup (Pingora's state machine): a fresh hit is served from storage; concurrent misses wait
 //!    on the cache lock so one origin fetch fills the cache for all of them.
 //! 5. `proxy_upstream_filter` … `upstream_response_body_filter`: `only-if-cached`, fairness, the
-//!    attempts, retries and passive health of `crate::upstream`; forwarding headers and `Via`
-//!    ([`headers`]); [`invalidation`] by unsafe methods; `crate::compression` on the way in.
+//!    attempts, retries and passive health of `crate::upstream` (and, in `fail_to_proxy`, its
+//!    status for a request that failed: 504 on a timeout); a retry never meets the failed
+//!    attempt's cache write ([`retried_fill`]); forwarding headers and `Via` ([`headers`]);
+//!    [`invalidation`] by unsafe methods; `crate::compression` on the way in.
 //! 6. `response_cache_filter`: the [`CachePolicy`] decides whether and how long to store.
-//! 7. `response_filter`: `Cache-Status` ([`cache_status`]) and `Via` on every response,
-//!    `crate::compression` on the way out; `logging` ends the fill lease this request holds and
+//! 7. `response_filter`: `Cache-Status` ([`cache_status`]) and `Via` on every response, fields
+//!    meant for this cache only removed ([`headers::ForUsOnly`]), `crate::compression` on the way
+//!    out; `logging` ends the fill lease this request holds and
 //!    writes the [`access_record`].
 //!
 //! A program that embeds Lacquer adds its own code to phases 1 and 7 through [`hooks`].
@@ -33,10 +36,12 @@ pub mod hooks;
 pub mod invalidation;
 pub mod post_reuse;
 pub mod purge;
+pub mod retried_fill;
 
 use crate::compression::decoded_copies::DecodedCopies;
 use crate::compression::{self, CompressionCtx};
 use crate::config::Config;
+use crate::invalidation::Invalidator;
 use crate::observe::access_log::AccessLog;
 use crate::policy::request_directives::RequestDirectives;
 use crate::policy::{freshness, preconditions, revalidation, vary, CachePolicy};
@@ -59,7 +64,7 @@ use pingora_cache::{CacheKey, CacheMeta, CacheOptionOverrides, ForcedFreshness, 
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_error::Result;
 use pingora_http::{RequestHeader, ResponseHeader};
-use pingora_proxy::{ProxyHttp, Session};
+use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 use purge::PurgeRequest;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -111,6 +116,10 @@ pub struct LacquerProxy {
     access_log: Option<AccessLog>,
     /// Our `Via` entries, rendered once.
     via: headers::ViaValues,
+    /// Purges (PURGE, unsafe methods) carried out across the cluster.
+    invalidator: &'static Invalidator,
+    /// Fields removed from every response to a client.
+    for_us_only: headers::ForUsOnly,
     /// `[[rules]]`, compiled.
     rules: RequestRules,
     /// The embedding program's own phase hooks (none in the `lacquer` binary).
@@ -124,6 +133,7 @@ impl LacquerProxy {
         config: Arc<Config>,
         memory: &'static MemoryTier,
         tiered: Option<&'static TieredStorage>,
+        invalidator: &'static Invalidator,
         access_log: Option<AccessLog>,
     ) -> Self {
         let lock: &'static CacheLock = Box::leak(CacheLock::new_boxed(config.cache.lock_timeout));
@@ -142,10 +152,27 @@ impl LacquerProxy {
             let decoded_copies = DecodedCopies::new(config.cache.compression.decoded_copies);
             FastHit::new(memory, tiered, decoded_copies)
         });
+        let policy = CachePolicy::new(&config.cache);
+        let for_us_only = headers::ForUsOnly::new(
+            config
+                .cache
+                .strip_targeted_fields
+                .iter()
+                .map(String::as_str)
+                .chain(
+                    config
+                        .invalidation
+                        .tag_header
+                        .as_deref()
+                        .filter(|_| !config.invalidation.forward_tag_header),
+                ),
+        );
         LacquerProxy {
             known_missing,
             fast_hit,
-            policy: CachePolicy::new(&config.cache),
+            policy,
+            invalidator,
+            for_us_only,
             rules: RequestRules::new(&config.rules),
             hooks: None,
             upstream: Upstream::new(&config),
@@ -175,7 +202,7 @@ impl LacquerProxy {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         let request_version = req.version;
-        self.policy.targeted_fields().strip(head);
+        self.for_us_only.strip(head);
         self.rules.on_downstream_head(&ctx.rules, head);
         if let Some(hooks) = &self.hooks {
             hooks.response_filter(req, head)?;
@@ -240,8 +267,14 @@ impl ProxyHttp for LacquerProxy {
             || client_ip(session),
             &self.config.cache.purge_from,
         );
-        if ctx.purge == PurgeRequest::Refused {
-            return purge::refuse(session).await;
+        match ctx.purge {
+            PurgeRequest::None => {}
+            PurgeRequest::Refused => return purge::refuse(session).await,
+            PurgeRequest::Allowed => {
+                let client = client_ip(session);
+                let enabled = self.config.cache.enabled;
+                return purge::carry_out(session, self.invalidator, enabled, client).await;
+            }
         }
         ctx.rules = self.rules.on_request(session.req_header_mut());
         if let Some(hooks) = &self.hooks {
@@ -274,11 +307,11 @@ impl ProxyHttp for LacquerProxy {
             return Ok(());
         }
         let req = session.req_header();
-        if !ctx.purge.allowed() && !self.policy.request_cacheable(req) {
+        if !self.policy.request_cacheable(req) {
             ctx.seen.method_not_cacheable = true;
             return Ok(());
         }
-        if ctx.rules.pass && !ctx.purge.allowed() {
+        if ctx.rules.pass {
             // configured not to handle it: RFC 9211's fwd=bypass
             return Ok(());
         }
@@ -364,10 +397,6 @@ impl ProxyHttp for LacquerProxy {
         })
     }
 
-    fn is_purge(&self, _session: &Session, ctx: &Self::CTX) -> bool {
-        ctx.purge.allowed()
-    }
-
     fn should_serve_stale(
         &self,
         _session: &mut Session,
@@ -424,6 +453,7 @@ impl ProxyHttp for LacquerProxy {
     ) -> Box<pingora_error::Error> {
         self.upstream
             .on_connect_failure(&ctx.upstream, session, &mut e);
+        retried_fill::on_retry(session, &e);
         e
     }
 
@@ -433,14 +463,35 @@ impl ProxyHttp for LacquerProxy {
         session: &mut Session,
         e: Box<pingora_error::Error>,
         ctx: &mut Self::CTX,
-        _client_reused: bool,
+        client_reused: bool,
     ) -> Box<pingora_error::Error> {
         let mut e = e.more_context(format!("Peer: {peer}"));
         // compression's own retry (asking the origin for identity) is left as it is
         if !compression::retry_requested(&ctx.compression) {
-            self.upstream.on_proxy_error(&ctx.upstream, session, &mut e);
+            self.upstream
+                .on_proxy_error(&ctx.upstream, session, &mut e, client_reused);
         }
+        retried_fill::on_retry(session, &e);
         e
+    }
+
+    async fn fail_to_proxy(
+        &self,
+        session: &mut Session,
+        e: &pingora_error::Error,
+        _ctx: &mut Self::CTX,
+    ) -> FailToProxy {
+        let code = crate::upstream::attempts::failure_status(e);
+        if code > 0 {
+            if let Err(write_error) = session.respond_error(code).await {
+                log::debug!("could not send the {code} error response: {write_error}");
+            }
+        }
+        FailToProxy {
+            error_code: code,
+            // as Pingora's default: the connection may be mid-message
+            can_reuse_downstream: false,
+        }
     }
 
     async fn upstream_request_filter(
@@ -484,8 +535,13 @@ impl ProxyHttp for LacquerProxy {
     ) -> Result<()> {
         self.upstream
             .on_response(&mut ctx.upstream, upstream_response.status);
-        invalidation::on_upstream_response(self.storage, session.req_header(), upstream_response)
-            .await;
+        invalidation::on_upstream_response(
+            self.invalidator,
+            session.req_header(),
+            upstream_response,
+            client_ip(session),
+        )
+        .await;
         headers::strip_hop_by_hop(upstream_response);
         headers::add_date_if_missing(upstream_response);
         rules::on_upstream_response(&ctx.rules, upstream_response);
@@ -641,7 +697,9 @@ impl ProxyHttp for LacquerProxy {
             .await;
         }
         if let Some(lease) = ctx.fill_lease.take() {
-            lease.on_request_end(ctx.cache_status.as_ref().is_some_and(|s| s.stored));
+            // a request that ended in an error abandoned its fill, whatever was judged storable
+            let stored = e.is_none() && ctx.cache_status.as_ref().is_some_and(|s| s.stored);
+            lease.on_request_end(stored);
         }
         if let Some(log) = &self.access_log {
             access_record::on_request_end(log, session, ctx, &self.config.cache.status_name);

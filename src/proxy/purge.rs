@@ -4,17 +4,23 @@
 //! `request_filter` ([`on_request`]), and kept in the request context as a [`PurgeRequest`]. A
 //! PURGE from a listed client (loopback by default) is [`PurgeRequest::Allowed`]; from any other
 //! client it is refused with 405 there and then ([`refuse`]), as Varnish's customary `acl purge`
-//! does. The later phases read that decision instead of judging the request again:
-//! `request_cache_filter` enables the cache for an allowed purge (its method is otherwise not
-//! cacheable), and `is_purge` hands it to Pingora's purge path.
+//! does.
 //!
-//! What a purge removes is the storage's business (`Storage::purge` on the configured store): this
-//! node's copy of the URL and of every variant, and, with a memcached cluster, the URL's entry
-//! there (`storage::tiered`). The answer is Pingora's, with an empty body: 200 when something
-//! was stored, 404 when nothing was, 405 when the cache is off for the request (disabled, or the
-//! PURGE said `Cache-Control: no-store`), 500 when the storage failed.
+//! An allowed PURGE is carried out there too ([`carry_out`]) by the invalidation service, as a
+//! purge through the admin API is: this node's copy of the URL and of every variant, the URL's
+//! entry in memcached, and, through the cluster's invalidation log, every other node's copy
+//! within the poll interval (see [`crate::invalidation`]). `Soft-Purge: 1` marks them stale
+//! instead. The answer has an empty body and says what was reached in `Lacquer-Purge`
+//! (`here=1+0; memcached=deleted; published=3/3; pending=none`): 200 when something was stored,
+//! 404 when nothing was, 202 when part of it is pending (a server did not answer; retried in the
+//! background, and the old entry is not served meanwhile), 503 when no memcached server took it,
+//! 405 when the cache is disabled. It does not wait for the other nodes (the admin API can).
 
+use crate::invalidation::target::Target;
+use crate::invalidation::{Invalidator, Request};
+use crate::proxy::cache_key;
 use pingora_error::Result;
+use pingora_http::ResponseHeader;
 use pingora_proxy::Session;
 use std::net::IpAddr;
 
@@ -60,6 +66,47 @@ pub fn on_request(
 /// request is answered.
 pub async fn refuse(session: &mut Session) -> Result<bool> {
     session.respond_error(405).await?;
+    Ok(true)
+}
+
+/// Carries out an allowed PURGE of the request's URL from `client` and answers it (see the
+/// module docs); `cache_enabled` is `cache.enabled`. Returns that the request is answered.
+pub async fn carry_out(
+    session: &mut Session,
+    invalidator: &'static Invalidator,
+    cache_enabled: bool,
+    client: Option<IpAddr>,
+) -> Result<bool> {
+    if !cache_enabled {
+        session.respond_error(405).await?;
+        return Ok(true);
+    }
+    let req = session.req_header();
+    let path = req.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    let soft = req
+        .headers
+        .get("soft-purge")
+        .is_some_and(|v| matches!(v.as_bytes(), b"1" | b"true" | b"yes"));
+    let request = Request {
+        target: Target::url(cache_key::request_host(req), path),
+        soft,
+        asked_by: format!(
+            "{} (PURGE)",
+            client.map_or_else(|| "unknown".to_string(), |ip| ip.to_string())
+        ),
+        wait: false,
+        only_if_stored: false,
+    };
+    let (status, summary) = match invalidator.invalidate(request).await {
+        Ok(report) if !report.complete => (report.status(), report.summary()),
+        Ok(report) if report.found() => (200, report.summary()),
+        Ok(report) => (404, report.summary()),
+        Err(refused) => (400, refused.0),
+    };
+    let mut head = ResponseHeader::build(status, Some(2))?;
+    head.insert_header(http::header::CONTENT_LENGTH, 0)?;
+    head.insert_header("lacquer-purge", summary)?;
+    session.write_response_header(Box::new(head), true).await?;
     Ok(true)
 }
 

@@ -23,6 +23,10 @@ pub const MAGIC: &[u8; 2] = b"LQ";
 /// Current format version.
 pub const VERSION: u8 = 1;
 
+/// The most chunks a manifest may list (64 GiB in 1 MiB items): a reader builds one key per
+/// chunk before it asks, so a corrupt or hostile count must not make it build billions.
+pub const MAX_CHUNKS: u32 = 1 << 16;
+
 /// What a value holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -304,12 +308,22 @@ pub fn decode(value: &Bytes, expected_key: &str) -> Result<DecodedEntry, EntryEr
             }
             EntryBody::Inline(value.slice(start..start + len))
         }
-        _ => EntryBody::Chunked(ChunkList {
-            write_id: reader.u64()?,
-            body_len: reader.u64()?,
-            count: reader.u32()?,
-            body_crc: reader.u32()?,
-        }),
+        _ => {
+            let list = ChunkList {
+                write_id: reader.u64()?,
+                body_len: reader.u64()?,
+                count: reader.u32()?,
+                body_crc: reader.u32()?,
+            };
+            // every chunk carries at least one byte, and a reader asks for at most MAX_CHUNKS
+            if list.count == 0 || u64::from(list.count) > list.body_len || list.count > MAX_CHUNKS {
+                return Err(EntryError::Malformed("implausible chunk count"));
+            }
+            if reader.pos != reader.data.len() {
+                return Err(EntryError::Malformed("trailing bytes"));
+            }
+            EntryBody::Chunked(list)
+        }
     };
     Ok(DecodedEntry { meta, body })
 }
@@ -332,6 +346,30 @@ pub fn decode_chunk(
     let start = reader.pos;
     reader.take(len)?;
     Ok(value.slice(start..start + len))
+}
+
+/// The body of a manifest's `list` from its chunk `values` (in chunk order, as fetched): every
+/// chunk present, of this write and `expected_key`, in order, and the whole matching the
+/// manifest's length and CRC-32. `None` when anything is missing or wrong: a miss, never a
+/// partial or mixed body.
+pub fn assemble_chunks(
+    values: Vec<Option<Bytes>>,
+    expected_key: &str,
+    list: &ChunkList,
+) -> Option<Vec<Bytes>> {
+    if values.len() != list.count as usize {
+        return None;
+    }
+    let mut chunks = Vec::with_capacity(values.len());
+    let mut crc = crc32fast::Hasher::new();
+    let mut len = 0u64;
+    for (i, value) in values.into_iter().enumerate() {
+        let data = decode_chunk(&value?, expected_key, list.write_id, i as u32).ok()?;
+        crc.update(&data);
+        len += data.len() as u64;
+        chunks.push(data);
+    }
+    (len == list.body_len && crc.finalize() == list.body_crc).then_some(chunks)
 }
 
 #[cfg(test)]

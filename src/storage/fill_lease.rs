@@ -8,15 +8,25 @@
 //!   (`{namespace}:fill:{primary hash}`) fetches it from the origin (`FillClaim::Ours`).
 //!   Requests on the claiming node itself take the standard path, where Pingora's cache lock
 //!   coalesces them (`FillClaim::ThisNode`); one claim per URL is out per node at a time.
+//! * **Placement**: the lease lives on the server that holds the URL's entry (placed by the
+//!   entry's key, not its own), so the lease is reachable exactly when the entry is: a dead
+//!   server takes both with it, and nobody waits for a fill that could not be stored.
 //! * **Wait**: requests on the other nodes look for the holder's fill every 10 ms, where the
 //!   caller says (the fast path: this node's memory tier, then memcached), and are served by it
 //!   ([`FillLeases::on_shared_miss`]).
-//! * **Release**: a fill that stored nothing deletes the lease when its request ends
-//!   ([`HeldLease::on_request_end`]), so the waiters fetch for themselves at once instead of
-//!   being held behind an uncacheable response; a stored fill leaves the lease to expire, since
-//!   the waiters find the entry first.
-//! * **Expiry**: the lease expires after `fill_lease` (default 3 s) on its own, so a node that
-//!   dies mid-fill holds the others up for at most that long; a waiter gives up then too.
+//! * **Release**: a fill that stored nothing (uncacheable, or the fetch failed) deletes the lease
+//!   when its request ends ([`HeldLease::on_request_end`]), and so does a fill whose write to
+//!   memcached failed ([`FillLeases::on_write_failed`]), so the waiters fetch for themselves at
+//!   once instead of being held behind a fill they will never see. A stored and written fill
+//!   leaves the lease to expire, since the waiters find the entry first.
+//! * **Bounds**: memcached failing is never waited on. When the URL's server is ejected or its
+//!   last operation failed (the miss that brought the request here may have been a timeout), no
+//!   lease is claimed or waited for, and a wait ends as soon as one of its looks fails: a dead
+//!   or frozen server costs a request at most one `op_timeout`. Every wait also ends when the
+//!   lease would have expired, counted from the holder's claim time written in the lease (so
+//!   an `add` that a frozen server applies only when it thaws holds nobody up), and the lease
+//!   expires on its own after `fill_lease` (default 3 s), so a node that dies mid-fill holds
+//!   the others up for at most that long.
 //!
 //! `fill_lease = 0` switches coordination off (`FillClaim::Uncoordinated`); so does memcached
 //! not answering the claim.
@@ -31,7 +41,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How often a request waiting for another node's fill looks for it.
 const FILL_POLL: Duration = Duration::from_millis(10);
@@ -103,6 +113,8 @@ struct Held {
     leases: &'static FillLeases,
     primary: HashBinary,
     lease_key: String,
+    /// The key of the URL's entry, by which the lease is placed.
+    entry_key: String,
 }
 
 /// Unmarks a URL as being claimed on this node when its claim fails or the claiming request is
@@ -139,6 +151,17 @@ impl FillLeases {
         format!("{}:fill:{}", self.namespace, key.primary())
     }
 
+    /// The memcached key of the URL's primary entry (`tiered::memcached_key` of the key without
+    /// variance), by which the lease is placed.
+    fn entry_key(&self, key: &CacheKey) -> String {
+        format!("{}:{}", self.namespace, key.primary())
+    }
+
+    /// Whether the server holding `key`'s entry is ejected or has just failed.
+    fn server_failing(&self, key: &CacheKey) -> bool {
+        self.cluster.server_failing(self.entry_key(key).as_bytes())
+    }
+
     /// After memcached had nothing for `key`: claims the fill for this request, or, when another
     /// node holds the lease, waits for that fill and returns it. `look` looks for the fill once
     /// (the caller knows where, and what of it may be served); it runs every 10 ms until the fill
@@ -161,6 +184,7 @@ impl FillLeases {
                         leases: self,
                         primary: key.primary_bin(),
                         lease_key: self.lease_key(key),
+                        entry_key: self.entry_key(key),
                     }))),
                     known_missing: true,
                 }
@@ -170,7 +194,11 @@ impl FillLeases {
             }
             FillClaim::Theirs => {}
         }
-        let deadline = Instant::now() + self.lease;
+        // the holder's claim time bounds the wait, whenever the lease came to be in memcached
+        let Some(remaining) = self.lease_remaining(key).await else {
+            return self.wait_cut(key);
+        };
+        let deadline = Instant::now() + remaining;
         loop {
             tokio::time::sleep(FILL_POLL).await;
             match look().await {
@@ -181,15 +209,60 @@ impl FillLeases {
                 Sighting::Elsewhere => return AfterSharedMiss::fill_here(false),
                 Sighting::NotYet => {}
             }
-            if Instant::now() >= deadline || !self.still_claimed(key).await {
-                return AfterSharedMiss::fill_here(true);
+            if Instant::now() >= deadline || self.server_failing(key) {
+                return self.wait_cut(key);
+            }
+            if self.lease_remaining(key).await.is_none() {
+                return self.wait_cut(key);
             }
         }
+    }
+
+    /// A wait for another node's fill ends without it (released, expired, or the URL's server
+    /// failed): this request fetches for itself. Counted when it ended early for a failure.
+    fn wait_cut<T>(&self, key: &CacheKey) -> AfterSharedMiss<T> {
+        if self.server_failing(key) {
+            self.counters.fill_waits_cut.fetch_add(1, Ordering::Relaxed);
+        }
+        AfterSharedMiss::fill_here(true)
+    }
+
+    /// How much longer another node's lease on `key` may hold this request up: what is left of
+    /// `fill_lease` since the claim time the lease carries (never more than `fill_lease`).
+    /// `None` when the lease is gone or its server failed.
+    async fn lease_remaining(&self, key: &CacheKey) -> Option<Duration> {
+        let value = self
+            .cluster
+            .get_with(
+                self.entry_key(key).as_bytes(),
+                self.lease_key(key).as_bytes(),
+            )
+            .await?;
+        let claimed = std::str::from_utf8(&value)
+            .ok()
+            .and_then(|text| text.parse::<u64>().ok())
+            .map(|ms| UNIX_EPOCH + Duration::from_millis(ms));
+        let Some(claimed) = claimed else {
+            // not written by this version: trust the lease for its whole length
+            return Some(self.lease);
+        };
+        let held = SystemTime::now()
+            .duration_since(claimed)
+            .unwrap_or_default();
+        Some(self.lease.saturating_sub(held)).filter(|left| !left.is_zero())
     }
 
     /// Claims the fill of `key` for this node, unless another node or another request here has.
     async fn claim(&self, key: &CacheKey) -> FillClaim {
         if self.lease.is_zero() {
+            return FillClaim::Uncoordinated;
+        }
+        if self.server_failing(key) {
+            // the miss that brought us here was the server failing, not answering "not stored":
+            // nothing more is asked of it for this request
+            self.counters
+                .fills_unguarded
+                .fetch_add(1, Ordering::Relaxed);
             return FillClaim::Uncoordinated;
         }
         let primary = key.primary_bin();
@@ -220,9 +293,18 @@ impl FillLeases {
         };
         let ttl = self.lease.as_secs() as u32;
         let lease = self.lease_key(key);
+        let claimed_at = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or_default();
         match self
             .cluster
-            .add(lease.as_bytes(), Bytes::from_static(b"1"), ttl)
+            .add_with(
+                self.entry_key(key).as_bytes(),
+                lease.as_bytes(),
+                Bytes::from(claimed_at.to_string()),
+                ttl,
+            )
             .await
         {
             Some(true) => {
@@ -232,36 +314,69 @@ impl FillLeases {
                 FillClaim::Ours
             }
             Some(false) => FillClaim::Theirs,
-            None => FillClaim::Uncoordinated,
+            None => {
+                self.counters
+                    .fills_unguarded
+                    .fetch_add(1, Ordering::Relaxed);
+                FillClaim::Uncoordinated
+            }
         }
     }
 
-    /// Whether another node's lease on `key`'s fill is still held.
-    async fn still_claimed(&self, key: &CacheKey) -> bool {
-        self.cluster
-            .get(self.lease_key(key).as_bytes())
-            .await
-            .is_some()
+    /// The tiered store could not write `key`'s fill to memcached: the nodes waiting for it
+    /// would never see it, so the URL's lease is deleted (in the background) and they fetch for
+    /// themselves. Whoever holds the lease, the worst this does is one more origin fetch. Not
+    /// attempted while the URL's server is failing: the waiters stop on their own then.
+    pub fn on_write_failed(&'static self, key: &CacheKey) {
+        if self.lease.is_zero() || self.server_failing(key) {
+            return;
+        }
+        let (entry_key, lease_key) = (self.entry_key(key), self.lease_key(key));
+        tokio::spawn(async move {
+            self.cluster
+                .delete_with(entry_key.as_bytes(), lease_key.as_bytes())
+                .await;
+        });
+    }
+
+    /// `key`'s URL was purged: a lease on it belongs to a fill from before the purge (or one
+    /// that will find the URL purged), so it is deleted and the nodes that miss the URL now
+    /// fetch it at once instead of waiting for the lease to expire.
+    pub async fn on_purge(&self, key: &CacheKey) {
+        if !self.lease.is_zero() {
+            self.cluster
+                .delete_with(
+                    self.entry_key(key).as_bytes(),
+                    self.lease_key(key).as_bytes(),
+                )
+                .await;
+        }
     }
 }
 
 impl HeldLease {
-    /// The request that holds the lease is over (`logging`). When its fill `stored` nothing, the
-    /// lease is deleted too: the nodes waiting for it then fetch for themselves at once instead
-    /// of at the lease's expiry. A stored fill leaves the lease to expire; the waiters find the
-    /// entry first.
+    /// The request that holds the lease is over (`logging`). When its fill `stored` nothing
+    /// (uncacheable, or the fetch failed: the proxy passes `false` for any request that ended in
+    /// an error), the lease is deleted too: the nodes waiting for it then fetch for themselves at
+    /// once instead of at the lease's expiry. A stored fill leaves the lease to expire; the
+    /// waiters find the entry first (and should its write to memcached fail,
+    /// [`FillLeases::on_write_failed`] releases them).
     pub fn on_request_end(self, stored: bool) {
         let Held {
             leases,
             primary,
             lease_key,
+            entry_key,
         } = *self.0;
         leases.local_fills.lock().remove(&primary);
         if stored {
             return;
         }
         tokio::spawn(async move {
-            leases.cluster.delete(lease_key.as_bytes()).await;
+            leases
+                .cluster
+                .delete_with(entry_key.as_bytes(), lease_key.as_bytes())
+                .await;
         });
     }
 }

@@ -6,11 +6,16 @@
 //! * [`tiered`]: the memory tier in front of the memcached cluster shared by all nodes, reached
 //!   through the `lacquer-memcached` crate (ketama placement, pooled client, ejection).
 //! * [`fill_lease`]: fills coalesced across nodes through that cluster (one origin fetch per URL).
+//! * [`shared_framing`]: entries read from memcached are untrusted: framing rebuilt from the body.
 //! * [`shared_counters`]: what the shared tier has done, for `/stats`.
+//! * [`rules`]: the purges and bans both tiers judge entries by (carried out and spread over
+//!   the cluster by `crate::invalidation`).
 
 pub mod entry;
 pub mod fill_lease;
 pub mod memory;
 pub mod object;
+pub mod rules;
 pub mod shared_counters;
+pub mod shared_framing;
 pub mod tiered;

@@ -85,6 +85,13 @@ impl StoredMeta {
         }
     }
 
+    /// When the stored content was last known current: received from the origin, or confirmed
+    /// by a 304 since (Pingora keeps `created` from the first fetch and moves the epoch).
+    /// Purges and bans cover entries validated before them.
+    pub fn validated(&self) -> SystemTime {
+        self.created.max(self.epoch)
+    }
+
     /// Captures the parts of `meta` that survive storage.
     pub fn from_meta(meta: &CacheMeta) -> Self {
         StoredMeta {

@@ -12,6 +12,9 @@ pub struct SharedCounters {
     pub misses: AtomicU64,
     /// Values memcached returned that failed verification (format, checksum, key, a chunk).
     pub rejected: AtomicU64,
+    /// Verified entries not served because a purge or ban covers them, or because they are
+    /// older than purges and bans are remembered (`invalidation.retention`).
+    pub invalidated: AtomicU64,
     /// Entries written to memcached.
     pub writes: AtomicU64,
     /// Entries that could not be written.
@@ -21,4 +24,9 @@ pub struct SharedCounters {
     /// Requests that waited for another node's fill and were served by it (requests on the
     /// filling node wait on Pingora's cache lock instead, and are not counted).
     pub fills_awaited: AtomicU64,
+    /// Misses filled without a lease because the URL's memcached server was ejected, had just
+    /// failed, or did not answer the claim: nothing more is asked of a failing server.
+    pub fills_unguarded: AtomicU64,
+    /// Waits for another node's fill cut short because the URL's memcached server failed.
+    pub fill_waits_cut: AtomicU64,
 }

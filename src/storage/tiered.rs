@@ -6,8 +6,12 @@
 //! * **Fill**: the origin's response streams into the memory tier as before; when it completes,
 //!   the entry is written to memcached in a spawned task, off the client's critical path. Bodies
 //!   larger than one item go in chunks, with the manifest written last.
-//! * **Purge**: removes this node's copy and the memcached entry. Other nodes keep theirs for at
-//!   most `local_ttl`.
+//! * **Purge**: removes this node's copy and the memcached entry ([`TieredStorage::delete_shared`]
+//!   says what the delete reached). Reaching the other nodes, and entries a delete could not
+//!   reach, is [`crate::invalidation`]'s: every entry read from memcached is judged by the
+//!   node's [`RuleBook`] before it is served or promoted, so an entry a purge or ban covers is a
+//!   miss (or, after a soft one, stale) wherever it comes back from, and an entry older than the
+//!   rules' retention is not trusted.
 //! * **Fill coalescing** across nodes is [`super::fill_lease`]'s, over the same cluster.
 //!
 //! Anything wrong in memcached (unreachable server, timeout, garbage, a missing chunk) is a miss
@@ -18,10 +22,13 @@ use super::fill_lease::FillLeases;
 use super::memory::MemoryTier;
 use super::object::{Body, StoredMeta};
 use super::shared_counters::SharedCounters;
+use super::shared_framing;
 use crate::config::memcached::MemcachedConfig;
+use crate::storage::rules::scope::EntryScopes;
+use crate::storage::rules::{RuleBook, Verdict};
 use async_trait::async_trait;
 use bytes::Bytes;
-use lacquer_memcached::{Cluster, ClusterConfig, ClusterServer};
+use lacquer_memcached::{Cluster, ClusterConfig, ClusterServer, DeleteOutcome};
 use pingora_cache::key::{CacheHashKey, CompactCacheKey};
 use pingora_cache::storage::{
     HandleMiss, HitHandler, MissFinishType, MissHandler, PurgeOutcome, PurgeTarget, PurgeType,
@@ -39,6 +46,8 @@ use std::time::{Duration, SystemTime};
 const ITEM_HEADROOM: usize = 16 * 1024;
 /// memcached reads TTLs above 30 days as absolute times.
 const MAX_TTL_SECS: u64 = 30 * 24 * 3600;
+/// How long a memcached read waits for a node that just started to read the invalidation log.
+const CATCH_UP_PATIENCE: Duration = Duration::from_secs(2);
 
 /// The memcached key of a cache key: `{namespace}:{hex of Pingora's combined Blake2b-128 hash}`.
 /// Always 36+ printable bytes without whitespace, within memcached's 250-byte limit.
@@ -69,14 +78,21 @@ pub struct TieredStorage {
     keep: Duration,
     /// Cluster-wide coalescing of fills, over the same cluster.
     fill_leases: FillLeases,
+    /// The purges and bans entries read from memcached are judged by.
+    rules: &'static RuleBook,
     next_write: AtomicU64,
     /// What the shared tier has done.
     pub counters: Arc<SharedCounters>,
 }
 
 impl TieredStorage {
-    /// Wraps `memory` (already in near-cache mode) with the configured cluster.
-    pub fn new(memory: &'static MemoryTier, config: &MemcachedConfig) -> Self {
+    /// Wraps `memory` (already in near-cache mode) with the configured cluster; entries read
+    /// from it are judged by `rules`.
+    pub fn new(
+        memory: &'static MemoryTier,
+        config: &MemcachedConfig,
+        rules: &'static RuleBook,
+    ) -> Self {
         let seed = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
@@ -92,6 +108,7 @@ impl TieredStorage {
                 counters.clone(),
             ),
             cluster,
+            rules,
             namespace: config.namespace.clone(),
             chunk_size: config.item_size.saturating_sub(ITEM_HEADROOM).max(1024),
             item_size: config.item_size,
@@ -106,46 +123,115 @@ impl TieredStorage {
         &self.cluster
     }
 
+    /// The cluster, shared with the invalidation log that every server keeps a copy of.
+    pub fn cluster_handle(&self) -> Arc<Cluster> {
+        self.cluster.clone()
+    }
+
+    /// The namespace every key of this cluster starts with.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
     /// Cluster-wide coalescing of fills (see [`super::fill_lease`]).
     pub fn fill_leases(&self) -> &FillLeases {
         &self.fill_leases
+    }
+
+    /// The memcached key of `key` in this cluster's namespace.
+    pub fn memcached_key(&self, key: &impl CacheHashKey) -> String {
+        memcached_key(&self.namespace, key)
+    }
+
+    /// Deletes the memcached entry under `mc_key` (a URL's primary slot), saying which server
+    /// holds it and what the delete found there.
+    pub async fn delete_shared(&self, mc_key: &str) -> (Option<String>, DeleteOutcome) {
+        let (server, outcome) = self.cluster.delete_reporting(mc_key.as_bytes()).await;
+        let name = server.map(|i| self.cluster.server_name(i).to_string());
+        (name, outcome)
     }
 
     /// Reads `key` from memcached and promotes a hit into the memory tier (for `local_ttl`); the
     /// one shared read of both the standard lookup and the proxy's hit fast path. The caller
     /// judges freshness and variance.
     pub async fn read_and_promote(&self, key: &CacheKey) -> Option<(StoredMeta, Body)> {
-        let (meta, body) = self.shared_lookup(key).await?;
-        self.memory.promote(key, &meta, &body);
+        let (meta, body, scopes) = self.shared_lookup(key).await?;
+        self.memory.promote_with(key, &meta, &body, scopes);
         Some((meta, body))
     }
 
-    /// Fetches and verifies an entry from memcached.
-    async fn shared_lookup(&self, key: &CacheKey) -> Option<(StoredMeta, Body)> {
+    /// Fetches and verifies an entry from memcached, and judges it by the rule book: an entry a
+    /// purge or ban covers (or older than the rules' retention) is a miss, one a soft purge or
+    /// ban covers is returned stale. Also returns the entry's scopes when it is to be promoted.
+    async fn shared_lookup(
+        &self,
+        key: &CacheKey,
+    ) -> Option<(StoredMeta, Body, Option<Box<EntryScopes>>)> {
+        self.rules.wait_ready(CATCH_UP_PATIENCE).await;
         let mc_key = memcached_key(&self.namespace, key);
         let Some(value) = self.cluster.get(mc_key.as_bytes()).await else {
             self.counters.misses.fetch_add(1, Ordering::Relaxed);
             return None;
         };
         let logical = logical_key(key);
-        let result = match entry::decode(&value, &logical) {
-            Ok(decoded) => match decoded.body {
-                EntryBody::Inline(bytes) => Some((decoded.meta, Body::from_chunks(vec![bytes]))),
-                EntryBody::Chunked(list) => self
-                    .fetch_chunks(&mc_key, &logical, &list)
-                    .await
-                    .map(|body| (decoded.meta, body)),
-            },
+        let (mut meta, body) = match entry::decode(&value, &logical) {
+            Ok(decoded) => (decoded.meta, decoded.body),
             Err(e) => {
                 log::debug!("memcached value for {logical} rejected: {e}");
-                None
+                self.counters.rejected.fetch_add(1, Ordering::Relaxed);
+                return None;
             }
         };
-        match &result {
-            Some(_) => self.counters.hits.fetch_add(1, Ordering::Relaxed),
-            None => self.counters.rejected.fetch_add(1, Ordering::Relaxed),
+        // judged before the chunks are fetched: a purged entry costs no more round trips
+        let scopes = self.judge(key, &logical, &mut meta)?;
+        let body = match body {
+            EntryBody::Inline(bytes) => Some(Body::from_chunks(vec![bytes])),
+            EntryBody::Chunked(list) => self.fetch_chunks(&mc_key, &logical, &list).await,
         };
-        result
+        let Some(body) = body else {
+            self.counters.rejected.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        // untrusted input: the head's framing is rebuilt from the body it came with
+        if let Err(e) = shared_framing::reframe(&mut meta, body.len()) {
+            log::debug!("memcached value for {logical} rejected: {e}");
+            self.counters.rejected.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        self.counters.hits.fetch_add(1, Ordering::Relaxed);
+        Some((meta, body, scopes))
+    }
+
+    /// The rule book's verdict on an entry read from memcached under `key` (whose logical key
+    /// is `logical`): `None` when it must not be served; otherwise its scopes if it is to be
+    /// promoted, with `meta` marked stale when a soft purge or ban covers it.
+    fn judge(
+        &self,
+        key: &CacheKey,
+        logical: &str,
+        meta: &mut StoredMeta,
+    ) -> Option<Option<Box<EntryScopes>>> {
+        let now = SystemTime::now();
+        if self.rules.beyond_horizon(meta.validated(), now) {
+            self.counters.invalidated.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        let promotes = self.memory.promotes();
+        if self.rules.is_empty() && !promotes {
+            return Some(None);
+        }
+        let primary_text = logical.split('#').next().unwrap_or(logical);
+        let primary = u128::from_be_bytes(key.primary_bin());
+        let scopes = self.rules.scopes_of(primary_text, primary, &meta.header);
+        match self.rules.judge(&scopes, meta.validated()) {
+            Verdict::Valid => {}
+            Verdict::StaleSince(since) => meta.fresh_until = meta.fresh_until.min(since),
+            Verdict::Invalid => {
+                self.counters.invalidated.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+        }
+        Some(promotes.then(|| Box::new(scopes)))
     }
 
     async fn fetch_chunks(&self, mc_key: &str, logical: &str, list: &ChunkList) -> Option<Body> {
@@ -156,15 +242,7 @@ impl TieredStorage {
             .cluster
             .get_multi_with(mc_key.as_bytes(), &keys)
             .await?;
-        let mut chunks = Vec::with_capacity(values.len());
-        let mut crc = crc32fast::Hasher::new();
-        for (i, value) in values.into_iter().enumerate() {
-            let data = entry::decode_chunk(&value?, logical, list.write_id, i as u32).ok()?;
-            crc.update(&data);
-            chunks.push(data);
-        }
-        let body = Body::from_chunks(chunks);
-        (body.len() as u64 == list.body_len && crc.finalize() == list.body_crc).then_some(body)
+        entry::assemble_chunks(values, logical, list).map(Body::from_chunks)
     }
 
     fn ttl_secs(&self, meta: &StoredMeta) -> u32 {
@@ -174,7 +252,9 @@ impl TieredStorage {
             .unwrap_or_default();
         let stale = meta.stale_while_revalidate_sec.max(meta.stale_if_error_sec);
         let ttl = fresh.as_secs() + u64::from(stale) + self.keep.as_secs();
-        ttl.clamp(1, MAX_TTL_SECS) as u32
+        // never longer than purges and bans are remembered: readers would not trust it anyway
+        let horizon = self.rules.retention().as_secs().min(MAX_TTL_SECS);
+        ttl.clamp(1, horizon.max(1)) as u32
     }
 
     /// Writes a complete object to memcached: one value, or chunks and then the manifest.
@@ -220,6 +300,8 @@ impl TieredStorage {
     /// Writes what the memory tier holds for `key` to memcached, in the background.
     fn spawn_write(&'static self, key: CacheKey) {
         let Some((meta, body)) = self.memory.stored_parts(&key) else {
+            // the memory tier did not keep it (admission, eviction): nothing will be written
+            self.fill_leases.on_write_failed(&key);
             return;
         };
         tokio::spawn(async move {
@@ -227,6 +309,8 @@ impl TieredStorage {
                 self.counters.writes.fetch_add(1, Ordering::Relaxed);
             } else {
                 self.counters.write_failures.fetch_add(1, Ordering::Relaxed);
+                // nodes waiting for this fill would never see it
+                self.fill_leases.on_write_failed(&key);
             }
         });
     }

@@ -1,6 +1,15 @@
 //! One request's way through the upstream, phase by phase: the backend each attempt goes to, what
 //! a failure reports to passive health, whether a failed attempt is tried again on another
-//! backend, and the `total` deadline.
+//! backend, the `total` deadline, and the status a request that failed upstream is answered with.
+//!
+//! * A failed attempt is retried only on a backend not tried yet: a backend that just hung,
+//!   reset or refused is not asked the same again. The one exception is a pooled connection
+//!   that turned out dead before anything of the response came back (the origin closed it while
+//!   it sat idle): the request never reached the origin, so it goes again, on a fresh connection.
+//! * No attempt starts after `balancer.timeouts.total`, and each one's timers are cut to what is
+//!   left of it (`super::timeouts`).
+//! * A timeout towards the origin is answered `504 Gateway Timeout` (RFC 9110 §15.6.5), any
+//!   other failure of the origin `502 Bad Gateway` ([`failure_status`]).
 //!
 //! [`RequestUpstream`] is the per-request state, kept in the proxy's request context. The proxy
 //! calls one method of [`Upstream`] from each phase, in the shape of `compression`'s `on_*`
@@ -13,12 +22,13 @@
 //! | `error_while_proxy`             | [`Upstream::on_proxy_error`]    |
 //! | `upstream_response_filter`      | [`Upstream::on_response`]       |
 //! | `upstream_response_body_filter` | [`Upstream::on_body`]           |
+//! | `fail_to_proxy`                 | [`failure_status`]              |
 //!
 //! The retry rules are [`super::retry`]'s, with the budget configured once for the pool.
 
 use super::backend::{Backend, InFlight};
 use super::passive::{self, Failure};
-use super::timeouts::TotalDeadline;
+use super::timeouts::{self, TotalDeadline};
 use super::{fairness, Upstream};
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_error::{Error, ErrorSource, ErrorType, Result};
@@ -81,12 +91,17 @@ impl Upstream {
     pub fn on_peer(&self, request: &mut RequestUpstream, key: &[u8]) -> Result<Box<HttpPeer>> {
         request.started = Some(Instant::now());
         let total = self.config().timeouts.total;
-        request
+        let deadline = *request
             .deadline
             .get_or_insert_with(|| TotalDeadline::start(total));
-        let Some(selection) = self.select_in(request.group.as_deref(), key, &request.tried) else {
+        let Some(remaining) = deadline.remaining() else {
+            return Error::e_explain(ErrorType::HTTPStatus(504), TOTAL_EXCEEDED);
+        };
+        let Some(mut selection) = self.select_in(request.group.as_deref(), key, &request.tried)
+        else {
             return Error::e_explain(ErrorType::HTTPStatus(502), "no backend configured");
         };
+        timeouts::clamp(&mut selection.peer, remaining);
         request.tried.push(selection.in_flight.backend().addr);
         request.current = Some(selection.in_flight);
         Ok(Box::new(selection.peer))
@@ -101,14 +116,23 @@ impl Upstream {
         let method = &session.req_header().method;
         e.set_retry(
             self.has_untried(request.group.as_deref(), &request.tried)
+                && !request.deadline.is_some_and(|d| d.expired())
                 && self.retry().may_retry(method, request.attempts(), false),
         );
     }
 
     /// `error_while_proxy`: an error of the origin counts against the backend and is retried
-    /// when nothing reached the client yet, the request body can be replayed and the retry rules
-    /// allow it; errors from elsewhere (the client, say) are not retried.
-    pub fn on_proxy_error(&self, request: &RequestUpstream, session: &Session, e: &mut Error) {
+    /// when nothing reached the client yet, the request body can be replayed, the retry rules
+    /// allow it, time is left and there is another backend to go to (or, on the same one, the
+    /// pooled connection `client_reused` was dead before any of the response came back: see the
+    /// module doc); errors from elsewhere (the client, say) are not retried.
+    pub fn on_proxy_error(
+        &self,
+        request: &RequestUpstream,
+        session: &Session,
+        e: &mut Error,
+        client_reused: bool,
+    ) {
         let from_upstream = e.esource() == &ErrorSource::Upstream;
         if from_upstream {
             if let Some(backend) = request.backend() {
@@ -118,9 +142,15 @@ impl Upstream {
         let started = session.response_written().is_some();
         let replayable = !session.as_ref().retry_buffer_truncated();
         let method = &session.req_header().method;
+        let dead_pooled_connection =
+            client_reused && request.status.is_none() && !is_timeout(e.etype());
+        let somewhere_to_go =
+            self.has_untried(request.group.as_deref(), &request.tried) || dead_pooled_connection;
         e.set_retry(
             from_upstream
                 && replayable
+                && somewhere_to_go
+                && !request.deadline.is_some_and(|d| d.expired())
                 && self.retry().may_retry(method, request.attempts(), started),
         );
     }
@@ -144,8 +174,70 @@ impl Upstream {
     /// passed.
     pub fn on_body(&self, request: &RequestUpstream) -> Result<()> {
         if request.deadline.is_some_and(|d| d.expired()) {
-            return Error::e_explain(ErrorType::ReadTimedout, "balancer.timeouts.total exceeded");
+            return Error::e_explain(ErrorType::ReadTimedout, TOTAL_EXCEEDED);
         }
         Ok(())
+    }
+}
+
+/// Why a request's upstream exchange was ended by its deadline.
+const TOTAL_EXCEEDED: &str = "balancer.timeouts.total exceeded";
+
+/// Whether an error is a timer running out (connecting, reading, writing, a TLS handshake).
+fn is_timeout(etype: &ErrorType) -> bool {
+    matches!(
+        etype,
+        ErrorType::ConnectTimedout
+            | ErrorType::ReadTimedout
+            | ErrorType::WriteTimedout
+            | ErrorType::TLSHandshakeTimedout
+    )
+}
+
+/// `fail_to_proxy`: the status a request that could not be proxied is answered with (0: the
+/// client's connection is dead, answer nothing). Pingora's mapping, except that a timeout on the
+/// way to or from the origin (including `balancer.timeouts.total`) is `504 Gateway Timeout`
+/// rather than `502`: the origin did not answer in time, which is not a bad answer.
+pub fn failure_status(e: &Error) -> u16 {
+    match (e.esource(), e.etype()) {
+        (_, ErrorType::HTTPStatus(code)) => *code,
+        (ErrorSource::Downstream, ErrorType::WriteError)
+        | (ErrorSource::Downstream, ErrorType::ReadError)
+        | (ErrorSource::Downstream, ErrorType::ConnectionClosed) => 0,
+        (ErrorSource::Downstream, _) => 400,
+        (_, etype) if is_timeout(etype) => 504,
+        (ErrorSource::Upstream, _) => 502,
+        (ErrorSource::Internal | ErrorSource::Unset, _) => 500,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_towards_the_origin_are_504_and_other_origin_failures_502() {
+        let upstream = |etype| {
+            let mut e = Error::new(etype);
+            e.esource = ErrorSource::Upstream;
+            e
+        };
+        assert_eq!(failure_status(&upstream(ErrorType::ReadTimedout)), 504);
+        assert_eq!(failure_status(&upstream(ErrorType::ConnectTimedout)), 504);
+        assert_eq!(failure_status(&upstream(ErrorType::ConnectRefused)), 502);
+        assert_eq!(failure_status(&upstream(ErrorType::ConnectionClosed)), 502);
+        // the total deadline, raised in a body filter, carries no source of its own
+        assert_eq!(failure_status(&Error::new(ErrorType::ReadTimedout)), 504);
+        assert_eq!(failure_status(&Error::new(ErrorType::HTTPStatus(429))), 429);
+        let mut client_gone = Error::new(ErrorType::ConnectionClosed);
+        client_gone.esource = ErrorSource::Downstream;
+        assert_eq!(failure_status(&client_gone), 0);
+        let mut client_slow = Error::new(ErrorType::ReadTimedout);
+        client_slow.esource = ErrorSource::Downstream;
+        assert_eq!(
+            failure_status(&client_slow),
+            400,
+            "not the origin's timeout"
+        );
     }
 }

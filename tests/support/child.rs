@@ -36,6 +36,11 @@ impl OwnedChild {
         self.child = Some(child);
     }
 
+    /// The held child's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Whether a child is held (spawned and not killed since).
     pub fn is_held(&self) -> bool {
         self.child.is_some()

@@ -1,7 +1,7 @@
 //! The Django test site (`tests/django_site/`) run by gunicorn: the real application the
-//! "in front of a real site" tests put Lacquer in front of. It needs the virtualenv that
-//! `scripts/setup.sh` makes; [`DjangoSite::venv`] says whether it is there, so a test can skip
-//! with a clear message where it is not.
+//! "in front of a real site" tests put Lacquer in front of. It needs Django and gunicorn in the
+//! project's virtualenv (`.venv`), which `scripts/setup.sh` makes; [`DjangoSite::venv`] says
+//! whether they are there, so a test can skip with a clear message where they are not.
 
 use super::child::{read_lossy, send_signal, OwnedChild};
 use super::net::free_port;
@@ -25,9 +25,9 @@ pub fn django_site_dir() -> PathBuf {
 }
 
 impl DjangoSite {
-    /// The virtualenv's `bin/` directory, when `scripts/setup.sh` has made it.
+    /// The virtualenv's `bin/` directory, when `scripts/setup.sh` has made it with gunicorn.
     pub fn venv() -> Option<PathBuf> {
-        let bin = django_site_dir().join(".venv/bin");
+        let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin");
         bin.join("gunicorn").exists().then_some(bin)
     }
 

@@ -6,7 +6,7 @@
 //! panic its stderr tail is printed to help debugging and its temp dir (config, logs) is kept.
 
 use super::child::{read_lossy, run_with_timeout, send_signal, tail, OwnedChild, StartFailure};
-use super::client::get;
+use super::client::{get, Resp};
 use super::net::{free_port, local_addr, port_accepts, process_listens_on};
 use super::poll::poll_until;
 use super::temp_dir::TempDir;
@@ -478,4 +478,26 @@ pub async fn admin_stat(admin_port: u16, key: &str) -> u64 {
         .collect::<String>()
         .parse()
         .unwrap()
+}
+
+/// Calls the admin invalidation API: `POST http://127.0.0.1:{admin_port}{path}` with the JSON
+/// `body` and, when given, `Authorization: Bearer {token}`.
+pub async fn admin_post(admin_port: u16, path: &str, token: Option<&str>, body: &str) -> Resp {
+    let bearer = token.map(|t| format!("Bearer {t}"));
+    let mut headers = vec![("content-type", "application/json")];
+    if let Some(value) = bearer.as_deref() {
+        headers.push(("authorization", value));
+    }
+    let url = format!("http://127.0.0.1:{admin_port}{path}");
+    super::client::request("POST", &url, &headers, Some(body.to_string().into())).await
+}
+
+/// The `[admin]` and `[invalidation]` TOML of a node whose invalidation API takes `token` (from
+/// the file `token_file`), named `name`.
+pub fn admin_toml(admin_port: u16, token_file: &Path, name: &str) -> String {
+    format!(
+        "[admin]\nlisten = \"127.0.0.1:{admin_port}\"\ntoken_file = \"{}\"\n\
+         [invalidation]\nnode_name = \"{name}\"\n",
+        token_file.display()
+    )
 }

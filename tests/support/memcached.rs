@@ -1,7 +1,7 @@
 //! Memcached servers for the shared-tier tests: a real `memcached` on a free loopback port, killed
 //! on drop, with a text-protocol side door to plant values and read its stats.
 
-use super::child::{read_lossy, OwnedChild, StartFailure};
+use super::child::{read_lossy, send_signal, OwnedChild, StartFailure};
 use super::net::{free_port, local_addr};
 use super::temp_dir::TempDir;
 use std::collections::HashMap;
@@ -117,6 +117,41 @@ impl MemcachedProcess {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// The value stored under `key`, byte for byte (`None` when absent).
+    pub fn get_raw(&self, key: &str) -> Option<Vec<u8>> {
+        let mut s = TcpStream::connect_timeout(&self.addr(), Duration::from_secs(2))
+            .unwrap_or_else(|e| panic!("connect to memcached {}: {e}", self.addr()));
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok();
+        s.write_all(format!("get {key}\r\n").as_bytes())
+            .expect("write to memcached");
+        let mut out = Vec::new();
+        let mut buf = [0u8; 65536];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+            if out.ends_with(b"END\r\n") {
+                break;
+            }
+        }
+        let header_end = out.windows(2).position(|w| w == b"\r\n")?;
+        let header = String::from_utf8_lossy(&out[..header_end]).into_owned();
+        let len: usize = header
+            .strip_prefix("VALUE ")?
+            .split(' ')
+            .nth(2)?
+            .parse()
+            .ok()?;
+        Some(out[header_end + 2..header_end + 2 + len].to_vec())
+    }
+
+    /// Stores `value` under `key` for `ttl` seconds, byte for byte.
+    pub fn set_raw(&self, key: &str, value: &[u8], ttl: u32) {
+        let reply = self.command(&format!("set {key} 0 {ttl} {}", value.len()), Some(value));
+        assert!(reply.starts_with("STORED"), "set {key}: {reply}");
+    }
+
     /// Whether the memcached process is running.
     pub fn is_running(&mut self) -> bool {
         self.child.is_running()
@@ -125,6 +160,36 @@ impl MemcachedProcess {
     /// SIGKILLs memcached and reaps it (its contents are lost). Idempotent.
     pub fn kill(&mut self) {
         self.child.kill();
+    }
+
+    /// SIGSTOPs memcached, as a hung server: connections are still accepted by the kernel, but
+    /// nothing is answered. Returns once every thread is stopped (`kill` only queues the signal).
+    pub fn freeze(&self) {
+        self.signal_and_wait("STOP", true);
+    }
+
+    /// SIGCONTs a frozen memcached; it then handles what queued up meanwhile.
+    pub fn thaw(&self) {
+        self.signal_and_wait("CONT", false);
+    }
+
+    fn signal_and_wait(&self, sig: &str, stopped: bool) {
+        let pid = self.child.pid().expect("memcached is running");
+        assert!(send_signal(pid, sig), "kill -{sig} {pid}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while all_threads_stopped(pid) != stopped {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "memcached ignored SIG{sig}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Whether this server holds `key` (read directly, not through any proxy).
+    pub fn holds(&self, key: &str) -> bool {
+        self.command(&format!("get {key}"), None)
+            .starts_with("VALUE")
     }
 
     /// Kills memcached (if running) and starts a fresh, empty one on the same port.
@@ -202,7 +267,20 @@ impl MemcachedProcess {
     }
 }
 
-/// Whether process `pid` holds the socket listening on TCP `port` (from `/proc/net/tcp{,6}` and
+/// Whether every thread of process `pid` is in the stopped state (`T` in `/proc/.../stat`).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // the state follows the parenthesised command name
+        stat.rsplit(") ")
+            .next()
+            .is_some_and(|rest| rest.starts_with('T'))
+    })
+}
+
 /// Whether `out` ends with a complete memcached text-protocol reply (a terminal line).
 fn reply_complete(out: &[u8]) -> bool {
     if !out.ends_with(b"\r\n") {

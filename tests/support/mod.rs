@@ -4,6 +4,7 @@
 //! - [`lacquer_process`]: the binary under test ([`LacquerProcess`], [`start_balancer`], [`run_lacquer`],
 //!   [`check_config`], [`admin_stat`]).
 //! - [`memcached`]: a real memcached for the shared tier ([`MemcachedProcess`]).
+//! - [`cluster`]: several memcached servers and the nodes that share them ([`MemcachedCluster`]).
 //! - [`origin`]: origins the proxy fetches from: the programmable [`TestOrigin`], the
 //!   query-string [`scripted_origin`], balancer [`Replica`]s and socket-level [`RawOrigin`]s.
 //! - [`client`]: what the tests send: reqwest helpers ([`get`], [`Resp`]) and a raw-socket
@@ -24,6 +25,7 @@
 pub mod assertions;
 pub mod child;
 pub mod client;
+pub mod cluster;
 pub mod django_site;
 pub mod fields;
 pub mod generated;
@@ -39,6 +41,7 @@ pub mod temp_dir;
 pub use assertions::*;
 pub use child::{read_lossy, rss_bytes, run_with_timeout, send_signal, stderr_text, OwnedChild};
 pub use client::*;
+pub use cluster::*;
 pub use django_site::*;
 pub use generated::*;
 pub use gzip::*;

@@ -99,6 +99,22 @@ impl ServerClient {
         }
     }
 
+    /// Appends `value` to the value under `key`: `Ok(true)` if appended, `Ok(false)` if the key
+    /// does not exist (memcached 1.6.18 cannot create it in the same command). The value keeps
+    /// its TTL. Used for logs that several writers extend; never retried (a retry could append
+    /// twice).
+    pub async fn append(&self, key: &[u8], value: Bytes) -> Result<bool, McError> {
+        check_key(key)?;
+        match self
+            .pool
+            .execute(&Command::Append { key, value: &value })
+            .await?
+        {
+            Reply::Flag(stored) => Ok(stored),
+            _ => unreachable!("append yields a flag"),
+        }
+    }
+
     /// Deletes `key`: `Ok(true)` if it existed, used for purges and lease release.
     pub async fn delete(&self, key: &[u8]) -> Result<bool, McError> {
         check_key(key)?;

@@ -8,6 +8,7 @@
 
 use crate::batch::GetBatcher;
 use crate::client::ServerClient;
+use crate::error::McError;
 use crate::ketama::KetamaRing;
 use crate::pool::ServerConfig;
 use bytes::Bytes;
@@ -69,6 +70,19 @@ pub struct ClusterCounters {
     pub skipped_ejected: AtomicU64,
 }
 
+/// What a delete that its caller reports on found (see [`Cluster::delete_reporting`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    /// The server held the key and removed it.
+    Deleted,
+    /// The server answered: it did not hold the key.
+    NotFound,
+    /// The server is ejected: nothing was sent (its keys are misses meanwhile).
+    Skipped,
+    /// The server was asked and did not answer (timeout, connection error, server error).
+    Failed,
+}
+
 /// The configured servers, placed on a libmemcached-compatible ketama ring.
 pub struct Cluster {
     ring: KetamaRing,
@@ -127,13 +141,21 @@ impl Cluster {
 
     /// The server for `key`, or `None` when it is ejected (and rehashing is off).
     fn node_for(&self, key: &[u8]) -> Option<usize> {
+        self.place(key, true)
+    }
+
+    /// Where `key` lives now; `count_skip`: an ejected server passed over is counted (an
+    /// operation skipped), not merely looked at.
+    fn place(&self, key: &[u8], count_skip: bool) -> Option<usize> {
         let index = self.ring.server_for(key)?;
         if self.usable(index) {
             return Some(index);
         }
-        self.counters
-            .skipped_ejected
-            .fetch_add(1, Ordering::Relaxed);
+        if count_skip {
+            self.counters
+                .skipped_ejected
+                .fetch_add(1, Ordering::Relaxed);
+        }
         if self.rehash_on_eject {
             self.ring.server_for_excluding(key, |i| self.usable(i))
         } else {
@@ -141,15 +163,27 @@ impl Cluster {
         }
     }
 
-    fn record<T, E: std::fmt::Display>(&self, index: usize, result: Result<T, E>) -> Option<T> {
+    /// Counts an operation's outcome against its server. A server that answered, even with
+    /// `SERVER_ERROR` (a value too large, out of memory), is reachable: only a server that did
+    /// not answer (refused, reset, timed out, unreadable) counts towards ejection.
+    fn record<T>(&self, index: usize, result: Result<T, McError>) -> Option<T> {
         let node = &self.nodes[index];
+        let answered = |node: &Node| {
+            if node.consecutive_failures.swap(0, Ordering::Relaxed) >= self.failure_limit {
+                *node.ejected_until.lock() = None;
+                log::info!("memcached {} is back in service", node.name);
+            }
+        };
         match result {
             Ok(value) => {
-                if node.consecutive_failures.swap(0, Ordering::Relaxed) >= self.failure_limit {
-                    *node.ejected_until.lock() = None;
-                    log::info!("memcached {} is back in service", node.name);
-                }
+                answered(node);
                 Some(value)
+            }
+            Err(McError::ServerError(e)) => {
+                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                log::debug!("memcached {} refused an operation: {e}", node.name);
+                answered(node);
+                None
             }
             Err(e) => {
                 self.counters.errors.fetch_add(1, Ordering::Relaxed);
@@ -174,18 +208,47 @@ impl Cluster {
         }
     }
 
+    /// Whether the server that holds `placement_key` cannot be counted on right now: it is
+    /// ejected (and its keys are misses), or its last operation failed. A caller that has just
+    /// seen a miss asks this to tell "nothing stored" from "nobody answered", and then spends
+    /// nothing more on that server for the request: a failing server costs one `op_timeout`,
+    /// not one per operation.
+    pub fn server_failing(&self, placement_key: &[u8]) -> bool {
+        match self.place(placement_key, false) {
+            Some(index) => {
+                self.nodes[index]
+                    .consecutive_failures
+                    .load(Ordering::Relaxed)
+                    > 0
+            }
+            None => true,
+        }
+    }
+
     /// Fetches one value; any failure is a miss.
     /// Concurrent gets to one server share round trips (see [`GetBatcher`]); a failed batch
     /// counts as one failure of the server, however many gets it carried. A get queued behind
     /// a slow batch still costs at most `op_timeout` in all.
     pub async fn get(&self, key: &[u8]) -> Option<Bytes> {
-        let index = self.node_for(key)?;
+        self.get_with(key, key).await
+    }
+
+    /// Fetches one value stored on the server of `placement_key` (as [`Self::get`]).
+    pub async fn get_with(&self, placement_key: &[u8], key: &[u8]) -> Option<Bytes> {
+        let index = self.node_for(placement_key)?;
         let node = &self.nodes[index];
+        // One deadline for the wait in the queue and the batch itself. The batch's own bound is
+        // the same instant, so when the server does not answer the leader's timeout is seen
+        // (and counted against the server) before the caller's: a frozen server is ejected
+        // however many gets it swallows.
+        let deadline = tokio::time::Instant::now() + self.op_timeout;
         let batched = node.gets.get(key, |keys| async move {
-            let result = node.client.get_multi(&keys).await;
+            let result = tokio::time::timeout_at(deadline, node.client.get_multi(&keys))
+                .await
+                .unwrap_or(Err(McError::Timeout));
             self.record(index, result)
         });
-        tokio::time::timeout(self.op_timeout, batched)
+        tokio::time::timeout_at(deadline, batched)
             .await
             .ok()
             .flatten()
@@ -226,19 +289,58 @@ impl Cluster {
     /// Stores `key` only if it is absent (memcached `add`): `Some(true)` when this call stored
     /// it, `Some(false)` when it was already there, `None` when the server could not be asked.
     pub async fn add(&self, key: &[u8], value: Bytes, ttl_secs: u32) -> Option<bool> {
-        let index = self.node_for(key)?;
+        self.add_with(key, key, value, ttl_secs).await
+    }
+
+    /// [`Self::add`] on the server of `placement_key`: a fill lease lives with the object it
+    /// guards, so the lease is lost, found or unreachable exactly when the object is.
+    pub async fn add_with(
+        &self,
+        placement_key: &[u8],
+        key: &[u8],
+        value: Bytes,
+        ttl_secs: u32,
+    ) -> Option<bool> {
+        let index = self.node_for(placement_key)?;
         let added = self.nodes[index].client.add(key, value, ttl_secs);
-        let result = tokio::time::timeout(self.op_timeout, added).await.ok()?;
+        // a timeout is a failure of the server like any other (and counts towards ejection)
+        let result = tokio::time::timeout(self.op_timeout, added)
+            .await
+            .unwrap_or(Err(McError::Timeout));
         self.record(index, result)
     }
 
     /// Deletes one value; returns whether the server answered.
     pub async fn delete(&self, key: &[u8]) -> bool {
-        let Some(index) = self.node_for(key) else {
+        self.delete_with(key, key).await
+    }
+
+    /// Deletes one value stored on the server of `placement_key`; returns whether the server
+    /// answered.
+    pub async fn delete_with(&self, placement_key: &[u8], key: &[u8]) -> bool {
+        let Some(index) = self.node_for(placement_key) else {
             return false;
         };
         let result = self.nodes[index].client.delete(key).await;
         self.record(index, result).is_some()
+    }
+
+    /// Deletes one value and says what happened, and on which server (by index; `None` when
+    /// the ring is empty): for callers that must report what they could and could not reach.
+    pub async fn delete_reporting(&self, key: &[u8]) -> (Option<usize>, DeleteOutcome) {
+        let Some(owner) = self.ring.server_for(key) else {
+            return (None, DeleteOutcome::Skipped);
+        };
+        let Some(index) = self.node_for(key) else {
+            return (Some(owner), DeleteOutcome::Skipped);
+        };
+        let result = self.nodes[index].client.delete(key).await;
+        let outcome = match self.record(index, result) {
+            Some(true) => DeleteOutcome::Deleted,
+            Some(false) => DeleteOutcome::NotFound,
+            None => DeleteOutcome::Failed,
+        };
+        (Some(index), outcome)
     }
 
     /// Names of the servers currently ejected.
@@ -247,5 +349,75 @@ impl Cluster {
             .filter(|i| !self.usable(*i))
             .map(|i| self.nodes[i].name.clone())
             .collect()
+    }
+}
+
+/// Operations on one server chosen by index rather than by key, for data that every server holds
+/// a copy of (Lacquer's invalidation log): a copy on each server survives the loss of any of
+/// them. Ejection still applies: an ejected server is not asked until its probe is due, and
+/// failures count towards ejection as for any operation.
+impl Cluster {
+    /// How many servers are configured.
+    pub fn server_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// The name of server `index` (`host:port` as configured).
+    pub fn server_name(&self, index: usize) -> &str {
+        &self.nodes[index].name
+    }
+
+    /// The server ketama places `key` on, whether or not it is ejected.
+    pub fn owner(&self, key: &[u8]) -> Option<usize> {
+        self.ring.server_for(key)
+    }
+
+    /// Whether server `index` is in service (not ejected, or its probe is due).
+    pub fn is_usable(&self, index: usize) -> bool {
+        self.usable(index)
+    }
+
+    /// Fetches `keys` from server `index` in one pipelined round trip; `None` when the server is
+    /// ejected or did not answer.
+    pub async fn get_multi_on(&self, index: usize, keys: &[Vec<u8>]) -> Option<Vec<Option<Bytes>>> {
+        if !self.usable(index) {
+            return None;
+        }
+        let result = self.nodes[index].client.get_multi(keys).await;
+        self.record(index, result)
+    }
+
+    /// Stores one value on server `index`; returns whether it was stored.
+    pub async fn set_on(&self, index: usize, key: &[u8], value: Bytes, ttl_secs: u32) -> bool {
+        if !self.usable(index) {
+            return false;
+        }
+        let result = self.nodes[index].client.set(key, value, ttl_secs).await;
+        self.record(index, result).is_some()
+    }
+
+    /// Appends `value` to the value under `key` on server `index`, creating it (with
+    /// `ttl_secs`) when absent; returns whether the bytes were stored. Concurrent writers each
+    /// get their bytes in whole: memcached appends atomically, and a writer that loses the race
+    /// to create the key appends instead.
+    pub async fn append_on(&self, index: usize, key: &[u8], value: Bytes, ttl_secs: u32) -> bool {
+        if !self.usable(index) {
+            return false;
+        }
+        let client = &self.nodes[index].client;
+        for _ in 0..2 {
+            match self.record(index, client.append(key, value.clone()).await) {
+                Some(true) => return true,
+                Some(false) => {}
+                None => return false,
+            }
+            match self.record(index, client.add(key, value.clone(), ttl_secs).await) {
+                Some(true) => return true,
+                // another writer created it meanwhile: append to theirs
+                Some(false) => {}
+                None => return false,
+            }
+        }
+        false
     }
 }

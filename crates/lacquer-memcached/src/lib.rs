@@ -3,11 +3,11 @@
 //! * [`ketama`]: libmemcached-compatible consistent hashing, so other ketama clients agree on
 //!   which server holds a key (`pingora-ketama` is CRC32/nginx-style and does not).
 //! * [`cluster`]: placement plus per-server failure counting and ejection, built from a
-//!   [`ClusterConfig`].
+//!   [`ClusterConfig`]; operations on one server by index, for data every server keeps a copy of.
 //! * [`batch`]: concurrent gets to one server leave as one pipelined multi-get, so a busy node
 //!   pays one round trip for many hits.
 //! * [`client`]: [`ServerClient`], the operations on one server (get, pipelined multi-get, set,
-//!   add, delete, touch), so a slow or dead memcached costs a miss, never a stuck request.
+//!   add, append, delete, touch), so a slow or dead memcached costs a miss, never a stuck request.
 //! * [`pool`]: that server's connections: at most `pool_size`, every call bounded by
 //!   `op_timeout`, no connection reused after a failed or cancelled call, one retry of an
 //!   idempotent call on a stale pooled connection.
@@ -36,6 +36,6 @@ pub mod pool;
 pub mod protocol;
 
 pub use client::ServerClient;
-pub use cluster::{Cluster, ClusterConfig, ClusterCounters, ClusterServer};
+pub use cluster::{Cluster, ClusterConfig, ClusterCounters, ClusterServer, DeleteOutcome};
 pub use error::McError;
 pub use pool::ServerConfig;

@@ -1,8 +1,8 @@
 //! The memcached meta text protocol: which bytes a command is, and what a reply's bytes mean.
 //!
 //! Commands used (memcached >= 1.6, see its `protocol.txt`): `mg <key> v`,
-//! `ms <key> <len> T<ttl>` (with `ME` for add), `md <key>`, `mg <key> T<ttl>`
-//! for touch, and for batches `mg <key> v q O<i>` per key closed by `mn`.
+//! `ms <key> <len> T<ttl>` (with `ME` for add), `ms <key> <len> MA` for append, `md <key>`,
+//! `mg <key> T<ttl>` for touch, and for batches `mg <key> v q O<i>` per key closed by `mn`.
 //!
 //! Nothing here owns a socket: a command is encoded into a byte buffer and replies are read from
 //! any `AsyncBufRead`, so the `connection` module decides how bytes travel and the tests below
@@ -51,13 +51,21 @@ pub(crate) enum Command<'a> {
     },
     Delete(&'a [u8]),
     Touch(&'a [u8], u32),
+    /// Appends to an existing value (the value keeps its TTL); a missing key is not stored.
+    Append {
+        key: &'a [u8],
+        value: &'a [u8],
+    },
 }
 
 impl Command<'_> {
     /// Whether sending the command twice has the effect of sending it once, which is what
     /// allows the pool to retry it on a fresh connection.
     pub(crate) fn is_idempotent(&self) -> bool {
-        !matches!(self, Command::Store { add: true, .. })
+        !matches!(
+            self,
+            Command::Store { add: true, .. } | Command::Append { .. }
+        )
     }
 
     /// Appends the command's bytes to `out`, so that it leaves in one write.
@@ -90,6 +98,11 @@ impl Command<'_> {
                 put(out, &[b"mg ", key, b" T"]);
                 put_number(out, ttl.min(MAX_TTL_SECS));
                 put(out, &[b"\r\n"]);
+            }
+            Command::Append { key, value } => {
+                put(out, &[b"ms ", key, b" "]);
+                put_number(out, value.len());
+                put(out, &[b" MA\r\n", value, b"\r\n"]);
             }
         }
     }
@@ -148,7 +161,9 @@ impl<R: AsyncBufRead + Unpin> ReplyReader<R> {
         match command {
             Command::Get(_) => self.read_value().await.map(Reply::Value),
             Command::GetMulti(keys) => self.read_batch(keys.len()).await.map(Reply::Values),
-            Command::Store { .. } => self.read_flag("HD", "NS").await.map(Reply::Flag),
+            Command::Store { .. } | Command::Append { .. } => {
+                self.read_flag("HD", "NS").await.map(Reply::Flag)
+            }
             Command::Delete(_) => self.read_flag("HD", "NF").await.map(Reply::Flag),
             Command::Touch(..) => self.read_flag("HD", "EN").await.map(Reply::Flag),
         }
@@ -298,6 +313,11 @@ mod tests {
         assert_eq!(encoded(Command::Delete(b"k")), "md k\r\n");
         assert_eq!(encoded(Command::Touch(b"k", 5)), "mg k T5\r\n");
         assert_eq!(encoded(Command::Touch(b"k", u32::MAX)), "mg k T2592000\r\n");
+        let append = Command::Append {
+            key: b"k",
+            value: b"ab",
+        };
+        assert_eq!(encoded(append), "ms k 2 MA\r\nab\r\n");
     }
 
     #[tokio::test]

@@ -10,6 +10,7 @@
 
 use super::{key_of, MemoryTier};
 use crate::storage::object::{owned_chunk, Body, StoredMeta};
+use crate::storage::rules::scope::EntryScopes;
 use async_trait::async_trait;
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
@@ -150,19 +151,22 @@ pub(super) struct MemoryMiss {
     write_id: U64WriteId,
     meta: Arc<StoredMeta>,
     body: Arc<FillBody>,
+    /// What purges and bans can name the object by, stored with it.
+    scopes: Option<Box<EntryScopes>>,
     finished: bool,
 }
 
 impl MemoryMiss {
     /// Starts a fill of `key` in `tier`, visible to lookups from now on.
-    pub(super) fn start(tier: &'static MemoryTier, key: &CacheKey, meta: &CacheMeta) -> Self {
-        let primary = key_of(key.primary_bin());
-        let key = key_of(key.combined_bin());
+    pub(super) fn start(tier: &'static MemoryTier, cache_key: &CacheKey, meta: &CacheMeta) -> Self {
+        let primary = key_of(cache_key.primary_bin());
+        let key = key_of(cache_key.combined_bin());
         let mut meta = StoredMeta::from_meta(meta);
         // Pingora's `created` has whole seconds; variants are retired by comparing it with the
         // primary slot's (see `proxy::fast_hit::variant_is_current`), so a purge and a refill
         // within one second must still order: record when this fill started, to the nanosecond.
         meta.created = meta.created.max(SystemTime::now());
+        let scopes = tier.scopes_of(cache_key, &meta.header);
         let meta = Arc::new(meta);
         let (write_id, body) = tier.fills.start(key, meta.clone());
         MemoryMiss {
@@ -172,6 +176,7 @@ impl MemoryMiss {
             write_id: write_id.into(),
             meta,
             body,
+            scopes,
             finished: false,
         }
     }
@@ -198,8 +203,9 @@ impl HandleMiss for MemoryMiss {
         let body = Body::from_chunks(chunks);
         let size = body.len();
         // index the complete object before dropping the in-flight entry, so lookups never see a gap
+        let scopes = self.scopes.take();
         self.tier
-            .insert(self.key, self.primary, self.meta.clone(), body);
+            .insert(self.key, self.primary, self.meta.clone(), body, scopes);
         self.body.state.send_replace(FillState::Complete);
         self.finished = true;
         self.tier.fills.remove(self.key, self.write_id.into());

@@ -42,6 +42,7 @@ impl CompleteObject {
             meta: RwLock::new(meta.clone()),
             charged: 0,
             local_until: None,
+            scopes: None,
             body,
         });
         CompleteObject { object, meta }

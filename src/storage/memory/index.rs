@@ -6,11 +6,13 @@
 //! largest admissible object; the sum of charges therefore never exceeds the limit, and the exact
 //! bytes held are counted beside it. TinyUFO indexes by a 64-bit hash of the key, so the full
 //! 128-bit key is kept with each object and checked on every read. The index keeps the
-//! [`VariantIndex`] in step with what it holds: an object leaves both when evicted, replaced or
-//! removed.
+//! [`VariantIndex`] and the [`ScopeIndex`] in step with what it holds: an object leaves them
+//! when evicted, replaced or removed.
 
+use super::scopes::{ScopeIndex, INDEX_ENTRY_CHARGE};
 use super::variants::VariantIndex;
 use crate::storage::object::{Body, StoredMeta, OBJECT_OVERHEAD};
+use crate::storage::rules::scope::EntryScopes;
 use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -30,6 +32,9 @@ pub(super) struct MemoryObject {
     /// When this node stops trusting its copy (near-cache mode, see
     /// [`MemoryTier::set_local_ttl`](super::MemoryTier::set_local_ttl)).
     pub(super) local_until: Option<Instant>,
+    /// What purges and bans can name it by (its URL, host, path, tags); `None` when the tier
+    /// has no rule book.
+    pub(super) scopes: Option<Box<EntryScopes>>,
 }
 
 /// The complete objects held, and the bytes they are charged.
@@ -39,6 +44,7 @@ pub(super) struct ObjectIndex {
     /// could each make room for one item and together overshoot the bound.
     insert_lock: Mutex<()>,
     variants: VariantIndex,
+    scopes: ScopeIndex,
     /// Bytes per TinyUFO weight unit.
     unit: usize,
     limit: usize,
@@ -59,6 +65,7 @@ impl ObjectIndex {
             objects: TinyUfo::new(limit / unit, estimated_objects.max(16)),
             insert_lock: Mutex::new(()),
             variants: VariantIndex::default(),
+            scopes: ScopeIndex::default(),
             unit,
             limit,
             max_charge,
@@ -81,8 +88,12 @@ impl ObjectIndex {
         meta: Arc<StoredMeta>,
         body: Body,
         local_until: Option<Instant>,
+        scopes: Option<Box<EntryScopes>>,
     ) -> bool {
-        let charged = body.charge() + meta.header_bytes() + OBJECT_OVERHEAD;
+        let scope_charge = scopes.as_ref().map_or(0, |s| {
+            s.heap_bytes() + INDEX_ENTRY_CHARGE * (1 + s.tags.len())
+        });
+        let charged = body.charge() + meta.header_bytes() + OBJECT_OVERHEAD + scope_charge;
         if charged > self.max_charge || charged > self.limit {
             return false;
         }
@@ -94,15 +105,22 @@ impl ObjectIndex {
             body,
             charged,
             local_until,
+            scopes,
         });
         let _serialized = self.insert_lock.lock();
         self.remove_locked(key);
         self.variants.add(primary, key);
+        if let Some(scopes) = &object.scopes {
+            self.scopes.add(key, scopes);
+        }
         let mut admitted = true;
         for evicted in self.objects.force_put(key, object, weight) {
             if evicted.data.key == key {
                 admitted = false;
                 self.variants.forget(evicted.data.primary, key);
+                if let Some(scopes) = &evicted.data.scopes {
+                    self.scopes.forget(key, scopes);
+                }
                 self.evictions.fetch_add(1, Ordering::Relaxed);
             } else {
                 self.account_eviction(&evicted.data);
@@ -120,6 +138,36 @@ impl ObjectIndex {
     pub(super) fn remove(&self, key: u128) -> bool {
         let _serialized = self.insert_lock.lock();
         self.remove_locked(key)
+    }
+
+    /// Removes `object` if it is still the one stored under its key (not a newer one stored
+    /// since it was looked up); returns whether it was.
+    pub(super) fn remove_exact(&self, object: &Arc<MemoryObject>) -> bool {
+        let _serialized = self.insert_lock.lock();
+        match self.get(object.key) {
+            Some(current) if Arc::ptr_eq(&current, object) => self.remove_locked(object.key),
+            _ => false,
+        }
+    }
+
+    /// The variant keys stored under the primary key `primary`.
+    pub(super) fn variants_of(&self, primary: u128) -> Vec<u128> {
+        self.variants.of(primary)
+    }
+
+    /// The keys stored under the host hash `host`.
+    pub(super) fn of_host(&self, host: u64) -> Vec<u128> {
+        self.scopes.of_host(host)
+    }
+
+    /// The keys stored with the tag hash `tag`.
+    pub(super) fn tagged(&self, tag: u64) -> Vec<u128> {
+        self.scopes.tagged(tag)
+    }
+
+    /// Every key stored.
+    pub(super) fn all_keys(&self) -> Vec<u128> {
+        self.scopes.all()
     }
 
     /// Removes the object under the primary key `primary` and every variant stored under it;
@@ -155,6 +203,9 @@ impl ObjectIndex {
 
     fn account_eviction(&self, object: &MemoryObject) {
         self.variants.forget(object.primary, object.key);
+        if let Some(scopes) = &object.scopes {
+            self.scopes.forget(object.key, scopes);
+        }
         self.bytes.fetch_sub(object.charged, Ordering::Relaxed);
         self.count.fetch_sub(1, Ordering::Relaxed);
         self.evictions.fetch_add(1, Ordering::Relaxed);
@@ -165,6 +216,9 @@ impl ObjectIndex {
         match self.objects.remove(&key) {
             Some(old) => {
                 self.variants.forget(old.primary, old.key);
+                if let Some(scopes) = &old.scopes {
+                    self.scopes.forget(old.key, scopes);
+                }
                 self.bytes.fetch_sub(old.charged, Ordering::Relaxed);
                 self.count.fetch_sub(1, Ordering::Relaxed);
                 true

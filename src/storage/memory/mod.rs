@@ -4,6 +4,7 @@
 //! it holds (near-cache mode, `local_ttl`), and its [`MemoryStats`]. It is built from:
 //! * `index.rs`: the byte-bounded object index over TinyUFO (charges, eviction, collision check);
 //! * `variants.rs`: primary key -> variant keys, so purging a URL purges every variant;
+//! * `scopes.rs`: host -> keys and tag -> keys, so a ban finds what it covers here;
 //! * `fill.rs`: in-flight fills, their writer and the readers that stream them;
 //! * `hit.rs`: the hit handlers, and [`CompleteObject`] for the proxy's hit fast path.
 //!
@@ -17,15 +18,22 @@
 //!   truncated body as complete: if the writer is dropped before `finish`, readers get an error.
 //! * **Collision safety.** The full 128-bit combined key is kept with each object and checked on
 //!   lookup, since TinyUFO indexes by a 64-bit hash of it.
+//! * **Invalidation applied on arrival.** With a [`RuleBook`], a purge or ban is applied to the
+//!   objects it covers when it arrives ([`MemoryTier::invalidate`]), and an object about to be
+//!   stored is judged by the rules known then (a fill that started before a ban may end after
+//!   it), so a hit never consults the rules: the hit path costs what it did.
 
 mod fill;
 mod hit;
 mod index;
+mod scopes;
 mod variants;
 
 pub use hit::CompleteObject;
 
 use super::object::{Body, StoredMeta};
+use crate::storage::rules::scope::{EntryScopes, Scope};
+use crate::storage::rules::{RuleBook, Verdict};
 use async_trait::async_trait;
 use fill::{InFlightFills, MemoryMiss};
 use hit::{complete_hit, streaming_hit};
@@ -58,6 +66,16 @@ pub struct MemoryStats {
     pub in_flight: usize,
 }
 
+/// What a purge or ban did to this node's memory tier.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Touched {
+    /// Objects stored under their URL (a response without `Vary`, or the variant in the URL's
+    /// primary slot) removed, or marked stale by a soft one.
+    pub objects: usize,
+    /// Other variants of a URL removed or marked stale.
+    pub variants: usize,
+}
+
 /// The in-process memory tier. See the module docs for its guarantees.
 pub struct MemoryTier {
     index: ObjectIndex,
@@ -65,6 +83,9 @@ pub struct MemoryTier {
     /// Near-cache mode: how long an object is trusted locally (None: until evicted or stale).
     /// Zero means shared-tier hits are not promoted at all.
     local_ttl: Option<Duration>,
+    /// The purges and bans objects are judged by when stored (None: no invalidation beyond
+    /// `Storage::purge`, as in the unit tests).
+    rules: Option<&'static RuleBook>,
 }
 
 fn key_of(hash: [u8; 16]) -> u128 {
@@ -79,7 +100,14 @@ impl MemoryTier {
             index: ObjectIndex::new(limit, max_object_size, estimated_objects),
             fills: InFlightFills::default(),
             local_ttl: None,
+            rules: None,
         }
+    }
+
+    /// Judges objects by `rules` when they are stored, and indexes them by host and tags so
+    /// that [`MemoryTier::invalidate`] finds what a ban covers.
+    pub fn set_rule_book(&mut self, rules: &'static RuleBook) {
+        self.rules = Some(rules);
     }
 
     /// A leaked, `'static` tier as Pingora's cache API requires.
@@ -120,7 +148,22 @@ impl MemoryTier {
     /// `local_ttl`; returns whether it was stored. With a `local_ttl` of zero nothing is: the copy
     /// would never be trusted, so storing it would only evict objects that are.
     pub fn promote(&self, key: &CacheKey, meta: &StoredMeta, body: &Body) -> bool {
-        if self.local_ttl.is_some_and(|ttl| ttl.is_zero()) {
+        if !self.promotes() {
+            return false;
+        }
+        let scopes = self.scopes_of(key, &meta.header);
+        self.promote_with(key, meta, body, scopes)
+    }
+
+    /// [`MemoryTier::promote`] for a caller that has already computed the entry's scopes.
+    pub fn promote_with(
+        &self,
+        key: &CacheKey,
+        meta: &StoredMeta,
+        body: &Body,
+        scopes: Option<Box<EntryScopes>>,
+    ) -> bool {
+        if !self.promotes() {
             return false;
         }
         self.insert(
@@ -128,7 +171,76 @@ impl MemoryTier {
             key_of(key.primary_bin()),
             Arc::new(meta.clone()),
             body.clone(),
+            scopes,
         )
+    }
+
+    /// Whether shared-tier hits are kept here at all (not with a `local_ttl` of zero).
+    pub fn promotes(&self) -> bool {
+        !self.local_ttl.is_some_and(|ttl| ttl.is_zero())
+    }
+
+    /// What purges and bans can name an object stored under `key` with `header` by; `None`
+    /// without a rule book.
+    pub fn scopes_of(
+        &self,
+        key: &CacheKey,
+        header: &pingora_http::ResponseHeader,
+    ) -> Option<Box<EntryScopes>> {
+        let rules = self.rules?;
+        let text = String::from_utf8_lossy(key.primary_key());
+        let primary = key_of(key.primary_bin());
+        Some(Box::new(rules.scopes_of(&text, primary, header)))
+    }
+
+    /// Applies a purge or ban that arrived (from this node or another): every object under
+    /// `scope` validated before `before` (see [`StoredMeta::validated`]) is removed, or with `soft`
+    /// marked stale from `before` on (so grace, `stale-while-revalidate` and revalidation still
+    /// serve it), and a hard purge of a URL abandons the fills of it in flight. Objects fetched or
+    /// revalidated since are left alone.
+    pub fn invalidate(&self, scope: &Scope, before: SystemTime, soft: bool) -> Touched {
+        let keys = match scope {
+            Scope::Url(primary) => {
+                let mut keys = vec![*primary];
+                keys.extend(self.index.variants_of(*primary));
+                keys
+            }
+            Scope::Tag(tag) => self.index.tagged(*tag),
+            Scope::Host(host)
+            | Scope::Prefix {
+                host: Some(host), ..
+            } => self.index.of_host(*host),
+            Scope::Prefix { host: None, .. } => self.index.all_keys(),
+        };
+        let mut touched = Touched::default();
+        for key in keys {
+            let Some(object) = self.index.get(key) else {
+                continue;
+            };
+            let covered = match (&object.scopes, scope) {
+                (_, Scope::Url(primary)) => object.primary == *primary,
+                (Some(scopes), _) => scope.covers(scopes),
+                (None, _) => false,
+            };
+            if !covered || object.meta.read().validated() >= before {
+                continue;
+            }
+            let done = if soft {
+                soften(&object, before);
+                true
+            } else {
+                self.index.remove_exact(&object)
+            };
+            if done && object.key == object.primary {
+                touched.objects += 1;
+            } else if done {
+                touched.variants += 1;
+            }
+        }
+        if let (Scope::Url(primary), false) = (scope, soft) {
+            self.fills.abort(*primary);
+        }
+        touched
     }
 
     /// The metadata and body stored under `key`, for writing them to a shared tier.
@@ -156,10 +268,52 @@ impl MemoryTier {
     }
 
     /// Inserts a complete object, trusted for `local_ttl` from now; returns whether it was
-    /// admitted.
-    fn insert(&self, key: u128, primary: u128, meta: Arc<StoredMeta>, body: Body) -> bool {
+    /// admitted. With a rule book, the object is judged first: one a purge or ban covers is not
+    /// stored (a soft one stores it stale), and one a rule covers that arrived while it was
+    /// being stored is taken out again.
+    fn insert(
+        &self,
+        key: u128,
+        primary: u128,
+        meta: Arc<StoredMeta>,
+        body: Body,
+        scopes: Option<Box<EntryScopes>>,
+    ) -> bool {
         let local_until = self.local_ttl.map(|ttl| Instant::now() + ttl);
-        self.index.insert(key, primary, meta, body, local_until)
+        let (Some(rules), Some(entry)) = (self.rules, scopes.as_deref()) else {
+            return self
+                .index
+                .insert(key, primary, meta, body, local_until, scopes);
+        };
+        let generation = rules.generation();
+        let meta = match rules.judge(entry, meta.validated()) {
+            Verdict::Valid => meta,
+            Verdict::StaleSince(since) => stale_since(&meta, since),
+            Verdict::Invalid => return false,
+        };
+        if !self
+            .index
+            .insert(key, primary, meta, body, local_until, scopes)
+        {
+            return false;
+        }
+        if rules.generation() != generation {
+            if let Some(object) = self.index.get(key) {
+                match object
+                    .scopes
+                    .as_deref()
+                    .map(|s| rules.judge(s, object.meta.read().validated()))
+                {
+                    Some(Verdict::Invalid) => {
+                        self.index.remove_exact(&object);
+                        return false;
+                    }
+                    Some(Verdict::StaleSince(since)) => soften(&object, since),
+                    _ => {}
+                }
+            }
+        }
+        true
     }
 
     fn lookup_key(&'static self, key: u128) -> Option<(CacheMeta, HitHandler)> {
@@ -183,6 +337,22 @@ impl MemoryTier {
         };
         removed || removed_fill
     }
+}
+
+/// `meta` marked stale from `since` on (if it was fresh longer).
+fn stale_since(meta: &Arc<StoredMeta>, since: SystemTime) -> Arc<StoredMeta> {
+    if meta.fresh_until <= since {
+        return meta.clone();
+    }
+    let mut stale = (**meta).clone();
+    stale.fresh_until = since;
+    Arc::new(stale)
+}
+
+/// Marks a stored object stale from `since` on.
+fn soften(object: &MemoryObject, since: SystemTime) {
+    let mut meta = object.meta.write();
+    *meta = stale_since(&meta, since);
 }
 
 #[async_trait]
@@ -265,7 +435,22 @@ impl Storage for MemoryTier {
     ) -> Result<bool> {
         match self.trusted_object(key_of(key.combined_bin())) {
             Some(object) => {
-                *object.meta.write() = Arc::new(StoredMeta::from_meta(meta));
+                let updated = Arc::new(StoredMeta::from_meta(meta));
+                let scopes = self.scopes_of(key, &updated.header);
+                if scopes.as_ref().map(|s| &s.tags) != object.scopes.as_ref().map(|s| &s.tags) {
+                    // the origin's 304 changed the tags: stored again, so the index follows
+                    let body = object.body.clone();
+                    let stored = self.index.insert(
+                        object.key,
+                        object.primary,
+                        updated,
+                        body,
+                        object.local_until,
+                        scopes,
+                    );
+                    return Ok(stored);
+                }
+                *object.meta.write() = updated;
                 Ok(true)
             }
             // evicted meanwhile: nothing to update, the next request refetches

@@ -36,6 +36,15 @@ impl VariantIndex {
         }
     }
 
+    /// The variant keys stored under `primary`.
+    pub(super) fn of(&self, primary: u128) -> Vec<u128> {
+        self.by_primary
+            .lock()
+            .get(&primary)
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// Removes and returns the variant keys stored under `primary`.
     pub(super) fn take(&self, primary: u128) -> Vec<u128> {
         self.by_primary.lock().remove(&primary).unwrap_or_default()

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Fuzzes what Lacquer reads from memcached (fuzz/: the entry decoder and the manifest/chunk
+# assembly) for SECONDS in all (default 60), split evenly between the targets. Installs what it
+# needs when missing: the nightly toolchain (cargo-fuzz needs it) and cargo-fuzz. New inputs go
+# to a scratch directory; the committed seeds in fuzz/corpus/ are read, never rewritten. A crash
+# fails the script and leaves the input under fuzz/artifacts/.
+#
+#   scripts/fuzz.sh [SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds="${1:-60}"
+targets=(entry_decode chunk_assembly)
+
+if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+  rustup toolchain install nightly --profile minimal
+fi
+if ! cargo fuzz --version >/dev/null 2>&1; then
+  cargo install cargo-fuzz --locked
+fi
+
+per_target=$(( seconds / ${#targets[@]} ))
+[ "$per_target" -ge 1 ] || per_target=1
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+# No AddressSanitizer: the code under test is safe Rust (an out-of-bounds slice panics, which the
+# fuzzer reports). A debug build (`--dev`, debug assertions and overflow checks on): it runs
+# slower than a release one, but builds in a fraction of the time, which is what a short run in
+# CI needs.
+cargo +nightly fuzz build --dev --sanitizer none 2>&1 | tail -n 2
+for target in "${targets[@]}"; do
+  mkdir -p "$scratch/$target"
+  echo "fuzz: $target for ${per_target}s"
+  status=0
+  cargo +nightly fuzz run --dev --sanitizer none "$target" "$scratch/$target" "fuzz/corpus/$target" -- \
+    -max_total_time="$per_target" -max_len=65536 -print_final_stats=1 >"$scratch/$target.log" 2>&1 ||
+    status=$?
+  grep -E "^#[0-9]+ +DONE|stat::number_of_executed_units|panicked|ERROR|SUMMARY|Test unit written" \
+    "$scratch/$target.log" || true
+  if [ "$status" -ne 0 ]; then
+    tail -n 40 "$scratch/$target.log" >&2
+    echo "fuzz: $target failed (exit $status); the input is under fuzz/artifacts/$target/" >&2
+    exit "$status"
+  fi
+done
+echo "fuzz: no crash in ${seconds}s"

@@ -1,0 +1,254 @@
+//! The invalidation API: `POST /purge` and `POST /ban`, JSON in and out.
+//!
+//! ```text
+//! POST /purge  {"url": "http://shop.example/products?id=7"}            one URL, every variant
+//!              {"host": "shop.example", "path": "/products?id=7"}      the same, in parts
+//! POST /ban    {"tag": "product-7"}                                    every entry tagged so
+//!              {"host": "shop.example"}                                every entry of a host
+//!              {"host": "shop.example", "prefix": "/products/"}        a path prefix of a host
+//!              {"prefix": "/static/"}                                  ... of every host
+//! ```
+//!
+//! Every call may add `"soft": true` (mark stale instead of removing), `"wait": false` (answer
+//! without waiting for the other nodes to confirm, which they do within a poll interval; a node
+//! that does not is waited for up to 5 s, or three poll intervals when longer) and `"by": "deploy-bot"` (who is asking, for
+//! the logs). The answer is the [`Report`](crate::invalidation::report::Report): 200 when
+//! everything was reached, 202 when something is pending (retried in the background), 503 when
+//! no memcached server took it; 400 for a body that names nothing valid. Authentication is
+//! [`super::auth`]'s, checked before the body is read.
+
+use crate::invalidation::target::Target;
+use crate::invalidation::{Invalidator, Request};
+use pingora_core::protocols::http::ServerSession;
+use serde::Deserialize;
+use std::net::IpAddr;
+
+/// The largest request body read.
+const MAX_BODY: usize = 64 * 1024;
+
+/// `POST /purge` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PurgeBody {
+    url: Option<String>,
+    host: Option<String>,
+    path: Option<String>,
+    #[serde(default)]
+    soft: bool,
+    wait: Option<bool>,
+    by: Option<String>,
+}
+
+/// `POST /ban` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BanBody {
+    tag: Option<String>,
+    host: Option<String>,
+    prefix: Option<String>,
+    #[serde(default)]
+    soft: bool,
+    wait: Option<bool>,
+    by: Option<String>,
+}
+
+/// What every call may add.
+struct Options {
+    soft: bool,
+    wait: Option<bool>,
+    by: Option<String>,
+}
+
+/// Which of the two calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Call {
+    Purge,
+    Ban,
+}
+
+/// Answers one authenticated call: the status and the JSON body.
+pub async fn on_request(
+    session: &mut ServerSession,
+    call: Call,
+    invalidator: &'static Invalidator,
+    client: Option<IpAddr>,
+) -> (u16, String) {
+    let body = match read_body(session).await {
+        Ok(body) => body,
+        Err(reason) => return error(400, &reason),
+    };
+    let client = client.map_or_else(|| "unknown".to_string(), |ip| ip.to_string());
+    let request = match call {
+        Call::Purge => serde_json::from_slice::<PurgeBody>(&body)
+            .map_err(|e| e.to_string())
+            .and_then(|b| {
+                let options = Options {
+                    soft: b.soft,
+                    wait: b.wait,
+                    by: b.by.clone(),
+                };
+                Ok((purge_target(&b)?, options))
+            }),
+        Call::Ban => serde_json::from_slice::<BanBody>(&body)
+            .map_err(|e| e.to_string())
+            .and_then(|b| {
+                let options = Options {
+                    soft: b.soft,
+                    wait: b.wait,
+                    by: b.by.clone(),
+                };
+                Ok((ban_target(&b)?, options))
+            }),
+    };
+    let (target, options) = match request {
+        Ok(parsed) => parsed,
+        Err(reason) => return error(400, &reason),
+    };
+    let asked_by = match options.by.as_deref().map(sanitize) {
+        Some(by) => format!("{client} (admin API, {by})"),
+        None => format!("{client} (admin API)"),
+    };
+    let request = Request {
+        target,
+        soft: options.soft,
+        asked_by,
+        wait: options.wait.unwrap_or(true),
+        only_if_stored: false,
+    };
+    match invalidator.invalidate(request).await {
+        Ok(report) => (report.status(), report.to_json()),
+        Err(refused) => error(400, &refused.0),
+    }
+}
+
+/// The body, whole, up to [`MAX_BODY`].
+async fn read_body(session: &mut ServerSession) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    loop {
+        match session.read_request_body().await {
+            Ok(Some(chunk)) => {
+                body.extend_from_slice(&chunk);
+                if body.len() > MAX_BODY {
+                    return Err(format!("the body is larger than {MAX_BODY} bytes"));
+                }
+            }
+            Ok(None) => return Ok(body),
+            Err(e) => return Err(format!("the body could not be read: {e}")),
+        }
+    }
+}
+
+fn purge_target(body: &PurgeBody) -> Result<Target, String> {
+    match (&body.url, &body.host, &body.path) {
+        (Some(url), None, None) => {
+            let uri: http::Uri = url.parse().map_err(|_| format!("\"{url}\" is not a URL"))?;
+            let host = uri
+                .host()
+                .filter(|_| matches!(uri.scheme_str(), Some("http" | "https")))
+                .ok_or_else(|| format!("\"{url}\" is not an http(s) URL with a host"))?;
+            let host = match uri.port_u16() {
+                Some(port) => format!("{host}:{port}"),
+                None => host.to_string(),
+            };
+            let path = uri.path_and_query().map_or("/", |pq| pq.as_str());
+            Ok(Target::url(&host, path))
+        }
+        (None, Some(host), Some(path)) => Ok(Target::url(host, path)),
+        _ => Err("give \"url\", or \"host\" and \"path\"".into()),
+    }
+}
+
+fn ban_target(body: &BanBody) -> Result<Target, String> {
+    match (&body.tag, &body.host, &body.prefix) {
+        (Some(tag), None, None) => Ok(Target::Tag(tag.clone())),
+        (None, Some(host), None) => Ok(Target::Host(host.to_ascii_lowercase())),
+        (None, host, Some(prefix)) => Ok(Target::Prefix {
+            host: host.as_deref().map(str::to_ascii_lowercase),
+            prefix: prefix.clone(),
+        }),
+        _ => Err("give one of \"tag\", \"host\", or \"prefix\" (with or without \"host\")".into()),
+    }
+}
+
+/// Who-is-asking text safe for a log line: printable ASCII, at most 64 characters.
+fn sanitize(by: &str) -> String {
+    by.chars()
+        .filter(|c| c.is_ascii_graphic() || *c == ' ')
+        .take(64)
+        .collect()
+}
+
+fn error(status: u16, reason: &str) -> (u16, String) {
+    let mut body = serde_json::json!({ "error": reason }).to_string();
+    body.push('\n');
+    (status, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn purge(json: &str) -> Result<Target, String> {
+        purge_target(&serde_json::from_str(json).map_err(|e| e.to_string())?)
+    }
+
+    fn ban(json: &str) -> Result<Target, String> {
+        ban_target(&serde_json::from_str(json).map_err(|e| e.to_string())?)
+    }
+
+    #[test]
+    fn purge_bodies_name_one_url_with_the_host_as_the_cache_key_has_it() {
+        assert_eq!(
+            purge(r#"{"url": "http://Shop.Example:8080/a?b=1", "soft": true}"#),
+            Ok(Target::url("shop.example:8080", "/a?b=1"))
+        );
+        assert_eq!(
+            purge(r#"{"url": "https://shop.example"}"#),
+            Ok(Target::url("shop.example", "/"))
+        );
+        assert_eq!(
+            purge(r#"{"host": "shop.example", "path": "/x"}"#),
+            Ok(Target::url("shop.example", "/x"))
+        );
+        for bad in [
+            r#"{}"#,
+            r#"{"url": "/relative"}"#,
+            r#"{"url": "ftp://h/x"}"#,
+            r#"{"url": "http://h/x", "host": "h"}"#,
+            r#"{"uri": "http://h/x"}"#,
+        ] {
+            assert!(purge(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn ban_bodies_name_a_tag_a_host_or_a_prefix() {
+        assert_eq!(ban(r#"{"tag": "p-7"}"#), Ok(Target::Tag("p-7".into())));
+        assert_eq!(
+            ban(r#"{"host": "A.test"}"#),
+            Ok(Target::Host("a.test".into()))
+        );
+        assert_eq!(
+            ban(r#"{"host": "a.test", "prefix": "/img/", "wait": false, "by": "ci"}"#),
+            Ok(Target::Prefix {
+                host: Some("a.test".into()),
+                prefix: "/img/".into()
+            })
+        );
+        assert_eq!(
+            ban(r#"{"prefix": "/img/"}"#),
+            Ok(Target::Prefix {
+                host: None,
+                prefix: "/img/".into()
+            })
+        );
+        for bad in [
+            r#"{}"#,
+            r#"{"tag": "a", "host": "b"}"#,
+            r#"{"tags": ["a"]}"#,
+        ] {
+            assert!(ban(bad).is_err(), "{bad}");
+        }
+        assert_eq!(sanitize("ci\nbot\u{7}é"), "cibot");
+    }
+}

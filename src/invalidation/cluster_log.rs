@@ -1,0 +1,341 @@
+//! The cluster's invalidation log, kept in memcached: how a purge or ban made on one node reaches
+//! every other node, and how a node that starts learns what was purged before it.
+//!
+//! * **Buckets.** A record is appended (memcached `append`, atomic) to the value of the 10-second
+//!   bucket it is published in, `{namespace}:inval:{bucket}`, on **every** server: each server
+//!   keeps a copy of the whole log, so the loss, freeze or ejection of any of them loses nothing
+//!   as long as one copy was written. Buckets expire after the retention; short-lived records
+//!   (purges whose entry was deleted, see [`super::rules::SHORT_RETENTION`]) go to buckets of
+//!   their own, `{namespace}:inval:s:{bucket}`, that expire after minutes, so that purging many
+//!   URLs does not fill memcached with a day of log.
+//! * **Reading.** Every node reads, every `poll_interval`, the buckets from the one before its
+//!   last successful read of a server to the one after now (normally three keys, one pipelined
+//!   round trip per server), from every server it can reach, and keeps how far it has parsed
+//!   each value, so only what was appended since is decoded. At start the range is the whole
+//!   retention (catch-up). Records are idempotent (see [`super::rules`]), so reading one twice,
+//!   or from several servers, is harmless.
+//! * **Presence.** Each node lists itself once in `{namespace}:inval:nodes` and, after every
+//!   read, writes a heartbeat `{namespace}:inval:node:{instance}` (its name and, per issuing
+//!   node, the newest record it has applied) that expires a few polls later: a node issuing a
+//!   purge reads them to report which nodes have it.
+//!
+//! Nothing here knows what a record means: the invalidation service decides.
+
+use super::record::{decode_from, Record};
+use crate::storage::rules::SHORT_RETENTION;
+use bytes::Bytes;
+use lacquer_memcached::Cluster;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinSet;
+
+/// The span of one bucket, in milliseconds.
+const BUCKET_MS: u64 = 10_000;
+/// The most bucket keys asked for in one round trip (a catch-up asks for thousands).
+const KEYS_PER_READ: usize = 128;
+
+/// What a node's heartbeat says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// The node's configured name.
+    pub name: String,
+    /// Per issuing node (instance id), the newest record sequence this node has applied.
+    pub applied: HashMap<u64, u64>,
+}
+
+impl Heartbeat {
+    fn encode(&self) -> Bytes {
+        let mut text = self.name.replace(['\n', '\r'], " ");
+        text.push('\n');
+        for (issuer, seq) in &self.applied {
+            text.push_str(&format!("{issuer:016x} {seq}\n"));
+        }
+        Bytes::from(text)
+    }
+
+    fn decode(value: &[u8]) -> Option<Heartbeat> {
+        let text = std::str::from_utf8(value).ok()?;
+        let mut lines = text.lines();
+        let name = lines.next()?.to_string();
+        let applied = lines
+            .filter_map(|line| {
+                let (issuer, seq) = line.split_once(' ')?;
+                Some((u64::from_str_radix(issuer, 16).ok()?, seq.parse().ok()?))
+            })
+            .collect();
+        Some(Heartbeat { name, applied })
+    }
+
+    /// Folds `other` (the same node's heartbeat read from another server) into this one.
+    fn merge(&mut self, other: Heartbeat) {
+        for (issuer, seq) in other.applied {
+            let known = self.applied.entry(issuer).or_default();
+            *known = (*known).max(seq);
+        }
+    }
+}
+
+/// The log, as one node reads and writes it.
+pub struct SharedLog {
+    cluster: Arc<Cluster>,
+    /// `{namespace}:inval`.
+    prefix: String,
+    retention: Duration,
+    /// Per server: the time (ms) of its last successful read, where the next read starts.
+    read_since: Mutex<Vec<Option<u64>>>,
+    /// Per (server, bucket key): how many bytes of the value have been parsed.
+    parsed: Mutex<HashMap<(usize, Vec<u8>), usize>>,
+}
+
+impl SharedLog {
+    /// The log in `cluster` under `namespace`, whose records are kept for `retention`.
+    pub fn new(cluster: Arc<Cluster>, namespace: &str, retention: Duration) -> SharedLog {
+        let servers = cluster.server_count();
+        SharedLog {
+            cluster,
+            prefix: format!("{namespace}:inval"),
+            retention,
+            read_since: Mutex::new(vec![None; servers]),
+            parsed: Mutex::default(),
+        }
+    }
+
+    /// How many servers keep a copy.
+    pub fn server_count(&self) -> usize {
+        self.cluster.server_count()
+    }
+
+    /// Server `index`'s name.
+    pub fn server_name(&self, index: usize) -> &str {
+        self.cluster.server_name(index)
+    }
+
+    /// Whether server `index` may be asked now (not ejected).
+    pub fn is_usable(&self, index: usize) -> bool {
+        self.cluster.is_usable(index)
+    }
+
+    fn bucket_key(&self, bucket: u64, short_lived: bool) -> Vec<u8> {
+        let class = if short_lived { "s:" } else { "" };
+        format!("{}:{class}{bucket}", self.prefix).into_bytes()
+    }
+
+    /// How long records of each kind matter.
+    fn lifetime(&self, short_lived: bool) -> Duration {
+        if short_lived {
+            SHORT_RETENTION.min(self.retention)
+        } else {
+            self.retention
+        }
+    }
+
+    fn nodes_key(&self) -> Vec<u8> {
+        format!("{}:nodes", self.prefix).into_bytes()
+    }
+
+    fn heartbeat_key(&self, instance: u64) -> Vec<u8> {
+        format!("{}:node:{instance:016x}", self.prefix).into_bytes()
+    }
+
+    /// A little longer than records of the kind matter, so a reader never finds half a bucket
+    /// gone.
+    fn ttl(&self, short_lived: bool) -> u32 {
+        (self.lifetime(short_lived).as_secs() + 60).min(30 * 24 * 3600) as u32
+    }
+
+    /// Appends `record` (as [`Record::encode`] made it; short-lived or not) to the bucket of
+    /// `now_ms` on each of `servers` at once; returns the servers that stored it.
+    pub async fn publish(
+        &self,
+        record: &Bytes,
+        short_lived: bool,
+        servers: &[usize],
+        now_ms: u64,
+    ) -> Vec<usize> {
+        let key = self.bucket_key(now_ms / BUCKET_MS, short_lived);
+        let ttl = self.ttl(short_lived);
+        let mut appends = JoinSet::new();
+        for &index in servers {
+            let (cluster, key, record) = (self.cluster.clone(), key.clone(), record.clone());
+            appends
+                .spawn(async move { (index, cluster.append_on(index, &key, record, ttl).await) });
+        }
+        let mut stored = Vec::new();
+        while let Some(done) = appends.join_next().await {
+            if let Ok((index, true)) = done {
+                stored.push(index);
+            }
+        }
+        stored.sort_unstable();
+        stored
+    }
+
+    /// Reads what every reachable server's copy gained since this node last read it (at start:
+    /// everything within the retention). Returns the records and the servers that answered.
+    pub async fn read_new(&self, now_ms: u64) -> (Vec<Record>, Vec<usize>) {
+        let keys_to_read = |since: Option<u64>, short_lived: bool| {
+            let oldest = now_ms.saturating_sub(self.lifetime(short_lived).as_millis() as u64);
+            let from = since.unwrap_or(oldest).max(oldest) / BUCKET_MS;
+            (from.saturating_sub(1)..=now_ms / BUCKET_MS + 1)
+                .map(move |bucket| self.bucket_key(bucket, short_lived))
+        };
+        let ranges: Vec<(usize, Vec<Vec<u8>>)> = {
+            let since = self.read_since.lock();
+            (0..self.server_count())
+                .filter(|&i| self.cluster.is_usable(i))
+                .map(|i| {
+                    let keys = keys_to_read(since[i], false)
+                        .chain(keys_to_read(since[i], true))
+                        .collect();
+                    (i, keys)
+                })
+                .collect()
+        };
+        let mut reads = JoinSet::new();
+        for (index, keys) in ranges {
+            let cluster = self.cluster.clone();
+            reads.spawn(async move {
+                let mut values = Vec::with_capacity(keys.len());
+                for batch in keys.chunks(KEYS_PER_READ) {
+                    match cluster.get_multi_on(index, batch).await {
+                        Some(found) => values.extend(found),
+                        None => return (index, keys, None),
+                    }
+                }
+                (index, keys, Some(values))
+            });
+        }
+        let mut records = Vec::new();
+        let mut answered = Vec::new();
+        while let Some(done) = reads.join_next().await {
+            let Ok((index, keys, Some(values))) = done else {
+                continue;
+            };
+            let mut parsed = self.parsed.lock();
+            for (key, value) in keys.into_iter().zip(values) {
+                let Some(value) = value else { continue };
+                let offset = parsed.entry((index, key)).or_default();
+                if *offset > value.len() {
+                    // the value was replaced (expired and begun again): read it from the start
+                    *offset = 0;
+                }
+                let (found, end) = decode_from(&value, *offset);
+                *offset = end;
+                records.extend(found);
+            }
+            self.read_since.lock()[index] = Some(now_ms);
+            answered.push(index);
+        }
+        // forget values of buckets no read will ask for again unless a server was unreachable
+        // (then they are read whole, which is harmless)
+        let current = now_ms / BUCKET_MS;
+        let recent: Vec<Vec<u8>> = (current.saturating_sub(2)..=current + 1)
+            .flat_map(|bucket| {
+                [
+                    self.bucket_key(bucket, false),
+                    self.bucket_key(bucket, true),
+                ]
+            })
+            .collect();
+        self.parsed
+            .lock()
+            .retain(|(_, key), _| recent.contains(key));
+        answered.sort_unstable();
+        (records, answered)
+    }
+
+    /// Writes this node's heartbeat to every server it can reach, expiring after `ttl`.
+    pub async fn heartbeat(&self, instance: u64, beat: &Heartbeat, ttl: Duration) {
+        let key = self.heartbeat_key(instance);
+        let value = beat.encode();
+        let ttl = ttl.as_secs().max(1) as u32;
+        let mut writes = JoinSet::new();
+        for index in (0..self.server_count()).filter(|&i| self.cluster.is_usable(i)) {
+            let (cluster, key, value) = (self.cluster.clone(), key.clone(), value.clone());
+            writes.spawn(async move { cluster.set_on(index, &key, value, ttl).await });
+        }
+        while writes.join_next().await.is_some() {}
+    }
+
+    /// Lists this node in the members list of every server whose copy lacks it.
+    pub async fn join(&self, instance: u64) {
+        let line = format!("{instance:016x}\n");
+        let ttl = self.ttl(false);
+        for index in (0..self.server_count()).filter(|&i| self.cluster.is_usable(i)) {
+            let listed = self.cluster.get_multi_on(index, &[self.nodes_key()]).await;
+            let Some(values) = listed else { continue };
+            let present = values[0]
+                .as_ref()
+                .is_some_and(|v| String::from_utf8_lossy(v).lines().any(|l| l == line.trim()));
+            if !present {
+                let value = Bytes::from(line.clone());
+                self.cluster
+                    .append_on(index, &self.nodes_key(), value, ttl)
+                    .await;
+            }
+        }
+    }
+
+    /// The heartbeats of every listed node that has one now (a node without one has stopped),
+    /// by instance id, merged across servers.
+    pub async fn heartbeats(&self) -> HashMap<u64, Heartbeat> {
+        let mut instances: Vec<u64> = Vec::new();
+        for index in (0..self.server_count()).filter(|&i| self.cluster.is_usable(i)) {
+            if let Some(values) = self.cluster.get_multi_on(index, &[self.nodes_key()]).await {
+                let listed = values[0].as_deref().unwrap_or_default();
+                for line in String::from_utf8_lossy(listed).lines() {
+                    if let Ok(id) = u64::from_str_radix(line.trim(), 16) {
+                        if !instances.contains(&id) {
+                            instances.push(id);
+                        }
+                    }
+                }
+            }
+        }
+        let keys: Vec<Vec<u8>> = instances.iter().map(|i| self.heartbeat_key(*i)).collect();
+        let mut beats: HashMap<u64, Heartbeat> = HashMap::new();
+        for index in (0..self.server_count()).filter(|&i| self.cluster.is_usable(i)) {
+            for batch in (0..keys.len()).step_by(KEYS_PER_READ) {
+                let end = (batch + KEYS_PER_READ).min(keys.len());
+                let Some(values) = self.cluster.get_multi_on(index, &keys[batch..end]).await else {
+                    break;
+                };
+                for (offset, value) in values.into_iter().enumerate() {
+                    let Some(beat) = value.as_deref().and_then(Heartbeat::decode) else {
+                        continue;
+                    };
+                    match beats.get_mut(&instances[batch + offset]) {
+                        Some(known) => known.merge(beat),
+                        None => {
+                            beats.insert(instances[batch + offset], beat);
+                        }
+                    }
+                }
+            }
+        }
+        beats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heartbeats_round_trip_and_merge() {
+        let beat = Heartbeat {
+            name: "node\na".into(),
+            applied: HashMap::from([(0xabc, 7), (1, 2)]),
+        };
+        let mut read = Heartbeat::decode(&beat.encode()).unwrap();
+        assert_eq!(read.name, "node a");
+        assert_eq!(read.applied, beat.applied);
+        read.merge(Heartbeat {
+            name: "node a".into(),
+            applied: HashMap::from([(0xabc, 5), (1, 9), (3, 1)]),
+        });
+        assert_eq!(read.applied, HashMap::from([(0xabc, 7), (1, 9), (3, 1)]));
+    }
+}

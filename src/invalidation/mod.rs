@@ -1,0 +1,612 @@
+//! Invalidation: one purge or ban, made through any node, reaching the whole cluster.
+//!
+//! The shared memcached tier makes the nodes one cache for reads; this module makes them one
+//! cache for invalidation. A purge (a URL and all its variants) or a ban (a tag, a host, a path
+//! prefix), hard or soft, asked through the admin API, a PURGE request, or an unsafe method's
+//! success, is carried out by [`Invalidator::invalidate`]:
+//!
+//! 1. it becomes a **rule** in this node's [`RuleBook`] (`crate::storage::rules`: "entries under
+//!    this scope validated before now are invalid", or stale when soft) and is applied at once to
+//!    the objects it
+//!    covers in this node's memory tier (found through its indexes, see
+//!    [`crate::storage::memory::MemoryTier::invalidate`]);
+//! 2. a hard purge of a URL deletes the URL's entry in memcached;
+//! 3. it is **published** to the cluster's invalidation log ([`cluster_log`]), a copy of which every
+//!    memcached server keeps; every node reads the log every `poll_interval` and applies what
+//!    it did not know, so a purge reaches every node within `poll_interval` plus one memcached
+//!    round trip, and a node that starts reads the whole log first;
+//! 4. the answer ([`report::Report`]) says what it touched and what it reached; it may wait for
+//!    the other nodes to confirm.
+//!
+//! Why rules and not only deletes: an entry read from memcached is judged by the rule book
+//! before it is served (in `storage::tiered`), so an entry a delete could not reach (its server
+//! frozen or ejected during the purge, then back with its old data: the stale-on-return trap)
+//! is never served, and a ban needs no scan of memcached. A hit from the memory tier consults
+//! nothing: rules are applied to it when they arrive. What could not be done (a publication, a
+//! delete on a server that did not answer) is retried every poll until it is.
+//!
+//! When memcached servers are down: a purge is published to the servers that answer, and every
+//! node reads whichever it can reach; as long as one server took it, every node learns it. When
+//! none did, the answer is 503: this node has applied it and keeps trying to publish it, other
+//! nodes keep serving their memory copies for at most `local_ttl` (then they look in memcached,
+//! which is down: a miss).
+
+pub mod cluster_log;
+pub mod record;
+pub mod report;
+pub mod target;
+
+use crate::config::invalidation::InvalidationConfig;
+use crate::storage::memory::{MemoryTier, Touched};
+use crate::storage::rules::{at, ms_after, RuleBook};
+use crate::storage::tiered::TieredStorage;
+use bytes::Bytes;
+use cluster_log::{Heartbeat, SharedLog};
+use parking_lot::Mutex;
+use pingora_core::server::ShutdownWatch;
+use pingora_core::services::background::BackgroundService;
+use record::{Record, RecordId, MAX_TARGET_TEXT};
+use report::{DeleteReport, MemcachedReport, NodesReport, Report, ThisNode};
+use serde::Serialize;
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+use target::Target;
+
+/// How often the members list and the rule book are tidied.
+const HOUSEKEEPING: Duration = Duration::from_secs(30);
+/// The most publications and deletes kept for retrying; older ones are given up (and logged).
+const MAX_PENDING: usize = 10_000;
+/// How long, at least, a caller that waits for the other nodes to confirm waits for a node that
+/// has not yet (a node reading the log every poll interval confirms within one; a slow or
+/// dying one is given this long before the answer says so).
+const MIN_WAIT: Duration = Duration::from_secs(5);
+
+/// One purge or ban to carry out.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub target: Target,
+    /// Mark stale instead of removing.
+    pub soft: bool,
+    /// Who asked (an address, and what they call themselves), for every node's log.
+    pub asked_by: String,
+    /// Wait (up to a few poll intervals) for the other nodes to confirm, and report them.
+    pub wait: bool,
+    /// Tell the other nodes only if this node or memcached had something under the target (the
+    /// invalidation by unsafe methods, which mostly names URLs nobody stored), and log it at
+    /// debug level rather than info.
+    pub only_if_stored: bool,
+}
+
+/// Why a request was refused before anything was done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused(pub String);
+
+/// What this node's invalidation has done since start, for `/stats`.
+#[derive(Debug, Default)]
+pub struct InvalidationCounters {
+    /// Purges and bans asked of this node.
+    pub issued: AtomicU64,
+    /// Rules learned from other nodes through the log that told something new.
+    pub learned: AtomicU64,
+    /// Objects removed or marked stale in this node's memory tier by rules learned from others.
+    pub swept: AtomicU64,
+    /// Reads of the log (each reaching at least one server), and reads that reached none.
+    pub polls: AtomicU64,
+    pub failed_polls: AtomicU64,
+}
+
+/// The counters as `/stats` shows them.
+#[derive(Debug, Serialize)]
+pub struct InvalidationStats {
+    pub rules: usize,
+    pub issued: u64,
+    pub learned: u64,
+    pub swept: u64,
+    pub polls: u64,
+    pub failed_polls: u64,
+    pub pending_publications: usize,
+    pub pending_deletes: usize,
+}
+
+/// A publication or a delete that did not reach its server yet.
+struct Retry<T> {
+    what: T,
+    /// Servers still to reach (publications), by index.
+    servers: Vec<usize>,
+    /// After this, it no longer matters (the rule is forgotten).
+    until: Instant,
+}
+
+#[derive(Default)]
+struct Pending {
+    /// Records (and whether they are short-lived) not yet on some servers.
+    publications: VecDeque<Retry<(Bytes, bool)>>,
+    /// Memcached keys of URL entries whose delete did not reach their server.
+    deletes: VecDeque<Retry<String>>,
+}
+
+/// The invalidation service of one node (see the module docs).
+pub struct Invalidator {
+    rules: &'static RuleBook,
+    memory: &'static MemoryTier,
+    shared: Option<&'static TieredStorage>,
+    log: Option<SharedLog>,
+    /// This node's configured name, and its process's random instance id.
+    name: String,
+    instance: u64,
+    next_seq: AtomicU64,
+    poll_interval: Duration,
+    /// The newest record applied, per issuing node (this one's included), for the heartbeat.
+    applied: Mutex<HashMap<u64, u64>>,
+    pending: Mutex<Pending>,
+    pub counters: InvalidationCounters,
+}
+
+impl Invalidator {
+    /// The service over this node's storage: `memory`, and `shared` when a memcached cluster is
+    /// configured (whose log it then reads and writes). Until the first read of the log, the
+    /// rule book holds memcached readers back (see [`RuleBook::wait_ready`]).
+    pub fn new(
+        config: &InvalidationConfig,
+        rules: &'static RuleBook,
+        memory: &'static MemoryTier,
+        shared: Option<&'static TieredStorage>,
+    ) -> Invalidator {
+        let log = shared.map(|tier| {
+            rules.expect_catch_up();
+            SharedLog::new(tier.cluster_handle(), tier.namespace(), rules.retention())
+        });
+        Invalidator {
+            rules,
+            memory,
+            shared,
+            log,
+            name: config.node_name.clone(),
+            instance: RandomState::new().hash_one(std::process::id()),
+            next_seq: AtomicU64::new(1),
+            poll_interval: config.poll_interval,
+            applied: Mutex::default(),
+            pending: Mutex::default(),
+            counters: InvalidationCounters::default(),
+        }
+    }
+
+    /// A leaked, `'static` service, shared by the proxy, the admin API and its background loop.
+    pub fn leak(self) -> &'static Invalidator {
+        Box::leak(Box::new(self))
+    }
+
+    /// This node's name.
+    pub fn node_name(&self) -> &str {
+        &self.name
+    }
+
+    /// How long, at most, a purge takes to reach every node that reads the log: one poll
+    /// interval and one read.
+    pub fn bound(&self) -> Duration {
+        self.poll_interval
+            + self
+                .shared
+                .map_or(Duration::ZERO, |s| s.cluster().op_timeout())
+    }
+
+    /// Carries out one purge or ban (see the module docs) and reports on it.
+    pub async fn invalidate(&'static self, request: Request) -> Result<Report, Refused> {
+        check_target(&request.target)?;
+        self.counters.issued.fetch_add(1, Ordering::Relaxed);
+        let issued_ms = ms_after(SystemTime::now());
+        let mut record = Record {
+            id: RecordId {
+                issuer: self.instance,
+                seq: self.next_seq.fetch_add(1, Ordering::Relaxed),
+            },
+            issued_ms,
+            soft: request.soft,
+            // what the delete does not reach stays in memcached: decided below
+            short_lived: true,
+            target: request.target.clone(),
+            asked_by: request.asked_by.clone(),
+        };
+        let touched = self.apply(&record);
+        let mut pending = Vec::new();
+        let memcached = match (&self.log, self.shared) {
+            (Some(log), Some(shared)) => {
+                let delete = self.delete_url_entry(shared, &record, &mut pending).await;
+                record.short_lived = delete.as_ref().is_some_and(DeleteReport::answered);
+                if !record.short_lived {
+                    // entries are left in memcached: keep the rule for the whole retention
+                    let scope = record.target.scope();
+                    self.rules.add(&scope, issued_ms, record.soft, false);
+                }
+                let nothing_stored = touched == Touched::default()
+                    && delete.as_ref().is_some_and(|d| d.outcome == "not_found");
+                if request.only_if_stored && nothing_stored {
+                    log::debug!(
+                        "invalidation of {} asked by {}: nothing stored",
+                        record.target.describe(),
+                        record.asked_by
+                    );
+                    return Ok(self.report(record, touched, None, None, pending));
+                }
+                let servers: Vec<usize> = (0..log.server_count()).collect();
+                let bytes = record.encode();
+                let published = log
+                    .publish(&bytes, record.short_lived, &servers, issued_ms)
+                    .await;
+                let missed: Vec<usize> = servers
+                    .iter()
+                    .copied()
+                    .filter(|i| !published.contains(i))
+                    .collect();
+                for &index in &missed {
+                    pending.push(format!("publication to {}", log.server_name(index)));
+                }
+                if !missed.is_empty() {
+                    let what = (bytes, record.short_lived);
+                    self.retry_later(|p| &mut p.publications, what, missed.clone());
+                }
+                let names = |list: &[usize]| -> Vec<String> {
+                    list.iter()
+                        .map(|i| log.server_name(*i).to_string())
+                        .collect()
+                };
+                Some(MemcachedReport {
+                    servers: servers.len(),
+                    published_to: names(&published),
+                    not_published_to: names(&missed),
+                    delete,
+                })
+            }
+            _ => None,
+        };
+        let nodes = match (&self.log, &memcached) {
+            (Some(log), Some(m)) if request.wait && !m.published_to.is_empty() => {
+                Some(self.await_nodes(log, record.id).await)
+            }
+            _ => None,
+        };
+        let report = self.report(record, touched, memcached, nodes, pending);
+        let line = format!(
+            "invalidation {}: {}{} {} asked by {}: {}",
+            report.id,
+            if report.soft { "soft " } else { "" },
+            report.action,
+            report.target.describe(),
+            report.asked_by,
+            report.summary()
+        );
+        if request.only_if_stored {
+            log::debug!("{line}");
+        } else {
+            log::info!("{line}");
+        }
+        Ok(report)
+    }
+
+    fn report(
+        &self,
+        record: Record,
+        touched: Touched,
+        memcached: Option<MemcachedReport>,
+        nodes: Option<NodesReport>,
+        pending: Vec<String>,
+    ) -> Report {
+        let complete =
+            pending.is_empty() && nodes.as_ref().is_none_or(|n| n.not_confirmed.is_empty());
+        Report {
+            id: format!("{:016x}-{}", record.id.issuer, record.id.seq),
+            action: match record.target {
+                Target::Url { .. } => "purge",
+                _ => "ban",
+            },
+            soft: record.soft,
+            target: record.target,
+            asked_by: record.asked_by,
+            this_node: ThisNode {
+                name: self.name.clone(),
+                objects: touched.objects,
+                variants: touched.variants,
+            },
+            memcached,
+            nodes,
+            pending,
+            complete,
+        }
+    }
+
+    /// Records `record` in the rule book and applies it to this node's memory tier.
+    fn apply(&self, record: &Record) -> Touched {
+        let scope = record.target.scope();
+        self.rules
+            .add(&scope, record.issued_ms, record.soft, record.short_lived);
+        self.note_applied(record.id);
+        self.memory
+            .invalidate(&scope, at(record.issued_ms), record.soft)
+    }
+
+    fn note_applied(&self, id: RecordId) {
+        let mut applied = self.applied.lock();
+        let seq = applied.entry(id.issuer).or_default();
+        *seq = (*seq).max(id.seq);
+    }
+
+    /// A hard purge of a URL deletes its entry in memcached; a delete that did not reach the
+    /// server is retried (the rule keeps the entry from being served meanwhile).
+    async fn delete_url_entry(
+        &self,
+        shared: &TieredStorage,
+        record: &Record,
+        pending: &mut Vec<String>,
+    ) -> Option<DeleteReport> {
+        let Target::Url { host, path } = &record.target else {
+            return None;
+        };
+        if record.soft {
+            return None;
+        }
+        let key = crate::proxy::cache_key::of_url(host, path);
+        let mc_key = shared.memcached_key(&key);
+        let ((server, outcome), ()) = tokio::join!(
+            shared.delete_shared(&mc_key),
+            shared.fill_leases().on_purge(&key)
+        );
+        let delete = DeleteReport::new(server, outcome);
+        if !delete.answered() {
+            pending.push(format!(
+                "delete on {}",
+                delete.server.as_deref().unwrap_or("its server")
+            ));
+            self.retry_later(|p| &mut p.deletes, mc_key, Vec::new());
+        }
+        Some(delete)
+    }
+
+    fn retry_later<T>(
+        &self,
+        queue: impl FnOnce(&mut Pending) -> &mut VecDeque<Retry<T>>,
+        what: T,
+        servers: Vec<usize>,
+    ) {
+        let mut pending = self.pending.lock();
+        let queue = queue(&mut pending);
+        if queue.len() >= MAX_PENDING {
+            queue.pop_front();
+            log::warn!(
+                "invalidation: more than {MAX_PENDING} retries pending, the oldest given up"
+            );
+        }
+        queue.push_back(Retry {
+            what,
+            servers,
+            until: Instant::now() + self.rules.retention(),
+        });
+    }
+
+    /// Waits until every live node's heartbeat shows `id` applied (at most three bounds, and at
+    /// least [`MIN_WAIT`]); reports who did and who did not.
+    async fn await_nodes(&self, log: &SharedLog, id: RecordId) -> NodesReport {
+        let deadline = Instant::now() + (self.bound() * 3).max(MIN_WAIT);
+        loop {
+            let beats = log.heartbeats().await;
+            let (mut reached, mut not_confirmed) = (Vec::new(), Vec::new());
+            for (instance, beat) in &beats {
+                if *instance == self.instance {
+                    continue;
+                }
+                if beat
+                    .applied
+                    .get(&id.issuer)
+                    .is_some_and(|seq| *seq >= id.seq)
+                {
+                    reached.push(beat.name.clone());
+                } else {
+                    not_confirmed.push(beat.name.clone());
+                }
+            }
+            if not_confirmed.is_empty() || Instant::now() >= deadline {
+                reached.sort();
+                not_confirmed.sort();
+                return NodesReport {
+                    reached,
+                    not_confirmed,
+                };
+            }
+            tokio::time::sleep((self.poll_interval / 4).max(Duration::from_millis(5))).await;
+        }
+    }
+
+    /// One read of the log: applies what other nodes published since the last one.
+    async fn poll(&self, log: &SharedLog) {
+        let started = Instant::now();
+        let (records, answered) = log.read_new(ms_after(SystemTime::now())).await;
+        log::trace!(
+            "invalidation: log read in {:?}: {} records from {} servers",
+            started.elapsed(),
+            records.len(),
+            answered.len()
+        );
+        if answered.is_empty() && log.server_count() > 0 {
+            self.counters.failed_polls.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.counters.polls.fetch_add(1, Ordering::Relaxed);
+        }
+        for record in records {
+            if record.id.issuer == self.instance {
+                continue;
+            }
+            let scope = record.target.scope();
+            self.note_applied(record.id);
+            if !self
+                .rules
+                .add(&scope, record.issued_ms, record.soft, record.short_lived)
+            {
+                continue;
+            }
+            self.counters.learned.fetch_add(1, Ordering::Relaxed);
+            let touched = self
+                .memory
+                .invalidate(&scope, at(record.issued_ms), record.soft);
+            let swept = touched.objects + touched.variants;
+            self.counters
+                .swept
+                .fetch_add(swept as u64, Ordering::Relaxed);
+            log::debug!(
+                "invalidation {:016x}-{}: {}{} asked by {} applied here ({swept} objects)",
+                record.id.issuer,
+                record.id.seq,
+                if record.soft { "soft " } else { "" },
+                record.target.describe(),
+                record.asked_by
+            );
+        }
+    }
+
+    /// Retries publications and deletes that did not reach their server; drops the ones that
+    /// no longer matter.
+    async fn retry_pending(&self, log: &SharedLog, shared: &TieredStorage) {
+        let now = Instant::now();
+        let (publications, deletes) = {
+            let mut pending = self.pending.lock();
+            pending.publications.retain(|r| r.until > now);
+            pending.deletes.retain(|r| r.until > now);
+            (
+                std::mem::take(&mut pending.publications),
+                std::mem::take(&mut pending.deletes),
+            )
+        };
+        let now_ms = ms_after(SystemTime::now());
+        let mut still = Pending::default();
+        for mut retry in publications {
+            let usable: Vec<usize> = retry
+                .servers
+                .iter()
+                .copied()
+                .filter(|i| log.is_usable(*i))
+                .collect();
+            if !usable.is_empty() {
+                let (bytes, short_lived) = &retry.what;
+                let stored = log.publish(bytes, *short_lived, &usable, now_ms).await;
+                retry.servers.retain(|i| !stored.contains(i));
+            }
+            if !retry.servers.is_empty() {
+                still.publications.push_back(retry);
+            }
+        }
+        for retry in deletes {
+            let (_, outcome) = shared.delete_shared(&retry.what).await;
+            if !DeleteReport::new(None, outcome).answered() {
+                still.deletes.push_back(retry);
+            }
+        }
+        let mut pending = self.pending.lock();
+        // anything queued while this ran stays too
+        still.publications.extend(pending.publications.drain(..));
+        still.deletes.extend(pending.deletes.drain(..));
+        *pending = still;
+    }
+
+    /// What this node's invalidation holds and has done, for `/stats`.
+    pub fn stats(&self) -> InvalidationStats {
+        let pending = self.pending.lock();
+        let c = &self.counters;
+        InvalidationStats {
+            rules: self.rules.len(),
+            issued: c.issued.load(Ordering::Relaxed),
+            learned: c.learned.load(Ordering::Relaxed),
+            swept: c.swept.load(Ordering::Relaxed),
+            polls: c.polls.load(Ordering::Relaxed),
+            failed_polls: c.failed_polls.load(Ordering::Relaxed),
+            pending_publications: pending.publications.len(),
+            pending_deletes: pending.deletes.len(),
+        }
+    }
+
+    /// The background loop: read the log every `poll_interval` (the first read is the
+    /// catch-up), retry what is pending, write the heartbeat; tidy up every 30 s.
+    async fn run(&'static self, mut shutdown: ShutdownWatch) {
+        let mut ticker = tokio::time::interval(self.poll_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut tidied = Instant::now();
+        let mut first = true;
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {}
+                _ = shutdown.changed() => return,
+            }
+            if let (Some(log), Some(shared)) = (&self.log, self.shared) {
+                let started = Instant::now();
+                if first {
+                    log.join(self.instance).await;
+                }
+                self.poll(log).await;
+                if first {
+                    self.rules.caught_up();
+                    first = false;
+                    log::info!(
+                        "invalidation: read the cluster's log in {:?}: {} rules known",
+                        started.elapsed(),
+                        self.rules.len()
+                    );
+                }
+                self.retry_pending(log, shared).await;
+                let beat = Heartbeat {
+                    name: self.name.clone(),
+                    applied: self.applied.lock().clone(),
+                };
+                let ttl = (self.poll_interval * 4).max(Duration::from_secs(2));
+                log.heartbeat(self.instance, &beat, ttl).await;
+                if tidied.elapsed() >= HOUSEKEEPING {
+                    log.join(self.instance).await;
+                }
+            }
+            if tidied.elapsed() >= HOUSEKEEPING {
+                self.rules.prune(SystemTime::now());
+                tidied = Instant::now();
+            }
+        }
+    }
+}
+
+/// Refuses targets the log cannot carry or that name nothing.
+fn check_target(target: &Target) -> Result<(), Refused> {
+    let texts: Vec<&str> = match target {
+        Target::Url { host, path } => vec![host, path],
+        Target::Tag(tag) => vec![tag],
+        Target::Host(host) => vec![host],
+        Target::Prefix { host, prefix } => vec![host.as_deref().unwrap_or(""), prefix],
+    };
+    if texts.iter().any(|t| t.len() > MAX_TARGET_TEXT) {
+        return Err(Refused(format!(
+            "a target longer than {MAX_TARGET_TEXT} bytes"
+        )));
+    }
+    match target {
+        Target::Tag(tag)
+            if tag.is_empty() || tag.contains(|c: char| c.is_ascii_whitespace() || c == ',') =>
+        {
+            Err(Refused(
+                "a tag must be one non-empty word (no spaces or commas)".into(),
+            ))
+        }
+        Target::Host(host) if host.is_empty() => Err(Refused("an empty host".into())),
+        Target::Prefix { prefix, .. } if !prefix.starts_with('/') => {
+            Err(Refused("a path prefix must start with '/'".into()))
+        }
+        Target::Url { path, .. } if !path.starts_with('/') => {
+            Err(Refused("a URL's path must start with '/'".into()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The background loop as a Pingora service.
+pub struct InvalidationService(pub &'static Invalidator);
+
+#[async_trait::async_trait]
+impl BackgroundService for InvalidationService {
+    async fn start(&self, shutdown: ShutdownWatch) {
+        self.0.run(shutdown).await;
+    }
+}

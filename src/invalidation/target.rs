@@ -1,0 +1,93 @@
+//! What a purge or ban names, as it was asked for: a URL, a tag, a host, a host and a path
+//! prefix. This is what the invalidation log carries and the answer reports; [`Target::scope`]
+//! resolves it into the storage's terms (hashes), once per rule.
+
+use crate::proxy::cache_key;
+use crate::storage::rules::scope::{scope_hash, Scope};
+use pingora_cache::key::CacheHashKey;
+use serde::Serialize;
+
+/// What one purge or ban names, as it was asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Target {
+    /// One URL and every variant stored under it: the cache key's host (lowercased, port as
+    /// sent) and the path with its query.
+    Url { host: String, path: String },
+    /// Every entry whose tag field names this tag.
+    Tag(String),
+    /// Every entry of this host.
+    Host(String),
+    /// Every entry whose path starts with `prefix`, of one host or (`None`) of every host.
+    Prefix {
+        host: Option<String>,
+        prefix: String,
+    },
+}
+
+impl Target {
+    /// A URL target; the host is lowercased as the cache key lowercases it.
+    pub fn url(host: &str, path: &str) -> Target {
+        Target::Url {
+            host: host.to_ascii_lowercase(),
+            path: path.to_string(),
+        }
+    }
+
+    /// The scope entries are matched by.
+    pub fn scope(&self) -> Scope {
+        match self {
+            Target::Url { host, path } => Scope::Url(u128::from_be_bytes(
+                cache_key::of_url(host, path).primary_bin(),
+            )),
+            Target::Tag(tag) => Scope::Tag(scope_hash(tag)),
+            Target::Host(host) => Scope::Host(scope_hash(&host.to_ascii_lowercase())),
+            Target::Prefix { host, prefix } => Scope::Prefix {
+                host: host.as_deref().map(|h| scope_hash(&h.to_ascii_lowercase())),
+                prefix: prefix.clone(),
+            },
+        }
+    }
+
+    /// A short description for logs: `url shop.example/a`, `tag "product-7"`.
+    pub fn describe(&self) -> String {
+        match self {
+            Target::Url { host, path } => format!("url {host}{path}"),
+            Target::Tag(tag) => format!("tag {tag:?}"),
+            Target::Host(host) => format!("host {host}"),
+            Target::Prefix {
+                host: Some(h),
+                prefix,
+            } => format!("prefix {h}{prefix}"),
+            Target::Prefix { host: None, prefix } => format!("prefix {prefix} (every host)"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::rules::scope::{host_and_path, EntryScopes};
+
+    #[test]
+    fn a_url_target_covers_the_entry_of_that_key_and_the_key_text_splits_back() {
+        let key = cache_key::of_url("Shop.Example:8080", "/a/b?c=/d");
+        let text = std::str::from_utf8(key.primary_key()).unwrap();
+        assert_eq!(host_and_path(text), ("shop.example:8080", "/a/b?c=/d"));
+        let entry = EntryScopes::new(text, u128::from_be_bytes(key.primary_bin()), Box::new([]));
+        assert!(Target::url("SHOP.example:8080", "/a/b?c=/d")
+            .scope()
+            .covers(&entry));
+        assert!(!Target::url("shop.example", "/a/b?c=/d")
+            .scope()
+            .covers(&entry));
+        assert!(Target::Host("Shop.Example:8080".into())
+            .scope()
+            .covers(&entry));
+        let prefix = Target::Prefix {
+            host: Some("shop.example:8080".into()),
+            prefix: "/a/".into(),
+        };
+        assert!(prefix.scope().covers(&entry));
+    }
+}

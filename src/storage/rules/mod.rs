@@ -1,0 +1,376 @@
+//! The rule book: every purge and ban this node knows of, and the verdict on an entry; with
+//! [`scope`] (what a rule covers and what an entry is) and [`tags`] (the tag field).
+//!
+//! The storage's side of invalidation: the tiers judge entries by it. Carrying out a purge or
+//! ban, and reaching the other nodes, is `crate::invalidation`'s.
+//!
+//! A rule says "entries under this scope validated before this time are invalid" (a purge or a
+//! ban) or "... are stale" (a soft one); an entry is validated when it is fetched, and again
+//! when a 304 confirms it (`StoredMeta::validated`). Rules are idempotent and commutative: a scope keeps
+//! the latest time of each kind, so learning a rule twice, or from two memcached servers, or
+//! out of order, changes nothing. They are kept for `retention`, and an entry read from memcached
+//! that is older than that is not trusted at all ([`RuleBook::beyond_horizon`]), since a rule that
+//! applied to it may have been forgotten. A purge of a URL whose memcached entry was deleted
+//! covers nothing left in memcached: its rule only has to outlive memory copies and fills in
+//! flight, and is kept for [`SHORT_RETENTION`] instead, so that purging many URLs does not grow
+//! the book for a day.
+//!
+//! Who consults it: the memory tier, when it stores an object (an in-flight fill that started
+//! before a ban finishes after it), and the tiered store, when it reads an entry from memcached
+//! (the entry may predate a purge whose delete did not reach its server). A hit from the memory
+//! tier never does: rules are applied to the memory tier when they arrive
+//! ([`crate::storage::memory::MemoryTier::invalidate`]), so its hit path is unchanged.
+
+pub mod scope;
+pub mod tags;
+
+use parking_lot::RwLock;
+use pingora_http::ResponseHeader;
+use scope::{prefix_covers, EntryScopes, Scope};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tags::TagField;
+use tokio::sync::Notify;
+
+/// How long a rule is kept whose entries were deleted from memcached (see the module docs):
+/// far longer than a fill or a memory copy (`local_ttl`) lasts.
+pub const SHORT_RETENTION: Duration = Duration::from_secs(300);
+
+/// What a stored entry is worth under the rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// No rule applies.
+    Valid,
+    /// A soft purge or ban applies: the entry is stale from this time on (it may still be served
+    /// stale where grace or `stale-while-revalidate` allow, and revalidated).
+    StaleSince(SystemTime),
+    /// A purge or ban applies: the entry must not be served.
+    Invalid,
+}
+
+/// The latest rule of each kind on one scope, in milliseconds since the Unix epoch (0: none),
+/// and until when the scope's rules are kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Stamp {
+    hard_ms: u64,
+    soft_ms: u64,
+    keep_until_ms: u64,
+}
+
+impl Stamp {
+    /// Records a rule at `ms`, kept until `keep_until_ms`; returns whether it told something new.
+    fn raise(&mut self, ms: u64, soft: bool, keep_until_ms: u64) -> bool {
+        let slot = if soft {
+            &mut self.soft_ms
+        } else {
+            &mut self.hard_ms
+        };
+        let raised = ms > *slot;
+        *slot = (*slot).max(ms);
+        self.keep_until_ms = self.keep_until_ms.max(keep_until_ms);
+        raised
+    }
+
+    /// This stamp's verdict on an entry created at `created`, folded into `verdict`.
+    fn judge(&self, created: SystemTime, verdict: &mut Verdict) {
+        if created < at(self.hard_ms) {
+            *verdict = Verdict::Invalid;
+        } else if created < at(self.soft_ms) {
+            let since = at(self.soft_ms);
+            *verdict = match *verdict {
+                Verdict::Invalid => Verdict::Invalid,
+                Verdict::StaleSince(t) => Verdict::StaleSince(t.min(since)),
+                Verdict::Valid => Verdict::StaleSince(since),
+            };
+        }
+    }
+}
+
+/// A time in milliseconds since the Unix epoch.
+pub fn at(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+/// `time` in milliseconds since the Unix epoch, rounded up: a rule stamped with it covers every
+/// entry created before `time`, to the nanosecond.
+pub fn ms_after(time: SystemTime) -> u64 {
+    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
+    since.as_millis() as u64 + u64::from(!since.subsec_nanos().is_multiple_of(1_000_000))
+}
+
+#[derive(Default)]
+struct Rules {
+    urls: HashMap<u128, Stamp>,
+    tags: HashMap<u64, Stamp>,
+    hosts: HashMap<u64, Stamp>,
+    /// Few, so a list: (host or every host, prefix) and its stamp.
+    prefixes: Vec<(Option<u64>, String, Stamp)>,
+}
+
+impl Rules {
+    fn stamp_mut(&mut self, scope: &Scope) -> &mut Stamp {
+        match scope {
+            Scope::Url(primary) => self.urls.entry(*primary).or_default(),
+            Scope::Tag(tag) => self.tags.entry(*tag).or_default(),
+            Scope::Host(host) => self.hosts.entry(*host).or_default(),
+            Scope::Prefix { host, prefix } => {
+                let found = self
+                    .prefixes
+                    .iter()
+                    .position(|(h, p, _)| h == host && p == prefix);
+                let index = found.unwrap_or_else(|| {
+                    self.prefixes
+                        .push((*host, prefix.clone(), Stamp::default()));
+                    self.prefixes.len() - 1
+                });
+                &mut self.prefixes[index].2
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.urls.len() + self.tags.len() + self.hosts.len() + self.prefixes.len()
+    }
+}
+
+/// Every rule this node knows of.
+pub struct RuleBook {
+    rules: RwLock<Rules>,
+    /// How many scopes have a rule, read without the lock: with none, judging costs nothing.
+    count: AtomicUsize,
+    /// Bumped whenever a rule tells something new, so a store that judged an entry can tell
+    /// whether a rule arrived meanwhile.
+    generation: AtomicU64,
+    retention: Duration,
+    tag_field: Option<TagField>,
+    /// Whether the cluster's log has been read once since start (see [`RuleBook::wait_ready`]).
+    ready: AtomicBool,
+    became_ready: Notify,
+}
+
+impl RuleBook {
+    /// An empty book keeping rules for `retention`; entries' tags are read from `tag_field`.
+    /// Ready at once: a node with a shared log calls [`RuleBook::expect_catch_up`] first.
+    pub fn new(retention: Duration, tag_field: Option<TagField>) -> RuleBook {
+        RuleBook {
+            rules: RwLock::default(),
+            count: AtomicUsize::new(0),
+            generation: AtomicU64::new(0),
+            retention,
+            tag_field,
+            ready: AtomicBool::new(true),
+            became_ready: Notify::new(),
+        }
+    }
+
+    /// A leaked, `'static` book, shared by the storage tiers and the invalidation service.
+    pub fn leak(self) -> &'static RuleBook {
+        Box::leak(Box::new(self))
+    }
+
+    /// How long rules are kept.
+    pub fn retention(&self) -> Duration {
+        self.retention
+    }
+
+    /// The field tags are read from, if any.
+    pub fn tag_field(&self) -> Option<&TagField> {
+        self.tag_field.as_ref()
+    }
+
+    /// Records a rule on `scope` at `ms` (soft or not; short-lived, see [`SHORT_RETENTION`]);
+    /// returns whether it told something new.
+    pub fn add(&self, scope: &Scope, ms: u64, soft: bool, short_lived: bool) -> bool {
+        let lifetime = if short_lived {
+            SHORT_RETENTION.min(self.retention)
+        } else {
+            self.retention
+        };
+        let keep_until = ms.saturating_add(lifetime.as_millis() as u64);
+        let mut rules = self.rules.write();
+        let raised = rules.stamp_mut(scope).raise(ms, soft, keep_until);
+        self.count.store(rules.len(), Ordering::Release);
+        if raised {
+            self.generation.fetch_add(1, Ordering::AcqRel);
+        }
+        raised
+    }
+
+    /// Changes whenever a rule tells something new.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// How many scopes have a rule.
+    pub fn len(&self) -> usize {
+        self.count.load(Ordering::Acquire)
+    }
+
+    /// Whether no scope has a rule.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The scopes of an entry whose key text is `primary_text`, primary hash `primary` and
+    /// stored head `header`.
+    pub fn scopes_of(
+        &self,
+        primary_text: &str,
+        primary: u128,
+        header: &ResponseHeader,
+    ) -> EntryScopes {
+        let tags = self
+            .tag_field
+            .as_ref()
+            .map(|field| field.hashes(header))
+            .unwrap_or_default();
+        EntryScopes::new(primary_text, primary, tags)
+    }
+
+    /// The verdict on an entry that is `entry`, validated at `created`.
+    pub fn judge(&self, entry: &EntryScopes, created: SystemTime) -> Verdict {
+        let mut verdict = Verdict::Valid;
+        if self.is_empty() {
+            return verdict;
+        }
+        let rules = self.rules.read();
+        if let Some(stamp) = rules.urls.get(&entry.primary) {
+            stamp.judge(created, &mut verdict);
+        }
+        if let Some(stamp) = rules.hosts.get(&entry.host) {
+            stamp.judge(created, &mut verdict);
+        }
+        if !rules.tags.is_empty() {
+            for tag in entry.tags.iter() {
+                if let Some(stamp) = rules.tags.get(tag) {
+                    stamp.judge(created, &mut verdict);
+                }
+            }
+        }
+        for (host, prefix, stamp) in &rules.prefixes {
+            if prefix_covers(*host, prefix, entry) {
+                stamp.judge(created, &mut verdict);
+            }
+        }
+        verdict
+    }
+
+    /// Whether an entry validated at `created` is too old to be judged: rules that applied to it
+    /// may have been forgotten, so it must not be trusted.
+    pub fn beyond_horizon(&self, created: SystemTime, now: SystemTime) -> bool {
+        now.duration_since(created)
+            .is_ok_and(|age| age > self.retention)
+    }
+
+    /// Forgets the rules whose time is up.
+    pub fn prune(&self, now: SystemTime) {
+        let now = ms_after(now);
+        let mut rules = self.rules.write();
+        rules.urls.retain(|_, s| s.keep_until_ms >= now);
+        rules.tags.retain(|_, s| s.keep_until_ms >= now);
+        rules.hosts.retain(|_, s| s.keep_until_ms >= now);
+        rules.prefixes.retain(|(_, _, s)| s.keep_until_ms >= now);
+        self.count.store(rules.len(), Ordering::Release);
+    }
+
+    /// Marks the book as not yet complete: memcached entries are not judged (readers wait, see
+    /// [`RuleBook::wait_ready`]) until the cluster's log has been read once.
+    pub fn expect_catch_up(&self) {
+        self.ready.store(false, Ordering::Release);
+    }
+
+    /// The cluster's log has been read (or could not be): memcached entries may be judged.
+    pub fn caught_up(&self) {
+        self.ready.store(true, Ordering::Release);
+        self.became_ready.notify_waiters();
+    }
+
+    /// Waits (at most `patience`) until the book holds the cluster's rules, so that a node that
+    /// just started does not serve an entry a rule it has not read yet would reject. Returns at
+    /// once afterwards.
+    pub async fn wait_ready(&self, patience: Duration) {
+        if self.ready.load(Ordering::Acquire) {
+            return;
+        }
+        let notified = self.became_ready.notified();
+        if self.ready.load(Ordering::Acquire) {
+            return;
+        }
+        let _ = tokio::time::timeout(patience, notified).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use scope::scope_hash;
+
+    /// The page `url` (host + path), whose primary hash is `7`, tagged `tags`.
+    fn entry(url: &str, tags: &[&str]) -> EntryScopes {
+        EntryScopes::new(url, 7, tags.iter().map(|t| scope_hash(t)).collect())
+    }
+
+    #[test]
+    fn a_rule_covers_entries_created_before_it_only() {
+        let book = RuleBook::new(Duration::from_secs(3600), None);
+        let page = entry("a.test/p", &["t1"]);
+        let t = at(1_000_000);
+        assert_eq!(book.judge(&page, t), Verdict::Valid);
+        assert!(book.add(&Scope::Tag(scope_hash("t1")), 1_000_000, false, false));
+        assert!(!book.add(&Scope::Tag(scope_hash("t1")), 999_000, false, false));
+        assert_eq!(book.judge(&page, at(999_999)), Verdict::Invalid);
+        assert_eq!(book.judge(&page, t), Verdict::Valid, "created at the ban");
+        assert_eq!(
+            book.judge(&entry("a.test/q", &["t2"]), at(1)),
+            Verdict::Valid
+        );
+    }
+
+    #[test]
+    fn soft_rules_make_stale_and_hard_ones_win() {
+        let book = RuleBook::new(Duration::from_secs(3600), None);
+        let page = entry("a.test/p", &[]);
+        let host = Scope::Host(scope_hash("a.test"));
+        book.add(&host, 2_000, true, false);
+        assert_eq!(book.judge(&page, at(1_500)), Verdict::StaleSince(at(2_000)));
+        let url = Scope::Url(7);
+        book.add(&url, 1_800, true, false);
+        assert_eq!(book.judge(&page, at(1_500)), Verdict::StaleSince(at(1_800)));
+        book.add(&url, 1_600, false, false);
+        assert_eq!(book.judge(&page, at(1_500)), Verdict::Invalid);
+        assert_eq!(book.judge(&page, at(1_700)), Verdict::StaleSince(at(1_800)));
+    }
+
+    #[test]
+    fn rules_are_forgotten_after_retention_and_older_entries_are_beyond_the_horizon() {
+        let book = RuleBook::new(Duration::from_secs(10), None);
+        let prefix = Scope::Prefix {
+            host: None,
+            prefix: "/p".into(),
+        };
+        book.add(&prefix, 5_000, false, false);
+        assert_eq!(book.len(), 1);
+        book.prune(at(14_000));
+        assert_eq!(book.len(), 1);
+        book.prune(at(16_000));
+        assert!(book.is_empty());
+        // a purge whose entry was deleted is kept for minutes even with a day's retention
+        let long = RuleBook::new(Duration::from_secs(86_400), None);
+        long.add(&Scope::Url(7), 5_000, false, true);
+        long.add(&Scope::Tag(scope_hash("t")), 5_000, false, false);
+        long.prune(at(5_000) + SHORT_RETENTION + Duration::from_secs(1));
+        assert_eq!(long.len(), 1, "the tag ban stays");
+        assert!(book.beyond_horizon(at(5_000), at(15_001)));
+        assert!(!book.beyond_horizon(at(5_000), at(15_000)));
+        assert!(!book.beyond_horizon(at(20_000), at(15_000)), "clock skew");
+    }
+
+    #[test]
+    fn rule_times_round_up_to_the_millisecond() {
+        let time = at(1_000) + Duration::from_nanos(1);
+        assert_eq!(ms_after(time), 1_001);
+        assert_eq!(ms_after(at(1_000)), 1_000);
+        assert!(time < at(ms_after(time)));
+    }
+}

@@ -1,0 +1,439 @@
+//! One invalidation for the whole cluster: two nodes over three real memcached servers.
+//!
+//! A purge or ban through one node reaches the other through the invalidation log every
+//! memcached server keeps a copy of (not by the other node's `local_ttl` running out: it is 30 s
+//! here); a purge made while the server holding the entry is frozen is not undone when the
+//! server comes back with its old data; tag bans reach every entry on every node and in
+//! memcached, and a node started afterwards reads them; a soft purge serves stale then refreshes.
+
+mod support;
+
+use serde_json::Value;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use support::*;
+
+/// The site both nodes serve, as a load balancer in front of them would pass it on.
+const HOST: &str = "shop.example";
+const SITE: [(&str, &str); 1] = [("host", HOST)];
+/// Local copies are trusted for 30 s: anything the other node stops serving sooner than that,
+/// it stopped serving because the purge reached it.
+const NODE: &str = "local_ttl = \"30s\"";
+
+fn json(resp: &Resp) -> Value {
+    serde_json::from_slice(&resp.body)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", resp.status, resp.text()))
+}
+
+/// Waits (bounded) until a node's `/stats` counter `key` reaches `n`.
+async fn wait_for_stat(admin: u16, key: &str, n: u64) -> u64 {
+    let mut value = 0;
+    for _ in 0..200 {
+        value = admin_stat(admin, key).await;
+        if value >= n {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    value
+}
+
+/// Waits (bounded) until the entry of `path` is in memcached.
+async fn wait_for_entry(cluster: &MemcachedCluster, path: &str) {
+    let key = MemcachedCluster::key_of(HOST, path);
+    let server = &cluster.servers[cluster.server_for(&key)];
+    let written = poll_until_async(Duration::from_secs(5), || server.get_raw(&key).is_some()).await;
+    assert!(written, "{path} was not written to memcached");
+}
+
+/// Stores `path` through `a` (written to memcached) and makes `b` hold a copy of it; returns the
+/// body every node now serves.
+async fn stored_on_both(cluster: &MemcachedCluster, a: &Node, b: &Node, path: &str) -> Bytes {
+    let first = get(&a.proxy.url(path), &SITE).await;
+    assert!(first.is_stored(), "{path}: {:?}", first.cache_status());
+    wait_for_entry(cluster, path).await;
+    let from_b = get(&b.proxy.url(path), &SITE).await;
+    assert!(from_b.is_hit(), "{path} on B: {:?}", from_b.cache_status());
+    assert_eq!(from_b.body, first.body);
+    first.body
+}
+
+/// Requests to both nodes on other URLs until stopped, so what is measured is measured under
+/// load; returns the number of requests and the failures.
+struct Load {
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<(usize, Vec<String>)>>,
+}
+
+impl Load {
+    fn start(urls: Vec<String>) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks = (0..4)
+            .map(|t| {
+                let (stop, urls) = (stop.clone(), urls.clone());
+                tokio::spawn(async move {
+                    let client = http_client();
+                    let (mut done, mut failed) = (0, Vec::new());
+                    for n in 0.. {
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let path = format!("/load/{}?cc=max-age%3D300", (n * 7 + t) % 50);
+                        let url = format!("{}{path}", urls[n % urls.len()].trim_end_matches('/'));
+                        match send(&client, "GET", &url, &SITE, None).await {
+                            Ok(r) if r.status == 200 => done += 1,
+                            Ok(r) => failed.push(format!("{path}: {}", r.status)),
+                            Err(e) => failed.push(format!("{path}: {e}")),
+                        }
+                    }
+                    (done, failed)
+                })
+            })
+            .collect();
+        Load { stop, tasks }
+    }
+
+    async fn stop(self) -> usize {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut total = 0;
+        for task in self.tasks {
+            let (done, failed) = task.await.unwrap();
+            assert!(failed.is_empty(), "requests failed under load: {failed:?}");
+            total += done;
+        }
+        total
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_purge_through_one_node_stops_the_other_serving_it_within_the_poll_interval() {
+    let cluster = MemcachedCluster::start(3);
+    let origin = scripted_origin();
+    let a = cluster.node(&origin, "A", NODE);
+    let b = cluster.node(&origin, "B", NODE);
+    let load = Load::start(vec![a.proxy.url(""), b.proxy.url("")]);
+
+    // PURGE through A, which does not wait for B: B stops serving its copy once it reads the log
+    let path = "/news?cc=max-age%3D300";
+    let old = stored_on_both(&cluster, &a, &b, path).await;
+    let started = Instant::now();
+    let purged = request("PURGE", &a.proxy.url(path), &SITE, None).await;
+    assert_eq!(purged.status, 200);
+    let summary = purged.header("lacquer-purge").unwrap_or_default();
+    assert!(
+        summary.contains("here=1+0")
+            && summary.contains("memcached=deleted")
+            && summary.contains("published=3/3"),
+        "{summary}"
+    );
+    let mut old_answers = 0;
+    loop {
+        let from_b = get(&b.proxy.url(path), &SITE).await;
+        if from_b.body != old {
+            break;
+        }
+        old_answers += 1;
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "B still serves the purged copy after 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    eprintln!(
+        "PURGE through A reached B after {:?} ({old_answers} old answers from B before)",
+        started.elapsed()
+    );
+    assert_eq!(origin.hits_for(path), 2, "B fetched it again, once");
+
+    // through the admin API, which waits for B to confirm: once it has, B never serves it
+    let path = "/offers?cc=max-age%3D300";
+    let old = stored_on_both(&cluster, &a, &b, path).await;
+    let started = Instant::now();
+    let body = format!(r#"{{"url": "http://{HOST}{path}", "by": "test"}}"#);
+    let answer = admin_post(a.admin, "/purge", Some(ADMIN_TOKEN), &body).await;
+    let confirmed = started.elapsed();
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let report = json(&answer);
+    assert_eq!(report["action"], "purge");
+    assert_eq!(report["this_node"]["objects"], 1);
+    assert_eq!(report["memcached"]["delete"]["outcome"], "deleted");
+    assert_eq!(
+        report["memcached"]["published_to"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    assert_eq!(report["nodes"]["reached"], serde_json::json!(["B"]));
+    assert_eq!(report["complete"], true);
+    assert_eq!(report["asked_by"], "127.0.0.1 (admin API, test)");
+    let from_b = get(&b.proxy.url(path), &SITE).await;
+    assert_ne!(
+        from_b.body, old,
+        "B confirmed the purge and still served the old copy"
+    );
+    eprintln!("admin purge through A confirmed by B after {confirmed:?}");
+
+    let requests = load.stop().await;
+    assert!(requests > 20, "the load ran ({requests} requests)");
+    assert!(
+        a.proxy.stderr_log().contains("asked by 127.0.0.1 (PURGE)"),
+        "the purge is logged with who asked: {}",
+        a.proxy.stderr_log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_purge_while_the_owning_server_is_frozen_is_not_undone_when_it_comes_back() {
+    let cluster = MemcachedCluster::start(3);
+    let origin = scripted_origin();
+    let a = cluster.node(&origin, "A", NODE);
+    let b = cluster.node(&origin, "B", NODE);
+    let path = "/frozen?cc=max-age%3D300";
+    let key = MemcachedCluster::key_of(HOST, path);
+    let owner = cluster.server_for(&key);
+    let old = stored_on_both(&cluster, &a, &b, path).await;
+    let old_entry = cluster.servers[owner]
+        .get_raw(&key)
+        .expect("the entry is in memcached");
+
+    cluster.servers[owner].freeze();
+    // A serves a few misses placed on the frozen server: their reads time out and A ejects it
+    let on_owner: Vec<String> = (0..1000)
+        .map(|i| format!("/elsewhere/{i}?cc=max-age%3D300"))
+        .filter(|p| cluster.server_for(&MemcachedCluster::key_of(HOST, p)) == owner)
+        .take(3)
+        .collect();
+    for p in &on_owner {
+        assert_eq!(get(&a.proxy.url(p), &SITE).await.status, 200);
+    }
+    assert!(
+        wait_for_stat(a.admin, "ejections", 1).await >= 1,
+        "A ejected the frozen server"
+    );
+
+    let body = format!(r#"{{"url": "http://{HOST}{path}"}}"#);
+    let answer = admin_post(a.admin, "/purge", Some(ADMIN_TOKEN), &body).await;
+    let report = json(&answer);
+    assert_eq!(answer.status, 202, "{report}");
+    let frozen = cluster.names()[owner].clone();
+    assert_eq!(report["memcached"]["delete"]["server"], frozen.as_str());
+    // skipped while A holds it ejected (or failed, when its probe came due meanwhile)
+    let outcome = report["memcached"]["delete"]["outcome"].as_str().unwrap();
+    assert!(matches!(outcome, "skipped_ejected" | "failed"), "{outcome}");
+    assert_eq!(
+        report["memcached"]["not_published_to"],
+        serde_json::json!([frozen])
+    );
+    assert_eq!(
+        report["memcached"]["published_to"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(report["nodes"]["reached"], serde_json::json!(["B"]));
+    assert_eq!(report["complete"], false);
+    let pending: Vec<String> = serde_json::from_value(report["pending"].clone()).unwrap();
+    assert!(
+        pending.contains(&format!("delete on {frozen}")),
+        "{pending:?}"
+    );
+
+    cluster.servers[owner].thaw();
+    // whatever the order of A's retried delete and the nodes' next reads of the thawed server,
+    // the purged entry is never served again
+    let never_old = |resp: &Resp, node: &str| {
+        assert_ne!(
+            resp.body, old,
+            "{node} served the purged entry after the server came back"
+        );
+    };
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        never_old(&get(&a.proxy.url(path), &SITE).await, "A");
+        never_old(&get(&b.proxy.url(path), &SITE).await, "B");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(wait_for_stat(a.admin, "pending_deletes", 0).await, 0);
+
+    // the trap itself, made certain: the server holds the old entry again (as if A's delete had
+    // never reached it) and both nodes must find it there, and refuse it
+    cluster.servers[owner].set_raw(&key, &old_entry, 300);
+    let purge_b = format!(r#"{{"host": "{HOST}", "path": "/unrelated", "wait": false}}"#);
+    // (B's copy of the refetched page would answer without reading memcached: drop it first)
+    let dropped = admin_post(b.admin, "/purge", Some(ADMIN_TOKEN), &purge_b).await;
+    assert!(
+        dropped.status == 200 || dropped.status == 202,
+        "{}",
+        dropped.text()
+    );
+    let c = cluster.node(&origin, "C", NODE);
+    let from_c = get(&c.proxy.url(path), &SITE).await;
+    never_old(&from_c, "C (started after the purge)");
+    assert_eq!(
+        admin_stat(c.admin, "invalidated").await,
+        1,
+        "C read the old entry from memcached and refused it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tag_ban_reaches_every_tagged_entry_on_both_nodes_and_in_memcached() {
+    let cluster = MemcachedCluster::start(3);
+    let origin = scripted_origin();
+    let a = cluster.node(&origin, "A", NODE);
+    let b = cluster.node(&origin, "B", NODE);
+    let tagged =
+        |name: &str, tags: &str| format!("/{name}?cc=max-age%3D300&hdr=Surrogate-Key:{}", q(tags));
+    let red1 = tagged("red1", "red shoes");
+    let red2 = tagged("red2", "catalog red");
+    let blue = tagged("blue", "blue catalog");
+    let red_on_b = tagged("red-b", "red");
+    let mut old = std::collections::HashMap::new();
+    for path in [&red1, &red2, &blue] {
+        old.insert(path.clone(), stored_on_both(&cluster, &a, &b, path).await);
+    }
+    // one red entry only B stored (and wrote to memcached)
+    let from_b = get(&b.proxy.url(&red_on_b), &SITE).await;
+    assert!(from_b.is_stored());
+    wait_for_entry(&cluster, &red_on_b).await;
+    assert!(
+        !from_b.has_header("surrogate-key"),
+        "the tag field is for the cache, not the client"
+    );
+    old.insert(red_on_b.clone(), from_b.body);
+
+    let answer = admin_post(a.admin, "/ban", Some(ADMIN_TOKEN), r#"{"tag": "red"}"#).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let report = json(&answer);
+    assert_eq!(report["action"], "ban");
+    assert_eq!(report["target"], serde_json::json!({"tag": "red"}));
+    assert_eq!(report["this_node"]["objects"], 2, "A held red1 and red2");
+    assert_eq!(report["nodes"]["reached"], serde_json::json!(["B"]));
+
+    // a node started after the ban reads it from the log before it serves from memcached,
+    // where every red entry still sits (a ban scans nothing and deletes nothing there)
+    let c = cluster.node(&origin, "C", NODE);
+    for path in [&red1, &red2, &red_on_b] {
+        for node in [&c, &a, &b] {
+            let resp = get(&node.proxy.url(path), &SITE).await;
+            assert_ne!(
+                resp.body, old[path],
+                "{} served {path}, banned by its tag",
+                node.name
+            );
+        }
+    }
+    for node in [&a, &b, &c] {
+        let resp = get(&node.proxy.url(&blue), &SITE).await;
+        assert!(resp.is_hit(), "{} lost an entry not tagged red", node.name);
+        assert_eq!(resp.body, old[&blue]);
+    }
+    assert_eq!(origin.hits_for(&blue), 1);
+    assert!(admin_stat(c.admin, "invalidated").await >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_soft_purge_serves_stale_then_refreshes_on_both_nodes() {
+    let cluster = MemcachedCluster::start(3);
+    let origin = scripted_origin();
+    let a = cluster.node(&origin, "A", NODE);
+    let b = cluster.node(&origin, "B", NODE);
+    // revalidated with its validator: the origin answers 304 with a new hour of freshness
+    let path = format!(
+        "/soft?cc={}&cc304={}&etag={}&r304=1",
+        q("max-age=300, stale-while-revalidate=600"),
+        q("max-age=3600"),
+        q("\"v1\"")
+    );
+    let old = stored_on_both(&cluster, &a, &b, &path).await;
+    let body = format!(r#"{{"url": "http://{HOST}{path}", "soft": true}}"#);
+    let answer = admin_post(a.admin, "/purge", Some(ADMIN_TOKEN), &body).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let report = json(&answer);
+    assert_eq!(report["soft"], true);
+    assert_eq!(
+        report["memcached"]["delete"],
+        Value::Null,
+        "a soft purge deletes nothing"
+    );
+    assert_eq!(report["nodes"]["reached"], serde_json::json!(["B"]));
+
+    for (node, revalidations) in [(&a, 2), (&b, 3)] {
+        // served stale (stale-while-revalidate: a hit past its freshness), while one background
+        // request revalidates
+        let stale = get(&node.proxy.url(&path), &SITE).await;
+        assert_eq!(stale.body, old, "{}: the stale copy is served", node.name);
+        assert!(
+            stale.is_hit() && stale.cache_ttl().is_some_and(|ttl| ttl <= 0),
+            "{}: {:?}",
+            node.name,
+            stale.cache_status()
+        );
+        assert!(
+            origin
+                .wait_for_hits_for_async(&path, revalidations, Duration::from_secs(20))
+                .await,
+            "{} did not revalidate",
+            node.name
+        );
+        let revalidation = &origin.requests_for(&path)[revalidations - 1];
+        assert_eq!(revalidation.header("if-none-match"), Some("\"v1\""));
+        // then fresh again (the refresh lands shortly after the origin's answer)
+        let mut fresh = get(&node.proxy.url(&path), &SITE).await;
+        for _ in 0..100 {
+            if fresh.is_hit() && fresh.cache_ttl().is_some_and(|ttl| ttl > 300) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            fresh = get(&node.proxy.url(&path), &SITE).await;
+        }
+        assert!(fresh.is_hit(), "{}: {:?}", node.name, fresh.cache_status());
+        assert!(
+            fresh.cache_ttl().is_some_and(|ttl| ttl > 300),
+            "{}: refreshed by the 304: {:?}",
+            node.name,
+            fresh.cache_status()
+        );
+        assert_eq!(fresh.body, old, "a 304 keeps the stored body");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_host_ban_and_a_prefix_ban_cover_their_urls_only() {
+    let cluster = MemcachedCluster::start(3);
+    let origin = scripted_origin();
+    let a = cluster.node(&origin, "A", NODE);
+    let b = cluster.node(&origin, "B", NODE);
+    let img = "/img/logo?cc=max-age%3D300";
+    let page = "/page?cc=max-age%3D300";
+    let old_img = stored_on_both(&cluster, &a, &b, img).await;
+    let old_page = stored_on_both(&cluster, &a, &b, page).await;
+    let other_site = [("host", "other.example")];
+    let other = get(&a.proxy.url(img), &other_site).await;
+    assert!(other.is_stored());
+
+    let ban = format!(r#"{{"host": "{HOST}", "prefix": "/img/"}}"#);
+    let answer = admin_post(a.admin, "/ban", Some(ADMIN_TOKEN), &ban).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(json(&answer)["this_node"]["objects"], 1);
+    for node in [&a, &b] {
+        assert_ne!(get(&node.proxy.url(img), &SITE).await.body, old_img);
+        assert_eq!(get(&node.proxy.url(page), &SITE).await.body, old_page);
+    }
+    assert!(
+        get(&a.proxy.url(img), &other_site).await.is_hit(),
+        "another host's /img/"
+    );
+
+    let ban = format!(r#"{{"host": "{HOST}"}}"#);
+    let answer = admin_post(b.admin, "/ban", Some(ADMIN_TOKEN), &ban).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(json(&answer)["nodes"]["reached"], serde_json::json!(["A"]));
+    for node in [&a, &b] {
+        assert_ne!(get(&node.proxy.url(page), &SITE).await.body, old_page);
+    }
+    assert!(get(&a.proxy.url(img), &other_site).await.is_hit());
+}

@@ -1,0 +1,74 @@
+//! A Lacquer cluster for the tests: real memcached servers, and nodes that share them, each with
+//! its admin listener and invalidation API token.
+
+use super::lacquer_process::{admin_toml, LacquerProcess};
+use super::memcached::MemcachedProcess;
+use super::net::free_port;
+use super::origin::TestOrigin;
+use super::temp_dir::TempDir;
+use lacquer::storage::tiered::memcached_key;
+use lacquer_memcached::ketama::KetamaRing;
+
+/// The token every test node's invalidation API takes.
+pub const ADMIN_TOKEN: &str = "test-token-0123456789abcdef";
+
+/// Several real memcached servers.
+pub struct MemcachedCluster {
+    pub servers: Vec<MemcachedProcess>,
+    /// Holds the token file.
+    dir: TempDir,
+}
+
+/// One node of a test cluster: the process and its admin port.
+pub struct Node {
+    pub proxy: LacquerProcess,
+    pub admin: u16,
+    pub name: String,
+}
+
+impl MemcachedCluster {
+    /// `n` servers.
+    pub fn start(n: usize) -> MemcachedCluster {
+        let dir = TempDir::new("cluster");
+        dir.write("admin.token", format!("{ADMIN_TOKEN}\n"));
+        MemcachedCluster {
+            servers: (0..n).map(|_| MemcachedProcess::start()).collect(),
+            dir,
+        }
+    }
+
+    /// The servers' names as the nodes' config lists them.
+    pub fn names(&self) -> Vec<String> {
+        self.servers.iter().map(|m| m.addr().to_string()).collect()
+    }
+
+    /// The server ketama places `key` on, computed apart from the proxy's own placement.
+    pub fn server_for(&self, key: &str) -> usize {
+        let ring = KetamaRing::new(&self.names().into_iter().map(|n| (n, 1)).collect::<Vec<_>>());
+        ring.server_for(key.as_bytes()).unwrap()
+    }
+
+    /// The memcached key (default namespace) of the URL `host` + `path`.
+    pub fn key_of(host: &str, path: &str) -> String {
+        memcached_key("lq", &lacquer::proxy::cache_key::of_url(host, path))
+    }
+
+    /// Starts a node named `name` in front of `origin`, with `extra` TOML appended to its
+    /// `[cache.memcached]` section (it is the last section written).
+    pub fn node(&self, origin: &TestOrigin, name: &str, extra: &str) -> Node {
+        let admin = free_port();
+        let servers: Vec<String> = self.names().iter().map(|n| format!("\"{n}\"")).collect();
+        let config = format!(
+            "[log]\naccess = \"off\"\n{}\
+             [cache.memcached]\nservers = [{}]\nretry_after = \"1s\"\n\
+             op_timeout = \"200ms\"\nconnect_timeout = \"100ms\"\n{extra}",
+            admin_toml(admin, &self.dir.path().join("admin.token"), name),
+            servers.join(", ")
+        );
+        Node {
+            proxy: LacquerProcess::start_simple(origin.addr(), &config),
+            admin,
+            name: name.to_string(),
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! Origins that fail mid-response or never answer, over real sockets: a retry never meets the
+//! cache write of the attempt that failed (no panic, nothing cut short is stored), a timeout is a
+//! 504 and is never replayed to the backend that hung, and `balancer.timeouts.total` bounds the
+//! whole request, retries included.
+
+mod support;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::sync::Arc;
+use support::*;
+
+/// What a cacheable response cut short looks like: 1000 bytes promised, 100 sent, then closed.
+fn truncated_cacheable(stream: &mut TcpStream) {
+    let mut bytes =
+        b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\nCache-Control: max-age=3600\r\n\r\n".to_vec();
+    bytes.extend_from_slice(&[b'x'; 100]);
+    let _ = stream.write_all(&bytes);
+    let _ = stream.flush();
+}
+
+/// A whole cacheable response of 1000 `y`s (`max-age` as given).
+fn whole_cacheable(stream: &mut TcpStream, max_age: u32) {
+    let mut bytes = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\nCache-Control: max-age={max_age}\r\n\r\n"
+    )
+    .into_bytes();
+    bytes.extend_from_slice(&[b'y'; 1000]);
+    let _ = stream.write_all(&bytes);
+    let _ = stream.flush();
+}
+
+/// The path of a request head (`GET /a HTTP/1.1` → `/a`).
+fn path_of(head: &str) -> &str {
+    head.split_whitespace().nth(1).unwrap_or("")
+}
+
+fn no_panic(lacquer: &LacquerProcess) {
+    let log = lacquer.stderr_log();
+    assert!(
+        !log.contains("panicked"),
+        "the proxy panicked:\n{}",
+        &log[log.find("panicked").unwrap().saturating_sub(200)..]
+    );
+}
+
+const NO_PASSIVE: &str = "[balancer.passive]\nenabled = false\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncated_cacheable_response_is_never_stored_and_never_panics() {
+    // `/cut/...` is cut short every time, anything else is whole
+    let origin = RawOrigin::answering(|head, stream| {
+        if path_of(head).starts_with("/cut/") {
+            truncated_cacheable(stream)
+        } else {
+            whole_cacheable(stream, 3600)
+        }
+    });
+    let lacquer = start_balancer(&[(origin.addr, 1)], NO_PASSIVE);
+    for i in 0..20 {
+        let url = lacquer.url(&format!("/cut/{i}"));
+        // the client sees a 502 or a body cut short (when the head had already left), never the
+        // promised 1000 bytes
+        if let Ok(resp) = try_get(&url, &[]).await {
+            assert!(
+                resp.status == 502 || resp.body.len() < 1000,
+                "{} with {} bytes",
+                resp.status,
+                resp.body.len()
+            );
+        }
+        // nothing of it was stored: the same URL goes to the origin again
+        let before = origin.accepted();
+        let _ = try_get(&url, &[]).await;
+        assert_eq!(
+            origin.accepted(),
+            before + 1,
+            "a cut body was served from the cache"
+        );
+    }
+    no_panic(&lacquer);
+    // the only backend that cut responses short was not asked twice for any of them
+    assert_eq!(origin.accepted(), 40);
+    // and the proxy still works
+    let whole = get(&lacquer.url("/whole"), &[]).await;
+    assert_eq!(whole.status, 200);
+    assert_eq!(whole.body.len(), 1000);
+    assert!(get(&lacquer.url("/whole"), &[]).await.is_hit());
+    no_panic(&lacquer);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncated_cacheable_response_is_retried_on_the_other_backend_without_panic() {
+    let cutting = RawOrigin::answering(|_, stream| truncated_cacheable(stream));
+    let whole = RawOrigin::answering(|_, stream| whole_cacheable(stream, 3600));
+    let lacquer = start_balancer(
+        &[(cutting.addr, 1), (whole.addr, 1)],
+        &format!("[balancer]\nalgorithm = \"round_robin\"\n{NO_PASSIVE}"),
+    );
+    let mut cut_then_retried = 0;
+    for i in 0..20 {
+        let before = cutting.accepted();
+        match try_get(&lacquer.url(&format!("/r/{i}")), &[]).await {
+            Ok(resp) if resp.status == 200 && resp.body.len() == 1000 => {
+                assert!(
+                    resp.body.iter().all(|b| *b == b'y'),
+                    "bytes of the cut body"
+                );
+                if cutting.accepted() > before {
+                    cut_then_retried += 1;
+                }
+            }
+            // the head of the cut response had already reached the client: nothing to retry
+            Ok(resp) => assert!(resp.body.len() < 1000),
+            Err(_) => {}
+        }
+    }
+    no_panic(&lacquer);
+    assert!(
+        cut_then_retried > 0,
+        "no request went to the cutting backend and was then retried"
+    );
+    // nothing half-written was stored: what comes back whole is the other backend's body
+    for i in 0..20 {
+        if let Ok(again) = try_get(&lacquer.url(&format!("/r/{i}")), &[]).await {
+            if again.body.len() == 1000 {
+                assert!(again.body.iter().all(|b| *b == b'y'));
+            }
+        }
+    }
+    no_panic(&lacquer);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revalidation_cut_short_is_retried_without_panic() {
+    // each backend answers its first request for a path whole (fresh for 1 s), then cuts every
+    // later one short: the stale entry's refetch meets a cut response on the backend the URL
+    // hashes to, and is retried on the other
+    let backend = || {
+        let seen = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+        RawOrigin::answering(move |head, stream| {
+            if seen.lock().unwrap().insert(path_of(head).to_string()) {
+                whole_cacheable(stream, 1)
+            } else {
+                truncated_cacheable(stream)
+            }
+        })
+    };
+    let (a, b) = (backend(), backend());
+    let lacquer = start_balancer(
+        &[(a.addr, 1), (b.addr, 1)],
+        &format!("[balancer]\nalgorithm = \"consistent\"\n{NO_PASSIVE}"),
+    );
+    let paths: Vec<String> = (0..6).map(|i| format!("/stale/{i}")).collect();
+    for path in &paths {
+        assert_eq!(get(&lacquer.url(path), &[]).await.status, 200);
+    }
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let mut whole = 0;
+    for path in &paths {
+        if let Ok(resp) = try_get(&lacquer.url(path), &[]).await {
+            if resp.status == 200 && resp.body.len() == 1000 {
+                assert!(resp.body.iter().all(|b| *b == b'y'));
+                whole += 1;
+            }
+        }
+    }
+    no_panic(&lacquer);
+    assert!(
+        whole > 0,
+        "no stale refetch was retried to a whole response"
+    );
+    assert_eq!(get(&lacquer.url("/fresh"), &[]).await.status, 200);
+    no_panic(&lacquer);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_origin_is_a_504_and_is_not_asked_again() {
+    let hanging = RawOrigin::hanging();
+    let lacquer = start_balancer(
+        &[(hanging.addr, 1)],
+        &format!(
+            "[balancer.timeouts]\nfirst_byte = \"300ms\"\nidle = \"300ms\"\n\
+             [balancer.retries]\nattempts = 2\n{NO_PASSIVE}"
+        ),
+    );
+    let resp = get(&lacquer.url("/hang"), &[]).await;
+    assert_eq!(
+        resp.status, 504,
+        "RFC 9110 §15.6.5: the origin did not answer in time"
+    );
+    assert_eq!(
+        hanging.accepted(),
+        1,
+        "a request that hung was replayed to the backend that hung"
+    );
+    no_panic(&lacquer);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hang_is_retried_on_the_other_backend_only() {
+    let hanging = RawOrigin::hanging();
+    let good = Replica::start("good");
+    let lacquer = start_balancer(
+        &[(hanging.addr, 1), (good.addr(), 1)],
+        &format!(
+            "[balancer]\nalgorithm = \"round_robin\"\n\
+             [balancer.timeouts]\nfirst_byte = \"300ms\"\nidle = \"300ms\"\n{NO_PASSIVE}"
+        ),
+    );
+    for i in 0..6 {
+        let resp = get(&lacquer.url(&format!("/h/{i}")), &[]).await;
+        assert_eq!(resp.status, 200);
+    }
+    assert_eq!(
+        good.served(),
+        6,
+        "every request ended on the backend that answers"
+    );
+    assert!(
+        hanging.accepted() >= 1,
+        "round robin never tried the hanging backend"
+    );
+    assert!(
+        hanging.accepted() <= 6,
+        "a request went to the hanging backend twice"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_total_deadline_bounds_the_request_across_attempts() {
+    let (first, second) = (RawOrigin::hanging(), RawOrigin::hanging());
+    // each attempt would wait 20 s for a first byte; the whole request may take 1 s
+    let lacquer = start_balancer(
+        &[(first.addr, 1), (second.addr, 1)],
+        &format!(
+            "[balancer.timeouts]\nconnect = \"500ms\"\nfirst_byte = \"20s\"\nidle = \"20s\"\n\
+             total = \"1s\"\n\
+             [balancer.retries]\nattempts = 2\n{NO_PASSIVE}"
+        ),
+    );
+    let resp = tokio::time::timeout(Duration::from_secs(10), get(&lacquer.url("/slow"), &[]))
+        .await
+        .expect(
+            "the request outlived balancer.timeouts.total by far: a first-byte wait was not cut",
+        );
+    assert_eq!(resp.status, 504);
+    assert_eq!(
+        first.accepted() + second.accepted(),
+        1,
+        "no attempt may start once the total deadline has passed"
+    );
+    no_panic(&lacquer);
+}
