@@ -12,6 +12,7 @@
 #   bench/hit_instructions.sh --memcached              # every hit read from memcached (local_ttl 0s)
 #   bench/hit_instructions.sh --memcached --bans 1000  # ... judged against 1,000 tag bans
 #   bench/hit_instructions.sh --rules 100              # with 100 request rules (bench/rules_config.py)
+#   ORIGIN=... bench/hit_instructions.sh --config br.toml --path /plain8k.html   # more config
 #
 # Lacquer runs under valgrind with one worker thread; after a warm-up of 2,000 hits the counters
 # are zeroed, N hits (default 20,000) are sent over one keep-alive connection, and the total is
@@ -32,6 +33,7 @@ MEMCACHED=0
 BANS=0
 PLAIN=0
 RULES=0
+EXTRA_CONFIG=
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) BIN=$2; shift 2 ;;
@@ -42,6 +44,7 @@ while [ $# -gt 0 ]; do
     --bans) BANS=$2; shift 2 ;;
     --plain) PLAIN=1; shift ;;
     --rules) RULES=$2; shift 2 ;;
+    --config) EXTRA_CONFIG=$(realpath "$2"); shift 2 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -79,6 +82,9 @@ fi
 if [ "$RULES" -gt 0 ]; then
   python3 bench/rules_config.py "$RULES" >>"$WORK/lacquer.toml"
 fi
+# --config FILE: its sections are added to the script's (so they must not repeat [admin],
+# [invalidation] or [cache.memcached])
+[ -n "$EXTRA_CONFIG" ] && cat "$EXTRA_CONFIG" >>"$WORK/lacquer.toml"
 CONFIG=(--config "$WORK/lacquer.toml")
 valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out" \
   "$BIN" "${CONFIG[@]}" --listen 127.0.0.1:"$PORT" --upstream "$ORIGIN" --threads 1 \

@@ -63,14 +63,15 @@ impl PhaseHooks for DeviceBuckets {
 }
 
 fn main() -> ExitCode {
-    let config = match Config::load(&Cli::parse()) {
+    let cli = Cli::parse();
+    let config = match Config::load(&cli) {
         Ok(config) => config,
         Err(e) => {
             eprintln!("device_rule: {e}");
             return ExitCode::from(2);
         }
     };
-    match lacquer::server::run_with_hooks(config, Arc::new(DeviceBuckets)) {
+    match lacquer::server::run_with_hooks(config, &cli, Arc::new(DeviceBuckets)) {
         Ok(never) => match never {},
         Err(e) => {
             eprintln!("device_rule: {e}");

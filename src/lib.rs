@@ -3,6 +3,8 @@
 //! The crate is laid out the way a request travels:
 //! * [`config`]: the TOML file, CLI flags and validation;
 //! * [`server`]: builds the Pingora server, listeners and services from a [`config::Config`];
+//!   [`proxy_protocol`] reads the PROXY header on listeners that expect one;
+//! * [`lifecycle`]: reload, hand-over to a new process, drain on shutdown;
 //! * [`proxy`]: the request path as Pingora's phase-named callbacks;
 //! * [`rules`]: the request rules (`[[rules]]`): what to cache, per request;
 //! * [`policy`]: what may be stored and for how long (RFC 9111);
@@ -17,9 +19,11 @@ pub mod admin;
 pub mod compression;
 pub mod config;
 pub mod invalidation;
+pub mod lifecycle;
 pub mod observe;
 pub mod policy;
 pub mod proxy;
+pub mod proxy_protocol;
 pub mod rules;
 pub mod server;
 pub mod storage;

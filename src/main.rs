@@ -22,7 +22,7 @@ fn main() -> ExitCode {
         println!("lacquer: {path}: configuration is valid");
         return ExitCode::SUCCESS;
     }
-    match lacquer::server::run(config) {
+    match lacquer::server::run(config, &cli) {
         Ok(never) => match never {},
         Err(e) => {
             eprintln!("lacquer: {e}");

@@ -1,15 +1,22 @@
 //! Start-up: turns a validated [`Config`] into a running Pingora server.
 //!
-//! Signals are Pingora's: SIGINT stops at once (fast shutdown), SIGTERM stops accepting, waits
-//! `grace_period` and then drains for at most `shutdown_timeout`, SIGQUIT hands listeners to a new
-//! process (graceful upgrade). Pingora's own default grace period is 300 s; ours is 5 s.
+//! What happens after start-up (SIGHUP reload, SIGQUIT hand-over, SIGTERM drain) is
+//! [`crate::lifecycle`]'s: this module wires it in, passing Pingora our signal watcher, our
+//! `upgrade_sock` and `--upgrade`, and a grace period just past `shutdown_timeout` that the drain
+//! watcher ends as soon as no request is left.
 
 use crate::admin::AdminApp;
-use crate::config::Config;
+use crate::config::{Cli, Config};
 use crate::invalidation::{InvalidationService, Invalidator};
+use crate::lifecycle::drain::{self, InFlightRequests};
+use crate::lifecycle::live::{Live, LiveSettings};
+use crate::lifecycle::reload::Reloader;
+use crate::lifecycle::signals::{self, OperatorSignals};
+use crate::lifecycle::upgrade;
 use crate::observe::access_log::AccessLog;
 use crate::proxy::hooks::PhaseHooks;
 use crate::proxy::LacquerProxy;
+use crate::proxy_protocol::{PreTlsHeader, ProxyProtocolApp, ProxyProtocolListeners};
 use crate::storage::memory::MemoryTier;
 use crate::storage::rules::tags::TagField;
 use crate::storage::rules::RuleBook;
@@ -17,9 +24,9 @@ use crate::storage::tiered::TieredStorage;
 use crate::upstream::health::HealthChecker;
 use pingora_core::apps::HttpServerOptions;
 use pingora_core::listeners::tls::TlsSettings;
-use pingora_core::listeners::{L4BufferSettings, ListenerConfig};
+use pingora_core::listeners::{L4BufferSettings, ListenerConfig, Listeners};
 use pingora_core::server::configuration::ServerConf;
-use pingora_core::server::Server;
+use pingora_core::server::{RunArgs, Server};
 use pingora_core::services::background::background_service;
 use pingora_core::services::listening::Service;
 use std::convert::Infallible;
@@ -38,20 +45,30 @@ impl fmt::Display for StartError {
 
 impl std::error::Error for StartError {}
 
+/// The logger lets everything through and `log::set_max_level` filters, so a reload can change
+/// `log.level`; with `RUST_LOG` set, it decides instead, as before.
 fn init_logging(config: &Config) {
+    let from_env = std::env::var_os("RUST_LOG").is_some();
     let _ = env_logger::Builder::new()
-        .filter_level(config.log.level)
+        .filter_level(log::LevelFilter::Trace)
         .parse_default_env()
         .format_timestamp_millis()
         .try_init();
+    if !from_env {
+        log::set_max_level(config.log.level);
+    }
 }
 
 fn server_conf(config: &Config) -> ServerConf {
+    // the drain watcher exits once no request is left; Pingora's grace sleep, one second past
+    // `shutdown_timeout`, is only a backstop, and its runtime shutdown drops what is left
+    let drain_backstop = config.shutdown_timeout.as_secs_f64().ceil() as u64 + 1;
     ServerConf {
         threads: config.threads,
-        grace_period_seconds: Some(config.grace_period.as_secs()),
-        graceful_shutdown_timeout_seconds: Some(config.shutdown_timeout.as_secs()),
+        grace_period_seconds: Some(drain_backstop),
+        graceful_shutdown_timeout_seconds: Some(0),
         upstream_keepalive_pool_size: config.upstream_keepalive_pool,
+        upgrade_sock: config.upgrade_sock.clone(),
         ..ServerConf::default()
     }
 }
@@ -82,29 +99,48 @@ pub fn rule_book(config: &Config) -> &'static RuleBook {
 }
 
 /// Runs the server until a signal stops the process; returns only on a start-up failure.
-pub fn run(config: Config) -> Result<Infallible, StartError> {
-    serve(config, None)
+/// `cli` is what the process was started with: a reload reads the same file with the same flags.
+pub fn run(config: Config, cli: &Cli) -> Result<Infallible, StartError> {
+    serve(config, cli, None)
 }
 
 /// [`run`] with an embedding program's own code in the request path (see
 /// [`crate::proxy::hooks`]; `examples/device_rule.rs` is a complete program).
 pub fn run_with_hooks(
     config: Config,
+    cli: &Cli,
     hooks: Arc<dyn PhaseHooks>,
 ) -> Result<Infallible, StartError> {
-    serve(config, Some(hooks))
+    serve(config, cli, Some(hooks))
 }
 
-fn serve(config: Config, hooks: Option<Arc<dyn PhaseHooks>>) -> Result<Infallible, StartError> {
+fn serve(
+    config: Config,
+    cli: &Cli,
+    hooks: Option<Arc<dyn PhaseHooks>>,
+) -> Result<Infallible, StartError> {
+    signals::ignore_hangup_until_handled();
     init_logging(&config);
-    let mut server = Server::new_with_opt_and_conf(None, server_conf(&config));
+    let options = upgrade::pingora_options(cli.upgrade);
+    let mut server = Server::new_with_opt_and_conf(options, server_conf(&config));
+    // with --upgrade, this waits for the running process's listeners (see lifecycle::upgrade)
     server.bootstrap();
 
     let rules = rule_book(&config);
     let memory = memory_tier(&config, rules);
     let access_log = AccessLog::start(&config.log.access, config.log.format)
-        .map_err(|e| StartError(format!("log.access: cannot open: {e}")))?;
-    let config = Arc::new(config);
+        .map_err(|e| StartError(format!("log.access: cannot open: {e}")))?
+        .map(Arc::new);
+    let in_flight = InFlightRequests::leak();
+    drain::watch(
+        server.watch_execution_phase(),
+        in_flight,
+        config.shutdown_timeout,
+    )
+    .map_err(|e| StartError(format!("cannot start the drain watcher: {e}")))?;
+    let live = Arc::new(Live::new(LiveSettings::initial(config)));
+    let reloader = Arc::new(Reloader::new(cli.clone(), live.clone(), access_log.clone()));
+    let config = live.load_full().config.clone();
 
     let tiered: Option<&'static TieredStorage> = config
         .cache
@@ -116,7 +152,7 @@ fn serve(config: Config, hooks: Option<Arc<dyn PhaseHooks>>) -> Result<Infallibl
         "invalidation",
         InvalidationService(invalidator),
     ));
-    let mut proxy = LacquerProxy::new(config.clone(), memory, tiered, invalidator, access_log);
+    let mut proxy = LacquerProxy::new(live, memory, tiered, invalidator, access_log, in_flight);
     if let Some(hooks) = hooks {
         proxy = proxy.with_hooks(hooks);
     }
@@ -125,32 +161,46 @@ fn serve(config: Config, hooks: Option<Arc<dyn PhaseHooks>>) -> Result<Infallibl
         let checker = HealthChecker::new(backends.clone(), checks.clone());
         server.add_service(background_service("health checks", checker));
     }
-    let mut service =
-        pingora_proxy::http_proxy_service_with_name(&server.configuration, proxy, "lacquer");
+    let mut http = pingora_proxy::http_proxy(&server.configuration, proxy);
     if config.h2c {
         let mut options = HttpServerOptions::default();
         options.h2c = true;
-        if let Some(app) = service.app_logic_mut() {
-            app.server_options = Some(options);
-        }
+        http.server_options = Some(options);
     }
+    let mut listeners = Listeners::new();
     let buffers = L4BufferSettings::default().write(config.write_buffer);
     for addr in &config.listen {
-        service.add_listener(ListenerConfig::tcp(addr.to_string()).l4_buffer(buffers));
+        listeners.add_listener(ListenerConfig::tcp(addr.to_string()).l4_buffer(buffers));
     }
     if let Some(tls) = &config.tls {
         for addr in &tls.listen {
             let mut settings = TlsSettings::intermediate(&tls.cert, &tls.key)
                 .map_err(|e| StartError(format!("tls.cert/tls.key: {e}")))?;
             settings.enable_h2();
-            service.add_listener(
+            listeners.add_listener(
                 ListenerConfig::tcp(addr.to_string())
                     .tls(settings)
                     .l4_buffer(buffers),
             );
         }
     }
-    server.add_service(service);
+    let expecting_header = ProxyProtocolListeners::new(
+        config
+            .proxy_protocol_listen
+            .iter()
+            .chain(config.tls.iter().flat_map(|tls| &tls.proxy_protocol))
+            .copied()
+            .collect(),
+    );
+    if !expecting_header.is_empty() {
+        listeners.set_pre_tls_callback(Arc::new(PreTlsHeader(expecting_header.clone())));
+    }
+    let app = ProxyProtocolApp::new(http, expecting_header);
+    server.add_service(Service::with_listeners(
+        "lacquer".to_string(),
+        listeners,
+        app,
+    ));
 
     if let Some(addr) = config.admin_listen {
         let mut admin = Service::new(
@@ -161,6 +211,7 @@ fn serve(config: Config, hooks: Option<Arc<dyn PhaseHooks>>) -> Result<Infallibl
                 backends.clone(),
                 invalidator,
                 config.admin_access.clone(),
+                reloader.clone(),
             ),
         );
         admin.add_tcp(&addr.to_string());
@@ -180,5 +231,9 @@ fn serve(config: Config, hooks: Option<Arc<dyn PhaseHooks>>) -> Result<Infallibl
         config.threads,
         config.cache.memory_size
     );
-    server.run_forever()
+    let signals = OperatorSignals::new(reloader, config.upgrade_sock.clone());
+    server.run(RunArgs {
+        shutdown_signal: Box::new(signals),
+    });
+    std::process::exit(0)
 }

@@ -1,6 +1,6 @@
-//! Compression done once: one stored copy (gzip or identity) serves every client correctly,
-//! whatever it accepts. Real origin, the real binary, real clients; bodies compared byte for byte
-//! after decoding.
+//! Compression done once: one stored copy (gzip, br, zstd or identity) serves every client
+//! correctly, whatever it accepts; a coding Lacquer does not know passes through as sent. Real
+//! origin, the real binary, real clients; bodies compared byte for byte after decoding.
 
 mod support;
 
@@ -329,37 +329,186 @@ async fn gzip_from_an_origin_that_ignores_accept_encoding_is_decoded_on_pass_thr
     assert_identity(&resp, &default_body(path, 1));
 }
 
-#[tokio::test]
-async fn a_coding_the_client_refuses_is_refetched_as_identity_and_never_sent() {
-    let origin = scripted_origin();
-    let lacquer = proxy(&origin);
-    let path = "/br?cc=max-age%3D60&br=1&ct=text/html";
-
-    let identity = get(&lacquer.url(path), &[("accept-encoding", "gzip")]).await;
-    assert_eq!(identity.status, 200);
-    assert_eq!(identity.header("content-encoding"), None);
-    let forwarded = origin.requests_for(path);
-    assert_eq!(
-        forwarded.len(),
-        2,
-        "one refused br answer, one identity refetch"
-    );
-    assert_eq!(forwarded[1].header("accept-encoding"), Some("identity"));
-    assert_eq!(&identity.body[..], &default_body(path, 2)[..]);
+/// A response in a coding Lacquer does not know, as an origin sent it (RFC 9110 §8.4: the
+/// proxy does not judge the origin's codings).
+fn assert_passed_as_sent(resp: &Resp, token: &str, body: &[u8]) {
+    assert_eq!(resp.status, 200, "never a 502 for a coding");
+    assert_eq!(resp.header("content-encoding").as_deref(), Some(token));
+    assert_eq!(&resp.body[..], body, "the coded bytes unchanged");
 }
 
 #[tokio::test]
-async fn a_coding_we_cannot_decode_is_passed_to_a_client_that_takes_it_but_not_stored() {
+async fn an_unknown_coding_passes_through_unchanged_and_is_stored() {
     let origin = scripted_origin();
     let lacquer = proxy(&origin);
-    let path = "/brok?cc=max-age%3D60&br=1&ct=text/html";
-    for n in 1..=2 {
-        let resp = get(&lacquer.url(path), &[("accept-encoding", "br")]).await;
-        assert_eq!(resp.header("content-encoding").as_deref(), Some("br"));
-        assert!(!resp.is_hit());
-        assert_eq!(&resp.body[..], &default_body(path, n)[..]);
+    let path = "/unknown?cc=max-age%3D60&ce=x-private&ct=text/html";
+    let sent = default_body(path, 1);
+    // the first client asked for gzip and gets a coding it did not ask for, as the origin sent it
+    let first = get(&lacquer.url(path), &[("accept-encoding", "gzip")]).await;
+    assert_passed_as_sent(&first, "x-private", &sent);
+    assert!(first.is_stored(), "{:?}", first.cache_status());
+    for ae in [Some("gzip, br"), Some("x-private"), None] {
+        let headers: Vec<(&str, &str)> = ae.map(|v| ("accept-encoding", v)).into_iter().collect();
+        let hit = get(&lacquer.url(path), &headers).await;
+        assert!(hit.is_hit(), "{ae:?}: {:?}", hit.cache_status());
+        assert_passed_as_sent(&hit, "x-private", &sent);
     }
+    assert_eq!(origin.hits_for(path), 1, "stored once, never refetched");
+
+    // stacked codings, and one that is not stored, pass the same way
+    let stacked = "/stacked?cc=no-store&ce=gzip%2C%20x-private&ct=text/html";
+    let resp = get(&lacquer.url(stacked), &[]).await;
+    assert_passed_as_sent(&resp, "gzip, x-private", &default_body(stacked, 2));
+    assert_eq!(origin.hits_for(stacked), 1, "no retry asking for identity");
+}
+
+#[tokio::test]
+async fn an_unknown_coding_is_keyed_by_its_vary() {
+    let origin = scripted_origin();
+    let lacquer = proxy(&origin);
+    let path = "/unknown-vary?cc=max-age%3D60&ce=compress&vary=Accept-Encoding&ct=text/html";
+    let asks_compress = [("accept-encoding", "compress")];
+    let asks_gzip = [("accept-encoding", "gzip,  br")];
+    let first = get(&lacquer.url(path), &asks_compress).await;
+    assert_passed_as_sent(&first, "compress", &default_body(path, 1));
+    let again = get(&lacquer.url(path), &asks_compress).await;
+    assert!(again.is_hit(), "{:?}", again.cache_status());
+    assert_passed_as_sent(&again, "compress", &default_body(path, 1));
+    // another Accept-Encoding is another variant of a coding Lacquer cannot decode
+    let other = get(&lacquer.url(path), &asks_gzip).await;
+    assert!(!other.is_hit(), "{:?}", other.cache_status());
+    assert_passed_as_sent(&other, "compress", &default_body(path, 2));
+    // normalized like any varying field: the spacing of the list makes no new variant
+    let other_again = get(&lacquer.url(path), &[("accept-encoding", "gzip, br")]).await;
+    assert!(other_again.is_hit(), "{:?}", other_again.cache_status());
+    assert_passed_as_sent(&other_again, "compress", &default_body(path, 2));
     assert_eq!(origin.hits_for(path), 2);
+}
+
+fn coding_proxy(origin: &TestOrigin, section: &str) -> LacquerProcess {
+    LacquerProcess::start_simple(
+        origin.addr(),
+        &format!("[log]\naccess = \"off\"\n[cache.compression]\n{section}"),
+    )
+}
+
+/// Asserts a response in `coding` whose decoding is exactly `plain`.
+fn assert_coded(resp: &Resp, coding: &str, plain: &[u8]) {
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.header("content-encoding").as_deref(), Some(coding));
+    assert_eq!(
+        decode(coding, &resp.body),
+        plain,
+        "decoded {coding} body differs"
+    );
+    if let Some(len) = resp.content_length() {
+        assert_eq!(len as usize, resp.body.len());
+    }
+}
+
+#[tokio::test]
+async fn br_and_zstd_copies_are_stored_once_and_decoded_for_clients_without_them() {
+    for coding in ["br", "zstd"] {
+        let origin = scripted_origin();
+        let lacquer = coding_proxy(&origin, &format!("coding = \"{coding}\""));
+        let path = format!(
+            "/{coding}?cc=max-age%3D60&coding={coding}&ct=text/html&repeat=300&etag=%22c%22"
+        );
+        let plain = default_body(&path, 1).repeat(300);
+        let takes_it = [("accept-encoding", coding)];
+
+        // an identity client first: the miss stores the coded copy and streams it decoded
+        let miss = get(&lacquer.url(&path), &[]).await;
+        assert_identity(&miss, &plain);
+        assert_eq!(miss.header("etag").as_deref(), Some("W/\"c\""));
+        assert!(vary_lists_accept_encoding(&miss));
+        let coded = get(&lacquer.url(&path), &takes_it).await;
+        assert!(coded.is_hit(), "{coding}: {:?}", coded.cache_status());
+        assert_coded(&coded, coding, &plain);
+        assert_eq!(coded.header("etag").as_deref(), Some("\"c\""));
+        // clients that take another coding, or none, get the copy decoded on the fast path:
+        // sized, and (after the first) from the decoded copy
+        for ae in ["gzip", "gzip, deflate", "identity", "*;q=0"] {
+            let resp = get(&lacquer.url(&path), &[("accept-encoding", ae)]).await;
+            assert!(resp.is_hit(), "{coding}/{ae}: {:?}", resp.cache_status());
+            assert_identity(&resp, &plain);
+            assert_eq!(
+                resp.content_length(),
+                Some(plain.len() as u64),
+                "{coding}/{ae}"
+            );
+        }
+        assert_eq!(origin.hits_for(&path), 1, "{coding}: one origin fetch");
+        let forwarded = origin.requests_for(&path);
+        assert!(
+            forwarded[0]
+                .header("accept-encoding")
+                .unwrap()
+                .starts_with(coding),
+            "{coding} asked for first: {:?}",
+            forwarded[0].header("accept-encoding")
+        );
+    }
+}
+
+#[tokio::test]
+async fn large_br_and_zstd_bodies_are_decoded_streaming_for_h1_and_h2_clients() {
+    let origin = scripted_origin();
+    // the default coding (gzip) is asked for: these origins send br and zstd anyway
+    let lacquer = proxy(&origin);
+    for coding in ["br", "zstd"] {
+        let len = 3 * 1024 * 1024 + 17;
+        let path = format!("/big-{coding}?cc=max-age%3D60&coding_always={coding}&ct=application/octet-stream&len={len}");
+        let plain = generated_bytes(len, 7);
+        let miss = get(&lacquer.url(&path), &[]).await;
+        assert_identity(&miss, &plain);
+        let h2 = h2c_client();
+        let hit = send(
+            &h2,
+            "GET",
+            &lacquer.url(&path),
+            &[("accept-encoding", "gzip")],
+            None,
+        )
+        .await
+        .unwrap();
+        assert_eq!(hit.version, http::Version::HTTP_2);
+        assert!(hit.is_hit(), "{coding}: {:?}", hit.cache_status());
+        assert_identity(&hit, &plain);
+        let coded = get(&lacquer.url(&path), &[("accept-encoding", coding)]).await;
+        assert!(coded.is_hit());
+        assert_coded(&coded, coding, &plain);
+        assert_eq!(origin.hits_for(&path), 1, "{coding}");
+    }
+}
+
+#[tokio::test]
+async fn compress_on_store_in_the_configured_coding() {
+    for coding in ["br", "zstd"] {
+        let origin = scripted_origin();
+        let lacquer = coding_proxy(
+            &origin,
+            &format!("enabled = true\ncoding = \"{coding}\"\nmin_size = \"1KiB\""),
+        );
+        let path =
+            "/store?cc=max-age%3D60&ct=text/html%3B%20charset%3Dutf-8&repeat=500&etag=%22s%22";
+        let plain = default_body(path, 1).repeat(500);
+        let identity = get(&lacquer.url(path), &[]).await;
+        assert_identity(&identity, &plain);
+        assert_eq!(identity.header("etag").as_deref(), Some("W/\"s\""));
+        let coded = get(&lacquer.url(path), &[("accept-encoding", coding)]).await;
+        assert!(coded.is_hit(), "{coding}: {:?}", coded.cache_status());
+        assert_coded(&coded, coding, &plain);
+        assert!(
+            coded.body.len() < plain.len() / 10,
+            "{coding}: stored copy is smaller"
+        );
+        assert_eq!(coded.header("etag").as_deref(), Some("W/\"s\""));
+        let gzip_client = get(&lacquer.url(path), &[("accept-encoding", "gzip")]).await;
+        assert!(gzip_client.is_hit());
+        assert_identity(&gzip_client, &plain);
+        assert_eq!(origin.hits_for(path), 1, "{coding}");
+    }
 }
 
 #[test]
@@ -389,6 +538,16 @@ fn bad_compression_values_name_the_key() {
             "[cache.compression]\ntypes = [\"html\"]",
             "cache.compression.types[0]",
             "not a media type",
+        ),
+        (
+            "[cache.compression]\ncoding = \"deflate\"",
+            "cache.compression.coding",
+            "not one of gzip, br, zstd",
+        ),
+        (
+            "[cache.compression]\ncoding = \"br\"\nlevel = 12",
+            "cache.compression.level",
+            "outside the allowed range 0..=11",
         ),
         (
             "[cache.compression]\nenable = true",

@@ -39,6 +39,31 @@ fn invalid_values_name_the_key_and_reason() {
             "greater than zero",
         ),
         (
+            "upstream = \"127.0.0.1:1\"\n[proxy]\ntrusted_proxies = [\"10.0.0.0/33\"]",
+            "proxy.trusted_proxies[0]",
+            "prefix length",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\nlisten = [\"127.0.0.1:1 proxy\"]",
+            "listen",
+            "unknown listen option",
+        ),
+        (
+            "[[upstreams]]\naddress = \"127.0.0.1:1\"\nmax_in_flight = 0",
+            "upstreams[0].max_in_flight",
+            "at least 1",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\n[balancer.queue]\ntimeout = \"0s\"",
+            "balancer.queue.timeout",
+            "greater than zero",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\n[proxy]\ntunnel_idle_timeout = \"0s\"",
+            "proxy.tunnel_idle_timeout",
+            "greater than zero",
+        ),
+        (
             "upstream = \"127.0.0.1:1\"\n[tls]\nlisten = [\"127.0.0.1:0\"]",
             "tls.cert",
             "required",
@@ -98,6 +123,16 @@ fn invalid_values_name_the_key_and_reason() {
         (
             "upstream = \"127.0.0.1:1\"\n[[rules]]\npaht = \"/\"\npass = true",
             "unknown field `paht`",
+            "line 3",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\n[cache.partial]\nenabled = \"yes\"",
+            "expected a boolean",
+            "line 3",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\n[cache.partial]\nenable = true",
+            "unknown field `enable`",
             "line 3",
         ),
     ] {
@@ -243,6 +278,11 @@ fn invalidation_and_admin_access_keys_name_the_key_and_reason() {
             "[admin]\ntoken_env = \"A\"\ntoken_file = \"/b\"",
             "admin.token_env",
             "not both",
+        ),
+        (
+            "[server]\nupgrade_sock = \"up.sock\"",
+            "server.upgrade_sock",
+            "not an absolute path",
         ),
     ] {
         let out = check_config(&format!("{base}{toml}"));

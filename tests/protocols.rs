@@ -25,27 +25,7 @@ async fn h2c_prior_knowledge_is_served_and_cached() {
 fn tls_listener_negotiates_h2_with_alpn() {
     let origin = scripted_origin();
     let dir = TempDir::new("lacquer-tls");
-    let cert = dir.path().join("cert.pem");
-    let key = dir.path().join("key.pem");
-    let made = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=localhost",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("openssl is installed");
-    assert!(made.status.success(), "{}", stderr_text(&made));
+    let CertFiles { cert, key } = self_signed_cert(dir.path());
     let tls_port = free_port();
     let extra = format!(
         "[log]\naccess = \"off\"\n[tls]\nlisten = [\"127.0.0.1:{tls_port}\"]\ncert = \"{}\"\nkey = \"{}\"",

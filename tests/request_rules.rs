@@ -302,3 +302,42 @@ async fn backend_group_sends_matching_requests_to_its_backends() {
     }
     assert_eq!((app.served(), media.served()), (4, 4));
 }
+
+#[tokio::test]
+async fn a_reload_applies_changed_rules() {
+    let origin = scripted_origin();
+    let rules = |path: &str| format!("[[rules]]\npath = \"{path}\"\npass = true\n");
+    let lacquer = with_rules(&origin, &rules("/admin/"));
+    let admin = format!("/admin/users?{FRESH}");
+    let private = format!("/private/notes?{FRESH}");
+    for _ in 0..2 {
+        let resp = get(&lacquer.url(&admin), &[]).await;
+        assert_eq!(resp.cache_fwd().as_deref(), Some("bypass"));
+    }
+    get(&lacquer.url(&private), &[]).await;
+    assert!(get(&lacquer.url(&private), &[]).await.is_hit());
+
+    // the rule now passes /private/ instead of /admin/
+    lacquer.write_config(&simple_config(
+        lacquer.port(),
+        origin.addr(),
+        &format!("{QUIET}{}", rules("/private/")),
+    ));
+    assert!(lacquer.signal("HUP"));
+    assert!(
+        wait_for_log(&lacquer, "configuration reloaded", Duration::from_secs(10)),
+        "{}",
+        lacquer.stderr_log()
+    );
+    let resp = get(&lacquer.url(&private), &[]).await;
+    assert_eq!(
+        resp.cache_fwd().as_deref(),
+        Some("bypass"),
+        "{:?}",
+        resp.cache_status()
+    );
+    get(&lacquer.url(&admin), &[]).await;
+    assert!(get(&lacquer.url(&admin), &[]).await.is_hit());
+    assert_eq!(origin.hits_for(&admin), 3);
+    assert_eq!(origin.hits_for(&private), 2);
+}

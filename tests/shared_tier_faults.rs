@@ -198,7 +198,16 @@ async fn a_waiter_stops_waiting_when_the_entry_server_freezes() {
         let url = b.url(&url.path);
         async move { get(&url, &SITE).await }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // (on a busy machine B may take a while to get there: its /stats says when it waits)
+    let mut started = false;
+    for _ in 0..500 {
+        if admin_stat(admin_b, "fill_waits").await == 1 {
+            started = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(started, "B never began waiting for A's fill");
     assert!(!waiting.is_finished(), "B did not wait for A's fill");
     // ...until the server holding the entry (and the lease) stops answering
     cluster.servers[url.server].freeze();

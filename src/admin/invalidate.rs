@@ -151,7 +151,12 @@ fn purge_target(body: &PurgeBody) -> Result<Target, String> {
                 None => host.to_string(),
             };
             let path = uri.path_and_query().map_or("/", |pq| pq.as_str());
-            Ok(Target::url(&host, path))
+            // the cache key has the scheme: an https URL names the https page
+            let https = uri.scheme_str() == Some("https");
+            Ok(Target::url(
+                &crate::proxy::cache_key::keyed_host(https, &host),
+                path,
+            ))
         }
         (None, Some(host), Some(path)) => Ok(Target::url(host, path)),
         _ => Err("give \"url\", or \"host\" and \"path\"".into()),
@@ -204,7 +209,8 @@ mod tests {
         );
         assert_eq!(
             purge(r#"{"url": "https://shop.example"}"#),
-            Ok(Target::url("shop.example", "/"))
+            // the key of an https page starts with the scheme (proxy::cache_key)
+            Ok(Target::url("https://shop.example", "/"))
         );
         assert_eq!(
             purge(r#"{"host": "shop.example", "path": "/x"}"#),

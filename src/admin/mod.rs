@@ -6,15 +6,17 @@
 //! shared tier's counters, each origin backend's state (health verdicts, requests in flight,
 //! requests sent, failures, ejections: what `varnishadm backend.list` or nginx's upstream status
 //! tells an operator) and the invalidation service's. `POST /purge` and `POST /ban`
-//! ([`invalidate`]) purge and ban across the cluster. Everything but `GET /health` is for the
-//! addresses in `admin.allow_from` only, and the invalidation API also demands the bearer token
-//! ([`auth`]).
+//! ([`invalidate`]) purge and ban across the cluster; `POST /reload` ([`reload`]) reloads the
+//! config as SIGHUP does. Everything but `GET /health` is for the addresses in
+//! `admin.allow_from` only, and the POST calls also demand the bearer token ([`auth`]).
 
 pub mod auth;
 pub mod invalidate;
+pub mod reload;
 
 use crate::config::admin::AdminAccess;
 use crate::invalidation::{InvalidationStats, Invalidator};
+use crate::lifecycle::reload::Reloader;
 use crate::storage::memory::MemoryTier;
 use crate::storage::tiered::TieredStorage;
 use crate::upstream::backend::Backend;
@@ -33,18 +35,27 @@ pub struct AdminApp {
     backends: Vec<Arc<Backend>>,
     invalidator: &'static Invalidator,
     access: AdminAccess,
+    reloader: Arc<Reloader>,
+}
+
+/// What a POST to the admin listener asks for.
+enum Call {
+    Invalidate(invalidate::Call),
+    Reload,
 }
 
 impl AdminApp {
     /// An admin app reporting on `memory`, the shared tier when configured, and the origin
     /// `backends` (shared with the balancer, so their state is live), and carrying out purges
-    /// and bans through `invalidator` for the clients `access` lets in.
+    /// and bans through `invalidator` and reloads through `reloader` for the clients `access`
+    /// lets in.
     pub fn new(
         memory: &'static MemoryTier,
         shared: Option<&'static TieredStorage>,
         backends: Vec<Arc<Backend>>,
         invalidator: &'static Invalidator,
         access: AdminAccess,
+        reloader: Arc<Reloader>,
     ) -> Self {
         AdminApp {
             memory,
@@ -52,6 +63,7 @@ impl AdminApp {
             backends,
             invalidator,
             access,
+            reloader,
         }
     }
 
@@ -82,6 +94,7 @@ impl AdminApp {
                         failures: t.failures,
                         ejections: t.ejections,
                         in_flight: b.in_flight(),
+                        queued: b.queued(),
                     }
                 })
                 .collect(),
@@ -127,6 +140,7 @@ struct SharedReport {
     fills_claimed: u64,
     fills_awaited: u64,
     fills_unguarded: u64,
+    fill_waits: u64,
     fill_waits_cut: u64,
     errors: u64,
     ejections: u64,
@@ -149,6 +163,7 @@ impl SharedReport {
             fills_claimed: c.fills_claimed.load(Ordering::Relaxed),
             fills_awaited: c.fills_awaited.load(Ordering::Relaxed),
             fills_unguarded: c.fills_unguarded.load(Ordering::Relaxed),
+            fill_waits: c.fill_waits.load(Ordering::Relaxed),
             fill_waits_cut: c.fill_waits_cut.load(Ordering::Relaxed),
             errors: n.errors.load(Ordering::Relaxed),
             ejections: n.ejections.load(Ordering::Relaxed),
@@ -172,6 +187,8 @@ struct BackendReport<'a> {
     failures: u64,
     ejections: u64,
     in_flight: usize,
+    /// Requests waiting for a slot under the backend's `max_in_flight`.
+    queued: usize,
 }
 
 impl AdminApp {
@@ -198,8 +215,9 @@ impl AdminApp {
             "/stats" if method == http::Method::GET => {
                 return (200, self.stats_json(), "application/json", false)
             }
-            "/purge" => invalidate::Call::Purge,
-            "/ban" => invalidate::Call::Ban,
+            "/purge" => Call::Invalidate(invalidate::Call::Purge),
+            "/ban" => Call::Invalidate(invalidate::Call::Ban),
+            "/reload" => Call::Reload,
             "/stats" => return (405, "method not allowed\n".into(), "text/plain", false),
             _ => return (404, "not found\n".into(), "text/plain", false),
         };
@@ -213,7 +231,15 @@ impl AdminApp {
             );
             return refused(refusal);
         }
-        let (status, body) = invalidate::on_request(session, call, self.invalidator, client).await;
+        let (status, body) = match call {
+            Call::Invalidate(call) => {
+                invalidate::on_request(session, call, self.invalidator, client).await
+            }
+            Call::Reload => {
+                log::info!("admin: reload asked by {client:?}");
+                reload::on_request(&self.reloader)
+            }
+        };
         (status, body, "application/json", false)
     }
 }
@@ -261,11 +287,12 @@ mod tests {
             failures: 0,
             ejections: 0,
             in_flight: 0,
+            queued: 0,
         };
         assert_eq!(
             serde_json::to_string(&report).unwrap(),
             "{\"name\":\"a\\\"b\\\\c\\n\",\"weight\":1,\"up\":true,\"ejected\":false,\
-             \"requests\":2,\"failures\":0,\"ejections\":0,\"in_flight\":0}"
+             \"requests\":2,\"failures\":0,\"ejections\":0,\"in_flight\":0,\"queued\":0}"
         );
     }
 }

@@ -1,5 +1,5 @@
-//! What a client's `Accept-Encoding` allows (RFC 9110 §12.5.3), reduced to the questions Lacquer
-//! asks: may this response go out gzip-coded, and may it go out with some other coding?
+//! What a client's `Accept-Encoding` allows (RFC 9110 §12.5.3), reduced to the question Lacquer
+//! asks: may the stored copy go out in its coding (gzip, br, zstd), or must it be decoded?
 //!
 //! The parse honours q-values, `*` and `identity;q=0`. One deliberate departure from the RFC: a
 //! request *without* `Accept-Encoding` is treated as accepting identity only (the RFC would allow
@@ -13,6 +13,7 @@
 //! assert!(ae.accepts("identity"));
 //! ```
 
+use super::coding::ContentCoding;
 use pingora_http::RequestHeader;
 
 /// The parsed `Accept-Encoding` of one request.
@@ -79,33 +80,44 @@ impl AcceptEncoding {
     }
 }
 
-/// Whether the request's `Accept-Encoding` takes gzip: the same answer as
-/// `AcceptEncoding::parse(req).accepts_gzip()`, read in one pass without allocating, because
-/// every hit on a gzip-coded object asks it.
+/// Whether the request's `Accept-Encoding` takes gzip (see [`request_accepts`]).
 pub fn request_accepts_gzip(req: &RequestHeader) -> bool {
+    request_accepts(req, ContentCoding::Gzip)
+}
+
+/// Whether the request's `Accept-Encoding` takes `coding` (one of
+/// [`ContentCoding::DECODABLE`]): the same answer as
+/// `AcceptEncoding::parse(req).accepts(coding.token())`, read in one pass without allocating,
+/// because every hit on a compressed copy asks it.
+pub fn request_accepts(req: &RequestHeader, coding: ContentCoding) -> bool {
+    let names: &[&str] = match coding {
+        ContentCoding::Gzip => &["gzip", "x-gzip"],
+        ContentCoding::Br => &["br"],
+        ContentCoding::Zstd => &["zstd"],
+        ContentCoding::Identity | ContentCoding::Other => return false,
+    };
     let mut present = false;
-    let mut gzip_q = None;
+    let mut own_q = None;
     let mut star_q = None;
     for value in req.headers.get_all(http::header::ACCEPT_ENCODING) {
         let Ok(value) = value.to_str() else { continue };
         present = true;
         for item in value.split(',') {
             let mut parts = item.split(';');
-            let coding = parts.next().unwrap_or("").trim();
-            let slot =
-                if coding.eq_ignore_ascii_case("gzip") || coding.eq_ignore_ascii_case("x-gzip") {
-                    &mut gzip_q
-                } else if coding == "*" {
-                    &mut star_q
-                } else {
-                    continue;
-                };
+            let name = parts.next().unwrap_or("").trim();
+            let slot = if names.iter().any(|n| name.eq_ignore_ascii_case(n)) {
+                &mut own_q
+            } else if name == "*" {
+                &mut star_q
+            } else {
+                continue;
+            };
             if slot.is_none() {
                 *slot = Some(q_value(parts));
             }
         }
     }
-    present && gzip_q.or(star_q).is_some_and(|q| q > 0.0)
+    present && own_q.or(star_q).is_some_and(|q| q > 0.0)
 }
 
 /// The q-value among an item's parameters (1 when absent or unreadable, as in the full parse).
@@ -137,7 +149,7 @@ mod tests {
     }
 
     #[test]
-    fn one_pass_gzip_check_agrees_with_the_full_parse() {
+    fn one_pass_check_agrees_with_the_full_parse() {
         let cases = [
             None,
             Some(""),
@@ -154,17 +166,25 @@ mod tests {
             Some("deflate"),
             Some("gzip;q=0, gzip"),
             Some("identity, gzip;q=junk"),
+            Some("br"),
+            Some("BR;q=0.1, zstd;q=0"),
+            Some("zstd, *;q=0"),
+            Some("gzip, deflate, br, zstd"),
+            Some("*, br;q=0"),
         ];
         for case in cases {
             let mut req = RequestHeader::build("GET", b"/", None).unwrap();
             if let Some(value) = case {
                 req.insert_header("accept-encoding", value).unwrap();
             }
-            assert_eq!(
-                request_accepts_gzip(&req),
-                AcceptEncoding::parse(&req).accepts_gzip(),
-                "{case:?}"
-            );
+            let full = AcceptEncoding::parse(&req);
+            for coding in ContentCoding::DECODABLE {
+                assert_eq!(
+                    request_accepts(&req, coding),
+                    full.accepts(coding.token()),
+                    "{case:?} {coding:?}"
+                );
+            }
         }
     }
 

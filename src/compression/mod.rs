@@ -3,79 +3,42 @@
 //! The lesson from lighttpd's mod_mcpage: store a page compressed once, then serve each client what
 //! it accepts from that one copy. Lacquer does it like this:
 //!
-//! * **Upstream**: a request that may be cached is forwarded with `Accept-Encoding: gzip`, whatever
-//!   the client sent, so the stored copy is gzip when the origin can make it ([`upstream_accept_encoding`]).
-//! * **On store**: an identity response of a compressible type is gzip-coded on its way into the
-//!   cache when `[cache.compression]` is enabled ([`gzip_on_store`]).
-//! * **Downstream**: a gzip body goes as-is to clients that accept gzip and is decoded on the fly,
-//!   streaming, for those that do not ([`gunzip`]): no `Content-Encoding`, no stale
-//!   `Content-Length`, a weak `ETag`, `Vary: Accept-Encoding` kept. gzip is never sent to a client
-//!   that did not ask for it ([`accept`] decides).
-//! * **Variants**: since a gzip or identity copy can serve everyone, `Accept-Encoding` does not
-//!   split variants (see [`crate::policy::vary`]). A coding Lacquer cannot decode (br, zstd, ...)
-//!   is therefore never stored; it is passed to a client that accepts it, and for one that does not
-//!   the fetch is retried once asking the origin for identity.
+//! * **Upstream**: a request that may be cached is forwarded with Lacquer's own `Accept-Encoding`
+//!   (the configured coding first, then the other codings it decodes: `gzip` by default), whatever
+//!   the client sent, so the stored copy is compressed when the origin can make it
+//!   ([`upstream_accept_encoding`]).
+//! * **On store**: an identity response of a compressible type is coded on its way into the cache
+//!   in the configured coding (gzip, br or zstd) when `[cache.compression]` is enabled
+//!   ([`encode_on_store`]).
+//! * **Downstream**: a gzip, br or zstd body goes as-is to clients that accept its coding and is
+//!   decoded on the fly, streaming, for those that do not ([`decode`]): no `Content-Encoding`, no
+//!   stale `Content-Length`, a weak `ETag`, `Vary: Accept-Encoding` kept. A coding is never sent
+//!   to a client that did not ask for it when Lacquer can decode it ([`accept`] decides).
+//! * **Variants**: since a copy in one of those codings can serve everyone, `Accept-Encoding`
+//!   does not split their variants (see [`crate::policy::vary`]).
+//! * **Codings Lacquer does not know** (`deflate`, `compress`, private ones, stacked codings) are
+//!   the origin's business (RFC 9110 §8.4): such a response passes through exactly as sent and
+//!   is stored like any other, keyed by its `Vary` (`Accept-Encoding` included, when listed). It
+//!   is never refused, refetched or transformed.
 //!
 //! [`CompressionCtx`] carries the per-request state between Pingora's phases; the proxy calls
 //! the `on_*` functions from the matching phase.
 
 pub mod accept;
+pub mod coding;
+pub mod decode;
 pub mod decoded_copies;
-pub mod gunzip;
-pub mod gzip_on_store;
+pub mod encode_on_store;
 
-use accept::AcceptEncoding;
+pub use coding::{content_coding, ContentCoding};
+
 use bytes::Bytes;
-use gunzip::Gunzip;
-use gzip_on_store::StoreGzip;
+use decode::Decoder;
+use encode_on_store::StoreEncoder;
 use pingora_error::{Error, ErrorType, Result};
 use pingora_http::{RequestHeader, ResponseHeader};
 
 use crate::config::compression::CompressionConfig;
-
-/// The content-coding of a response, as far as Lacquer can act on it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ContentCoding {
-    /// No `Content-Encoding` (or `identity`).
-    Identity,
-    /// Exactly `gzip` (or `x-gzip`): Lacquer can decode it.
-    Gzip,
-    /// Anything else, including stacked codings: Lacquer cannot transform it.
-    Other,
-}
-
-/// Reads a response's `Content-Encoding`.
-pub fn content_coding(resp: &ResponseHeader) -> ContentCoding {
-    // the common case, one field with one coding, without splitting
-    let mut fields = resp.headers.get_all(http::header::CONTENT_ENCODING).iter();
-    match (fields.next(), fields.next()) {
-        (None, _) => return ContentCoding::Identity,
-        (Some(only), None) => {
-            let coding = only.as_bytes();
-            if coding.eq_ignore_ascii_case(b"gzip") {
-                return ContentCoding::Gzip;
-            }
-            if coding.eq_ignore_ascii_case(b"identity") {
-                return ContentCoding::Identity;
-            }
-        }
-        _ => {}
-    }
-    let mut codings = resp
-        .headers
-        .get_all(http::header::CONTENT_ENCODING)
-        .iter()
-        .flat_map(|v| v.to_str().unwrap_or("?").split(','))
-        .map(str::trim)
-        .filter(|c| !c.is_empty() && !c.eq_ignore_ascii_case("identity"));
-    match (codings.next(), codings.next()) {
-        (None, _) => ContentCoding::Identity,
-        (Some(c), None) if c.eq_ignore_ascii_case("gzip") || c.eq_ignore_ascii_case("x-gzip") => {
-            ContentCoding::Gzip
-        }
-        _ => ContentCoding::Other,
-    }
-}
 
 /// Makes a strong `ETag` weak (RFC 9110 §8.8.1: the transformed bytes are a different
 /// representation); drops a malformed one, as nginx does.
@@ -105,126 +68,81 @@ pub fn add_vary_accept_encoding(resp: &mut ResponseHeader) {
     }
 }
 
-/// Whether a response with this coding may be stored: only gzip and identity, the codings every
-/// client can be served from.
-pub fn storable(resp: &ResponseHeader) -> bool {
+/// Whether one stored copy of this response serves every client whatever it accepts: it is in
+/// identity or in a coding Lacquer decodes. Only then does `Accept-Encoding` not split variants.
+pub fn serves_every_client(resp: &ResponseHeader) -> bool {
     content_coding(resp) != ContentCoding::Other
 }
 
-/// Whether a stored or fetched response must be decoded for this client (it is gzip and the
-/// client does not take gzip). Range requests and the fast path step aside for such responses.
-pub fn needs_gunzip(req: &RequestHeader, resp: &ResponseHeader) -> bool {
-    content_coding(resp) == ContentCoding::Gzip && !accept::request_accepts_gzip(req)
+/// The coding a stored or fetched response must be decoded from for this client: it is in gzip,
+/// br or zstd and the client does not take that coding. Range requests and the fast path step
+/// aside for such responses.
+pub fn needs_decoding(req: &RequestHeader, resp: &ResponseHeader) -> Option<ContentCoding> {
+    let coding = content_coding(resp);
+    (coding.decodable() && !accept::request_accepts(req, coding)).then_some(coding)
 }
 
-/// The `Accept-Encoding` to send upstream, or `None` to forward the client's own.
-///
-/// A request that may be cached asks for gzip so that the one stored copy is compressed; after
-/// an origin answered with a coding the client cannot take, the retry asks for identity.
+/// The `Accept-Encoding` to send upstream, or `None` to forward the client's own: a request that
+/// may be cached asks for the configured coding (then the others Lacquer decodes), so that the
+/// one stored copy is compressed.
 pub fn upstream_accept_encoding(
-    ctx: &mut CompressionCtx,
+    config: &CompressionConfig,
     cache_enabled: bool,
 ) -> Option<&'static str> {
-    ctx.retry_requested = false;
-    let replaced = if ctx.identity_retry {
-        Some("identity")
-    } else if cache_enabled {
-        Some("gzip")
-    } else {
-        None
-    };
-    ctx.replaced_accept_encoding = replaced.is_some();
-    replaced
-}
-
-/// Whether the error ending this attempt is this module asking for the identity retry, which the
-/// proxy's `error_while_proxy` must leave as it is (nothing has reached the client yet, and the
-/// backend did nothing wrong).
-pub fn retry_requested(ctx: &CompressionCtx) -> bool {
-    ctx.retry_requested
+    cache_enabled.then(|| config.upstream_accept_encoding())
 }
 
 /// Per-request compression state, kept in the proxy's request context.
 #[derive(Default)]
 pub struct CompressionCtx {
-    /// Set after an origin answered with a coding the client refuses: the next attempt asks for
-    /// identity.
-    identity_retry: bool,
-    /// The current attempt ended in our own request for that retry (see [`retry_requested`]).
-    retry_requested: bool,
-    /// Whether the origin was sent our `Accept-Encoding` rather than the client's: only then is
-    /// a coding the client refuses Lacquer's to correct (otherwise the origin answered the
-    /// client's own request, and its answer passes as before).
-    replaced_accept_encoding: bool,
-    /// The encoder for a response being gzip-coded on its way into the cache (boxed, like the
+    /// The encoder for a response being coded on its way into the cache (boxed, like the
     /// decoder: the context is built for every request, hits included, and these are large).
-    store_gzip: Option<Box<StoreGzip>>,
-    /// The decoder for a gzip response going to a client that does not take gzip.
-    gunzip: Option<Box<Gunzip>>,
+    store_encoder: Option<Box<StoreEncoder>>,
+    /// The decoder for a compressed response going to a client that does not take its coding.
+    decoder: Option<Box<Decoder>>,
 }
 
-/// `upstream_response_filter`: refuses (and retries once) a coding the client cannot take, and
-/// starts compression on store when the response is going into the cache (`will_store`).
+/// `upstream_response_filter`: starts compression on store when the response is going into the
+/// cache (`will_store`). Every coding the origin chose passes as it is.
 pub fn on_upstream_response(
     config: &CompressionConfig,
     ctx: &mut CompressionCtx,
     req: &RequestHeader,
     resp: &mut ResponseHeader,
     will_store: bool,
-) -> Result<()> {
-    ctx.store_gzip = None;
-    let coding = content_coding(resp);
-    if coding == ContentCoding::Other && ctx.replaced_accept_encoding {
-        let accepts = resp
-            .headers
-            .get(http::header::CONTENT_ENCODING)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|c| AcceptEncoding::parse(req).accepts(c.trim()));
-        if !accepts {
-            let first_attempt = !ctx.identity_retry;
-            ctx.identity_retry = true;
-            let mut e = Error::explain(
-                ErrorType::HTTPStatus(502),
-                "origin sent a content-coding the client does not accept",
-            );
-            // one more attempt, asking for identity; a second refusal ends in 502
-            e.set_retry(first_attempt);
-            ctx.retry_requested = first_attempt;
-            return Err(e);
+) {
+    ctx.store_encoder = None;
+    if will_store && req.method != http::Method::HEAD && encode_on_store::wants(config, resp) {
+        let length = encode_on_store::content_length(resp);
+        if let Some(encoder) = StoreEncoder::new(config.coding, config.level, length) {
+            encode_on_store::adjust_head(resp, config.coding);
+            ctx.store_encoder = Some(Box::new(encoder));
         }
     }
-    if coding == ContentCoding::Other {
-        return Ok(());
-    }
-    if will_store && req.method != http::Method::HEAD && StoreGzip::wants(config, resp) {
-        StoreGzip::adjust_head(resp);
-        ctx.store_gzip = Some(Box::new(StoreGzip::new(config.level)));
-    }
-    Ok(())
 }
 
-/// `upstream_response_body_filter`: gzip-codes the body when compression on store started.
+/// `upstream_response_body_filter`: codes the body when compression on store started.
 pub fn on_upstream_body(
     ctx: &mut CompressionCtx,
     body: &mut Option<Bytes>,
     end: bool,
 ) -> Result<()> {
-    let Some(encoder) = ctx.store_gzip.as_mut() else {
+    let Some(encoder) = ctx.store_encoder.as_mut() else {
         return Ok(());
     };
     let input = body.take().unwrap_or_default();
     let coded = encoder
         .feed(&input, end)
-        .map_err(|e| Error::because(ErrorType::InternalError, "gzip on store", e))?;
+        .map_err(|e| Error::because(ErrorType::InternalError, "compression on store", e))?;
     *body = Some(coded);
     if end {
-        ctx.store_gzip = None;
+        ctx.store_encoder = None;
     }
     Ok(())
 }
 
-/// Rewrites the head of a gzip response for its decoded body: no `Content-Encoding`, no length
-/// (the caller sets the decoded one if it knows it), no `Accept-Ranges`, a weak `ETag` and
+/// Rewrites the head of a compressed response for its decoded body: no `Content-Encoding`, no
+/// length (the caller sets the decoded one if it knows it), no `Accept-Ranges`, a weak `ETag` and
 /// `Vary: Accept-Encoding`. Shared by the streaming decode and the fast path's whole-body decode.
 pub fn rewrite_head_for_decoded_body(resp: &mut ResponseHeader) {
     resp.remove_header(&http::header::CONTENT_ENCODING);
@@ -234,17 +152,17 @@ pub fn rewrite_head_for_decoded_body(resp: &mut ResponseHeader) {
     add_vary_accept_encoding(resp);
 }
 
-/// `response_filter`: for a gzip response to a client that does not take gzip, rewrites the
-/// head for the decoded body and starts the decoder.
+/// `response_filter`: for a compressed response to a client that does not take its coding,
+/// rewrites the head for the decoded body and starts the decoder.
 pub fn on_downstream_head(
     ctx: &mut CompressionCtx,
     req: &RequestHeader,
     resp: &mut ResponseHeader,
 ) {
-    ctx.gunzip = None;
-    if !needs_gunzip(req, resp) {
+    ctx.decoder = None;
+    let Some(coding) = needs_decoding(req, resp) else {
         return;
-    }
+    };
     rewrite_head_for_decoded_body(resp);
     let has_body =
         !matches!(resp.status.as_u16(), 204 | 304 | 100..=199) && req.method != http::Method::HEAD;
@@ -253,7 +171,7 @@ pub fn on_downstream_head(
             // the decoded length is unknown until the end: chunked (h2 drops this field)
             let _ = resp.insert_header(http::header::TRANSFER_ENCODING, "chunked");
         }
-        ctx.gunzip = Some(Box::new(Gunzip::new()));
+        ctx.decoder = Decoder::new(coding).map(Box::new);
     }
 }
 
@@ -263,16 +181,16 @@ pub fn on_downstream_body(
     body: &mut Option<Bytes>,
     end: bool,
 ) -> Result<()> {
-    let Some(decoder) = ctx.gunzip.as_mut() else {
+    let Some(decoder) = ctx.decoder.as_mut() else {
         return Ok(());
     };
     let input = body.take().unwrap_or_default();
     let plain = decoder
         .feed(&input, end)
-        .map_err(|e| Error::because(ErrorType::InternalError, "gunzip for client", e))?;
+        .map_err(|e| Error::because(ErrorType::InternalError, "decoding for client", e))?;
     *body = Some(plain);
     if end {
-        ctx.gunzip = None;
+        ctx.decoder = None;
     }
     Ok(())
 }
@@ -289,25 +207,12 @@ mod tests {
         r
     }
 
-    #[test]
-    fn codings() {
-        assert_eq!(content_coding(&resp(&[])), ContentCoding::Identity);
-        assert_eq!(
-            content_coding(&resp(&[("content-encoding", "identity")])),
-            ContentCoding::Identity
-        );
-        assert_eq!(
-            content_coding(&resp(&[("content-encoding", "GZIP")])),
-            ContentCoding::Gzip
-        );
-        assert_eq!(
-            content_coding(&resp(&[("content-encoding", "br")])),
-            ContentCoding::Other
-        );
-        assert_eq!(
-            content_coding(&resp(&[("content-encoding", "gzip, br")])),
-            ContentCoding::Other
-        );
+    fn req(accept_encoding: Option<&str>) -> RequestHeader {
+        let mut r = RequestHeader::build("GET", b"/", None).unwrap();
+        if let Some(ae) = accept_encoding {
+            r.insert_header("accept-encoding", ae).unwrap();
+        }
+        r
     }
 
     #[test]
@@ -330,5 +235,28 @@ mod tests {
         let mut r = resp(&[]);
         add_vary_accept_encoding(&mut r);
         assert_eq!(r.headers.get("vary").unwrap(), "Accept-Encoding");
+    }
+
+    #[test]
+    fn a_known_coding_is_decoded_only_for_clients_that_refuse_it() {
+        let br = resp(&[("content-encoding", "br")]);
+        assert_eq!(needs_decoding(&req(None), &br), Some(ContentCoding::Br));
+        assert_eq!(
+            needs_decoding(&req(Some("gzip")), &br),
+            Some(ContentCoding::Br)
+        );
+        assert_eq!(needs_decoding(&req(Some("gzip, br")), &br), None);
+        let zstd = resp(&[("content-encoding", "zstd")]);
+        assert_eq!(needs_decoding(&req(Some("br, zstd")), &zstd), None);
+        assert_eq!(
+            needs_decoding(&req(Some("*, zstd;q=0")), &zstd),
+            Some(ContentCoding::Zstd)
+        );
+        // never judged: an unknown coding, or none
+        let unknown = resp(&[("content-encoding", "x-private")]);
+        assert_eq!(needs_decoding(&req(None), &unknown), None);
+        assert!(!serves_every_client(&unknown));
+        assert!(serves_every_client(&zstd));
+        assert_eq!(needs_decoding(&req(None), &resp(&[])), None);
     }
 }

@@ -29,7 +29,7 @@ const MIN_TOKEN_LEN: usize = 16;
 
 /// The admin API's bearer token, kept only as its digest so that it is never printed, logged or
 /// compared in a time that depends on how much of a guess was right.
-#[derive(Clone)]
+#[derive(Clone, PartialEq)]
 pub struct AdminToken {
     digest: [u8; 32],
 }

@@ -20,6 +20,8 @@ pub struct UpstreamEntry {
     pub weight: Option<i64>,
     /// The backend group a request rule (`backend_group`) may send requests to.
     pub group: Option<String>,
+    /// At most this many requests on the replica at once (others wait in `[balancer.queue]`).
+    pub max_in_flight: Option<i64>,
 }
 
 /// `[balancer]` as written.
@@ -36,6 +38,18 @@ pub struct BalancerSection {
     pub retries: RetriesSection,
     #[serde(default)]
     pub timeouts: TimeoutsSection,
+    #[serde(default)]
+    pub queue: QueueSection,
+}
+
+/// `[balancer.queue]` as written: where requests wait for a backend at its `max_in_flight`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueSection {
+    /// Requests that may wait per backend; one more is answered 503.
+    pub length: Option<i64>,
+    /// How long a request may wait; then 503.
+    pub timeout: Option<String>,
 }
 
 /// `[balancer.health_check]` as written: active probes, on when `path` is set.
@@ -96,7 +110,7 @@ pub enum Algorithm {
 }
 
 /// One validated backend.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct BackendConfig {
     /// As written, for logs and the `Host` fallback.
     pub name: String,
@@ -105,10 +119,19 @@ pub struct BackendConfig {
     /// The backend group (`[[rules]]` `backend_group` sends requests to one); `None`: the
     /// default pool.
     pub group: Option<String>,
+    /// At most this many requests at once (`None`: no limit).
+    pub max_in_flight: Option<u32>,
+}
+
+/// Validated `[balancer.queue]`.
+#[derive(Debug, Clone)]
+pub struct QueueConfig {
+    pub length: u32,
+    pub timeout: Duration,
 }
 
 /// Validated active health checks.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ActiveHealthConfig {
     pub path: String,
     pub interval: Duration,
@@ -148,6 +171,8 @@ pub struct BalancerConfig {
     /// Further attempts after the first.
     pub retries: u32,
     pub timeouts: TimeoutConfig,
+    /// The queue of each backend with a `max_in_flight`.
+    pub queue: QueueConfig,
 }
 
 /// The backends: `[[upstreams]]`, or the single `upstream`, never both.
@@ -165,6 +190,7 @@ pub fn validate_backends(
             addr: check::resolved_addr("upstream", name)?,
             weight: 1,
             group: None,
+            max_in_flight: None,
         }]),
         (None, Some(list)) if list.is_empty() => {
             Err(ConfigError::new("upstreams", "needs at least one entry"))
@@ -190,6 +216,17 @@ pub fn validate_backends(
                         1..=1000,
                     )?,
                     group: group(i, &entry.group)?,
+                    max_in_flight: entry
+                        .max_in_flight
+                        .map(|n| {
+                            check::integer(
+                                &format!("upstreams[{i}].max_in_flight"),
+                                Some(n),
+                                1,
+                                1..=100_000,
+                            )
+                        })
+                        .transpose()?,
                 });
             }
             Ok(backends)
@@ -325,6 +362,19 @@ pub fn validate(
             "must not be shorter than balancer.timeouts.connect",
         ));
     }
+    let queue = QueueConfig {
+        length: check::integer(
+            "balancer.queue.length",
+            section.queue.length,
+            100,
+            0..=1_000_000,
+        )?,
+        timeout: check::positive_duration(
+            "balancer.queue.timeout",
+            &section.queue.timeout,
+            Duration::from_secs(10),
+        )?,
+    };
     Ok(BalancerConfig {
         backends,
         algorithm,
@@ -332,5 +382,6 @@ pub fn validate(
         passive,
         retries,
         timeouts,
+        queue,
     })
 }

@@ -5,7 +5,8 @@
 use super::address_range::AddressRange;
 use super::compression::{CompressionConfig, CompressionSection};
 use super::memcached::{MemcachedConfig, MemcachedSection};
-use super::{check, compression, memcached, ConfigError};
+use super::partial::{PartialConfig, PartialSection};
+use super::{check, compression, memcached, partial, ConfigError};
 use serde::Deserialize;
 use std::time::Duration;
 
@@ -57,6 +58,9 @@ pub struct CacheSection {
     /// gzip on store.
     #[serde(default)]
     pub compression: CompressionSection,
+    /// Partial content (206) stored and combined.
+    #[serde(default)]
+    pub partial: PartialSection,
 }
 
 /// One `[[cache.ttl_overrides]]` entry as written.
@@ -111,6 +115,8 @@ pub struct CacheConfig {
     pub compression: CompressionConfig,
     /// Client addresses allowed to send PURGE (default: loopback only); others get 405.
     pub purge_from: Vec<AddressRange>,
+    /// Partial content (`[cache.partial]`).
+    pub partial: PartialConfig,
 }
 
 /// How long past its freshness a stored response is served when the origin fails (refuses,
@@ -224,6 +230,7 @@ pub fn validate(section: &CacheSection) -> Result<CacheConfig, ConfigError> {
         )?,
         compression: compression::validate(&section.compression)?,
         purge_from: purge_from(&section.purge_from)?,
+        partial: partial::validate(&section.partial)?,
     })
 }
 

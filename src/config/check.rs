@@ -137,9 +137,32 @@ pub fn socket_addr(key: &str, text: &str) -> Result<SocketAddr, ConfigError> {
     })
 }
 
-/// Every entry of a list of [`socket_addr`]s.
-pub fn socket_addrs(key: &str, list: &[String]) -> Result<Vec<SocketAddr>, ConfigError> {
-    list.iter().map(|text| socket_addr(key, text)).collect()
+/// Listener addresses, each `IP:PORT` optionally followed by `proxy_protocol` (the connections
+/// start with a PROXY protocol v1 or v2 header, as HAProxy and cloud load balancers send): every
+/// address, and the ones that expect the header.
+pub fn listen_addrs(
+    key: &str,
+    list: &[String],
+) -> Result<(Vec<SocketAddr>, Vec<SocketAddr>), ConfigError> {
+    let mut all = Vec::with_capacity(list.len());
+    let mut proxy_protocol = Vec::new();
+    for text in list {
+        let mut words = text.split_whitespace();
+        let addr = socket_addr(key, words.next().unwrap_or(""))?;
+        for option in words {
+            if option != "proxy_protocol" {
+                return Err(ConfigError::new(
+                    key,
+                    format!(
+                        "\"{text}\": unknown listen option \"{option}\" (known: proxy_protocol)"
+                    ),
+                ));
+            }
+            proxy_protocol.push(addr);
+        }
+        all.push(addr);
+    }
+    Ok((all, proxy_protocol))
 }
 
 /// `IP:PORT` or `HOSTNAME:PORT`, resolved once, at start-up (origins, memcached servers).

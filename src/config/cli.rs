@@ -6,7 +6,7 @@ use super::file::FileConfig;
 use clap::Parser;
 
 /// `lacquer`: a caching reverse proxy. Flags override the TOML file given with `--config`.
-#[derive(Debug, Default, Parser)]
+#[derive(Debug, Default, Clone, Parser)]
 #[command(name = "lacquer", version, about, long_about = None)]
 pub struct Cli {
     /// TOML config file. Without one, the embedded defaults apply (memory-only cache).
@@ -65,6 +65,11 @@ pub struct Cli {
     /// Disable caching entirely: a plain reverse proxy (config key `cache.enabled = false`).
     #[arg(long)]
     pub no_cache: bool,
+
+    /// Take the listening sockets over from the running lacquer (hand-over): start this, then
+    /// send SIGQUIT to the old process. Both use `server.upgrade_sock`.
+    #[arg(long)]
+    pub upgrade: bool,
 }
 
 /// Lays the CLI flags over the file: a flag that is given wins.
@@ -83,6 +88,7 @@ pub fn apply_cli(mut file: FileConfig, cli: &Cli) -> FileConfig {
                         address: address.clone(),
                         weight: None,
                         group: None,
+                        max_in_flight: None,
                     })
                     .collect(),
             );

@@ -31,7 +31,7 @@ pub enum ExcessPolicy {
 }
 
 /// Validated per-client fairness.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct FairnessConfig {
     pub max_in_flight: usize,
     /// Lowercase header name.

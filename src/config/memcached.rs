@@ -38,7 +38,7 @@ pub struct MemcachedSection {
 }
 
 /// One validated server.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct MemcachedServer {
     /// As written (`host:port`), the name ketama hashes.
     pub name: String,
@@ -47,7 +47,7 @@ pub struct MemcachedServer {
 }
 
 /// The validated shared-tier settings.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct MemcachedConfig {
     pub servers: Vec<MemcachedServer>,
     pub namespace: String,

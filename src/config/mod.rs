@@ -10,9 +10,9 @@
 //! One module per section, each holding the section as written, its validated form and its
 //! checks: [`server`] (the top-level keys and `[server]`), [`tls`], [`proxy`], [`balancing`]
 //! (`upstream`, `[[upstreams]]`, `[balancer]`), [`fairness`], [`cache`], [`memcached`]
-//! (`[cache.memcached]`), [`compression`] (`[cache.compression]`), [`logging`] (`[log]`),
-//! [`admin`] and [`rules`] (`[[rules]]`). [`units`] parses sizes and durations;
-//! [`address_range`] client address ranges.
+//! (`[cache.memcached]`), [`compression`] (`[cache.compression]`), [`partial`]
+//! (`[cache.partial]`), [`logging`] (`[log]`), [`admin`] and [`rules`] (`[[rules]]`). [`units`]
+//! parses sizes and durations; [`address_range`] client address ranges.
 //!
 //! With no file at all, `lacquer --upstream 127.0.0.1:8080` is a complete configuration:
 //! a memory-only cache in front of that origin.
@@ -29,6 +29,7 @@ pub mod file;
 pub mod invalidation;
 pub mod logging;
 pub mod memcached;
+pub mod partial;
 pub mod proxy;
 pub mod rules;
 pub mod server;
@@ -79,6 +80,9 @@ impl std::error::Error for ConfigError {}
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen: Vec<SocketAddr>,
+    /// The plain listeners (`listen = ["ADDR proxy_protocol"]`) whose connections start with a
+    /// PROXY protocol header naming the client (`tls.listen` has its own).
+    pub proxy_protocol_listen: Vec<SocketAddr>,
     pub upstream: SocketAddr,
     /// The upstream as written (used for the `Host` fallback and logs).
     pub upstream_name: String,
@@ -91,6 +95,9 @@ pub struct Config {
     /// head and body fit goes out in one `send`. Pingora's default is one MSS (1460 bytes), which
     /// splits any response over ~1 KB into two sends, two client wake-ups.
     pub write_buffer: usize,
+    /// The Unix socket a hand-over passes the listening sockets through (`server.upgrade_sock`,
+    /// see [`crate::lifecycle::upgrade`]).
+    pub upgrade_sock: String,
     pub tls: Option<TlsConfig>,
     pub proxy: ProxyConfig,
     pub cache: CacheConfig,
@@ -144,6 +151,7 @@ impl Config {
         let rules = rules::validate(&file.rules, &cache.ttl_overrides, &groups)?;
         Ok(Config {
             listen: server.listen,
+            proxy_protocol_listen: server.proxy_protocol,
             upstream: backends[0].addr,
             upstream_name: backends[0].name.clone(),
             threads: server.threads,
@@ -152,6 +160,7 @@ impl Config {
             upstream_keepalive_pool: server.upstream_keepalive_pool,
             h2c: server.h2c,
             write_buffer: server.write_buffer,
+            upgrade_sock: server.upgrade_sock,
             tls,
             balancer: balancing::validate(&file.balancer, backends, &proxy)?,
             proxy,

@@ -1,6 +1,7 @@
 //! `[proxy]`: how requests are forwarded to the origin: `Via`, the forwarding headers, and the
 //! upstream timeouts (the defaults of `[balancer.timeouts]`).
 
+use super::address_range::AddressRange;
 use super::check;
 use super::ConfigError;
 use serde::Deserialize;
@@ -21,6 +22,10 @@ pub struct ProxySection {
     pub write_timeout: Option<String>,
     /// How long an idle pooled upstream connection is kept.
     pub idle_timeout: Option<String>,
+    /// How long an upgraded connection (a WebSocket) may stay silent in either direction.
+    pub tunnel_idle_timeout: Option<String>,
+    /// Peers (load balancers, TLS terminators) whose forwarding headers are believed.
+    pub trusted_proxies: Option<Vec<String>>,
 }
 
 /// Which forwarding headers are added to upstream requests.
@@ -46,6 +51,12 @@ pub struct ProxyConfig {
     pub read_timeout: Duration,
     pub write_timeout: Duration,
     pub idle_timeout: Duration,
+    /// An upgraded connection (a WebSocket tunnel) is closed when either side has sent nothing
+    /// for this long.
+    pub tunnel_idle_timeout: Duration,
+    /// Peers whose `X-Forwarded-*` / `Forwarded` are believed: the client address, scheme and
+    /// host they report are used and passed on. Empty (the default): nobody's are.
+    pub trusted_proxies: Vec<AddressRange>,
 }
 
 /// Validates the section; `forwarded` is read in any case.
@@ -78,5 +89,24 @@ pub fn validate(section: &ProxySection) -> Result<ProxyConfig, ConfigError> {
         read_timeout: timeout("proxy.read_timeout", &section.read_timeout, 60)?,
         write_timeout: timeout("proxy.write_timeout", &section.write_timeout, 60)?,
         idle_timeout: timeout("proxy.idle_timeout", &section.idle_timeout, 60)?,
+        tunnel_idle_timeout: timeout(
+            "proxy.tunnel_idle_timeout",
+            &section.tunnel_idle_timeout,
+            300,
+        )?,
+        trusted_proxies: trusted_proxies(&section.trusted_proxies)?,
     })
+}
+
+/// `proxy.trusted_proxies`: a list of addresses or CIDR ranges, none by default.
+fn trusted_proxies(value: &Option<Vec<String>>) -> Result<Vec<AddressRange>, ConfigError> {
+    let entries = value.as_deref().unwrap_or(&[]);
+    entries
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            AddressRange::parse(text)
+                .map_err(|reason| ConfigError::new(format!("proxy.trusted_proxies[{i}]"), reason))
+        })
+        .collect()
 }

@@ -15,10 +15,16 @@ pub struct ServerSection {
     pub h2c: Option<bool>,
     /// Per-connection write buffer for clients, e.g. "16KiB".
     pub write_buffer: Option<String>,
+    /// The Unix socket a hand-over passes the listening sockets through (`lacquer --upgrade`).
+    pub upgrade_sock: Option<String>,
 }
 
 /// The default plain listener, Varnish's customary port.
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:6081";
+
+/// Where a hand-over passes the listening sockets by default. Two Lacquer instances on one host
+/// each need their own.
+pub const DEFAULT_UPGRADE_SOCK: &str = "/tmp/lacquer-upgrade.sock";
 
 /// The largest `server.write_buffer`: it is allocated per client connection.
 const MAX_WRITE_BUFFER: usize = 1 << 20;
@@ -26,12 +32,15 @@ const MAX_WRITE_BUFFER: usize = 1 << 20;
 /// The validated process settings; [`super::Config`] keeps them as its top-level fields.
 pub(super) struct ServerSettings {
     pub listen: Vec<SocketAddr>,
+    /// The plain listeners whose connections start with a PROXY protocol header.
+    pub proxy_protocol: Vec<SocketAddr>,
     pub threads: usize,
     pub grace_period: Duration,
     pub shutdown_timeout: Duration,
     pub upstream_keepalive_pool: usize,
     pub h2c: bool,
     pub write_buffer: usize,
+    pub upgrade_sock: String,
 }
 
 /// The top-level keys of the file that configure the server, with `[server]`: borrowed from the
@@ -46,14 +55,17 @@ pub(super) struct ServerKeys<'a> {
 }
 
 /// Validates `listen`, `threads`, `grace_period`, `shutdown_timeout`,
-/// `upstream_keepalive_pool` and `[server]`.
+/// `upstream_keepalive_pool` and `[server]` (`server.upgrade_sock`: an absolute path).
 pub(super) fn validate(file: ServerKeys<'_>) -> Result<ServerSettings, ConfigError> {
-    let listen = match &file.listen {
+    let (listen, proxy_protocol) = match &file.listen {
         Some(list) if list.is_empty() => {
             return Err(ConfigError::new("listen", "needs at least one address"))
         }
-        Some(list) => check::socket_addrs("listen", list)?,
-        None => vec![DEFAULT_LISTEN.parse().expect("default listen address")],
+        Some(list) => check::listen_addrs("listen", list)?,
+        None => (
+            vec![DEFAULT_LISTEN.parse().expect("default listen address")],
+            Vec::new(),
+        ),
     };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = check::integer("threads", file.threads, cores, 1..=1024)?;
@@ -76,13 +88,26 @@ pub(super) fn validate(file: ServerKeys<'_>) -> Result<ServerSettings, ConfigErr
             format!("{write_buffer} bytes is more than the 1MiB allowed per connection"),
         ));
     }
+    let upgrade_sock = file
+        .server
+        .upgrade_sock
+        .clone()
+        .unwrap_or_else(|| DEFAULT_UPGRADE_SOCK.to_string());
+    if !upgrade_sock.starts_with('/') {
+        return Err(ConfigError::new(
+            "server.upgrade_sock",
+            format!("{upgrade_sock:?} is not an absolute path"),
+        ));
+    }
     Ok(ServerSettings {
         listen,
+        proxy_protocol,
         threads,
         grace_period,
         shutdown_timeout,
         upstream_keepalive_pool,
         h2c: file.server.h2c.unwrap_or(true),
         write_buffer,
+        upgrade_sock,
     })
 }

@@ -16,9 +16,11 @@ pub struct TlsSection {
 }
 
 /// TLS listener settings.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TlsConfig {
     pub listen: Vec<SocketAddr>,
+    /// The TLS listeners whose connections start with a PROXY protocol header (before TLS).
+    pub proxy_protocol: Vec<SocketAddr>,
     pub cert: String,
     pub key: String,
 }
@@ -26,10 +28,10 @@ pub struct TlsConfig {
 /// Validates the section; `None` when no TLS listener is configured. The certificate and key
 /// must exist now, so a typo in a path stops start-up instead of the first handshake.
 pub fn validate(section: &TlsSection) -> Result<Option<TlsConfig>, ConfigError> {
-    let listen = match &section.listen {
+    let (listen, proxy_protocol) = match &section.listen {
         None => return Ok(None),
         Some(list) if list.is_empty() => return Ok(None),
-        Some(list) => check::socket_addrs("tls.listen", list)?,
+        Some(list) => check::listen_addrs("tls.listen", list)?,
     };
     let cert = section
         .cert
@@ -47,5 +49,10 @@ pub fn validate(section: &TlsSection) -> Result<Option<TlsConfig>, ConfigError> 
             ));
         }
     }
-    Ok(Some(TlsConfig { listen, cert, key }))
+    Ok(Some(TlsConfig {
+        listen,
+        proxy_protocol,
+        cert,
+        key,
+    }))
 }

@@ -2,14 +2,16 @@
 //!
 //! Lines are formatted on the worker thread and handed to one writer thread through a channel,
 //! so a slow disk or a blocked stdout pipe never stalls request handling; the writer flushes
-//! whenever the channel runs dry.
+//! whenever the channel runs dry. A file target is reopened on request ([`AccessLog::reopen`],
+//! called by a reload), so `logrotate` can move the file and send SIGHUP.
 
 use crate::config::{AccessLogFormat, AccessLogTarget};
 use serde::Serialize;
 use std::fmt;
 use std::io::{BufWriter, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// One request's worth of log fields.
@@ -34,6 +36,8 @@ pub struct AccessLog {
     format: AccessLogFormat,
     sender: SyncSender<Vec<u8>>,
     dropped: AtomicU64,
+    /// Set by [`AccessLog::reopen`]; the writer reopens its file before its next write.
+    reopen: Arc<AtomicBool>,
 }
 
 impl AccessLog {
@@ -42,26 +46,34 @@ impl AccessLog {
         target: &AccessLogTarget,
         format: AccessLogFormat,
     ) -> std::io::Result<Option<AccessLog>> {
-        let sink: Box<dyn Write + Send> = match target {
+        let (sink, file): (Box<dyn Write + Send>, Option<String>) = match target {
             AccessLogTarget::Off => return Ok(None),
-            AccessLogTarget::Stdout => Box::new(std::io::stdout()),
-            AccessLogTarget::Stderr => Box::new(std::io::stderr()),
-            AccessLogTarget::File(path) => Box::new(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)?,
-            ),
+            AccessLogTarget::Stdout => (Box::new(std::io::stdout()), None),
+            AccessLogTarget::Stderr => (Box::new(std::io::stderr()), None),
+            AccessLogTarget::File(path) => (Box::new(open_append(path)?), Some(path.clone())),
         };
         let (sender, receiver) = sync_channel(65_536);
+        let reopen = Arc::new(AtomicBool::new(false));
+        let writer = Writer {
+            sink: BufWriter::with_capacity(64 * 1024, sink),
+            file,
+            reopen: reopen.clone(),
+        };
         std::thread::Builder::new()
             .name("access-log".into())
-            .spawn(move || write_lines(receiver, sink))?;
+            .spawn(move || writer.write_lines(receiver))?;
         Ok(Some(AccessLog {
             format,
             sender,
             dropped: AtomicU64::new(0),
+            reopen,
         }))
+    }
+
+    /// Asks the writer to reopen its file (by path) before its next line: after `logrotate`
+    /// renamed it, lines go to the new file. Nothing happens for stdout and stderr.
+    pub fn reopen(&self) {
+        self.reopen.store(true, Ordering::Release);
     }
 
     /// Formats and queues one line; if the writer is far behind the line is dropped and counted.
@@ -81,14 +93,44 @@ impl AccessLog {
     }
 }
 
-fn write_lines(receiver: Receiver<Vec<u8>>, sink: Box<dyn Write + Send>) {
-    let mut out = BufWriter::with_capacity(64 * 1024, sink);
-    while let Ok(line) = receiver.recv() {
-        let _ = out.write_all(&line);
-        while let Ok(line) = receiver.try_recv() {
-            let _ = out.write_all(&line);
+fn open_append(path: &str) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+}
+
+/// The writer thread's side: the sink, and the file it reopens when asked.
+struct Writer {
+    sink: BufWriter<Box<dyn Write + Send>>,
+    file: Option<String>,
+    reopen: Arc<AtomicBool>,
+}
+
+impl Writer {
+    fn write_lines(mut self, receiver: Receiver<Vec<u8>>) {
+        while let Ok(line) = receiver.recv() {
+            self.reopen_if_asked();
+            let _ = self.sink.write_all(&line);
+            while let Ok(line) = receiver.try_recv() {
+                let _ = self.sink.write_all(&line);
+            }
+            let _ = self.sink.flush();
         }
-        let _ = out.flush();
+    }
+
+    /// Reopens the file after a reload asked for it; if it cannot be opened, keeps writing to
+    /// the old one (logged), rather than losing lines.
+    fn reopen_if_asked(&mut self) {
+        if !self.reopen.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let Some(path) = &self.file else { return };
+        let _ = self.sink.flush();
+        match open_append(path) {
+            Ok(file) => self.sink = BufWriter::with_capacity(64 * 1024, Box::new(file)),
+            Err(e) => log::error!("log.access: cannot reopen {path}: {e}"),
+        }
     }
 }
 

@@ -122,8 +122,9 @@ fn thousandths_digits(weight: i32) -> String {
 pub fn variance_key(resp: &ResponseHeader, req: &RequestHeader) -> Option<HashBinary> {
     let mut builder = VarianceBuilder::new();
     for name in vary_names(resp) {
-        if name == "accept-encoding" {
-            // served from the one stored copy whatever the client accepts
+        if name == "accept-encoding" && crate::compression::serves_every_client(resp) {
+            // served from the one stored copy whatever the client accepts (a coding Lacquer
+            // cannot decode varies on it like any other field)
             continue;
         }
         let value = normalized_value(req, &name);
@@ -231,5 +232,21 @@ mod tests {
             ),
             variance_key(&both, &req(&[("accept-language", "en")]))
         );
+    }
+
+    #[test]
+    fn accept_encoding_splits_variants_of_a_coding_lacquer_cannot_decode() {
+        let mut r = resp("Accept-Encoding");
+        r.insert_header("content-encoding", "x-private").unwrap();
+        assert_ne!(
+            variance_key(&r, &req(&[("accept-encoding", "x-private")])),
+            variance_key(&r, &req(&[("accept-encoding", "gzip")]))
+        );
+        assert_eq!(
+            variance_key(&r, &req(&[("accept-encoding", "gzip,  br")])),
+            variance_key(&r, &req(&[("accept-encoding", "gzip, br")]))
+        );
+        r.insert_header("content-encoding", "zstd").unwrap();
+        assert_eq!(variance_key(&r, &req(&[("accept-encoding", "gzip")])), None);
     }
 }

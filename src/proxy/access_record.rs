@@ -2,13 +2,20 @@
 //! about it, gathered in `logging` into the [`AccessRecord`] that `observe::access_log` formats
 //! and writes.
 
-use super::{client_ip, RequestCtx};
+use super::RequestCtx;
 use crate::observe::access_log::{AccessLog, AccessRecord};
 use pingora_proxy::Session;
 
 /// `logging`: writes the request's line to `log`; `status_name` is the cache's name in
-/// `Cache-Status` (`cache.status_name`).
-pub fn on_request_end(log: &AccessLog, session: &Session, ctx: &RequestCtx, status_name: &str) {
+/// `Cache-Status` (`cache.status_name`); `client` is the client's address as
+/// `proxy::forwarding` resolved it.
+pub fn on_request_end(
+    log: &AccessLog,
+    session: &Session,
+    ctx: &RequestCtx,
+    status_name: &str,
+    client: Option<std::net::IpAddr>,
+) {
     let req = session.req_header();
     let header = |name: http::header::HeaderName| {
         req.headers
@@ -23,7 +30,7 @@ pub fn on_request_end(log: &AccessLog, session: &Session, ctx: &RequestCtx, stat
     let cache_status = ctx.cache_status.clone().unwrap_or_default();
     let rendered = cache_status.header_value(status_name);
     log.log(&AccessRecord {
-        client: client_ip(session)
+        client: client
             .map(|ip| ip.to_string())
             .unwrap_or_else(|| "-".into()),
         method: req.method.as_str(),

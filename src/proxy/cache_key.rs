@@ -1,5 +1,6 @@
 //! The cache key: the host (lowercased) followed by the path and query, built and hashed once per
-//! request.
+//! request; a request that came over HTTPS has `https://` in front, so the `http://` and
+//! `https://` pages of one host are two entries (an `http` key is what it always was).
 //!
 //! One request needs its key in many places: the fast path's memory and memcached lookups and the
 //! variant lookups derived from them, the identity of a decoded copy, the cluster's fill lease,
@@ -24,14 +25,30 @@ type Blake2b128 = Blake2b<blake2::digest::consts::U16>;
 pub struct RequestKey {
     primary: Option<HashBinary>,
     key: Option<CacheKey>,
+    /// The request came over HTTPS (set by `request_filter` before the key is first used).
+    https: bool,
 }
 
 impl RequestKey {
+    /// Marks the request as one that came over HTTPS (directly or through a trusted proxy): its
+    /// key gets the `https://` prefix. Call before the first use of the key.
+    #[inline]
+    pub fn set_https(&mut self) {
+        debug_assert!(self.primary.is_none() && self.key.is_none());
+        self.https = true;
+    }
+
+    /// Whether the key is the `https://` one.
+    pub fn is_https(&self) -> bool {
+        self.https
+    }
+
     /// The primary hash of `req` (the request this context belongs to): what the memory tier
     /// indexes objects by, and the base of every variant's hash.
     #[inline]
     pub fn primary_bin(&mut self, req: &RequestHeader) -> HashBinary {
-        *self.primary.get_or_insert_with(|| primary_hash(req))
+        let https = self.https;
+        *self.primary.get_or_insert_with(|| primary_hash(https, req))
     }
 
     /// The key of `req` (the request this context belongs to), built on the first call, with its
@@ -50,8 +67,10 @@ impl RequestKey {
     }
 
     fn built(&mut self, req: &RequestHeader) -> &mut CacheKey {
-        self.key
-            .get_or_insert_with(|| CacheKey::new(primary_string(request_host(req), path(req)), ""))
+        let https = self.https;
+        self.key.get_or_insert_with(|| {
+            CacheKey::new(primary_string(https, request_host(req), path(req)), "")
+        })
     }
 }
 
@@ -73,18 +92,36 @@ fn path(req: &RequestHeader) -> &str {
         .unwrap_or("/")
 }
 
+/// The host as the key's text of a scheme starts with it: `https://` + host for `https`, the host
+/// alone for `http`. [`of_url`] of it (and a purge's URL target naming it) is that scheme's key.
+pub fn keyed_host(https: bool, host: &str) -> std::borrow::Cow<'_, str> {
+    if https {
+        format!("{HTTPS_PREFIX}{host}").into()
+    } else {
+        host.into()
+    }
+}
+
 /// The primary cache key for a host (lowercased here: hosts are case-insensitive) and a path with
-/// its query (case-sensitive), with its primary hash computed.
+/// its query (case-sensitive), with its primary hash computed: the `http` page's (for the
+/// `https` one, give [`keyed_host`]).
 pub fn of_url(host: &str, path_and_query: &str) -> CacheKey {
-    let mut key = CacheKey::new(primary_string(host, path_and_query), "");
+    let mut key = CacheKey::new(primary_string(false, host, path_and_query), "");
     let hash = key.primary_bin();
     key.set_primary_bin_override(hash);
     key
 }
 
-/// Host (lowercased) + path + query, in one allocation.
-fn primary_string(host: &str, path_and_query: &str) -> String {
-    let mut primary = String::with_capacity(host.len() + path_and_query.len());
+/// What an `https` key starts with (an `http` key has no prefix: keys stored before the scheme
+/// was part of the key stay valid).
+pub const HTTPS_PREFIX: &str = "https://";
+
+/// [`HTTPS_PREFIX`] when `https`, then host (lowercased) + path + query, in one allocation.
+fn primary_string(https: bool, host: &str, path_and_query: &str) -> String {
+    let mut primary = String::with_capacity(HTTPS_PREFIX.len() + host.len() + path_and_query.len());
+    if https {
+        primary.push_str(HTTPS_PREFIX);
+    }
     primary.push_str(host);
     primary.make_ascii_lowercase();
     primary.push_str(path_and_query);
@@ -94,8 +131,11 @@ fn primary_string(host: &str, path_and_query: &str) -> String {
 /// The hash of [`primary_string`] of the request, without building it: the host is lowercased
 /// through a small buffer on the stack and fed to the hasher with the path, which gives the hash
 /// of the concatenation, as Pingora computes it from the key.
-fn primary_hash(req: &RequestHeader) -> HashBinary {
+fn primary_hash(https: bool, req: &RequestHeader) -> HashBinary {
     let mut hasher = Blake2b128::new();
+    if https {
+        hasher.update(HTTPS_PREFIX.as_bytes());
+    }
     let mut lowered = [0u8; 64];
     for piece in request_host(req).as_bytes().chunks(lowered.len()) {
         let lowered = &mut lowered[..piece.len()];
@@ -208,6 +248,25 @@ mod tests {
         assert_eq!(
             kept.get(&req).primary_bin(),
             of_url("a.test", "/x?y").primary_bin()
+        );
+    }
+
+    #[test]
+    fn an_https_request_has_its_own_key_with_the_same_hash_either_way() {
+        let req = request("A.test", b"/x?y");
+        let mut http = RequestKey::default();
+        let mut https = RequestKey::default();
+        https.set_https();
+        assert_eq!(https.text(&req), b"https://a.test/x?y");
+        assert_eq!(http.text(&req), b"a.test/x?y", "http keys are unchanged");
+        let unhashed = CacheKey::new("https://a.test/x?y", "");
+        let mut hashed_first = RequestKey::default();
+        hashed_first.set_https();
+        assert_eq!(hashed_first.primary_bin(&req), unhashed.primary_bin());
+        assert_ne!(http.primary_bin(&req), unhashed.primary_bin());
+        assert_eq!(
+            of_url(&keyed_host(true, "a.test"), "/x?y").primary_bin(),
+            unhashed.primary_bin()
         );
     }
 }

@@ -24,6 +24,8 @@ pub enum Forward {
     Stale,
     /// The request's own directives required going to the origin.
     Request,
+    /// A stored partial response was completed with a fetch of its missing part.
+    Partial,
 }
 
 impl Forward {
@@ -35,6 +37,7 @@ impl Forward {
             Forward::VaryMiss => "vary-miss",
             Forward::Stale => "stale",
             Forward::Request => "request",
+            Forward::Partial => "partial",
         }
     }
 }
@@ -99,6 +102,9 @@ impl OriginFailure {
     }
 }
 
+/// The `detail` of a request that asked to switch protocols (a WebSocket): never cached.
+const UPGRADE_DETAIL: &str = "upgrade";
+
 /// A classified response, renderable as `Cache-Status` and as a short log word.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CacheStatus {
@@ -137,6 +143,8 @@ pub struct Observations {
     pub client_forced: bool,
     /// The origin failed and Pingora was allowed to serve the stale stored response instead.
     pub origin_failure: Option<OriginFailure>,
+    /// The client asked to switch protocols: the request went to the origin uncached.
+    pub upgrade: bool,
 }
 
 impl CacheStatus {
@@ -177,6 +185,7 @@ impl CacheStatus {
             }
             CachePhase::Disabled(reason) => {
                 status.fwd = Some(match reason {
+                    NoCacheReason::NeverEnabled if seen.upgrade => Forward::Bypass,
                     NoCacheReason::NeverEnabled if seen.method_not_cacheable => Forward::Method,
                     NoCacheReason::NeverEnabled if seen.disabled => Forward::Bypass,
                     NoCacheReason::NeverEnabled if seen.bypassed => Forward::Request,
@@ -185,6 +194,7 @@ impl CacheStatus {
                     _ => miss_kind,
                 });
                 status.detail = seen.not_stored_reason.or(match reason {
+                    NoCacheReason::NeverEnabled if seen.upgrade => Some(UPGRADE_DETAIL),
                     NoCacheReason::NeverEnabled => None,
                     other => Some(other.as_str()),
                 });
@@ -242,12 +252,13 @@ impl CacheStatus {
         out
     }
 
-    /// One word for the access log: hit, miss, stale, revalidated, pass.
+    /// One word for the access log: hit, miss, stale, revalidated, pass, tunnel.
     pub fn log_word(&self) -> &'static str {
         match (self.hit, self.fwd) {
             (true, _) => "hit",
+            (false, Some(Forward::Bypass)) if self.detail == Some(UPGRADE_DETAIL) => "tunnel",
             (false, Some(Forward::Stale)) if self.stale_on_error => "stale",
-            (false, Some(Forward::UriMiss | Forward::VaryMiss)) => "miss",
+            (false, Some(Forward::UriMiss | Forward::VaryMiss | Forward::Partial)) => "miss",
             (false, Some(Forward::Stale)) if self.ttl.is_some() => "revalidated",
             (false, Some(Forward::Stale)) => "stale",
             _ => "pass",

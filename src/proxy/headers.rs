@@ -34,10 +34,9 @@ pub fn strip_hop_by_hop(resp: &mut ResponseHeader) {
         }
     }
     resp.remove_header(&header::CONNECTION);
-    if resp.status != http::StatusCode::SWITCHING_PROTOCOLS {
-        for name in HOP_BY_HOP {
-            resp.remove_header(name);
-        }
+    // a 101's `Upgrade` and `Connection` are put back by `super::upgrade`
+    for name in HOP_BY_HOP {
+        resp.remove_header(name);
     }
 }
 
@@ -130,7 +129,10 @@ impl ViaValues {
     }
 }
 
-/// Adds forwarding information about the client to an upstream request.
+/// Adds forwarding information about the client to an upstream request: `client` (our peer) is
+/// appended to `X-Forwarded-For` / `Forwarded`; `X-Forwarded-Proto` and `-Host` are set when the
+/// request has none (`proxy::forwarding` has removed an untrusted client's own); `tls` is the
+/// request's scheme (`https`) as resolved there.
 pub fn add_forwarded(
     req: &mut RequestHeader,
     style: ForwardedHeaders,
@@ -151,7 +153,9 @@ pub fn add_forwarded(
             _ => client.to_string(),
         };
         let _ = req.insert_header("x-forwarded-for", xff);
-        let _ = req.insert_header("x-forwarded-proto", if tls { "https" } else { "http" });
+        if !req.headers.contains_key("x-forwarded-proto") {
+            let _ = req.insert_header("x-forwarded-proto", if tls { "https" } else { "http" });
+        }
         if let Some(host) = req.headers.get(header::HOST).cloned() {
             if !req.headers.contains_key("x-forwarded-host") {
                 let _ = req.insert_header("x-forwarded-host", host);

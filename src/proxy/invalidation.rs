@@ -26,16 +26,24 @@ pub async fn on_upstream_response(
     }
     let host = cache_key::request_host(req);
     let client = client.map_or_else(|| "unknown".to_string(), |ip| ip.to_string());
+    // the resource changed whichever scheme it was reached by: both pages go
+    let mut requests = Vec::new();
     for path in targets(host, req, resp) {
+        for https in [false, true] {
+            requests.push(Target::url(&cache_key::keyed_host(https, host), &path));
+        }
+    }
+    for target in requests {
+        let described = target.describe();
         let request = Request {
-            target: Target::url(host, &path),
+            target,
             soft: false,
             asked_by: format!("{client} ({} {})", req.method, resp.status.as_u16()),
             wait: false,
             only_if_stored: true,
         };
         if let Err(refused) = invalidator.invalidate(request).await {
-            log::warn!("invalidation of {host}{path} refused: {}", refused.0);
+            log::warn!("invalidation of {described} refused: {}", refused.0);
         }
     }
 }

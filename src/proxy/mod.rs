@@ -4,9 +4,11 @@
 //! concern, and [`RequestCtx`] carries what they learn from phase to phase. In the order a request
 //! meets them (see the picture in `docs/architecture.md`):
 //!
-//! 1. `request_filter`: [`purge`] answers a PURGE (refused: 405; allowed: carried out across the
-//!    cluster by `crate::invalidation`); the request rules (`crate::rules`) are applied;
-//!    [`fast_hit`] answers fresh, plain hits from storage without Pingora's cache machinery.
+//! 1. `request_filter`: [`forwarding`] resolves the scheme (for the key) and, when asked, the
+//!    client address through trusted proxies; [`purge`] answers a PURGE (refused: 405; allowed:
+//!    carried out across the cluster by `crate::invalidation`); the request rules
+//!    (`crate::rules`) are applied; [`fast_hit`] answers fresh, plain hits from storage without
+//!    Pingora's cache machinery.
 //! 2. `request_cache_filter`: whether the cache is used at all (method, client `no-store`,
 //!    config); if so, it is enabled with our storage and the cache lock.
 //! 3. `cache_key_callback`: the key from [`cache_key`] (built once per request);
@@ -19,6 +21,11 @@
 //!    status for a request that failed: 504 on a timeout); a retry never meets the failed
 //!    attempt's cache write ([`retried_fill`]); forwarding headers and `Via` ([`headers`]);
 //!    [`invalidation`] by unsafe methods; `crate::compression` on the way in.
+//!    An interim (1xx) response passes these phases and `response_filter` too, and is handed to
+//!    [`interim`] alone: it is forwarded, never stored or judged.
+//!    With `[cache.partial]`, [`partial_content`] answers a range from a stored part first,
+//!    and otherwise asks the origin for a range and stores the `206` (through to the
+//!    downstream phases, which serve a range spanning a part and a fetched tail).
 //! 6. `response_cache_filter`: the [`CachePolicy`] decides whether and how long to store.
 //! 7. `response_filter`: `Cache-Status` ([`cache_status`]) and `Via` on every response, fields
 //!    meant for this cache only removed ([`headers::ForUsOnly`]), `crate::compression` on the way
@@ -31,30 +38,35 @@ pub mod access_record;
 pub mod cache_key;
 pub mod cache_status;
 pub mod fast_hit;
+pub mod forwarding;
 pub mod headers;
 pub mod hooks;
+pub mod interim;
 pub mod invalidation;
+pub mod partial_content;
 pub mod post_reuse;
 pub mod purge;
 pub mod retried_fill;
+pub mod upgrade;
 
 use crate::compression::decoded_copies::DecodedCopies;
 use crate::compression::{self, CompressionCtx};
-use crate::config::Config;
 use crate::invalidation::Invalidator;
+use crate::lifecycle::drain::{InFlightRequests, RequestInFlight};
+use crate::lifecycle::live::{Live, LiveSettings};
 use crate::observe::access_log::AccessLog;
 use crate::policy::request_directives::RequestDirectives;
-use crate::policy::{freshness, preconditions, revalidation, vary, CachePolicy};
-use crate::rules::{self, RequestRules};
+use crate::policy::{freshness, preconditions, revalidation, vary};
+use crate::rules;
 use crate::storage::fill_lease::HeldLease;
 use crate::storage::memory::MemoryTier;
 use crate::storage::tiered::{PrimaryKnownMissing, TieredStorage};
-use crate::upstream::fairness::Fairness;
 use crate::upstream::{RequestUpstream, Upstream};
 use async_trait::async_trait;
 use cache_key::RequestKey;
 use cache_status::{CacheStatus, Observations};
 use fast_hit::FastHit;
+use partial_content::{PartialContent, PartialCtx};
 use pingora_cache::cache_control::CacheControl;
 use pingora_cache::key::HashBinary;
 use pingora_cache::lock::{CacheKeyLockImpl, CacheLock};
@@ -69,6 +81,7 @@ use purge::PurgeRequest;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
+use upgrade::UpgradeRequest;
 
 /// Per-request state carried between phases.
 pub struct RequestCtx {
@@ -90,18 +103,26 @@ pub struct RequestCtx {
     /// The origin's 304 to our revalidation, whose fields update the stored head.
     not_modified: Option<Box<ResponseHeader>>,
     compression: CompressionCtx,
+    /// What partial content does for this request (see [`partial_content`]).
+    partial: PartialCtx,
     /// Backends tried, the one in flight, the fairness slot, timings (see [`crate::upstream`]).
     upstream: RequestUpstream,
     /// A POST response being kept for later GETs of its URL (see [`post_reuse`]).
     post_reuse: Option<Box<post_reuse::PostReuse>>,
     /// What the request rules decided for this request (see `crate::rules`).
     rules: rules::Verdict,
+    /// Counts this request until it ends, so a draining process waits for it.
+    _in_flight: RequestInFlight,
+    /// Whether the client asks to switch protocols (see [`upgrade`]); decided in
+    /// `request_filter` for requests the fast path declined.
+    upgrade: UpgradeRequest,
 }
 
 /// Lacquer's implementation of Pingora's [`ProxyHttp`].
 pub struct LacquerProxy {
-    config: Arc<Config>,
-    policy: CachePolicy,
+    /// The settings a reload replaces (config, policy, `Via`, upstream choices, fairness): each
+    /// phase loads them once (see [`crate::lifecycle::live`]).
+    live: Arc<Live>,
     /// Where Pingora's cache state machine stores and looks up: the memory tier alone, or the
     /// tiered store when a memcached cluster is configured.
     storage: &'static (dyn Storage + Sync),
@@ -110,18 +131,14 @@ pub struct LacquerProxy {
     known_missing: Option<&'static PrimaryKnownMissing>,
     /// The hot-hit fast path (`None` when the cache is disabled).
     fast_hit: Option<FastHit>,
+    /// Partial content (`None` unless the cache and `[cache.partial]` are enabled).
+    partial: Option<PartialContent>,
     cache_lock: &'static CacheKeyLockImpl,
-    upstream: Upstream,
-    fairness: Option<Fairness>,
-    access_log: Option<AccessLog>,
-    /// Our `Via` entries, rendered once.
-    via: headers::ViaValues,
+    access_log: Option<Arc<AccessLog>>,
+    /// Requests in flight, for the drain.
+    in_flight: &'static InFlightRequests,
     /// Purges (PURGE, unsafe methods) carried out across the cluster.
     invalidator: &'static Invalidator,
-    /// Fields removed from every response to a client.
-    for_us_only: headers::ForUsOnly,
-    /// `[[rules]]`, compiled.
-    rules: RequestRules,
     /// The embedding program's own phase hooks (none in the `lacquer` binary).
     hooks: Option<Arc<dyn hooks::PhaseHooks>>,
 }
@@ -130,12 +147,15 @@ impl LacquerProxy {
     /// Builds the proxy around already created storage (shared with the admin endpoint): the
     /// memory tier, and the tiered store in front of memcached when one is configured.
     pub fn new(
-        config: Arc<Config>,
+        live: Arc<Live>,
         memory: &'static MemoryTier,
         tiered: Option<&'static TieredStorage>,
         invalidator: &'static Invalidator,
-        access_log: Option<AccessLog>,
+        access_log: Option<Arc<AccessLog>>,
+        in_flight: &'static InFlightRequests,
     ) -> Self {
+        let settings = live.load_full();
+        let config = &settings.config;
         let lock: &'static CacheLock = Box::leak(CacheLock::new_boxed(config.cache.lock_timeout));
         let storage: &'static (dyn Storage + Sync) = match tiered {
             Some(tiered) => tiered,
@@ -146,42 +166,23 @@ impl LacquerProxy {
                 Box::leak(Box::new(PrimaryKnownMissing::new(tier)));
             view
         });
-        let via = headers::ViaValues::new(&config.proxy.via_name)
-            .expect("proxy.via_name is checked to be an HTTP token when the config is loaded");
         let fast_hit = config.cache.enabled.then(|| {
             let decoded_copies = DecodedCopies::new(config.cache.compression.decoded_copies);
             FastHit::new(memory, tiered, decoded_copies)
         });
-        let policy = CachePolicy::new(&config.cache);
-        let for_us_only = headers::ForUsOnly::new(
-            config
-                .cache
-                .strip_targeted_fields
-                .iter()
-                .map(String::as_str)
-                .chain(
-                    config
-                        .invalidation
-                        .tag_header
-                        .as_deref()
-                        .filter(|_| !config.invalidation.forward_tag_header),
-                ),
-        );
+        let partial = (config.cache.enabled && config.cache.partial.enabled)
+            .then(|| PartialContent::new(memory, tiered));
         LacquerProxy {
             known_missing,
             fast_hit,
-            policy,
+            partial,
+            live,
             invalidator,
-            for_us_only,
-            rules: RequestRules::new(&config.rules),
             hooks: None,
-            upstream: Upstream::new(&config),
-            fairness: config.fairness.clone().map(Fairness::new),
-            config,
             storage,
             cache_lock: lock,
             access_log,
-            via,
+            in_flight,
         }
     }
 
@@ -196,45 +197,47 @@ impl LacquerProxy {
     /// 9213: by default our own); keeps the classification for the access log.
     fn finish_response_head(
         &self,
+        live: &LiveSettings,
         head: &mut ResponseHeader,
         req: &RequestHeader,
         status: CacheStatus,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         let request_version = req.version;
-        self.for_us_only.strip(head);
-        self.rules.on_downstream_head(&ctx.rules, head);
+        live.for_us_only.strip(head);
+        live.rules.on_downstream_head(&ctx.rules, head);
         if let Some(hooks) = &self.hooks {
             hooks.response_filter(req, head)?;
         }
         head.insert_header(
             "cache-status",
-            status.header_value(&self.config.cache.status_name),
+            status.header_value(&live.config.cache.status_name),
         )?;
-        if self.config.proxy.via {
-            head.append_header(http::header::VIA, self.via.for_version(request_version))?;
+        if live.config.proxy.via {
+            head.append_header(http::header::VIA, live.via.for_version(request_version))?;
         }
         ctx.cache_status = Some(status);
         Ok(())
     }
 
-    /// The origin pool (shared with the health checker).
-    pub fn upstream(&self) -> &Upstream {
-        &self.upstream
+    /// The origin pool (its backends shared with the health checker).
+    pub fn upstream(&self) -> Upstream {
+        self.live.load().upstream.clone()
     }
 
-    fn lock_overrides(&self) -> CacheOptionOverrides {
+    fn lock_overrides(live: &LiveSettings) -> CacheOptionOverrides {
         let mut overrides = CacheOptionOverrides::default();
-        overrides.wait_timeout = Some(self.config.cache.lock_timeout);
+        overrides.wait_timeout = Some(live.config.cache.lock_timeout);
         overrides
     }
 }
 
-fn client_ip(session: &Session) -> Option<IpAddr> {
-    session
-        .client_addr()
-        .and_then(|addr| addr.as_inet())
-        .map(|inet| inet.ip())
+impl LacquerProxy {
+    /// The client's address as [`forwarding`] resolves it (through trusted proxies): the one
+    /// `purge_from`, fairness and the access log judge.
+    fn client_ip(&self, session: &Session) -> Option<IpAddr> {
+        forwarding::client_ip(session, &self.live.load().config.proxy.trusted_proxies)
+    }
 }
 
 #[async_trait]
@@ -255,59 +258,77 @@ impl ProxyHttp for LacquerProxy {
             precondition_failed: false,
             not_modified: None,
             compression: CompressionCtx::default(),
+            partial: PartialCtx::default(),
             upstream: RequestUpstream::default(),
             post_reuse: None,
             rules: rules::Verdict::default(),
+            _in_flight: self.in_flight.start(),
+            upgrade: UpgradeRequest::None,
         }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
+        let live = self.live.load();
+        if forwarding::is_https(session, &live.config.proxy.trusted_proxies) {
+            ctx.key.set_https();
+        }
         ctx.purge = purge::on_request(
             &session.req_header().method,
-            || client_ip(session),
-            &self.config.cache.purge_from,
+            || self.client_ip(session),
+            &live.config.cache.purge_from,
         );
         match ctx.purge {
             PurgeRequest::None => {}
             PurgeRequest::Refused => return purge::refuse(session).await,
             PurgeRequest::Allowed => {
-                let client = client_ip(session);
-                let enabled = self.config.cache.enabled;
-                return purge::carry_out(session, self.invalidator, enabled, client).await;
+                let client = self.client_ip(session);
+                let enabled = live.config.cache.enabled;
+                let https = ctx.key.is_https();
+                return purge::carry_out(session, self.invalidator, enabled, client, https).await;
             }
         }
-        ctx.rules = self.rules.on_request(session.req_header_mut());
+        ctx.rules = live.rules.on_request(session.req_header_mut());
         if let Some(hooks) = &self.hooks {
             if hooks.request_filter(session, &mut ctx.rules).await? {
                 return Ok(true);
             }
         }
         ctx.upstream.group = ctx.rules.backend_group.take();
-        let Some(fast_hit) = &self.fast_hit else {
-            return Ok(false);
+        let answer = match &self.fast_hit {
+            // a passed request is never answered from the cache
+            Some(fast_hit) if !ctx.rules.pass => {
+                fast_hit
+                    .on_request(&live.policy, session.req_header(), ctx)
+                    .await
+            }
+            _ => None,
         };
-        if ctx.rules.pass {
-            return Ok(false);
-        }
-        let Some(mut answer) = fast_hit
-            .on_request(&self.policy, session.req_header(), ctx)
-            .await
-        else {
+        let Some(mut answer) = answer else {
+            // (the fast path declines every request with an `Upgrade` field)
+            ctx.upgrade = UpgradeRequest::of(session.req_header());
+            if ctx.upgrade.requested() {
+                session.set_read_timeout(Some(live.config.proxy.tunnel_idle_timeout));
+            }
             return Ok(false);
         };
         let status = answer.cache_status();
-        self.finish_response_head(&mut answer.head, session.req_header(), status, ctx)?;
+        self.finish_response_head(&live, &mut answer.head, session.req_header(), status, ctx)?;
         answer.send(session).await?;
         Ok(true)
     }
 
     fn request_cache_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<()> {
-        if !self.config.cache.enabled {
+        let live = self.live.load();
+        if !live.config.cache.enabled {
             ctx.seen.disabled = true;
             return Ok(());
         }
+        if ctx.upgrade.requested() {
+            ctx.seen.upgrade = true;
+            return Ok(());
+        }
         let req = session.req_header();
-        if !self.policy.request_cacheable(req) {
+        if !live.policy.request_cacheable(req) {
             ctx.seen.method_not_cacheable = true;
             return Ok(());
         }
@@ -329,11 +350,11 @@ impl ProxyHttp for LacquerProxy {
             None,
             None,
             Some(self.cache_lock),
-            Some(self.lock_overrides()),
+            Some(Self::lock_overrides(&live)),
         );
         session
             .cache
-            .set_max_file_size_bytes(self.policy.max_object_size());
+            .set_max_file_size_bytes(live.policy.max_object_size());
         Ok(())
     }
 
@@ -371,7 +392,7 @@ impl ProxyHttp for LacquerProxy {
             meta.response_header(),
             meta.age(),
             freshness::remaining_secs(meta.fresh_until(), SystemTime::now()),
-            self.config.cache.honor_client_no_cache,
+            self.live.load().config.cache.honor_client_no_cache,
         );
         if verdict == Some(ForcedFreshness::ForceExpired) {
             ctx.seen.client_forced = true;
@@ -421,14 +442,30 @@ impl ProxyHttp for LacquerProxy {
         session: &mut Session,
         ctx: &mut Self::CTX,
     ) -> Result<bool> {
+        if let Some(partial) = &self.partial {
+            let req = session.req_header();
+            let primary = ctx.key.primary_bin(req);
+            let phase = session.cache.phase();
+            let now = SystemTime::now();
+            if let Some(mut hit) = partial.on_miss(phase, req, primary, &mut ctx.partial, now) {
+                let status = hit.cache_status();
+                let live = self.live.load();
+                self.finish_response_head(&live, &mut hit.head, req, status, ctx)?;
+                hit.send(session).await?;
+                return Ok(false);
+            }
+        }
         if ctx.directives.only_if_cached {
             // RFC 9111 §5.2.1.7: nothing usable is stored, and the client forbids the origin
             session.respond_error(504).await?;
             return Ok(false);
         }
-        match &self.fairness {
+        let live = self.live.load();
+        match &live.fairness {
+            // a tunnel would hold its client's slot for as long as it stays open
+            Some(_) if ctx.upgrade.requested() => Ok(true),
             Some(cap) => {
-                cap.on_upstream_request(session, client_ip(session), &mut ctx.upstream)
+                cap.on_upstream_request(session, self.client_ip(session), &mut ctx.upstream)
                     .await
             }
             None => Ok(true),
@@ -441,7 +478,12 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
     ) -> Result<Box<HttpPeer>> {
         let key = ctx.key.text(session.req_header());
-        self.upstream.on_peer(&mut ctx.upstream, key)
+        let live = self.live.load();
+        let mut peer = live.upstream.on_peer(&mut ctx.upstream, key).await?;
+        if ctx.upgrade.requested() {
+            upgrade::on_peer(&mut peer, live.config.proxy.tunnel_idle_timeout);
+        }
+        Ok(peer)
     }
 
     fn fail_to_connect(
@@ -451,7 +493,9 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
         mut e: Box<pingora_error::Error>,
     ) -> Box<pingora_error::Error> {
-        self.upstream
+        self.live
+            .load()
+            .upstream
             .on_connect_failure(&ctx.upstream, session, &mut e);
         retried_fill::on_retry(session, &e);
         e
@@ -466,11 +510,10 @@ impl ProxyHttp for LacquerProxy {
         client_reused: bool,
     ) -> Box<pingora_error::Error> {
         let mut e = e.more_context(format!("Peer: {peer}"));
-        // compression's own retry (asking the origin for identity) is left as it is
-        if !compression::retry_requested(&ctx.compression) {
-            self.upstream
-                .on_proxy_error(&ctx.upstream, session, &mut e, client_reused);
-        }
+        self.live
+            .load()
+            .upstream
+            .on_proxy_error(&ctx.upstream, session, &mut e, client_reused);
         retried_fill::on_retry(session, &e);
         e
     }
@@ -500,28 +543,38 @@ impl ProxyHttp for LacquerProxy {
         upstream_request: &mut RequestHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
+        let live = self.live.load();
+        if ctx.upgrade.requested() {
+            upgrade::on_upstream_request(upstream_request);
+        }
         let cache_enabled = session.cache.enabled();
-        if let Some(ae) = compression::upstream_accept_encoding(&mut ctx.compression, cache_enabled)
+        if let Some(ae) =
+            compression::upstream_accept_encoding(&live.config.cache.compression, cache_enabled)
         {
             upstream_request.insert_header(http::header::ACCEPT_ENCODING, ae)?;
         }
-        let tls = session.digest().is_some_and(|d| d.ssl_digest.is_some());
+        partial_content::on_upstream_request(&ctx.partial, upstream_request)?;
+        forwarding::on_upstream_request(
+            session,
+            upstream_request,
+            &live.config.proxy.trusted_proxies,
+        );
         headers::add_forwarded(
             upstream_request,
-            self.config.proxy.forwarded,
-            client_ip(session),
-            tls,
+            live.config.proxy.forwarded,
+            forwarding::peer_ip(session),
+            ctx.key.is_https(),
         );
-        if self.config.proxy.via {
+        if live.config.proxy.via {
             let version = session.req_header().version;
-            upstream_request.append_header(http::header::VIA, self.via.for_version(version))?;
+            upstream_request.append_header(http::header::VIA, live.via.for_version(version))?;
         }
         if !upstream_request.headers.contains_key(http::header::HOST) {
             let host = upstream_request
                 .uri
                 .authority()
                 .map(|a| a.to_string())
-                .unwrap_or_else(|| self.upstream.host().to_string());
+                .unwrap_or_else(|| live.upstream.host().to_string());
             upstream_request.insert_header(http::header::HOST, host)?;
         }
         Ok(())
@@ -533,21 +586,30 @@ impl ProxyHttp for LacquerProxy {
         upstream_response: &mut ResponseHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
-        self.upstream
+        if interim::is_interim(upstream_response) {
+            interim::on_upstream_interim(upstream_response);
+            return Ok(());
+        }
+        let live = self.live.load();
+        live.upstream
             .on_response(&mut ctx.upstream, upstream_response.status);
         invalidation::on_upstream_response(
             self.invalidator,
             session.req_header(),
             upstream_response,
-            client_ip(session),
+            self.client_ip(session),
         )
         .await;
+        let switched = upgrade::on_upstream_response(upstream_response);
         headers::strip_hop_by_hop(upstream_response);
+        if let Some(protocol) = switched {
+            upgrade::restore_switch_fields(upstream_response, protocol);
+        }
         headers::add_date_if_missing(upstream_response);
         rules::on_upstream_response(&ctx.rules, upstream_response);
-        if self.config.cache.reuse_post_responses && self.config.cache.enabled {
+        if live.config.cache.reuse_post_responses && live.config.cache.enabled {
             ctx.post_reuse = post_reuse::on_upstream_response(
-                &self.policy,
+                &live.policy,
                 session.req_header(),
                 upstream_response,
                 ctx.request_time,
@@ -559,12 +621,12 @@ impl ProxyHttp for LacquerProxy {
             // the origin validated our stored response (Pingora revalidates only in this phase)
             ctx.not_modified = Some(Box::new(upstream_response.clone()));
         }
-        // only gzip on store needs to know in advance (the policy runs again, with the 304
+        // only compression on store needs to know in advance (the policy runs again, with the 304
         // merge, in response_cache_filter): skip the second evaluation when it is off
-        let will_store = self.config.cache.compression.enabled
+        let will_store = live.config.cache.compression.enabled
             && session.cache.enabled()
             && matches!(
-                self.policy.response_decision_with(
+                live.policy.response_decision_with(
                     session.req_header(),
                     upstream_response,
                     ctx.request_time,
@@ -573,12 +635,25 @@ impl ProxyHttp for LacquerProxy {
                 RespCacheable::Cacheable(_)
             );
         compression::on_upstream_response(
-            &self.config.cache.compression,
+            &live.config.cache.compression,
             &mut ctx.compression,
             session.req_header(),
             upstream_response,
             will_store,
-        )
+        );
+        if let Some(partial) = &self.partial {
+            let req = session.req_header();
+            let key = &mut ctx.key;
+            partial.on_upstream_response(
+                &live.policy,
+                req,
+                upstream_response,
+                ctx.request_time,
+                &mut ctx.partial,
+                || key.get(req).clone(),
+            );
+        }
+        Ok(())
     }
 
     fn upstream_response_body_filter(
@@ -588,14 +663,18 @@ impl ProxyHttp for LacquerProxy {
         end_of_stream: bool,
         ctx: &mut Self::CTX,
     ) -> Result<Option<std::time::Duration>> {
-        self.upstream.on_body(&ctx.upstream)?;
+        let live = self.live.load();
+        live.upstream.on_body(&ctx.upstream)?;
         post_reuse::on_upstream_body(
             &mut ctx.post_reuse,
             body,
             end_of_stream,
-            self.policy.max_object_size(),
+            live.policy.max_object_size(),
         );
         compression::on_upstream_body(&mut ctx.compression, body, end_of_stream)?;
+        if let Some(partial) = &self.partial {
+            partial.on_upstream_body(&mut ctx.partial, body, end_of_stream);
+        }
         Ok(None)
     }
 
@@ -613,16 +692,12 @@ impl ProxyHttp for LacquerProxy {
             }
             None => resp,
         };
-        let decision = if compression::storable(resp) {
-            self.policy.response_decision_with(
-                session.req_header(),
-                resp,
-                ctx.request_time,
-                &ctx.rules.store_overrides(),
-            )
-        } else {
-            RespCacheable::Uncacheable(pingora_cache::NoCacheReason::Custom("content-coding"))
-        };
+        let decision = self.live.load().policy.response_decision_with(
+            session.req_header(),
+            resp,
+            ctx.request_time,
+            &ctx.rules.store_overrides(),
+        );
         match &decision {
             RespCacheable::Cacheable(_) => ctx.seen.storable = true,
             RespCacheable::Uncacheable(reason) => {
@@ -638,7 +713,7 @@ impl ProxyHttp for LacquerProxy {
         resp: &mut ResponseHeader,
         _ctx: &mut Self::CTX,
     ) -> pingora_proxy::RangeType {
-        if compression::needs_gunzip(session.req_header(), resp) {
+        if compression::needs_decoding(session.req_header(), resp).is_some() {
             // ranges of the decoded body are unknown until it is decoded: serve it whole
             return pingora_proxy::RangeType::None;
         }
@@ -651,6 +726,15 @@ impl ProxyHttp for LacquerProxy {
         upstream_response: &mut ResponseHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
+        if interim::is_interim(upstream_response) {
+            let live = self.live.load();
+            let version = session.req_header().version;
+            interim::on_downstream_interim(
+                upstream_response,
+                live.config.proxy.via.then(|| live.via.for_version(version)),
+            );
+            return Ok(());
+        }
         let ttl = session
             .cache
             .maybe_cache_meta()
@@ -659,13 +743,16 @@ impl ProxyHttp for LacquerProxy {
             preconditions::to_precondition_failed(upstream_response);
         }
         let phase = session.cache.phase();
-        let status = CacheStatus::classify(phase, &ctx.seen, ctx.upstream.status(), ttl);
+        let mut status = CacheStatus::classify(phase, &ctx.seen, ctx.upstream.status(), ttl);
+        partial_content::on_cache_status(&ctx.partial, &mut status);
+        partial_content::on_downstream_head(&ctx.partial, upstream_response)?;
         compression::on_downstream_head(
             &mut ctx.compression,
             session.req_header(),
             upstream_response,
         );
-        self.finish_response_head(upstream_response, session.req_header(), status, ctx)
+        let live = self.live.load();
+        self.finish_response_head(&live, upstream_response, session.req_header(), status, ctx)
     }
 
     fn response_body_filter(
@@ -676,6 +763,7 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
     ) -> Result<Option<std::time::Duration>> {
         compression::on_downstream_body(&mut ctx.compression, body, end_of_stream)?;
+        partial_content::on_downstream_body(&mut ctx.partial, body);
         Ok(None)
     }
 
@@ -702,7 +790,15 @@ impl ProxyHttp for LacquerProxy {
             lease.on_request_end(stored);
         }
         if let Some(log) = &self.access_log {
-            access_record::on_request_end(log, session, ctx, &self.config.cache.status_name);
+            let client = self.client_ip(session);
+            let live = self.live.load();
+            access_record::on_request_end(
+                log,
+                session,
+                ctx,
+                &live.config.cache.status_name,
+                client,
+            );
         }
     }
 }

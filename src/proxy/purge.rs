@@ -70,12 +70,15 @@ pub async fn refuse(session: &mut Session) -> Result<bool> {
 }
 
 /// Carries out an allowed PURGE of the request's URL from `client` and answers it (see the
-/// module docs); `cache_enabled` is `cache.enabled`. Returns that the request is answered.
+/// module docs); `cache_enabled` is `cache.enabled`, `https` the request's scheme (the key has
+/// it). The URL's page of the other scheme is purged too, and the answer is about the request's
+/// own. Returns that the request is answered.
 pub async fn carry_out(
     session: &mut Session,
     invalidator: &'static Invalidator,
     cache_enabled: bool,
     client: Option<IpAddr>,
+    https: bool,
 ) -> Result<bool> {
     if !cache_enabled {
         session.respond_error(405).await?;
@@ -87,8 +90,9 @@ pub async fn carry_out(
         .headers
         .get("soft-purge")
         .is_some_and(|v| matches!(v.as_bytes(), b"1" | b"true" | b"yes"));
-    let request = Request {
-        target: Target::url(cache_key::request_host(req), path),
+    let host = cache_key::request_host(req);
+    let request_for = |https: bool| Request {
+        target: Target::url(&cache_key::keyed_host(https, host), path),
         soft,
         asked_by: format!(
             "{} (PURGE)",
@@ -97,7 +101,11 @@ pub async fn carry_out(
         wait: false,
         only_if_stored: false,
     };
-    let (status, summary) = match invalidator.invalidate(request).await {
+    let (own, other) = (request_for(https), request_for(!https));
+    if let Err(refused) = invalidator.invalidate(other).await {
+        log::warn!("purge of the other scheme's page refused: {}", refused.0);
+    }
+    let (status, summary) = match invalidator.invalidate(own).await {
         Ok(report) if !report.complete => (report.status(), report.summary()),
         Ok(report) if report.found() => (200, report.summary()),
         Ok(report) => (404, report.summary()),

@@ -198,6 +198,7 @@ impl FillLeases {
         let Some(remaining) = self.lease_remaining(key).await else {
             return self.wait_cut(key);
         };
+        self.counters.fill_waits.fetch_add(1, Ordering::Relaxed);
         let deadline = Instant::now() + remaining;
         loop {
             tokio::time::sleep(FILL_POLL).await;

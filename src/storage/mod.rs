@@ -2,6 +2,7 @@
 //!
 //! * [`memory`]: the per-node in-process tier (TinyUFO, byte-bounded, streaming fills).
 //! * [`object`]: what a stored response is (decoded metadata + chunked body), shared by tiers.
+//! * [`partial`]: what a stored partial response (a `206`) is, and how two parts combine.
 //! * [`entry`]: the value format of the shared memcached tier (versioned, checksummed, chunked).
 //! * [`tiered`]: the memory tier in front of the memcached cluster shared by all nodes, reached
 //!   through the `lacquer-memcached` crate (ketama placement, pooled client, ejection).
@@ -15,6 +16,7 @@ pub mod entry;
 pub mod fill_lease;
 pub mod memory;
 pub mod object;
+pub mod partial;
 pub mod rules;
 pub mod shared_counters;
 pub mod shared_framing;

@@ -27,6 +27,9 @@ pub struct SharedCounters {
     /// Misses filled without a lease because the URL's memcached server was ejected, had just
     /// failed, or did not answer the claim: nothing more is asked of a failing server.
     pub fills_unguarded: AtomicU64,
+    /// Waits for another node's fill begun (each ends served by that fill, cut short, or at the
+    /// lease's end).
+    pub fill_waits: AtomicU64,
     /// Waits for another node's fill cut short because the URL's memcached server failed.
     pub fill_waits_cut: AtomicU64,
 }

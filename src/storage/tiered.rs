@@ -297,6 +297,13 @@ impl TieredStorage {
             .await
     }
 
+    /// Shares a complete object this node stored outside a fill (parts combined, see
+    /// `proxy/partial_content.rs`): what the memory tier holds for `key` is written to memcached
+    /// in the background, as a finished fill is.
+    pub fn share(&'static self, key: CacheKey) {
+        self.spawn_write(key);
+    }
+
     /// Writes what the memory tier holds for `key` to memcached, in the background.
     fn spawn_write(&'static self, key: CacheKey) {
         let Some((meta, body)) = self.memory.stored_parts(&key) else {

@@ -185,6 +185,7 @@ mod tests {
                     addr: format!("127.0.0.1:{}", 9000 + i).parse().unwrap(),
                     weight: w,
                     group: None,
+                    max_in_flight: None,
                 }))
             })
             .collect()

@@ -44,6 +44,8 @@ pub struct RequestUpstream {
     pub tried: Vec<std::net::SocketAddr>,
     /// The backend of the current attempt, counted in flight.
     pub current: Option<InFlight>,
+    /// The slot on a backend with `max_in_flight`, held until the request ends.
+    pub slot: Option<super::concurrency::Slot>,
     /// The client's fairness slot, if a cap is configured.
     pub admission: Option<fairness::Admission>,
     /// When the whole upstream exchange must be over.
@@ -87,8 +89,14 @@ impl RequestUpstream {
 
 impl Upstream {
     /// `upstream_peer`: starts this attempt's clock (and the request's `total` deadline on the
-    /// first attempt) and picks its backend, `key` being the cache key (for `consistent`).
-    pub fn on_peer(&self, request: &mut RequestUpstream, key: &[u8]) -> Result<Box<HttpPeer>> {
+    /// first attempt) and picks its backend, `key` being the cache key (for `consistent`); on a
+    /// backend with `max_in_flight`, waits for a slot (503 when the queue is full or the wait
+    /// ends).
+    pub async fn on_peer(
+        &self,
+        request: &mut RequestUpstream,
+        key: &[u8],
+    ) -> Result<Box<HttpPeer>> {
         request.started = Some(Instant::now());
         let total = self.config().timeouts.total;
         let deadline = *request
@@ -103,6 +111,11 @@ impl Upstream {
         };
         timeouts::clamp(&mut selection.peer, remaining);
         request.tried.push(selection.in_flight.backend().addr);
+        // a retry gives up the slot of the attempt before it first
+        request.slot = None;
+        if let Some(limit) = &selection.in_flight.backend().limit {
+            request.slot = Some(limit.acquire().await?);
+        }
         request.current = Some(selection.in_flight);
         Ok(Box::new(selection.peer))
     }

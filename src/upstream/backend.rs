@@ -2,7 +2,8 @@
 //! the two health verdicts (active probes and passive outlier ejection) that decide whether it
 //! is offered traffic.
 
-use crate::config::balancing::BackendConfig;
+use super::concurrency::ConcurrencyLimit;
+use crate::config::balancing::{BackendConfig, QueueConfig};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -31,6 +32,8 @@ pub struct Backend {
     active_up: AtomicBool,
     /// Passive ejection: failures seen in the window, and when an ejection ends.
     passive: Mutex<PassiveState>,
+    /// `max_in_flight` and its queue, when configured.
+    pub limit: Option<ConcurrencyLimit>,
 }
 
 #[derive(Debug, Default)]
@@ -53,7 +56,22 @@ impl Backend {
             ejections: AtomicU64::new(0),
             active_up: AtomicBool::new(true),
             passive: Mutex::new(PassiveState::default()),
+            limit: None,
         }
+    }
+
+    /// The backend of `config`, with its `max_in_flight` (if any) queued as `queue` says.
+    pub fn with_queue(config: &BackendConfig, queue: &QueueConfig) -> Self {
+        let mut backend = Backend::new(config);
+        backend.limit = config
+            .max_in_flight
+            .map(|max| ConcurrencyLimit::new(max, queue.length, queue.timeout));
+        backend
+    }
+
+    /// Requests waiting for a slot under `max_in_flight`.
+    pub fn queued(&self) -> usize {
+        self.limit.as_ref().map_or(0, |l| l.queued())
     }
 
     /// Requests currently sent to this backend and not yet finished.
@@ -174,6 +192,7 @@ mod tests {
             addr: "127.0.0.1:1".parse().unwrap(),
             weight: 1,
             group: None,
+            max_in_flight: None,
         }))
     }
 

@@ -8,6 +8,7 @@
 //! * [`passive`]: outlier ejection from live traffic (connect errors, timeouts, 5xx);
 //! * [`retry`]: which failures may be retried on another backend;
 //! * [`timeouts`]: connect / first byte / idle / total, applied to each peer;
+//! * [`concurrency`]: a backend's `max_in_flight`, with its bounded queue;
 //! * [`fairness`]: the per-client cap on requests going upstream.
 //!
 //! * [`attempts`]: one request's attempts, phase by phase ([`RequestUpstream`] and the `on_*`
@@ -19,6 +20,7 @@
 pub mod algorithms;
 pub mod attempts;
 pub mod backend;
+pub mod concurrency;
 pub mod fairness;
 pub mod health;
 pub mod passive;
@@ -73,8 +75,20 @@ impl Upstream {
             .balancer
             .backends
             .iter()
-            .map(|b| Arc::new(Backend::new(b)))
+            .map(|b| Arc::new(Backend::with_queue(b, &config.balancer.queue)))
             .collect();
+        Upstream::around(backends, config)
+    }
+
+    /// The same backends (their in-flight counts, health verdicts and counters, which the
+    /// health checker and `/stats` share) under a reloaded config's algorithm, retries,
+    /// timeouts and passive checks. The backend list itself is a restart-only key
+    /// (`crate::lifecycle::restart_keys`), so `config` names the same backends.
+    pub fn reconfigured(&self, config: &Config) -> Self {
+        Upstream::around(self.inner.backends.clone(), config)
+    }
+
+    fn around(backends: Vec<Arc<Backend>>, config: &Config) -> Self {
         Upstream {
             inner: Arc::new(Pool {
                 round_robin: RoundRobin::new(backends.len()),

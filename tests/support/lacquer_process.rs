@@ -206,7 +206,8 @@ impl LacquerProcess {
         Ok(p)
     }
 
-    fn spawn_and_wait(&mut self) -> Result<(), String> {
+    /// Starts the binary with this handle's arguments, output appended to its logs.
+    fn spawn(&mut self) {
         let bin = self.program.clone().unwrap_or_else(lacquer_bin);
         // Append, so a restart keeps the earlier run's output.
         let open = |p: &Path| {
@@ -228,9 +229,14 @@ impl LacquerProcess {
         }
         let child = cmd
             .spawn()
-            .map_err(|e| format!("failed to spawn {}: {e}", bin.display()))?;
+            .unwrap_or_else(|e| panic!("failed to spawn {}: {e}", bin.display()));
         self.pid = child.id();
         self.child.hold(child);
+    }
+
+    fn spawn_and_wait(&mut self) -> Result<(), String> {
+        let bin = self.program.clone().unwrap_or_else(lacquer_bin);
+        self.spawn();
 
         match self
             .child
@@ -353,6 +359,50 @@ impl LacquerProcess {
     /// SIGKILLs the process and reaps it. Idempotent.
     pub fn kill(&mut self) {
         self.child.kill();
+    }
+
+    /// Hands this process's listeners over to a new one (Pingora's graceful upgrade): starts
+    /// `lacquer` with the same arguments plus `--upgrade`, waits until it waits on
+    /// `upgrade_sock`, sends this process SIGQUIT, and returns the successor once it holds the
+    /// listening socket. This process keeps running (it drains and exits on its own); its
+    /// handle still kills it on drop. Panics with both processes' stderr on failure.
+    pub fn hand_over(&self, upgrade_sock: &Path) -> LacquerProcess {
+        let mut args = self.args.clone();
+        args.push("--upgrade".into());
+        let dir = TempDir::new("lacquer-successor");
+        let mut next = LacquerProcess {
+            child: OwnedChild::default(),
+            port: self.port,
+            args,
+            stdout_path: dir.path().join("stdout.log"),
+            stderr_path: dir.path().join("stderr.log"),
+            dir,
+            config_path: self.config_path.clone(),
+            pid: 0,
+            program: self.program.clone(),
+        };
+        next.spawn();
+        let waiting = poll_until(LACQUER_START_TIMEOUT, || {
+            upgrade_sock.exists() || !next.child.is_running()
+        });
+        assert!(
+            waiting && next.child.is_running(),
+            "the successor never waited on {}; its stderr:\n{}",
+            upgrade_sock.display(),
+            next.stderr_log()
+        );
+        assert!(self.signal("QUIT"), "SIGQUIT to {} failed", self.pid);
+        let took_over = poll_until(LACQUER_START_TIMEOUT, || {
+            process_listens_on(next.pid, next.port) || !next.child.is_running()
+        });
+        assert!(
+            took_over && next.child.is_running(),
+            "the successor did not take port {} over; its stderr:\n{}\nthe old process's:\n{}",
+            next.port,
+            next.stderr_log(),
+            self.stderr_log()
+        );
+        next
     }
 
     /// Kills the process and starts it again with the same arguments and config file,

@@ -1,6 +1,7 @@
 //! The integration-test harness for Lacquer: real processes on real loopback sockets, one module
 //! per concept. Use from an integration test with `mod support; use support::*;`.
 //!
+//! - [`load`]: a steady load of checked requests, for changes made under traffic ([`SteadyLoad`]).
 //! - [`lacquer_process`]: the binary under test ([`LacquerProcess`], [`start_balancer`], [`run_lacquer`],
 //!   [`check_config`], [`admin_stat`]).
 //! - [`memcached`]: a real memcached for the shared tier ([`MemcachedProcess`]).
@@ -11,9 +12,11 @@
 //!   client ([`raw_request`], [`RawConn`]).
 //! - [`django_site`]: the Django test site under gunicorn ([`DjangoSite`]), a real application.
 //! - [`generated`]: deterministic bodies to stream and verify at any offset.
-//! - [`gzip`], [`http_date`]: codings and dates the origin scripts and the tests check.
+//! - [`gzip`], [`coding`] (brotli, zstd), [`http_date`]: codings and dates the origin scripts and
+//!   the tests check.
 //! - [`child`], [`temp_dir`], [`net`], [`poll`]: child processes killed on drop, scratch
 //!   directories, free ports, bounded waits.
+//! - [`tls`]: certificates for TLS listeners.
 //! - [`fields`]: header lookup in `(name, value)` lists, shared by origin and raw client.
 //! - [`assertions`]: checks against expectations computed apart from the response checked.
 //!
@@ -26,32 +29,38 @@ pub mod assertions;
 pub mod child;
 pub mod client;
 pub mod cluster;
+pub mod coding;
 pub mod django_site;
 pub mod fields;
 pub mod generated;
 pub mod gzip;
 pub mod http_date;
 pub mod lacquer_process;
+pub mod load;
 pub mod memcached;
 pub mod net;
 pub mod origin;
 pub mod poll;
 pub mod temp_dir;
+pub mod tls;
 
 pub use assertions::*;
 pub use child::{read_lossy, rss_bytes, run_with_timeout, send_signal, stderr_text, OwnedChild};
 pub use client::*;
 pub use cluster::*;
+pub use coding::{decode, encode, lists_coding};
 pub use django_site::*;
 pub use generated::*;
 pub use gzip::*;
 pub use http_date::*;
 pub use lacquer_process::*;
+pub use load::*;
 pub use memcached::*;
 pub use net::*;
 pub use origin::*;
 pub use poll::*;
 pub use temp_dir::*;
+pub use tls::*;
 
 /// Re-exported so tests can write `support::Bytes` / `Duration` without extra imports.
 pub use bytes::Bytes;

@@ -1,8 +1,8 @@
 //! The fast path's answer to a hit: the stored head plus `Age`, and the stored body (or, for a
-//! client that does not take the stored gzip copy, the body decoded whole).
+//! client that does not take the stored copy's coding, gzip, br or zstd, the body decoded whole).
 
 use crate::compression::decoded_copies::{DecodedCopies, StoredIdentity};
-use crate::compression::{self, gunzip::gunzip_complete};
+use crate::compression::{self, decode::decode_complete, ContentCoding};
 use crate::policy::freshness;
 use crate::proxy::cache_status::CacheStatus;
 use crate::storage::memory::CompleteObject;
@@ -14,8 +14,8 @@ use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::Session;
 use std::time::SystemTime;
 
-/// Stored gzip bodies up to this size are decoded whole on the fast path for a client that does
-/// not take gzip; larger ones stream through the decoder on the standard path.
+/// Stored compressed bodies up to this size are decoded whole on the fast path for a client that
+/// does not take their coding; larger ones stream through the decoder on the standard path.
 pub const WHOLE_DECODE_MAX_STORED: usize = 64 * 1024;
 
 /// The most a body decoded whole on the fast path may decode to (a bound on the buffer a small,
@@ -37,14 +37,14 @@ enum AnswerBody {
     None,
     /// The stored body, chunk by chunk.
     Stored(CompleteObject),
-    /// The stored gzip body decoded for a client that does not take gzip.
+    /// The stored compressed body decoded for a client that does not take its coding.
     Decoded(Bytes),
 }
 
 impl Answer {
     /// The answer to `req` from `hit` at `now`, or `None` when the standard path must serve it (a
-    /// gzip copy for a client that does not take gzip that is too large, or a HEAD request, or
-    /// not valid gzip: those stream through the decoder there). `primary` is the request's
+    /// compressed copy for a client that does not take its coding that is too large, or a HEAD
+    /// request, or not valid in its coding: those stream through the decoder there). `primary` is the request's
     /// primary hash; `copies` the kept decoded copies, if configured.
     pub fn for_hit(
         hit: CompleteObject,
@@ -56,8 +56,8 @@ impl Answer {
         let (mut head, ttl) = response_head(&hit, now);
         // checked on the fresh copy of the head, not the stored one (a cold cache line when the
         // working set is large)
-        if compression::needs_gunzip(req, &head) {
-            let plain = decode_for_identity_client(&hit, req, primary, &mut head, copies)?;
+        if let Some(coding) = compression::needs_decoding(req, &head) {
+            let plain = decode_for_client(coding, &hit, req, primary, &mut head, copies)?;
             return Some(Answer {
                 head,
                 ttl,
@@ -103,14 +103,16 @@ impl Answer {
     }
 }
 
-/// For a client that does not take the stored gzip copy: the body decoded whole, with `head`
+/// For a client that does not take the stored copy's `coding`: the body decoded whole, with `head`
 /// rewritten for it (see [`compression::rewrite_head_for_decoded_body`]) and carrying the decoded
 /// `Content-Length`, so head and body leave in one write instead of chunked pieces. `None` for
-/// HEAD, large bodies and bodies that are not valid gzip: the standard path streams those.
+/// HEAD, large bodies and bodies that are not valid in their coding: the standard path streams
+/// those.
 ///
 /// With `copies`, a body decoded once is kept there and served again while the stored object is
 /// the same one (see [`DecodedCopies`]).
-fn decode_for_identity_client(
+fn decode_for_client(
+    coding: ContentCoding,
     hit: &CompleteObject,
     req: &RequestHeader,
     primary: HashBinary,
@@ -131,7 +133,7 @@ fn decode_for_identity_client(
     let plain = match kept.and_then(|(copies, of)| copies.get(&of)) {
         Some(plain) => plain,
         None => {
-            let plain = gunzip_complete(hit.chunks(), WHOLE_DECODE_MAX_DECODED)?;
+            let plain = decode_complete(coding, hit.chunks(), WHOLE_DECODE_MAX_DECODED)?;
             if let Some((copies, of)) = kept {
                 copies.put(of, plain.clone());
             }

@@ -42,7 +42,7 @@ pub use answer::{WHOLE_DECODE_MAX_DECODED, WHOLE_DECODE_MAX_STORED};
 pub use lookup::variant_is_current;
 
 /// Request fields whose presence means the standard path must decide.
-const DECLINE_IF_PRESENT: [header::HeaderName; 9] = [
+const DECLINE_IF_PRESENT: [header::HeaderName; 10] = [
     header::RANGE,
     header::IF_NONE_MATCH,
     header::IF_MODIFIED_SINCE,
@@ -52,6 +52,8 @@ const DECLINE_IF_PRESENT: [header::HeaderName; 9] = [
     header::CACHE_CONTROL,
     header::PRAGMA,
     header::AUTHORIZATION,
+    // a protocol switch (a WebSocket) is never answered from the cache: `proxy::upgrade`
+    header::UPGRADE,
 ];
 
 /// Whether a request is one the fast path may answer, judged on the request alone.
@@ -67,7 +69,7 @@ pub fn eligible(policy: &CachePolicy, req: &RequestHeader) -> bool {
 }
 
 /// What the fast path reads: this node's memory tier, the tiered store in front of memcached
-/// when one is configured, and the decoded copies of small gzip bodies.
+/// when one is configured, and the decoded copies of small compressed bodies.
 pub struct FastHit {
     memory: &'static MemoryTier,
     shared: Option<&'static TieredStorage>,

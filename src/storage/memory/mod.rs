@@ -8,6 +8,11 @@
 //! * `fill.rs`: in-flight fills, their writer and the readers that stream them;
 //! * `hit.rs`: the hit handlers, and [`CompleteObject`] for the proxy's hit fast path.
 //!
+//! It also holds this node's partial objects ([`crate::storage::partial`]), each under a key of
+//! its own derived from its URL's primary key ([`MemoryTier::partial_object`]): charged, evicted
+//! and purged with everything else, never found by a complete-object lookup, never written to
+//! the shared tier.
+//!
 //! # Why it looks like this
 //! * **Hard byte bound.** Every object is charged its body, its header bytes and a fixed
 //!   overhead; the sum of charges never exceeds `memory_size`. [`MemoryTier::stats`] reports the
@@ -32,6 +37,7 @@ mod variants;
 pub use hit::CompleteObject;
 
 use super::object::{Body, StoredMeta};
+use super::partial::PartialObject;
 use crate::storage::rules::scope::{EntryScopes, Scope};
 use crate::storage::rules::{RuleBook, Verdict};
 use async_trait::async_trait;
@@ -92,6 +98,15 @@ fn key_of(hash: [u8; 16]) -> u128 {
     u128::from_be_bytes(hash)
 }
 
+/// Flipped in a URL's primary key to make the key of its partial object ("PARTIAL" in ASCII in
+/// the high bytes): a key no complete-object lookup computes, since those are the primary key or
+/// a hash of it with a variance.
+const PARTIAL_KEY_FLIP: u128 = 0x5041_5254_4941_4c00_0000_0000_0000_0001;
+
+fn partial_key(primary: [u8; 16]) -> u128 {
+    key_of(primary) ^ PARTIAL_KEY_FLIP
+}
+
 impl MemoryTier {
     /// Creates a tier holding at most `limit` bytes, admitting objects whose body is at most
     /// `max_object_size` bytes; `estimated_objects` sizes the admission sketch.
@@ -134,6 +149,50 @@ impl MemoryTier {
             return None;
         }
         self.trusted_object(key).map(CompleteObject::new)
+    }
+
+    /// The partial object stored for the URL whose primary key hash is `primary`, unless this node
+    /// no longer trusts it (near-cache mode). Freshness is the caller's to judge.
+    pub fn partial_object(&self, primary: [u8; 16]) -> Option<PartialObject> {
+        let object = self.trusted_object(partial_key(primary))?;
+        let meta = object.meta.read().clone();
+        PartialObject::new(meta, object.body.clone())
+    }
+
+    /// Stores the partial object of the URL whose cache key is `key`, replacing the one it had;
+    /// returns whether it was admitted. Purges and bans reach it as they reach the URL's complete
+    /// object (by the URL, its host and the tags in its head); a purge of the URL removes it with
+    /// the URL's variants.
+    pub fn store_partial(&self, key: &CacheKey, meta: StoredMeta, body: Body) -> bool {
+        let primary = key.primary_bin();
+        let scopes = self.scopes_of(key, &meta.header);
+        self.insert(
+            partial_key(primary),
+            key_of(primary),
+            Arc::new(meta),
+            body,
+            scopes,
+        )
+    }
+
+    /// Stores a complete object assembled outside a fill (parts of a representation combined,
+    /// see [`crate::storage::partial`]) under `key`, as a fill would store it; returns whether
+    /// it was admitted.
+    pub fn store_complete(&self, key: &CacheKey, meta: StoredMeta, body: Body) -> bool {
+        let scopes = self.scopes_of(key, &meta.header);
+        self.insert(
+            key_of(key.combined_bin()),
+            key_of(key.primary_bin()),
+            Arc::new(meta),
+            body,
+            scopes,
+        )
+    }
+
+    /// Removes the partial object of the URL whose primary key hash is `primary` (a complete
+    /// object supersedes it); returns whether there was one.
+    pub fn remove_partial(&self, primary: [u8; 16]) -> bool {
+        self.index.remove(partial_key(primary))
     }
 
     /// Makes this tier a near cache in front of a shared tier: every object is trusted for at most
@@ -512,6 +571,7 @@ mod tests {
     use super::test_support::{fill, read_all};
     use super::*;
     use pingora_cache::trace::Span;
+    use pingora_http::ResponseHeader;
 
     #[tokio::test]
     async fn write_then_read_and_purge() {
@@ -534,6 +594,37 @@ mod tests {
             .unwrap();
         assert_eq!(outcome, PurgeOutcome::Purged(None));
         assert!(tier.lookup(&key, &span).await.unwrap().is_none());
+        assert_eq!(tier.stats().bytes, 0);
+    }
+
+    #[tokio::test]
+    async fn a_partial_object_is_never_a_complete_one_and_goes_with_a_purge() {
+        let tier = MemoryTier::new(4 << 20, 1 << 20, 1024).leak();
+        let span = Span::inactive().handle();
+        let key = CacheKey::new("/partial", "");
+        let primary = key.primary_bin();
+        let mut head = ResponseHeader::build(206, None).unwrap();
+        head.insert_header("content-range", "bytes 0-4/10").unwrap();
+        let mut meta = StoredMeta::from_meta(&test_support::meta());
+        meta.header = head;
+        let body = Body::from_chunks(vec![bytes::Bytes::from_static(b"01234")]);
+        assert!(tier.store_partial(&key, meta, body));
+        let partial = tier.partial_object(primary).unwrap();
+        assert_eq!(partial.span.content_range(), "bytes 0-4/10");
+        // no complete-object lookup finds it
+        assert!(tier.lookup(&key, &span).await.unwrap().is_none());
+        assert!(tier.complete_object(primary).is_none());
+        // a purge of the URL takes it too
+        let outcome = tier
+            .purge(
+                PurgeTarget::Active(&key.to_compact()),
+                PurgeType::Invalidation,
+                &span,
+            )
+            .await
+            .unwrap();
+        assert_eq!(outcome, PurgeOutcome::Purged(None));
+        assert!(tier.partial_object(primary).is_none());
         assert_eq!(tier.stats().bytes, 0);
     }
 

@@ -61,28 +61,32 @@ pub struct EntryScopes {
     pub tags: Box<[u64]>,
     /// The key's text (host then path), for prefix matching and for the variant index.
     url: Box<str>,
-    /// Where the path starts in `url`.
+    /// Where the path starts in `url` (after the scheme prefix, if any, and the host).
     host_len: usize,
 }
 
 /// The host and the path-and-query a primary key's text was built from: the inverse of
-/// `proxy::cache_key::of_url`, which writes the lowercased host then the path. The host is
+/// `proxy::cache_key::of_url`, which writes the lowercased host then the path (after `https://`
+/// for an HTTPS request's key: the host of both schemes' entries is the same host). The host is
 /// everything before the first `/`: a host never contains one, and a cached request's path
 /// always starts with one.
 pub fn host_and_path(primary: &str) -> (&str, &str) {
-    primary.split_at(primary.find('/').unwrap_or(primary.len()))
+    let text = primary
+        .strip_prefix(crate::proxy::cache_key::HTTPS_PREFIX)
+        .unwrap_or(primary);
+    text.split_at(text.find('/').unwrap_or(text.len()))
 }
 
 impl EntryScopes {
     /// The scopes of an entry whose primary key text is `primary_text` (host + path, see
     /// [`host_and_path`]), whose primary hash is `primary`, carrying `tags`.
     pub fn new(primary_text: &str, primary: u128, tags: Box<[u64]>) -> EntryScopes {
-        let (host, _) = host_and_path(primary_text);
+        let (host, path) = host_and_path(primary_text);
         EntryScopes {
             primary,
             host: scope_hash(host),
             tags,
-            host_len: host.len(),
+            host_len: primary_text.len() - path.len(),
             url: primary_text.into(),
         }
     }
@@ -126,5 +130,15 @@ mod tests {
         assert!(!prefix(None, "/products/8").covers(&page));
         assert_eq!(host_and_path("hostonly"), ("hostonly", ""));
         assert_eq!(host_and_path("/no-host"), ("", "/no-host"));
+    }
+
+    #[test]
+    fn an_https_entry_has_the_host_and_path_of_its_http_twin() {
+        let text = "https://shop.example/products/7";
+        assert_eq!(host_and_path(text), ("shop.example", "/products/7"));
+        let entry = EntryScopes::new(text, 9, Box::new([]));
+        assert_eq!(entry.path(), "/products/7");
+        assert!(Scope::Host(scope_hash("shop.example")).covers(&entry));
+        assert!(prefix_covers(None, "/products/", &entry));
     }
 }

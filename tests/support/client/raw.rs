@@ -211,6 +211,23 @@ pub fn parse_responses(data: &[u8], head_request: bool) -> Vec<RawResponse> {
     out
 }
 
+/// Parses every consecutive complete response in `data`, interim 1xx responses included, in the
+/// order they arrived (for tests of `103 Early Hints` and `102 Processing`).
+pub fn parse_responses_with_interim(data: &[u8], head_request: bool) -> Vec<RawResponse> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos < data.len() {
+        match parse_one(&data[pos..], head_request, true) {
+            Parsed::Complete(r, n) => {
+                pos += n;
+                out.push(r);
+            }
+            _ => break,
+        }
+    }
+    out
+}
+
 /// A raw, persistent HTTP/1.x client connection for keep-alive and pipelining tests.
 pub struct RawConn {
     stream: TcpStream,

@@ -121,6 +121,10 @@ pub struct OriginResponse {
     pub body: Body,
     /// Wait this long before sending the response head.
     pub delay: Option<Duration>,
+    /// Interim (1xx) responses sent first, in order, each a status and its fields: written
+    /// before the delay, so the delay is the time the client waits between them and the final
+    /// response.
+    pub interim: Vec<(u16, Vec<(String, String)>)>,
 }
 
 impl OriginResponse {
@@ -131,6 +135,7 @@ impl OriginResponse {
             headers: Vec::new(),
             body: Body::Empty,
             delay: None,
+            interim: Vec::new(),
         }
     }
 
@@ -179,6 +184,17 @@ impl OriginResponse {
     /// Replaces the body.
     pub fn body(mut self, body: impl Into<Body>) -> Self {
         self.body = body.into();
+        self
+    }
+
+    /// Sends an interim response (`103 Early Hints`, `102 Processing`) with `fields` before the
+    /// final one (repeat the call for several).
+    pub fn interim(mut self, status: u16, fields: &[(&str, &str)]) -> Self {
+        let fields = fields
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        self.interim.push((status, fields));
         self
     }
 

@@ -2,8 +2,8 @@
 //! request, so each test states what the origin does right in the URL it requests.
 
 use super::{query_param, query_params, Body, OriginResponse, TestOrigin};
+use crate::support::coding::{encode, lists_coding};
 use crate::support::generated::generated_bytes;
-use crate::support::gzip::gzip;
 use crate::support::http_date::http_date_offset;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -43,6 +43,10 @@ pub fn q(value: &str) -> String {
 ///   request accepts gzip, `gzip=always` whatever it accepts; `br=1` labels the body
 ///   `Content-Encoding: br` unless the request asks for `identity` only (an origin that ignores
 ///   `Accept-Encoding: gzip`).
+/// * `coding=br` (or `zstd`, `gzip`) codes the body in that coding (with `Vary: Accept-Encoding`)
+///   when the request lists it, `coding_always=` whatever it accepts; `ce=token` labels the body
+///   `Content-Encoding: token` as it is, whatever the request accepts (a coding the origin
+///   chose, which the proxy need not know).
 ///
 /// The default body is `"<path> #<n>"`, n counting requests to the origin, so a refetch is visible.
 pub fn scripted_origin() -> TestOrigin {
@@ -100,6 +104,20 @@ pub fn scripted_origin() -> TestOrigin {
         }
         if query_param(req, "br").is_some() && req.header("accept-encoding") != Some("identity") {
             resp = resp.header("Content-Encoding", "br");
+        }
+        let accept_encoding = req.header("accept-encoding").unwrap_or("");
+        if let Some(coding) = query_param(req, "coding") {
+            resp = match lists_coding(accept_encoding, &coding) {
+                true => coded(resp, &coding),
+                false => resp,
+            }
+            .header("Vary", "Accept-Encoding");
+        }
+        if let Some(coding) = query_param(req, "coding_always") {
+            resp = coded(resp, &coding);
+        }
+        if let Some(token) = query_param(req, "ce") {
+            resp = resp.header("Content-Encoding", token);
         }
         if let Some(e) = query_param(req, "expires") {
             let value = match e.parse::<i64>() {
@@ -170,12 +188,18 @@ pub fn scripted_origin() -> TestOrigin {
 
 /// Replaces a response's body by its gzip coding and labels it `Content-Encoding: gzip`.
 fn gzip_coded(resp: OriginResponse) -> OriginResponse {
+    coded(resp, "gzip")
+}
+
+/// Replaces a response's body by its coding in `coding` and labels it so.
+fn coded(resp: OriginResponse, coding: &str) -> OriginResponse {
     let plain = match &resp.body {
         Body::Bytes(b) => b.to_vec(),
         Body::Generated { len, seed } => generated_bytes(*len, *seed),
-        other => panic!("gzip=1 needs a fixed or generated body, not {other:?}"),
+        other => panic!("{coding} coding needs a fixed or generated body, not {other:?}"),
     };
-    resp.body(gzip(&plain)).header("Content-Encoding", "gzip")
+    resp.body(encode(coding, &plain))
+        .header("Content-Encoding", coding)
 }
 
 /// Nanoseconds since the epoch, for building paths no earlier run has used.

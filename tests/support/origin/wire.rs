@@ -292,7 +292,17 @@ async fn write_response(
         mut headers,
         body,
         delay,
+        interim,
     } = resp;
+    for (status, fields) in interim {
+        let mut head = format!("HTTP/1.1 {status} Interim\r\n");
+        for (k, v) in fields {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
+        stream.write_all(head.as_bytes()).await?;
+        stream.flush().await?;
+    }
     if let Some(d) = delay {
         tokio::time::sleep(d).await;
     }

@@ -424,11 +424,23 @@ where
                 if let HttpTask::Failed(e) = task {
                     return Err(e);
                 }
+                // the cache serves this task and the rest of the response
+                continue;
             }
             filtered_tasks.push(task);
         }
 
         if !serve_from_cache.should_send_to_downstream() {
+            // Interim (1xx) responses that arrived in the same batch as the final header, before
+            // the cache took the response over, were filtered for downstream: send them, or
+            // they would be lost (RFC 9110 §15.2: a proxy forwards them).
+            // A downstream error is left to the writes of the cached response, which tolerate it
+            // while the cache fills.
+            if !filtered_tasks.is_empty() {
+                if let Err(e) = session.write_response_tasks(filtered_tasks).await {
+                    debug!("interim response not written downstream: {e}");
+                }
+            }
             // TODO: need to derive response_done from filtered_tasks in case downstream failed already
             return Ok(None);
         }

@@ -1,0 +1,92 @@
+//! Reloading: the config file is read and validated again, and what may change is swapped in
+//! while connections stay open and the memory tier keeps its objects.
+//!
+//! The new file goes through the same loading as at start-up (the same CLI flags laid over it,
+//! every check), so a file `--check-config` accepts is a file a reload accepts. An invalid file
+//! is refused: the running settings stay and the reason is logged (and returned to the admin
+//! endpoint). A valid one replaces the [`LiveSettings`] requests read; the keys of
+//! [`restart_keys`](super::restart_keys) keep their running value and are named in a warning.
+//! A reload also reopens the access log file (for `logrotate`) and applies `log.level`.
+
+use super::live::{Live, LiveSettings};
+use super::restart_keys;
+use crate::config::{Cli, Config, ConfigError};
+use crate::observe::access_log::AccessLog;
+use parking_lot::Mutex;
+use std::fmt;
+use std::sync::Arc;
+
+/// What a reload did with a valid file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reloaded {
+    /// Restart-only keys the file changed; their running value was kept.
+    pub needs_restart: Vec<&'static str>,
+}
+
+impl fmt::Display for Reloaded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("configuration reloaded")?;
+        if !self.needs_restart.is_empty() {
+            write!(
+                f,
+                "; changed keys that need a hand-over or restart (running values kept): {}",
+                self.needs_restart.join(", ")
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Re-reads the config the process was started with and applies it; shared by SIGHUP and the
+/// admin endpoint.
+pub struct Reloader {
+    /// The flags given at start, laid over the file again on every reload.
+    cli: Cli,
+    live: Arc<Live>,
+    access_log: Option<Arc<AccessLog>>,
+    /// One reload at a time, so two cannot interleave their read and their swap.
+    one_at_a_time: Mutex<()>,
+    /// `RUST_LOG` was set at start: it, not `log.level`, decides the level.
+    level_from_env: bool,
+}
+
+impl Reloader {
+    /// Reloads `live` from the file named by `cli` (with `cli`'s flags over it).
+    pub fn new(cli: Cli, live: Arc<Live>, access_log: Option<Arc<AccessLog>>) -> Self {
+        Reloader {
+            cli,
+            live,
+            access_log,
+            one_at_a_time: Mutex::new(()),
+            level_from_env: std::env::var_os("RUST_LOG").is_some(),
+        }
+    }
+
+    /// Reads, validates and applies the config file; logs the outcome. On error nothing changed.
+    pub fn reload(&self) -> Result<Reloaded, ConfigError> {
+        let _one = self.one_at_a_time.lock();
+        let mut config = match Config::load(&self.cli) {
+            Ok(config) => config,
+            Err(e) => {
+                log::error!("configuration reload refused, the running configuration stays: {e}");
+                return Err(e);
+            }
+        };
+        let running = self.live.load_full();
+        let needs_restart = restart_keys::keep_running(&running.config, &mut config);
+        if !self.level_from_env {
+            log::set_max_level(config.log.level);
+        }
+        self.live.store(LiveSettings::reloaded(&running, config));
+        if let Some(access_log) = &self.access_log {
+            access_log.reopen();
+        }
+        let outcome = Reloaded { needs_restart };
+        if outcome.needs_restart.is_empty() {
+            log::info!("{outcome}");
+        } else {
+            log::warn!("{outcome}");
+        }
+        Ok(outcome)
+    }
+}

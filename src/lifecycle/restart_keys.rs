@@ -1,0 +1,115 @@
+//! The keys a reload cannot apply, and what a reload does with them.
+//!
+//! They shape things built once, at start: the listening sockets (`listen`, `[tls]`,
+//! `admin.listen`, `[server]`), the worker threads, the memory tier (`cache.memory_size`,
+//! `max_object_size`, `estimated_objects`, `enabled`, `compression.decoded_copies`), the memcached
+//! cluster (`[cache.memcached]`), the backends and their health checker (`upstream`,
+//! `[[upstreams]]`, `[balancer.health_check]`), the access log's destination and format, and the
+//! shutdown timings Pingora reads when it starts. A reload that finds one of them changed applies
+//! everything else, keeps the running value of these, and names them in a warning: changing them
+//! takes a hand-over (`lacquer --upgrade`, see [`super::upgrade`]) or a restart.
+
+use crate::config::Config;
+
+/// Copies the running value of every restart-only key into `new`, and returns the dotted names
+/// of those whose value differed (empty when the new file changes only reloadable keys).
+pub fn keep_running(running: &Config, new: &mut Config) -> Vec<&'static str> {
+    let mut changed = Vec::new();
+    macro_rules! restart_only {
+        ($($key:literal => $($field:ident).+;)*) => {$(
+            if running.$($field).+ != new.$($field).+ {
+                changed.push($key);
+                new.$($field).+ = running.$($field).+.clone();
+            }
+        )*};
+    }
+    restart_only! {
+        "listen" => listen;
+        "threads" => threads;
+        "shutdown_timeout" => shutdown_timeout;
+        "upstream_keepalive_pool" => upstream_keepalive_pool;
+        "server.h2c" => h2c;
+        "server.write_buffer" => write_buffer;
+        "server.upgrade_sock" => upgrade_sock;
+        "tls" => tls;
+        "admin.listen" => admin_listen;
+        "upstream" => upstream;
+        "upstream" => upstream_name;
+        "upstreams" => balancer.backends;
+        "balancer.health_check" => balancer.health_check;
+        "cache.enabled" => cache.enabled;
+        "cache.memory_size" => cache.memory_size;
+        "cache.max_object_size" => cache.max_object_size;
+        "cache.estimated_objects" => cache.estimated_objects;
+        "cache.memcached" => cache.memcached;
+        "cache.compression.decoded_copies" => cache.compression.decoded_copies;
+        "log.access" => log.access;
+        "log.format" => log.format;
+        "admin.allow_from" => admin_access.allow_from;
+        "admin.token" => admin_access.token;
+        "invalidation.poll_interval" => invalidation.poll_interval;
+        "invalidation.retention" => invalidation.retention;
+        "invalidation.tag_header" => invalidation.tag_header;
+        "invalidation.node_name" => invalidation.node_name;
+    }
+    changed.dedup();
+    changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: &str) -> Config {
+        Config::from_toml(&format!("upstream = \"127.0.0.1:8080\"\n{extra}")).expect(extra)
+    }
+
+    #[test]
+    fn reloadable_keys_pass_through() {
+        let running = config("");
+        let mut new = config("[cache]\ndefault_ttl = \"30s\"\n[proxy]\nvia_name = \"edge\"");
+        assert!(keep_running(&running, &mut new).is_empty());
+        assert_eq!(
+            new.cache.default_ttl,
+            Some(std::time::Duration::from_secs(30))
+        );
+        assert_eq!(new.proxy.via_name, "edge");
+    }
+
+    #[test]
+    fn restart_only_keys_keep_their_running_value_and_are_named() {
+        let running = config("listen = [\"127.0.0.1:6081\"]");
+        let mut new = config(
+            "listen = [\"127.0.0.1:7000\"]\n[cache]\nmemory_size = \"64MiB\"\ndefault_ttl = \"9s\"",
+        );
+        let changed = keep_running(&running, &mut new);
+        // estimated_objects follows memory_size, and the node's name the first listen port,
+        // when not given
+        assert_eq!(
+            changed,
+            [
+                "listen",
+                "cache.memory_size",
+                "cache.estimated_objects",
+                "invalidation.node_name"
+            ]
+        );
+        assert_eq!(new.listen, running.listen);
+        assert_eq!(new.cache.memory_size, running.cache.memory_size);
+        assert_eq!(
+            new.cache.default_ttl,
+            Some(std::time::Duration::from_secs(9))
+        );
+    }
+
+    #[test]
+    fn another_origin_needs_a_restart() {
+        let running = config("");
+        let mut new =
+            Config::from_toml("upstream = \"127.0.0.1:9090\"\n[balancer]\nretries.attempts = 0")
+                .unwrap();
+        assert_eq!(keep_running(&running, &mut new), ["upstream", "upstreams"]);
+        assert_eq!(new.upstream, running.upstream);
+        assert_eq!(new.balancer.retries, 0);
+    }
+}

@@ -1,0 +1,254 @@
+//! Protocol upgrades (`Upgrade: websocket`, and any other protocol the origin accepts): the
+//! request goes to the origin with its upgrade intact, the `101 Switching Protocols` comes back
+//! with its `Upgrade` and `Connection`, and Pingora then tunnels bytes both ways until either side
+//! closes.
+//!
+//! Pingora already runs the tunnel (its HTTP/1 sessions switch to raw bytes after a 101). What a
+//! proxy built on it must not do is what breaks WebSockets behind most of them: strip `Upgrade`
+//! and `Connection` as hop-by-hop fields on the way in or out. Here:
+//!
+//! * [`UpgradeRequest::of`] (`request_filter`) decides once whether the request asks for a switch,
+//!   by Pingora's own rule (HTTP/1.1 with an `Upgrade` field), so its tunnel state machine and
+//!   ours agree. Such a request never touches the cache: no lookup, nothing stored.
+//! * [`on_peer`] (`upstream_peer`) tells Pingora to leave the request's upgrade fields to us
+//!   (its default forwards `websocket` only) and gives the attempt the tunnel's idle timeout.
+//! * [`on_upstream_request`] (`upstream_request_filter`) does the hop-by-hop normalization
+//!   Pingora then skips: fields the client's `Connection` nominates are removed, `Upgrade` keeps
+//!   the protocols offered (but `h2c`, which is HTTP/2 itself, not a protocol to tunnel) and
+//!   `Connection: upgrade` carries it. An `Upgrade` the client did not nominate in `Connection`
+//!   (RFC 9110 §7.8 requires it) is not forwarded: the origin sees an ordinary request.
+//! * [`on_upstream_response`] (`upstream_response_filter`) keeps a 101's `Upgrade` and
+//!   `Connection: upgrade` (every other hop-by-hop field is still removed).
+//!
+//! The tunnel's idle timeout (`proxy.tunnel_idle_timeout`) bounds each direction: a side that
+//! sends nothing for that long ends the tunnel, as nginx's `proxy_read_timeout` does. The access
+//! log writes one line when the tunnel ends, status 101, cache word `tunnel`.
+//!
+//! HTTP/2 clients: WebSockets over HTTP/2 need extended CONNECT (RFC 8441). Pingora 0.9.1 cannot
+//! carry it (see `docs/conformance.md`), so Lacquer does not advertise
+//! `SETTINGS_ENABLE_CONNECT_PROTOCOL`, and browsers then open their WebSockets over HTTP/1.1, which
+//! works on the same TLS listener (ALPN offers `http/1.1`).
+
+use http::header::{self, HeaderName, HeaderValue};
+use pingora_core::upstreams::peer::{H1UpgradePolicy, HttpPeer};
+use pingora_http::{RequestHeader, ResponseHeader};
+use std::time::Duration;
+
+/// Fields that belong to one connection and never go on, whatever `Connection` says (RFC 9110
+/// §7.6.1, and the ones Pingora strips from ordinary requests).
+const HOP_BY_HOP: [&str; 7] = [
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "http2-settings",
+];
+
+/// Fields that a client's `Connection` may not make us drop: the origin needs them, and we set
+/// the forwarding ones ourselves.
+const PROTECTED: [&str; 5] = [
+    "host",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "forwarded",
+];
+
+/// Whether a request asks to switch protocols, decided once in `request_filter`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum UpgradeRequest {
+    /// An ordinary request.
+    #[default]
+    None,
+    /// HTTP/1.1 with an `Upgrade` field: forwarded as an upgrade (or, if malformed, as an ordinary
+    /// request), never cached.
+    Requested,
+}
+
+impl UpgradeRequest {
+    /// Pingora's own test (`is_upgrade_req`): HTTP/1.1 and an `Upgrade` field. Using the same
+    /// rule keeps its check that the request and the 101 agree from refusing our tunnels.
+    #[inline]
+    pub fn of(req: &RequestHeader) -> UpgradeRequest {
+        if req.version == http::Version::HTTP_11 && req.headers.contains_key(header::UPGRADE) {
+            UpgradeRequest::Requested
+        } else {
+            UpgradeRequest::None
+        }
+    }
+
+    /// Whether the request asks for an upgrade.
+    #[inline]
+    pub fn requested(self) -> bool {
+        self == UpgradeRequest::Requested
+    }
+}
+
+/// `upstream_peer`: for an upgrade request, the upgrade fields are ours to normalize (Pingora's
+/// default would drop every protocol but `websocket`), and the attempt waits for the origin at
+/// most `idle` between bytes, which is the tunnel's idle timeout once it is open.
+pub fn on_peer(peer: &mut HttpPeer, idle: Duration) {
+    peer.options.http_upstream_request_policy.h1_upgrade = H1UpgradePolicy::Preserve;
+    peer.options.read_timeout = Some(idle);
+}
+
+/// `upstream_request_filter`: the hop-by-hop normalization of an upgrade request (Pingora skips
+/// it when asked to preserve the upgrade): nominated and standard hop-by-hop fields go, the
+/// offered protocols (less `h2c`) stay in `Upgrade`, announced by `Connection: upgrade`. Returns
+/// whether the request still asks for an upgrade.
+pub fn on_upstream_request(req: &mut RequestHeader) -> bool {
+    let mut nominates_upgrade = false;
+    let nominated: Vec<HeaderName> = req
+        .headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .map(|token| token.trim_ascii())
+        .filter(|token| !token.is_empty())
+        .filter_map(|token| {
+            if token.eq_ignore_ascii_case(b"upgrade") {
+                nominates_upgrade = true;
+                return None;
+            }
+            HeaderName::from_bytes(token).ok()
+        })
+        .collect();
+    for name in nominated {
+        if !PROTECTED.contains(&name.as_str()) {
+            req.remove_header(&name);
+        }
+    }
+    for name in HOP_BY_HOP {
+        req.remove_header(name);
+    }
+    req.remove_header(&header::CONNECTION);
+    let protocols = offered_protocols(req);
+    req.remove_header(&header::UPGRADE);
+    match protocols {
+        Some(protocols) if nominates_upgrade => {
+            let _ = req.insert_header(header::UPGRADE, protocols);
+            let _ = req.insert_header(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            true
+        }
+        _ => false,
+    }
+}
+
+/// The protocols of the request's `Upgrade` fields, in order, without `h2c`; `None` if none is
+/// left.
+fn offered_protocols(req: &RequestHeader) -> Option<HeaderValue> {
+    let kept: Vec<&str> = req
+        .headers
+        .get_all(header::UPGRADE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|p| !p.is_empty() && !p.eq_ignore_ascii_case("h2c"))
+        .collect();
+    if kept.is_empty() {
+        return None;
+    }
+    HeaderValue::from_str(&kept.join(", ")).ok()
+}
+
+/// `upstream_response_filter`, before the hop-by-hop fields are stripped: the `Upgrade` of a 101,
+/// to put back with `Connection: upgrade` by [`restore_switch_fields`].
+pub fn on_upstream_response(resp: &ResponseHeader) -> Option<HeaderValue> {
+    if resp.status != http::StatusCode::SWITCHING_PROTOCOLS {
+        return None;
+    }
+    resp.headers.get(header::UPGRADE).cloned()
+}
+
+/// Puts a 101's `Upgrade` back, announced by `Connection: upgrade`, after every hop-by-hop field
+/// (including whatever the origin's `Connection` nominated) was removed.
+pub fn restore_switch_fields(resp: &mut ResponseHeader, upgrade: HeaderValue) {
+    let _ = resp.insert_header(header::UPGRADE, upgrade);
+    let _ = resp.insert_header(header::CONNECTION, HeaderValue::from_static("upgrade"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(fields: &[(&str, &str)]) -> RequestHeader {
+        let mut req = RequestHeader::build("GET", b"/chat", None).unwrap();
+        for (name, value) in fields {
+            req.append_header(name.to_string(), *value).unwrap();
+        }
+        req
+    }
+
+    #[test]
+    fn an_upgrade_is_requested_by_an_http11_upgrade_field() {
+        assert!(UpgradeRequest::of(&request(&[("upgrade", "websocket")])).requested());
+        assert!(!UpgradeRequest::of(&request(&[])).requested());
+        let mut old = request(&[("upgrade", "websocket")]);
+        old.set_version(http::Version::HTTP_10);
+        assert!(!UpgradeRequest::of(&old).requested());
+    }
+
+    #[test]
+    fn the_upgrade_goes_on_with_connection_upgrade_and_nominated_fields_go() {
+        let mut req = request(&[
+            ("host", "a.test"),
+            ("connection", "keep-alive, Upgrade, x-hop, host"),
+            ("upgrade", "websocket"),
+            ("x-hop", "1"),
+            ("keep-alive", "timeout=5"),
+            ("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ=="),
+        ]);
+        assert!(on_upstream_request(&mut req));
+        assert_eq!(req.headers["upgrade"], "websocket");
+        assert_eq!(req.headers["connection"], "upgrade");
+        assert!(req.headers.get("x-hop").is_none());
+        assert!(req.headers.get("keep-alive").is_none());
+        assert_eq!(req.headers["host"], "a.test", "protected from nomination");
+        assert!(req.headers.get("sec-websocket-key").is_some());
+    }
+
+    #[test]
+    fn other_protocols_are_kept_and_h2c_is_not() {
+        let mut req = request(&[
+            ("connection", "upgrade, http2-settings"),
+            ("upgrade", "h2c, foo/2"),
+            ("http2-settings", "AAMAAABkAAQAAP__"),
+        ]);
+        assert!(on_upstream_request(&mut req));
+        assert_eq!(req.headers["upgrade"], "foo/2");
+        assert!(req.headers.get("http2-settings").is_none());
+
+        let mut only_h2c = request(&[("connection", "upgrade"), ("upgrade", "h2c")]);
+        assert!(!on_upstream_request(&mut only_h2c));
+        assert!(only_h2c.headers.get("upgrade").is_none());
+        assert!(only_h2c.headers.get("connection").is_none());
+    }
+
+    #[test]
+    fn an_upgrade_not_nominated_by_connection_is_not_forwarded() {
+        let mut req = request(&[("upgrade", "websocket")]);
+        assert!(!on_upstream_request(&mut req));
+        assert!(req.headers.get("upgrade").is_none());
+    }
+
+    #[test]
+    fn a_101_keeps_its_upgrade_with_connection_upgrade() {
+        let mut resp = ResponseHeader::build(101, None).unwrap();
+        resp.insert_header("upgrade", "websocket").unwrap();
+        resp.insert_header("connection", "Upgrade, x-private")
+            .unwrap();
+        resp.insert_header("x-private", "1").unwrap();
+        let upgrade = on_upstream_response(&resp).unwrap();
+        crate::proxy::headers::strip_hop_by_hop(&mut resp);
+        restore_switch_fields(&mut resp, upgrade);
+        assert_eq!(resp.headers["upgrade"], "websocket");
+        assert_eq!(resp.headers["connection"], "upgrade");
+        assert!(resp.headers.get("x-private").is_none());
+
+        let ok = ResponseHeader::build(200, None).unwrap();
+        assert!(on_upstream_response(&ok).is_none());
+    }
+}
