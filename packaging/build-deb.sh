@@ -21,7 +21,7 @@ if [ "${1:-}" != "--no-build" ]; then
   cargo build --release --locked --bin lacquer --bin lacquer-man
   mkdir -p target/man
   target/release/lacquer-man | gzip -9n > target/man/lacquer.1.gz
-  cargo deb --no-build --no-strip -p lacquer
+  cargo deb --no-build --strip -p lacquer
 fi
 deb=$(ls -t target/debian/lacquer_*.deb | head -1)
 echo "build-deb: checking $deb"
@@ -29,7 +29,7 @@ echo "build-deb: checking $deb"
 # the package's shape
 contents=$(dpkg-deb -c "$deb")
 for path in ./usr/bin/lacquer ./etc/lacquer/lacquer.toml ./usr/share/man/man1/lacquer.1.gz \
-            ./lib/systemd/system/lacquer.service; do
+            ./usr/lib/systemd/system/lacquer.service; do
   grep -q " $path\$" <<<"$contents" || { echo "build-deb: $path missing from $deb" >&2; exit 1; }
 done
 dpkg-deb -f "$deb" Depends | grep -q adduser
@@ -48,6 +48,7 @@ serve_hit() {
   touch -d '2020-01-01' "$work/www/page.html"
   (cd "$work/www" && exec python3 -m http.server "$origin_port" --bind 127.0.0.1) >/dev/null 2>&1 &
   origin_pid=$!
+  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$origin_port/" && break; sleep 0.1; done
   sed -e "s|^upstream = .*|upstream = \"127.0.0.1:$origin_port\"|" \
       -e "s|^upgrade_sock = .*|upgrade_sock = \"$work/upgrade.sock\"|" "$config" > "$work/lacquer.toml"
   printf 'listen = ["127.0.0.1:%s"]\n%s\n' "$port" "$(cat "$work/lacquer.toml")" > "$work/lacquer.toml.new"
@@ -74,7 +75,7 @@ if docker info >/dev/null 2>&1; then
       apt-get update -q >/dev/null
       DEBIAN_FRONTEND=noninteractive apt-get install -y -q /tmp/lacquer.deb curl python3 >/dev/null
       getent passwd lacquer >/dev/null
-      test -f /lib/systemd/system/lacquer.service
+      test -f /usr/lib/systemd/system/lacquer.service
       lacquer --check-config /etc/lacquer/lacquer.toml
       LACQUER_INSTALLED=1 bash /check.sh --no-build'
   exit 0

@@ -1,12 +1,19 @@
 //! Start-up: turns a validated [`Config`] into a running Pingora server.
 //!
+//! The client side is bounded by `[server]`'s limits ([`ClientLimits`]): the request-head
+//! deadline and sizes and the HTTP/2 idle timeout go into Pingora's server options (the head
+//! limits through the vendored pingora-core's patches, `vendor/README.md`), and the number of
+//! connections is capped around the proxy ([`connection_cap`]).
+//!
 //! What happens after start-up (SIGHUP reload, SIGQUIT hand-over, SIGTERM drain) is
 //! [`crate::lifecycle`]'s: this module wires it in, passing Pingora our signal watcher, our
 //! `upgrade_sock` and `--upgrade`, and a grace period just past `shutdown_timeout` that the drain
 //! watcher ends as soon as no request is left.
 
+mod connection_cap;
+
 use crate::admin::AdminApp;
-use crate::config::{Cli, Config};
+use crate::config::{Cli, ClientLimits, Config};
 use crate::invalidation::{InvalidationService, Invalidator};
 use crate::lifecycle::drain::{self, InFlightRequests};
 use crate::lifecycle::live::{Live, LiveSettings};
@@ -22,9 +29,11 @@ use crate::storage::rules::tags::TagField;
 use crate::storage::rules::RuleBook;
 use crate::storage::tiered::TieredStorage;
 use crate::upstream::health::HealthChecker;
+use connection_cap::ConnectionCap;
 use pingora_core::apps::HttpServerOptions;
 use pingora_core::listeners::tls::TlsSettings;
 use pingora_core::listeners::{L4BufferSettings, ListenerConfig, Listeners};
+use pingora_core::protocols::http::v2::server::{default_h2_options, H2Options};
 use pingora_core::server::configuration::ServerConf;
 use pingora_core::server::{RunArgs, Server};
 use pingora_core::services::background::background_service;
@@ -71,6 +80,27 @@ fn server_conf(config: &Config) -> ServerConf {
         upgrade_sock: config.upgrade_sock.clone(),
         ..ServerConf::default()
     }
+}
+
+/// Pingora's options for client connections: h2c, HTTP/1.1 pipelining (RFC 9112 §9.3.2: every
+/// pipelined request answered in order; Pingora closes after the first without it), and the
+/// bounds of `[server]`.
+fn client_options(h2c: bool, limits: &ClientLimits) -> HttpServerOptions {
+    let mut options = HttpServerOptions::default();
+    options.h2c = h2c;
+    options.h1_pipelining = true;
+    options.request_head_timeout = Some(limits.header_read_timeout);
+    options.request_head_max_bytes = Some(limits.max_header_size);
+    options.request_line_max_bytes = Some(limits.max_request_line);
+    options.h2_idle_timeout = Some(limits.h2_idle_timeout);
+    options
+}
+
+/// Pingora's bounded HTTP/2 defaults, with the header list limited like an HTTP/1 head.
+fn h2_options(limits: &ClientLimits) -> H2Options {
+    let mut options = default_h2_options();
+    options.max_header_list_size(u32::try_from(limits.max_header_size).unwrap_or(u32::MAX));
+    options
 }
 
 /// Builds the memory tier the config asks for, judged by `rules`; with a shared tier it becomes
@@ -162,11 +192,8 @@ fn serve(
         server.add_service(background_service("health checks", checker));
     }
     let mut http = pingora_proxy::http_proxy(&server.configuration, proxy);
-    if config.h2c {
-        let mut options = HttpServerOptions::default();
-        options.h2c = true;
-        http.server_options = Some(options);
-    }
+    http.server_options = Some(client_options(config.h2c, &config.client_limits));
+    http.h2_options = Some(h2_options(&config.client_limits));
     let mut listeners = Listeners::new();
     let buffers = L4BufferSettings::default().write(config.write_buffer);
     for addr in &config.listen {
@@ -195,7 +222,10 @@ fn serve(
     if !expecting_header.is_empty() {
         listeners.set_pre_tls_callback(Arc::new(PreTlsHeader(expecting_header.clone())));
     }
-    let app = ProxyProtocolApp::new(http, expecting_header);
+    let app = ConnectionCap::new(
+        ProxyProtocolApp::new(http, expecting_header),
+        config.client_limits.max_connections,
+    );
     server.add_service(Service::with_listeners(
         "lacquer".to_string(),
         listeners,

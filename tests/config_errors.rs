@@ -126,6 +126,31 @@ fn invalid_values_name_the_key_and_reason() {
             "line 3",
         ),
         (
+            "upstream = \"127.0.0.1:1\"\n[server]\nheader_read_timeout = \"0s\"",
+            "server.header_read_timeout",
+            "greater than zero",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\n[server]\nmax_header_size = \"100\"",
+            "server.max_header_size",
+            "between 1KiB and 1MiB",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\n[server]\nmax_request_line = \"64KiB\"",
+            "server.max_request_line",
+            "server.max_header_size",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\n[server]\nmax_connections = 0",
+            "server.max_connections",
+            "at least 1",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\n[server]\nh2_idle_timeout = \"soon\"",
+            "server.h2_idle_timeout",
+            "not a duration",
+        ),
+        (
             "upstream = \"127.0.0.1:1\"\n[cache.partial]\nenabled = \"yes\"",
             "expected a boolean",
             "line 3",

@@ -205,10 +205,8 @@ async fn no_cache_with_a_validator_is_revalidated_on_every_use() {
 /// the time it was received, once.
 ///
 /// Needs Pingora's server sessions to leave a response's `Date` alone: pingora-core 0.9.1 replaces
-/// it on every response (`protocols/http/v1/server.rs` and `v2/server.rs`). With
-/// `vendor/pending/pingora-core-keep-date.patch` applied to a vendored pingora-core it passes.
+/// it on every response; the vendored copy's patch 0004 (`vendor/patches/pingora-core/`) keeps it.
 #[tokio::test]
-#[ignore = "pingora-core 0.9.1 rewrites Date; needs vendor/pending/pingora-core-keep-date.patch"]
 async fn a_stored_response_keeps_its_date() {
     let origin = scripted_origin();
     let lacquer = proxy(&origin);

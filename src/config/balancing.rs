@@ -124,7 +124,7 @@ pub struct BackendConfig {
 }
 
 /// Validated `[balancer.queue]`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct QueueConfig {
     pub length: u32,
     pub timeout: Duration,

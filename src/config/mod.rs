@@ -45,7 +45,7 @@ pub use cache::{CacheConfig, TtlOverride};
 pub use cli::Cli;
 pub use logging::{AccessLogFormat, AccessLogTarget, LogConfig};
 pub use proxy::{ForwardedHeaders, ProxyConfig};
-pub use server::DEFAULT_LISTEN;
+pub use server::{ClientLimits, DEFAULT_LISTEN};
 pub use tls::TlsConfig;
 
 use file::FileConfig;
@@ -95,6 +95,8 @@ pub struct Config {
     /// head and body fit goes out in one `send`. Pingora's default is one MSS (1460 bytes), which
     /// splits any response over ~1 KB into two sends, two client wake-ups.
     pub write_buffer: usize,
+    /// What a client connection may take: head deadline and sizes, connection cap, h2 idle.
+    pub client_limits: ClientLimits,
     /// The Unix socket a hand-over passes the listening sockets through (`server.upgrade_sock`,
     /// see [`crate::lifecycle::upgrade`]).
     pub upgrade_sock: String,
@@ -160,6 +162,7 @@ impl Config {
             upstream_keepalive_pool: server.upstream_keepalive_pool,
             h2c: server.h2c,
             write_buffer: server.write_buffer,
+            client_limits: server.client_limits,
             upgrade_sock: server.upgrade_sock,
             tls,
             balancer: balancing::validate(&file.balancer, backends, &proxy)?,

@@ -18,7 +18,7 @@ pub struct PartialSection {
 }
 
 /// The validated settings.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct PartialConfig {
     /// Whether a range request on a miss is forwarded and its `206` stored and combined.
     pub enabled: bool,

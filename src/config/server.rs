@@ -1,5 +1,6 @@
 //! The top-level keys and `[server]`: where this process listens, how many workers it runs, how
-//! it shuts down, how many idle origin connections it keeps, and how it writes to clients.
+//! it shuts down, how many idle origin connections it keeps, how it writes to clients, and what
+//! it allows a client connection ([`ClientLimits`]).
 
 use super::check;
 use super::ConfigError;
@@ -15,9 +16,40 @@ pub struct ServerSection {
     pub h2c: Option<bool>,
     /// Per-connection write buffer for clients, e.g. "16KiB".
     pub write_buffer: Option<String>,
+    /// How long a request head may take to arrive, e.g. "10s".
+    pub header_read_timeout: Option<String>,
+    /// The largest request head (request line and header fields), e.g. "32KiB".
+    pub max_header_size: Option<String>,
+    /// The longest request line, e.g. "8KiB".
+    pub max_request_line: Option<String>,
+    /// The most client connections served at once.
+    pub max_connections: Option<i64>,
+    /// How long an HTTP/2 client connection with no request in flight is kept, e.g. "60s".
+    pub h2_idle_timeout: Option<String>,
     /// The Unix socket a hand-over passes the listening sockets through (`lacquer --upgrade`).
     pub upgrade_sock: Option<String>,
 }
+
+/// What a client connection may take: the bounds that keep slow, idle or oversized clients
+/// from holding memory without limit (`docs/security.md`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientLimits {
+    /// `server.header_read_timeout`: a request head not complete this long after the connection
+    /// was accepted (or, on a kept-alive connection, after its first byte) gets 408.
+    pub header_read_timeout: Duration,
+    /// `server.max_header_size`: a larger request head gets 431 (HTTP/2: the decoded header
+    /// list, which h2 answers 431 too).
+    pub max_header_size: usize,
+    /// `server.max_request_line`: a longer HTTP/1 request line gets 414.
+    pub max_request_line: usize,
+    /// `server.max_connections`: connections beyond it are closed at once, unread.
+    pub max_connections: usize,
+    /// `server.h2_idle_timeout`: an HTTP/2 connection with no stream in flight is closed after it.
+    pub h2_idle_timeout: Duration,
+}
+
+/// The largest `server.max_header_size`: the request head is buffered whole, per connection.
+const MAX_HEADER_SIZE: usize = 1 << 20;
 
 /// The default plain listener, Varnish's customary port.
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:6081";
@@ -40,6 +72,7 @@ pub(super) struct ServerSettings {
     pub upstream_keepalive_pool: usize,
     pub h2c: bool,
     pub write_buffer: usize,
+    pub client_limits: ClientLimits,
     pub upgrade_sock: String,
 }
 
@@ -99,7 +132,9 @@ pub(super) fn validate(file: ServerKeys<'_>) -> Result<ServerSettings, ConfigErr
             format!("{upgrade_sock:?} is not an absolute path"),
         ));
     }
+    let client_limits = client_limits(file.server)?;
     Ok(ServerSettings {
+        client_limits,
         listen,
         proxy_protocol,
         threads,
@@ -109,5 +144,50 @@ pub(super) fn validate(file: ServerKeys<'_>) -> Result<ServerSettings, ConfigErr
         h2c: file.server.h2c.unwrap_or(true),
         write_buffer,
         upgrade_sock,
+    })
+}
+
+/// Validates the client limits of `[server]`.
+fn client_limits(server: &ServerSection) -> Result<ClientLimits, ConfigError> {
+    let header_read_timeout = check::positive_duration(
+        "server.header_read_timeout",
+        &server.header_read_timeout,
+        Duration::from_secs(10),
+    )?;
+    let max_header_size = check::size("server.max_header_size", &server.max_header_size, 32 << 10)?;
+    if !(1024..=MAX_HEADER_SIZE).contains(&max_header_size) {
+        return Err(ConfigError::new(
+            "server.max_header_size",
+            format!("{max_header_size} bytes is not between 1KiB and 1MiB"),
+        ));
+    }
+    let max_request_line =
+        check::size("server.max_request_line", &server.max_request_line, 8 << 10)?;
+    if !(256..=max_header_size).contains(&max_request_line) {
+        return Err(ConfigError::new(
+            "server.max_request_line",
+            format!(
+                "{max_request_line} bytes is not between 256 bytes and server.max_header_size \
+                 ({max_header_size} bytes)"
+            ),
+        ));
+    }
+    let max_connections = check::integer(
+        "server.max_connections",
+        server.max_connections,
+        10_000,
+        1..=10_000_000,
+    )?;
+    let h2_idle_timeout = check::positive_duration(
+        "server.h2_idle_timeout",
+        &server.h2_idle_timeout,
+        Duration::from_secs(60),
+    )?;
+    Ok(ClientLimits {
+        header_read_timeout,
+        max_header_size,
+        max_request_line,
+        max_connections,
+        h2_idle_timeout,
     })
 }

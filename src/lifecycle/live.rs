@@ -3,10 +3,10 @@
 //! Everything the proxy derives from the configuration and may change on a reload lives in one
 //! [`LiveSettings`] value: the validated [`Config`], the cache policy, the `Via` entries, the
 //! upstream pool's choices (around the same backends), the fairness cap and the compiled request
-//! rules. [`Live`] holds it in
-//! an [`ArcSwap`]: a phase loads it with one atomic read and no lock, a reload stores a new one,
-//! and requests already running keep the value they loaded until they let it go. The memory tier,
-//! the memcached cluster and the listeners are not here: they outlive reloads.
+//! rules. [`Live`] holds it in an [`ArcSwap`]: a phase loads it with one atomic read and no lock,
+//! a reload stores a new one, and requests already running keep the value they loaded until they
+//! let it go. The memory tier, the memcached cluster and the listeners are not here: they outlive
+//! reloads.
 
 use crate::config::Config;
 use crate::policy::CachePolicy;

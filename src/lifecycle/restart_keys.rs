@@ -25,24 +25,32 @@ pub fn keep_running(running: &Config, new: &mut Config) -> Vec<&'static str> {
     }
     restart_only! {
         "listen" => listen;
+        "listen" => proxy_protocol_listen;
         "threads" => threads;
         "shutdown_timeout" => shutdown_timeout;
         "upstream_keepalive_pool" => upstream_keepalive_pool;
         "server.h2c" => h2c;
         "server.write_buffer" => write_buffer;
         "server.upgrade_sock" => upgrade_sock;
+        "server.header_read_timeout" => client_limits.header_read_timeout;
+        "server.max_header_size" => client_limits.max_header_size;
+        "server.max_request_line" => client_limits.max_request_line;
+        "server.max_connections" => client_limits.max_connections;
+        "server.h2_idle_timeout" => client_limits.h2_idle_timeout;
         "tls" => tls;
         "admin.listen" => admin_listen;
         "upstream" => upstream;
         "upstream" => upstream_name;
         "upstreams" => balancer.backends;
         "balancer.health_check" => balancer.health_check;
+        "balancer.queue" => balancer.queue;
         "cache.enabled" => cache.enabled;
         "cache.memory_size" => cache.memory_size;
         "cache.max_object_size" => cache.max_object_size;
         "cache.estimated_objects" => cache.estimated_objects;
         "cache.memcached" => cache.memcached;
         "cache.compression.decoded_copies" => cache.compression.decoded_copies;
+        "cache.partial" => cache.partial;
         "log.access" => log.access;
         "log.format" => log.format;
         "admin.allow_from" => admin_access.allow_from;

@@ -2,6 +2,13 @@
 //! request; a request that came over HTTPS has `https://` in front, so the `http://` and
 //! `https://` pages of one host are two entries (an `http` key is what it always was).
 //!
+//! The key is the concatenation of its [`KeyParts`], and no two different requests may share
+//! one: the host is an RFC 3986 authority, which `request_filter` checks before anything builds
+//! a key (`super::request_head`), so it never contains `/`, and the path always starts with `/`
+//! (the same check). The first `/` of a key therefore ends its host: `Host: shop.example/assets`
+//! with `/v/app.js` is refused rather than keyed as `shop.example/assets/v/app.js`. The hash
+//! and the text are both written from the same parts, in one place, so they cannot disagree.
+//!
 //! One request needs its key in many places: the fast path's memory and memcached lookups and the
 //! variant lookups derived from them, the identity of a decoded copy, the cluster's fill lease,
 //! Pingora's `cache_key_callback`, and the balancer's consistent hashing. [`RequestKey`] keeps it
@@ -68,9 +75,84 @@ impl RequestKey {
 
     fn built(&mut self, req: &RequestHeader) -> &mut CacheKey {
         let https = self.https;
-        self.key.get_or_insert_with(|| {
-            CacheKey::new(primary_string(https, request_host(req), path(req)), "")
-        })
+        self.key
+            .get_or_insert_with(|| CacheKey::new(KeyParts::of(https, req).text(), ""))
+    }
+}
+
+/// The parts of a primary key, in the order they are written (and hashed). Each part must not
+/// contain the character the next one starts with, which makes the concatenation unambiguous:
+/// the host (lowercased here: hosts are case-insensitive) holds no `/`, and the path and query
+/// (case-sensitive) start with `/`. The scheme goes before the host for `https` only, with a
+/// separator the scheme cannot contain (`https://shop.example/...`; an `http` key is what it was
+/// before the scheme was keyed); this and `docs/entry-format.md` are the places to change.
+#[derive(Debug, Clone, Copy)]
+struct KeyParts<'a> {
+    https: bool,
+    host: &'a str,
+    path_and_query: &'a str,
+}
+
+impl<'a> KeyParts<'a> {
+    fn of(https: bool, req: &'a RequestHeader) -> Self {
+        KeyParts {
+            https,
+            host: request_host(req),
+            path_and_query: path(req),
+        }
+    }
+
+    /// Feeds the key's bytes to `write`, in order; `true` marks bytes to lowercase.
+    #[inline]
+    fn write(&self, mut write: impl FnMut(&[u8], bool)) {
+        debug_assert!(!self.host.contains('/'), "a host with '/' reached the key");
+        if self.https {
+            write(HTTPS_PREFIX.as_bytes(), false);
+        }
+        write(self.host.as_bytes(), true);
+        if !self.path_and_query.starts_with('/') {
+            // `?q` of `http://a.example?q`: its path is empty, which means `/`
+            write(b"/", false);
+        }
+        write(self.path_and_query.as_bytes(), false);
+    }
+
+    /// The key's text, in one allocation.
+    fn text(&self) -> String {
+        let mut text = Vec::with_capacity(
+            HTTPS_PREFIX.len() + self.host.len() + self.path_and_query.len() + 1,
+        );
+        self.write(|bytes, lowercase| {
+            let start = text.len();
+            text.extend_from_slice(bytes);
+            if lowercase {
+                text[start..].make_ascii_lowercase();
+            }
+        });
+        // the parts are `&str`, and lowercasing ASCII keeps UTF-8 valid
+        String::from_utf8(text).expect("key parts are UTF-8")
+    }
+
+    /// The hash of [`Self::text`], without building it: bytes to lowercase go through a small
+    /// buffer on the stack, and feeding the hasher piece by piece gives the hash of the
+    /// concatenation, as Pingora computes it from the key.
+    #[inline]
+    fn hash(&self) -> HashBinary {
+        let mut hasher = Blake2b128::new();
+        let mut lowered = [0u8; 64];
+        self.write(|bytes, lowercase| {
+            if !lowercase {
+                hasher.update(bytes);
+                return;
+            }
+            for piece in bytes.chunks(lowered.len()) {
+                let lowered = &mut lowered[..piece.len()];
+                lowered.copy_from_slice(piece);
+                lowered.make_ascii_lowercase();
+                hasher.update(&*lowered);
+            }
+        });
+        hasher.finalize().into()
     }
 }
 
@@ -84,7 +166,9 @@ pub fn request_host(req: &RequestHeader) -> &str {
         .unwrap_or("")
 }
 
-/// The path and query part of the key.
+/// The path and query part of the key: the target's; `/` when it has none (absolute-form
+/// `http://a.example`). An absolute-form target with an empty path and a query
+/// (`http://a.example?q`) is written with a `/` before it, by [`KeyParts::write`].
 fn path(req: &RequestHeader) -> &str {
     req.uri
         .path_and_query()
@@ -102,49 +186,31 @@ pub fn keyed_host(https: bool, host: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// The primary cache key for a host (lowercased here: hosts are case-insensitive) and a path with
-/// its query (case-sensitive), with its primary hash computed: the `http` page's (for the
-/// `https` one, give [`keyed_host`]).
-pub fn of_url(host: &str, path_and_query: &str) -> CacheKey {
-    let mut key = CacheKey::new(primary_string(false, host, path_and_query), "");
-    let hash = key.primary_bin();
-    key.set_primary_bin_override(hash);
-    key
-}
-
 /// What an `https` key starts with (an `http` key has no prefix: keys stored before the scheme
 /// was part of the key stay valid).
 pub const HTTPS_PREFIX: &str = "https://";
 
-/// [`HTTPS_PREFIX`] when `https`, then host (lowercased) + path + query, in one allocation.
-fn primary_string(https: bool, host: &str, path_and_query: &str) -> String {
-    let mut primary = String::with_capacity(HTTPS_PREFIX.len() + host.len() + path_and_query.len());
-    if https {
-        primary.push_str(HTTPS_PREFIX);
-    }
-    primary.push_str(host);
-    primary.make_ascii_lowercase();
-    primary.push_str(path_and_query);
-    primary
+/// The primary cache key for a host (a checked authority, as the request sent it; with
+/// [`HTTPS_PREFIX`] in front for the `https` page, see [`keyed_host`]) and a path with its query
+/// (starting with `/`), with its primary hash computed.
+pub fn of_url(host: &str, path_and_query: &str) -> CacheKey {
+    let (https, host) = match host.strip_prefix(HTTPS_PREFIX) {
+        Some(host) => (true, host),
+        None => (false, host),
+    };
+    let parts = KeyParts {
+        https,
+        host,
+        path_and_query,
+    };
+    let mut key = CacheKey::new(parts.text(), "");
+    key.set_primary_bin_override(parts.hash());
+    key
 }
 
-/// The hash of [`primary_string`] of the request, without building it: the host is lowercased
-/// through a small buffer on the stack and fed to the hasher with the path, which gives the hash
-/// of the concatenation, as Pingora computes it from the key.
+/// The primary hash of the request: see [`KeyParts::hash`].
 fn primary_hash(https: bool, req: &RequestHeader) -> HashBinary {
-    let mut hasher = Blake2b128::new();
-    if https {
-        hasher.update(HTTPS_PREFIX.as_bytes());
-    }
-    let mut lowered = [0u8; 64];
-    for piece in request_host(req).as_bytes().chunks(lowered.len()) {
-        let lowered = &mut lowered[..piece.len()];
-        lowered.copy_from_slice(piece);
-        lowered.make_ascii_lowercase();
-        hasher.update(&*lowered);
-    }
-    hasher.update(path(req).as_bytes());
-    hasher.finalize().into()
+    KeyParts::of(https, req).hash()
 }
 
 /// The hash a variant of a URL is stored under (Pingora's combined hash of the primary hash and
@@ -234,6 +300,37 @@ mod tests {
             b"a.test/other"
         );
         assert_eq!(kept.text(&request("a.test", b"/more")), b"a.test/other");
+    }
+
+    #[test]
+    fn the_first_slash_of_a_key_ends_its_host_so_keys_do_not_collide() {
+        // hosts as request_head admits them (no `/`), paths starting with `/`: every key splits
+        // back into the parts it was built from, so two different requests never share one
+        let requests = [
+            ("shop.example", "/assets/v/app.js"),
+            ("shop.example:8080", "/assets/v/app.js"),
+            ("[::1]:80", "/a?b=/c"),
+            ("", "/shop.example/x"),
+            ("a.example", "/"),
+        ];
+        for (host, path) in requests {
+            let key = of_url(host, path);
+            let text = std::str::from_utf8(key.primary_key()).unwrap();
+            let slash = text.find('/').unwrap();
+            assert_eq!((&text[..slash], &text[slash..]), (host, path));
+        }
+    }
+
+    #[test]
+    fn an_absolute_target_with_an_empty_path_is_keyed_with_a_slash() {
+        let mut req = RequestHeader::build("GET", b"http://a.example?q=1", None).unwrap();
+        req.insert_header("host", "a.example").unwrap();
+        let mut kept = RequestKey::default();
+        assert_eq!(kept.get(&req).primary_key(), b"a.example/?q=1");
+        assert_eq!(
+            kept.primary_bin(&req),
+            of_url("a.example", "/?q=1").primary_bin()
+        );
     }
 
     #[test]

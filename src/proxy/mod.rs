@@ -4,9 +4,11 @@
 //! concern, and [`RequestCtx`] carries what they learn from phase to phase. In the order a request
 //! meets them (see the picture in `docs/architecture.md`):
 //!
-//! 1. `request_filter`: [`forwarding`] resolves the scheme (for the key) and, when asked, the
-//!    client address through trusted proxies; [`purge`] answers a PURGE (refused: 405; allowed:
-//!    carried out across the cluster by `crate::invalidation`); the request rules
+//! 1. `request_filter`: [`request_head`] checks what Pingora leaves unchecked in the head (the
+//!    authority, the target form; refused: 400), sends one `Content-Length` on, and notes a GET or
+//!    HEAD with a body (never cached); [`forwarding`] resolves the scheme (for the key) and, when
+//!    asked, the client address through trusted proxies; [`purge`] answers a PURGE (refused: 405;
+//!    allowed: carried out across the cluster by `crate::invalidation`); the request rules
 //!    (`crate::rules`) are applied; [`fast_hit`] answers fresh, plain hits from storage without
 //!    Pingora's cache machinery.
 //! 2. `request_cache_filter`: whether the cache is used at all (method, client `no-store`,
@@ -46,6 +48,7 @@ pub mod invalidation;
 pub mod partial_content;
 pub mod post_reuse;
 pub mod purge;
+pub mod request_head;
 pub mod retried_fill;
 pub mod upgrade;
 
@@ -78,6 +81,7 @@ use pingora_error::Result;
 use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 use purge::PurgeRequest;
+use request_head::Admitted;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
@@ -91,6 +95,8 @@ pub struct RequestCtx {
     key: RequestKey,
     /// Whether this request is a PURGE, and whether its client may purge (see [`purge`]).
     purge: PurgeRequest,
+    /// What the checks of the request head found (see [`request_head`]).
+    head: Admitted,
     seen: Observations,
     directives: RequestDirectives,
     cache_status: Option<CacheStatus>,
@@ -250,6 +256,7 @@ impl ProxyHttp for LacquerProxy {
             request_time: SystemTime::now(),
             key: RequestKey::default(),
             purge: PurgeRequest::None,
+            head: Admitted::default(),
             seen: Observations::default(),
             directives: RequestDirectives::default(),
             cache_status: None,
@@ -268,6 +275,11 @@ impl ProxyHttp for LacquerProxy {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
+        ctx.head = match request_head::on_request(session) {
+            Ok(admitted) => admitted,
+            // boxed: the refusal's write is rare, and kept out of this future's size
+            Err(why) => return Box::pin(request_head::refuse(session, why)).await,
+        };
         let live = self.live.load();
         if forwarding::is_https(session, &live.config.proxy.trusted_proxies) {
             ctx.key.set_https();
@@ -294,9 +306,13 @@ impl ProxyHttp for LacquerProxy {
             }
         }
         ctx.upstream.group = ctx.rules.backend_group.take();
-        let answer = match &self.fast_hit {
-            // a passed request is never answered from the cache
-            Some(fast_hit) if !ctx.rules.pass => {
+        // a passed request is never answered from the cache
+        let fast_hit = self
+            .fast_hit
+            .as_ref()
+            .filter(|_| !ctx.head.uncacheable_body && !ctx.rules.pass);
+        let answer = match fast_hit {
+            Some(fast_hit) => {
                 fast_hit
                     .on_request(&live.policy, session.req_header(), ctx)
                     .await
@@ -330,6 +346,12 @@ impl ProxyHttp for LacquerProxy {
         let req = session.req_header();
         if !live.policy.request_cacheable(req) {
             ctx.seen.method_not_cacheable = true;
+            return Ok(());
+        }
+        if ctx.head.uncacheable_body {
+            // the key does not include the body: forwarded, never looked up or stored
+            ctx.seen.bypassed = true;
+            ctx.seen.not_stored_reason = Some("request-body");
             return Ok(());
         }
         if ctx.rules.pass {

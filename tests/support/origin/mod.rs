@@ -19,8 +19,10 @@
 //! - [`scripted`]: [`scripted_origin`], whose answers the request's query string scripts.
 //! - [`replica`]: [`Replica`], one of several origins behind the balancer, counting its load.
 //! - [`raw`]: [`RawOrigin`], an origin that misbehaves at the socket level.
+//! - [`capture`]: [`CaptureOrigin`], which keeps every byte the proxy sent it.
 //! - `wire`: the HTTP/1.1 server loop behind [`TestOrigin`].
 
+pub mod capture;
 pub mod raw;
 pub mod replica;
 pub mod request;
@@ -28,6 +30,7 @@ pub mod response;
 pub mod scripted;
 mod wire;
 
+pub use capture::*;
 pub use raw::*;
 pub use replica::*;
 pub use request::*;

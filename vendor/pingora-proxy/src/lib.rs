@@ -347,13 +347,20 @@ where
             }
             Err(mut e) => {
                 e.as_down();
-                if matches!(e.etype, InvalidHTTPHeader) {
+                // LACQUER PATCH (request head status): a head refused with a status of its own
+                // (HTTPStatus: 408, 414, 431 from the HTTP/1 reader) is answered with it
+                let status = match e.etype {
+                    InvalidHTTPHeader => Some(400),
+                    HTTPStatus(code) if (400..500).contains(&code) => Some(code),
+                    _ => None,
+                };
+                if let Some(status) = status {
                     debug!(
                         "Fail to proxy: {e}, downstream session type: {}",
                         downstream_session.session_type()
                     );
                     downstream_session
-                        .respond_error(400)
+                        .respond_error(status)
                         .await
                         .unwrap_or_else(|e| {
                             error!("failed to send error response to downstream: {e}");

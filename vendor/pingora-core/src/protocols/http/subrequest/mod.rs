@@ -1,0 +1,3 @@
+pub(crate) mod body;
+pub(crate) mod dummy;
+pub mod server;
