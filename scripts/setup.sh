@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what building and testing Lacquer needs on a fresh Debian machine:
 # a C toolchain and cmake (Pingora builds zlib-ng), memcached (tests run real servers), curl,
-# and a Python virtualenv in .venv with the example page writer's memcached client
-# (tests/app_pages.rs runs examples/python/lacquer_pages.py with it) and the Django test site's
-# Django and gunicorn (tests/django_site.rs runs tests/django_site/ with them).
+# Chromium (tests/status_page.rs loads the admin status page headless), and a Python virtualenv
+# in .venv with the example page writer's memcached client (tests/app_pages.rs runs
+# examples/python/lacquer_pages.py with it) and the Django test site's Django and gunicorn
+# (tests/django_site.rs runs tests/django_site/ with them).
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 need=()
@@ -11,6 +12,7 @@ command -v cc >/dev/null || need+=(build-essential)
 command -v cmake >/dev/null || need+=(cmake)
 command -v memcached >/dev/null || [ -x /usr/bin/memcached ] || need+=(memcached)
 command -v curl >/dev/null || need+=(curl)
+command -v chromium >/dev/null || need+=(chromium)
 command -v openssl >/dev/null || need+=(openssl)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v python3 >/dev/null || need+=(python3)

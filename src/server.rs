@@ -12,6 +12,7 @@
 
 mod connection_cap;
 
+use crate::admin::sources::ProxyCounters;
 use crate::admin::AdminApp;
 use crate::config::{Cli, ClientLimits, Config};
 use crate::invalidation::{InvalidationService, Invalidator};
@@ -182,11 +183,23 @@ fn serve(
         "invalidation",
         InvalidationService(invalidator),
     ));
-    let mut proxy = LacquerProxy::new(live, memory, tiered, invalidator, access_log, in_flight);
+    let mut proxy = LacquerProxy::new(
+        live.clone(),
+        memory,
+        tiered,
+        invalidator,
+        access_log,
+        in_flight,
+    );
     if let Some(hooks) = hooks {
         proxy = proxy.with_hooks(hooks);
     }
     let backends = proxy.upstream().backends().to_vec();
+    let proxy_counters = ProxyCounters {
+        requests: proxy.metrics(),
+        decoded_copies: proxy.decoded_copies(),
+        live: live.clone(),
+    };
     if let Some(checks) = &config.balancer.health_check {
         let checker = HealthChecker::new(backends.clone(), checks.clone());
         server.add_service(background_service("health checks", checker));
@@ -242,7 +255,8 @@ fn serve(
                 invalidator,
                 config.admin_access.clone(),
                 reloader.clone(),
-            ),
+            )
+            .with_proxy_counters(proxy_counters),
         );
         admin.add_tcp(&addr.to_string());
         server.add_service(admin);

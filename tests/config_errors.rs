@@ -34,6 +34,11 @@ fn invalid_values_name_the_key_and_reason() {
             "not one of",
         ),
         (
+            "upstream = \"127.0.0.1:1\"\n[cache]\nannounce = \"memcached\"",
+            "cache.announce",
+            "\"memcached\" is not one of status, tier, off",
+        ),
+        (
             "upstream = \"127.0.0.1:1\"\n[proxy]\nconnect_timeout = \"0s\"",
             "proxy.connect_timeout",
             "greater than zero",

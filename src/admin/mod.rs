@@ -8,11 +8,17 @@
 //! tells an operator) and the invalidation service's. `POST /purge` and `POST /ban`
 //! ([`invalidate`]) purge and ban across the cluster; `POST /reload` ([`reload`]) reloads the
 //! config as SIGHUP does. Everything but `GET /health` is for the addresses in
-//! `admin.allow_from` only, and the POST calls also demand the bearer token ([`auth`]).
+//! `admin.allow_from` only, and the POST calls also demand the bearer token ([`auth`]). For
+//! people and Prometheus: `GET /metrics` ([`prometheus`], the text format) and the live status
+//! page, `GET /` with `GET /status.json` ([`status`]), both reading the components listed in
+//! [`sources`].
 
 pub mod auth;
 pub mod invalidate;
+pub mod prometheus;
 pub mod reload;
+pub mod sources;
+pub mod status;
 
 use crate::config::admin::AdminAccess;
 use crate::invalidation::{InvalidationStats, Invalidator};
@@ -24,6 +30,7 @@ use async_trait::async_trait;
 use pingora_core::apps::http_app::ServeHttp;
 use pingora_core::protocols::http::ServerSession;
 use serde::Serialize;
+use sources::{ProxyCounters, Sources};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -35,6 +42,10 @@ pub struct AdminApp {
     backends: Vec<Arc<Backend>>,
     invalidator: &'static Invalidator,
     access: AdminAccess,
+    /// What `/metrics` and the status page read.
+    sources: Sources,
+    /// `/metrics`'s registry, one collector over `sources`.
+    metrics: prometheus_client::registry::Registry,
     reloader: Arc<Reloader>,
 }
 
@@ -57,14 +68,30 @@ impl AdminApp {
         access: AdminAccess,
         reloader: Arc<Reloader>,
     ) -> Self {
+        let sources = Sources {
+            memory,
+            shared,
+            backends: backends.clone(),
+            invalidator,
+            proxy: None,
+        };
         AdminApp {
             memory,
             shared,
             backends,
             invalidator,
             access,
+            metrics: prometheus::registry(sources.clone()),
+            sources,
             reloader,
         }
+    }
+
+    /// Adds what the proxy counts per request to `/metrics` and the status page.
+    pub fn with_proxy_counters(mut self, counters: ProxyCounters) -> Self {
+        self.sources.proxy = Some(counters);
+        self.metrics = prometheus::registry(self.sources.clone());
+        self
     }
 
     /// The `/stats` document: one JSON object and a newline.
@@ -211,9 +238,25 @@ impl AdminApp {
             );
             return refused(refusal);
         }
+        let read_only = method == http::Method::GET || method == http::Method::HEAD;
         let call = match path.as_str() {
             "/stats" if method == http::Method::GET => {
                 return (200, self.stats_json(), "application/json", false)
+            }
+            "/metrics" if read_only => {
+                let body = prometheus::render(&self.metrics);
+                return (200, body, prometheus::CONTENT_TYPE, false);
+            }
+            "/" if read_only => {
+                let page = status::PAGE.to_string();
+                return (200, page, "text/html; charset=utf-8", false);
+            }
+            "/status.json" if read_only => {
+                let body = status::sample_json(&self.sources);
+                return (200, body, "application/json", false);
+            }
+            "/metrics" | "/" | "/status.json" => {
+                return (405, "method not allowed\n".into(), "text/plain", false)
             }
             "/purge" => Call::Invalidate(invalidate::Call::Purge),
             "/ban" => Call::Invalidate(invalidate::Call::Ban),

@@ -13,6 +13,7 @@
 //! URL never gets here), and a refill has a new creation instant, so an old decoded copy is
 //! never served. A revalidation (304) keeps the body, and so keeps its copy.
 
+use crate::observe::metrics::per_thread::PerThread;
 use bytes::Bytes;
 use pingora_cache::key::HashBinary;
 use std::time::SystemTime;
@@ -52,6 +53,17 @@ struct DecodedCopy {
 /// The decoded copies, shared by all worker threads.
 pub struct DecodedCopies {
     copies: TinyUfo<u64, DecodedCopy>,
+    /// Copies served, and bodies decoded and offered (per thread: this is a hit path).
+    counts: PerThread<2>,
+}
+
+/// What the decoded copies have done since start (for `/metrics`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodedCopyCounts {
+    /// Responses served from a kept copy.
+    pub served: u64,
+    /// Bodies decoded and offered for keeping (a copy missing or turned away).
+    pub offered: u64,
 }
 
 impl DecodedCopies {
@@ -60,20 +72,33 @@ impl DecodedCopies {
         (capacity > 0).then(|| DecodedCopies {
             // sized for 8 KB pages; TinyUFO only uses the estimate to size its tables
             copies: TinyUfo::new((capacity / WEIGHT_UNIT).max(1), (capacity / 8192).max(16)),
+            counts: PerThread::default(),
         })
     }
 
     /// The decoded body of the stored object `of`, if a copy of exactly that object is kept.
     pub fn get(&self, of: &StoredIdentity) -> Option<Bytes> {
-        self.copies
+        let copy = self
+            .copies
             .get(&of.cache_key())
             .filter(|copy| copy.of == *of)
-            .map(|copy| copy.body)
+            .map(|copy| copy.body);
+        if copy.is_some() {
+            self.counts.local().add(0, 1);
+        }
+        copy
+    }
+
+    /// Copies served and bodies offered since start.
+    pub fn counts(&self) -> DecodedCopyCounts {
+        let [served, offered] = self.counts.sum();
+        DecodedCopyCounts { served, offered }
     }
 
     /// Offers the decoded body of `of`; TinyUFO admits it if it is used more than what it would
     /// evict.
     pub fn put(&self, of: StoredIdentity, body: Bytes) {
+        self.counts.local().add(1, 1);
         let weight = body.len() + COPY_OVERHEAD;
         let weight = u16::try_from(weight.div_ceil(WEIGHT_UNIT)).unwrap_or(u16::MAX);
         self.copies

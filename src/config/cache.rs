@@ -31,6 +31,9 @@ pub struct CacheSection {
     pub lock_timeout: Option<String>,
     /// The name this cache uses in `Cache-Status`.
     pub status_name: Option<String>,
+    /// What responses tell about the cache: `"status"` (`Cache-Status`), `"tier"` (`Cache-Status`
+    /// naming the tier of a hit) or `"off"` (no `Cache-Status`).
+    pub announce: Option<String>,
     /// The cache-control field targeted at this cache (RFC 9213), obeyed before
     /// `CDN-Cache-Control` and `Cache-Control`.
     pub targeted_field: Option<String>,
@@ -63,6 +66,17 @@ pub struct CacheSection {
     pub partial: PartialSection,
 }
 
+/// What responses tell clients about the cache (`cache.announce`; mod_mcpage's `announce`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Announce {
+    /// `Cache-Status` (RFC 9211): hit or why the origin was asked.
+    Status,
+    /// `Cache-Status`, a hit also naming the tier it was read from (`detail=memcached`).
+    Tier,
+    /// No `Cache-Status` (the access log still has it all).
+    Off,
+}
+
 /// One `[[cache.ttl_overrides]]` entry as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -90,6 +104,8 @@ pub struct CacheConfig {
     pub heuristic_max: Duration,
     pub lock_timeout: Duration,
     pub status_name: String,
+    /// What responses say about the cache (`cache.announce`).
+    pub announce: Announce,
     pub ttl_overrides: Vec<TtlOverride>,
     /// Our targeted cache-control field name, lowercase (RFC 9213).
     pub targeted_field: String,
@@ -182,6 +198,16 @@ pub fn validate(section: &CacheSection) -> Result<CacheConfig, ConfigError> {
         .clone()
         .unwrap_or_else(|| "lacquer".into());
     check::http_token("cache.status_name", &status_name)?;
+    let announce = check::one_of(
+        "cache.announce",
+        section.announce.as_deref(),
+        "status",
+        &[
+            ("status", Announce::Status),
+            ("tier", Announce::Tier),
+            ("off", Announce::Off),
+        ],
+    )?;
     let targeted_field = check::header_name(
         "cache.targeted_field",
         section
@@ -213,6 +239,7 @@ pub fn validate(section: &CacheSection) -> Result<CacheConfig, ConfigError> {
             Duration::from_secs(10),
         )?,
         status_name,
+        announce,
         ttl_overrides: ttl_overrides(&section.ttl_overrides)?,
         targeted_field,
         forward_targeted_fields,

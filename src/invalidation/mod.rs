@@ -88,6 +88,8 @@ pub struct Refused(pub String);
 pub struct InvalidationCounters {
     /// Purges and bans asked of this node.
     pub issued: AtomicU64,
+    /// Of those, bans (a tag, a host, a prefix: every target but one URL).
+    pub issued_bans: AtomicU64,
     /// Rules learned from other nodes through the log that told something new.
     pub learned: AtomicU64,
     /// Objects removed or marked stale in this node's memory tier by rules learned from others.
@@ -102,6 +104,7 @@ pub struct InvalidationCounters {
 pub struct InvalidationStats {
     pub rules: usize,
     pub issued: u64,
+    pub issued_bans: u64,
     pub learned: u64,
     pub swept: u64,
     pub polls: u64,
@@ -196,6 +199,9 @@ impl Invalidator {
     pub async fn invalidate(&'static self, request: Request) -> Result<Report, Refused> {
         check_target(&request.target)?;
         self.counters.issued.fetch_add(1, Ordering::Relaxed);
+        if !matches!(request.target, Target::Url { .. }) {
+            self.counters.issued_bans.fetch_add(1, Ordering::Relaxed);
+        }
         let issued_ms = ms_after(SystemTime::now());
         let mut record = Record {
             id: RecordId {
@@ -514,6 +520,7 @@ impl Invalidator {
         InvalidationStats {
             rules: self.rules.len(),
             issued: c.issued.load(Ordering::Relaxed),
+            issued_bans: c.issued_bans.load(Ordering::Relaxed),
             learned: c.learned.load(Ordering::Relaxed),
             swept: c.swept.load(Ordering::Relaxed),
             polls: c.polls.load(Ordering::Relaxed),

@@ -3,7 +3,8 @@
 //! Lines are formatted on the worker thread and handed to one writer thread through a channel,
 //! so a slow disk or a blocked stdout pipe never stalls request handling; the writer flushes
 //! whenever the channel runs dry. A file target is reopened on request ([`AccessLog::reopen`],
-//! called by a reload), so `logrotate` can move the file and send SIGHUP.
+//! called by a reload), so `logrotate` can move the file and send SIGHUP, or SIGUSR1, which
+//! reopens the log and nothing else (`signal-hook` sets the same flag from the signal).
 
 use crate::config::{AccessLogFormat, AccessLogTarget};
 use serde::Serialize;
@@ -26,6 +27,8 @@ pub struct AccessRecord<'a> {
     pub referer: &'a str,
     pub user_agent: &'a str,
     pub cache: &'static str,
+    /// The tier a stored response was read from (`memory`, `memcached`), `-` for none.
+    pub tier: &'static str,
     pub cache_status: &'a str,
     pub upstream_ms: Option<f64>,
     pub total_ms: f64,
@@ -47,13 +50,20 @@ impl AccessLog {
         format: AccessLogFormat,
     ) -> std::io::Result<Option<AccessLog>> {
         let (sink, file): (Box<dyn Write + Send>, Option<String>) = match target {
-            AccessLogTarget::Off => return Ok(None),
+            AccessLogTarget::Off => {
+                // nothing to reopen, but logrotate's SIGUSR1 must not stop the server (the
+                // signal's default action)
+                let ignored = Arc::new(AtomicBool::new(false));
+                signal_hook::flag::register(signal_hook::consts::SIGUSR1, ignored)?;
+                return Ok(None);
+            }
             AccessLogTarget::Stdout => (Box::new(std::io::stdout()), None),
             AccessLogTarget::Stderr => (Box::new(std::io::stderr()), None),
             AccessLogTarget::File(path) => (Box::new(open_append(path)?), Some(path.clone())),
         };
         let (sender, receiver) = sync_channel(65_536);
         let reopen = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(signal_hook::consts::SIGUSR1, reopen.clone())?;
         let writer = Writer {
             sink: BufWriter::with_capacity(64 * 1024, sink),
             file,
@@ -128,7 +138,10 @@ impl Writer {
         let Some(path) = &self.file else { return };
         let _ = self.sink.flush();
         match open_append(path) {
-            Ok(file) => self.sink = BufWriter::with_capacity(64 * 1024, Box::new(file)),
+            Ok(file) => {
+                self.sink = BufWriter::with_capacity(64 * 1024, Box::new(file));
+                log::info!("access log reopened: {path}");
+            }
             Err(e) => log::error!("log.access: cannot reopen {path}: {e}"),
         }
     }
@@ -181,14 +194,15 @@ fn quote_common(value: &str) -> String {
     value.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
-/// NCSA combined format plus `cache=`, `cache_status="..."`, upstream and total milliseconds.
+/// NCSA combined format plus `cache=`, `tier=`, upstream and total milliseconds and
+/// `cache_status="..."`.
 fn common_line(r: &AccessRecord<'_>, now: SystemTime) -> String {
     let c = clock(now);
     let upstream = r
         .upstream_ms
         .map_or("-".to_string(), |ms| format!("{ms:.3}"));
     format!(
-        "{} - - [{:02}/{}/{}:{:02}:{:02}:{:02} +0000] \"{} {} {}\" {} {} \"{}\" \"{}\" cache={} upstream_ms={} total_ms={:.3} cache_status=\"{}\"\n",
+        "{} - - [{:02}/{}/{}:{:02}:{:02}:{:02} +0000] \"{} {} {}\" {} {} \"{}\" \"{}\" cache={} tier={} upstream_ms={} total_ms={:.3} cache_status=\"{}\"\n",
         r.client,
         c.day,
         MONTHS[(c.month - 1) as usize],
@@ -204,6 +218,7 @@ fn common_line(r: &AccessRecord<'_>, now: SystemTime) -> String {
         quote_common(if r.referer.is_empty() { "-" } else { r.referer }),
         quote_common(if r.user_agent.is_empty() { "-" } else { r.user_agent }),
         r.cache,
+        if r.tier.is_empty() { "-" } else { r.tier },
         upstream,
         r.total_ms,
         quote_common(r.cache_status),
@@ -223,6 +238,7 @@ struct JsonLine<'a> {
     referer: &'a str,
     user_agent: &'a str,
     cache: &'a str,
+    tier: &'a str,
     cache_status: &'a str,
     upstream_ms: Option<f64>,
     total_ms: f64,
@@ -275,6 +291,7 @@ fn json_line(r: &AccessRecord<'_>, now: SystemTime) -> Vec<u8> {
         referer: r.referer,
         user_agent: r.user_agent,
         cache: r.cache,
+        tier: r.tier,
         cache_status: r.cache_status,
         upstream_ms: r.upstream_ms,
         total_ms: r.total_ms,
@@ -300,7 +317,8 @@ mod tests {
             status: 200,
             bytes: 12,
             cache: "hit",
-            cache_status: "lacquer; hit",
+            tier: "memory",
+            cache_status: "lacquer; hit; detail=memory",
             total_ms: 0.5,
             ..Default::default()
         }
@@ -316,7 +334,7 @@ mod tests {
         );
         assert!(line.contains("\"GET /a\\\"b HTTP/1.1\" 200 12"), "{line}");
         assert!(
-            line.contains("cache=hit upstream_ms=- total_ms=0.500"),
+            line.contains("cache=hit tier=memory upstream_ms=- total_ms=0.500"),
             "{line}"
         );
     }
@@ -342,7 +360,8 @@ mod tests {
             line,
             "{\"time\":\"1970-01-01T00:00:00.000Z\",\"client\":\"127.0.0.1\",\"method\":\"GET\",\
              \"uri\":\"/a\\\"b\",\"version\":\"HTTP/1.1\",\"status\":200,\"bytes\":12,\"referer\":\"\",\
-             \"user_agent\":\"tab\\there\\u0001\",\"cache\":\"hit\",\"cache_status\":\"lacquer; hit\",\
+             \"user_agent\":\"tab\\there\\u0001\",\"cache\":\"hit\",\"tier\":\"memory\",\
+             \"cache_status\":\"lacquer; hit; detail=memory\",\
              \"upstream_ms\":12.000,\"total_ms\":0.500}\n"
         );
     }

@@ -28,7 +28,7 @@ pub fn on_request_end(
         .map(|r| r.status.as_u16())
         .unwrap_or(0);
     let cache_status = ctx.cache_status.clone().unwrap_or_default();
-    let rendered = cache_status.header_value(status_name);
+    let rendered = cache_status.header_value(status_name, true);
     log.log(&AccessRecord {
         client: client
             .map(|ip| ip.to_string())
@@ -41,6 +41,7 @@ pub fn on_request_end(
         referer: header(http::header::REFERER),
         user_agent: header(http::header::USER_AGENT),
         cache: cache_status.log_word(),
+        tier: cache_status.tier.map_or("-", |tier| tier.label()),
         cache_status: &rendered,
         upstream_ms: ctx.upstream.response_ms(),
         total_ms: ctx.started.elapsed().as_secs_f64() * 1000.0,

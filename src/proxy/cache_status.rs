@@ -3,9 +3,12 @@
 //! One value per response, e.g. `lacquer; hit; ttl=58`, `lacquer; fwd=uri-miss; stored`,
 //! `lacquer; fwd=stale; fwd-status=304`, `lacquer; fwd=method`. A stale response served because
 //! the origin failed says so with the failure: `lacquer; fwd=stale; fwd-status=503; ttl=-4;
-//! detail=origin-503` (RFC 9211 §2.2, §2.8). The same classification feeds the access log's short
-//! cache field.
+//! detail=origin-503` (RFC 9211 §2.2, §2.8). With `cache.announce = "tier"` a hit names the tier
+//! it was read from: `lacquer; hit; ttl=58; detail=memcached`. The same classification feeds the
+//! access log's cache and tier fields and the request metrics.
 
+use crate::observe::metrics::CacheOutcome;
+use crate::storage::tier::Tier;
 use pingora_cache::{CachePhase, NoCacheReason};
 use pingora_error::{Error, ErrorType};
 
@@ -122,6 +125,8 @@ pub struct CacheStatus {
     pub detail: Option<&'static str>,
     /// A stale response was served because the origin failed.
     pub stale_on_error: bool,
+    /// The tier a stored response was read from (hits, and stale responses served).
+    pub tier: Option<Tier>,
 }
 
 /// What the proxy noted about the request while handling it.
@@ -221,8 +226,9 @@ impl CacheStatus {
         status
     }
 
-    /// Renders the RFC 9211 field value with our cache's name.
-    pub fn header_value(&self, name: &str) -> String {
+    /// Renders the RFC 9211 field value with our cache's name; `with_tier`: a hit names the tier
+    /// it was read from (`detail=memory`, `detail=memcached`).
+    pub fn header_value(&self, name: &str, with_tier: bool) -> String {
         let mut out = String::with_capacity(48);
         out.push_str(name);
         if self.hit {
@@ -245,24 +251,46 @@ impl CacheStatus {
             out.push_str("; ttl=");
             push_integer(&mut out, ttl);
         }
-        if let Some(detail) = self.detail {
+        let tier = self.tier.filter(|_| with_tier && self.hit);
+        if let Some(detail) = self.detail.or(tier.map(Tier::label)) {
             out.push_str("; detail=");
             out.push_str(detail);
         }
         out
     }
 
-    /// One word for the access log: hit, miss, stale, revalidated, pass, tunnel.
-    pub fn log_word(&self) -> &'static str {
+    /// Notes the tier the stored response was read from, when the response's body is that
+    /// stored one (a hit, a revalidated or stale response served), not the origin's.
+    pub fn served_from(mut self, tier: Option<Tier>) -> Self {
+        let from_storage = matches!(
+            self.outcome(),
+            CacheOutcome::Hit | CacheOutcome::Revalidated
+        ) || self.stale_on_error;
+        self.tier = tier.filter(|_| from_storage);
+        self
+    }
+
+    /// How the request was handled, in one word: hit, miss, stale, revalidated, pass.
+    pub fn outcome(&self) -> CacheOutcome {
         match (self.hit, self.fwd) {
-            (true, _) => "hit",
-            (false, Some(Forward::Bypass)) if self.detail == Some(UPGRADE_DETAIL) => "tunnel",
-            (false, Some(Forward::Stale)) if self.stale_on_error => "stale",
-            (false, Some(Forward::UriMiss | Forward::VaryMiss | Forward::Partial)) => "miss",
-            (false, Some(Forward::Stale)) if self.ttl.is_some() => "revalidated",
-            (false, Some(Forward::Stale)) => "stale",
-            _ => "pass",
+            (true, _) => CacheOutcome::Hit,
+            (false, Some(Forward::Stale)) if self.stale_on_error => CacheOutcome::Stale,
+            (false, Some(Forward::UriMiss | Forward::VaryMiss | Forward::Partial)) => {
+                CacheOutcome::Miss
+            }
+            (false, Some(Forward::Stale)) if self.ttl.is_some() => CacheOutcome::Revalidated,
+            (false, Some(Forward::Stale)) => CacheOutcome::Stale,
+            _ => CacheOutcome::Pass,
         }
+    }
+
+    /// One word for the access log: hit, miss, stale, revalidated, pass, tunnel (an upgraded
+    /// connection, counted as a pass by the metrics).
+    pub fn log_word(&self) -> &'static str {
+        if !self.hit && self.fwd == Some(Forward::Bypass) && self.detail == Some(UPGRADE_DETAIL) {
+            return "tunnel";
+        }
+        self.outcome().label()
     }
 }
 
@@ -303,14 +331,26 @@ mod tests {
     #[test]
     fn renders_rfc9211_values() {
         let hit = CacheStatus::classify(CachePhase::Hit, &Observations::default(), None, Some(58));
-        assert_eq!(hit.header_value("lacquer"), "lacquer; hit; ttl=58");
+        assert_eq!(hit.header_value("lacquer", true), "lacquer; hit; ttl=58");
+        let from_memcached = CacheStatus {
+            tier: Some(Tier::Memcached),
+            ..hit.clone()
+        };
+        assert_eq!(
+            from_memcached.header_value("lacquer", true),
+            "lacquer; hit; ttl=58; detail=memcached"
+        );
+        assert_eq!(
+            from_memcached.header_value("lacquer", false),
+            "lacquer; hit; ttl=58"
+        );
         let seen = Observations {
             storable: true,
             ..Default::default()
         };
         let miss = CacheStatus::classify(CachePhase::Miss, &seen, Some(200), None);
         assert_eq!(
-            miss.header_value("lacquer"),
+            miss.header_value("lacquer", true),
             "lacquer; fwd=uri-miss; fwd-status=200; stored"
         );
         let post = Observations {
@@ -324,7 +364,7 @@ mod tests {
             None,
         );
         assert_eq!(
-            pass.header_value("lacquer"),
+            pass.header_value("lacquer", true),
             "lacquer; fwd=method; fwd-status=201"
         );
     }
@@ -342,7 +382,7 @@ mod tests {
             Some(-4),
         );
         assert_eq!(
-            status.header_value("lacquer"),
+            status.header_value("lacquer", true),
             "lacquer; fwd=stale; fwd-status=503; ttl=-4; detail=origin-503"
         );
         assert_eq!(status.log_word(), "stale");
@@ -353,7 +393,7 @@ mod tests {
             Some(-1),
         );
         assert_eq!(
-            closed.header_value("lacquer"),
+            closed.header_value("lacquer", true),
             "lacquer; fwd=stale; ttl=-1; detail=origin-closed"
         );
     }

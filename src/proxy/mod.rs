@@ -31,8 +31,8 @@
 //! 6. `response_cache_filter`: the [`CachePolicy`] decides whether and how long to store.
 //! 7. `response_filter`: `Cache-Status` ([`cache_status`]) and `Via` on every response, fields
 //!    meant for this cache only removed ([`headers::ForUsOnly`]), `crate::compression` on the way
-//!    out; `logging` ends the fill lease this request holds and
-//!    writes the [`access_record`].
+//!    out; `logging` ends the fill lease this request holds, counts the request
+//!    ([`metrics_record`]) and writes the [`access_record`].
 //!
 //! A program that embeds Lacquer adds its own code to phases 1 and 7 through [`hooks`].
 
@@ -45,6 +45,7 @@ pub mod headers;
 pub mod hooks;
 pub mod interim;
 pub mod invalidation;
+pub mod metrics_record;
 pub mod partial_content;
 pub mod post_reuse;
 pub mod purge;
@@ -54,15 +55,18 @@ pub mod upgrade;
 
 use crate::compression::decoded_copies::DecodedCopies;
 use crate::compression::{self, CompressionCtx};
+use crate::config::cache::Announce;
 use crate::invalidation::Invalidator;
 use crate::lifecycle::drain::{InFlightRequests, RequestInFlight};
 use crate::lifecycle::live::{Live, LiveSettings};
 use crate::observe::access_log::AccessLog;
+use crate::observe::metrics::RequestMetrics;
 use crate::policy::request_directives::RequestDirectives;
 use crate::policy::{freshness, preconditions, revalidation, vary};
 use crate::rules;
 use crate::storage::fill_lease::HeldLease;
-use crate::storage::memory::MemoryTier;
+use crate::storage::memory::{self, MemoryTier};
+use crate::storage::tier::Tier;
 use crate::storage::tiered::{PrimaryKnownMissing, TieredStorage};
 use crate::upstream::{RequestUpstream, Upstream};
 use async_trait::async_trait;
@@ -113,6 +117,8 @@ pub struct RequestCtx {
     partial: PartialCtx,
     /// Backends tried, the one in flight, the fairness slot, timings (see [`crate::upstream`]).
     upstream: RequestUpstream,
+    /// The tier the stored response was found in (fast path, or `cache_hit_filter`).
+    tier: Option<Tier>,
     /// A POST response being kept for later GETs of its URL (see [`post_reuse`]).
     post_reuse: Option<Box<post_reuse::PostReuse>>,
     /// What the request rules decided for this request (see `crate::rules`).
@@ -143,6 +149,8 @@ pub struct LacquerProxy {
     access_log: Option<Arc<AccessLog>>,
     /// Requests in flight, for the drain.
     in_flight: &'static InFlightRequests,
+    /// Every finished request is counted here (read by `/metrics` and the status page).
+    metrics: &'static RequestMetrics,
     /// Purges (PURGE, unsafe methods) carried out across the cluster.
     invalidator: &'static Invalidator,
     /// The embedding program's own phase hooks (none in the `lacquer` binary).
@@ -173,7 +181,8 @@ impl LacquerProxy {
             view
         });
         let fast_hit = config.cache.enabled.then(|| {
-            let decoded_copies = DecodedCopies::new(config.cache.compression.decoded_copies);
+            let decoded_copies = DecodedCopies::new(config.cache.compression.decoded_copies)
+                .map(|copies| &*Box::leak(Box::new(copies)));
             FastHit::new(memory, tiered, decoded_copies)
         });
         let partial = (config.cache.enabled && config.cache.partial.enabled)
@@ -189,6 +198,7 @@ impl LacquerProxy {
             cache_lock: lock,
             access_log,
             in_flight,
+            metrics: RequestMetrics::leak(),
         }
     }
 
@@ -215,10 +225,13 @@ impl LacquerProxy {
         if let Some(hooks) = &self.hooks {
             hooks.response_filter(req, head)?;
         }
-        head.insert_header(
-            "cache-status",
-            status.header_value(&live.config.cache.status_name),
-        )?;
+        let status = status.served_from(ctx.tier);
+        let announce = live.config.cache.announce;
+        if announce != Announce::Off {
+            let value =
+                status.header_value(&live.config.cache.status_name, announce == Announce::Tier);
+            head.insert_header("cache-status", value)?;
+        }
         if live.config.proxy.via {
             head.append_header(http::header::VIA, live.via.for_version(request_version))?;
         }
@@ -229,6 +242,16 @@ impl LacquerProxy {
     /// The origin pool (its backends shared with the health checker).
     pub fn upstream(&self) -> Upstream {
         self.live.load().upstream.clone()
+    }
+
+    /// The request counters (shared with the admin listener).
+    pub fn metrics(&self) -> &'static RequestMetrics {
+        self.metrics
+    }
+
+    /// The decoded copies of small gzip bodies, when kept (for `/metrics`).
+    pub fn decoded_copies(&self) -> Option<&'static DecodedCopies> {
+        self.fast_hit.as_ref().and_then(FastHit::decoded_copies)
     }
 
     fn lock_overrides(live: &LiveSettings) -> CacheOptionOverrides {
@@ -269,6 +292,7 @@ impl ProxyHttp for LacquerProxy {
             upstream: RequestUpstream::default(),
             post_reuse: None,
             rules: rules::Verdict::default(),
+            tier: None,
             _in_flight: self.in_flight.start(),
             upgrade: UpgradeRequest::None,
         }
@@ -403,10 +427,11 @@ impl ProxyHttp for LacquerProxy {
         &self,
         _session: &mut Session,
         meta: &CacheMeta,
-        _hit_handler: &mut HitHandler,
+        hit_handler: &mut HitHandler,
         _is_fresh: bool,
         ctx: &mut Self::CTX,
     ) -> Result<Option<ForcedFreshness>> {
+        ctx.tier = Some(memory::tier_of(hit_handler));
         if !ctx.directives.any() {
             return Ok(None);
         }
@@ -811,6 +836,7 @@ impl ProxyHttp for LacquerProxy {
             let stored = e.is_none() && ctx.cache_status.as_ref().is_some_and(|s| s.stored);
             lease.on_request_end(stored);
         }
+        metrics_record::on_request_end(self.metrics, session, ctx);
         if let Some(log) = &self.access_log {
             let client = self.client_ip(session);
             let live = self.live.load();

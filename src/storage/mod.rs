@@ -9,6 +9,7 @@
 //! * [`fill_lease`]: fills coalesced across nodes through that cluster (one origin fetch per URL).
 //! * [`shared_framing`]: entries read from memcached are untrusted: framing rebuilt from the body.
 //! * [`shared_counters`]: what the shared tier has done, for `/stats`.
+//! * [`tier`]: which tier served a hit, for `Cache-Status`, the log and the metrics.
 //! * [`rules`]: the purges and bans both tiers judge entries by (carried out and spread over
 //!   the cluster by `crate::invalidation`).
 
@@ -20,4 +21,5 @@ pub mod partial;
 pub mod rules;
 pub mod shared_counters;
 pub mod shared_framing;
+pub mod tier;
 pub mod tiered;

@@ -179,7 +179,11 @@ impl Upstream {
             }
         }
         if let Some(started) = request.started {
-            request.response_ms = Some(started.elapsed().as_secs_f64() * 1000.0);
+            let elapsed = started.elapsed();
+            request.response_ms = Some(elapsed.as_secs_f64() * 1000.0);
+            if let Some(backend) = request.backend() {
+                backend.record_response_time(elapsed);
+            }
         }
     }
 

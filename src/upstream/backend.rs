@@ -4,6 +4,7 @@
 
 use super::concurrency::ConcurrencyLimit;
 use crate::config::balancing::{BackendConfig, QueueConfig};
+use crate::observe::metrics::histogram::{Histogram, SharedHistogram};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -28,6 +29,8 @@ pub struct Backend {
     failures: AtomicU64,
     /// Passive ejections since start.
     ejections: AtomicU64,
+    /// Time from sending a request here to its response head.
+    response_time: SharedHistogram,
     /// Verdict of the active health checker; `true` until probes say otherwise.
     active_up: AtomicBool,
     /// Passive ejection: failures seen in the window, and when an ejection ends.
@@ -54,10 +57,21 @@ impl Backend {
             requests: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             ejections: AtomicU64::new(0),
+            response_time: SharedHistogram::default(),
             active_up: AtomicBool::new(true),
             passive: Mutex::new(PassiveState::default()),
             limit: None,
         }
+    }
+
+    /// Counts a response head that took `elapsed` from the attempt's start.
+    pub fn record_response_time(&self, elapsed: std::time::Duration) {
+        self.response_time.observe(elapsed);
+    }
+
+    /// Response times since start (for `/metrics`).
+    pub fn response_times(&self) -> Histogram {
+        self.response_time.read()
     }
 
     /// The backend of `config`, with its `max_in_flight` (if any) queued as `queue` says.

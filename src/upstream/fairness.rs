@@ -137,6 +137,15 @@ impl Fairness {
         }
     }
 
+    /// Requests waiting in the queue for a slot, over every client (for `/metrics`).
+    pub fn waiting(&self) -> usize {
+        let clients = self.inner.clients.lock().expect("fairness lock");
+        clients
+            .values()
+            .map(|slots| slots.waiting.load(Ordering::Relaxed))
+            .sum()
+    }
+
     /// Clients with slots held or requests waiting (for tests and stats).
     pub fn tracked_clients(&self) -> usize {
         self.inner.clients.lock().expect("fairness lock").len()

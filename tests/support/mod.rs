@@ -5,6 +5,7 @@
 //! - [`lacquer_process`]: the binary under test ([`LacquerProcess`], [`start_balancer`], [`run_lacquer`],
 //!   [`check_config`], [`admin_stat`]).
 //! - [`memcached`]: a real memcached for the shared tier ([`MemcachedProcess`]).
+//! - [`metrics`]: a node's `/metrics`, scraped and read by series ([`scrape`]).
 //! - [`cluster`]: several memcached servers and the nodes that share them ([`MemcachedCluster`]).
 //! - [`origin`]: origins the proxy fetches from: the programmable [`TestOrigin`], the
 //!   query-string [`scripted_origin`], balancer [`Replica`]s and socket-level [`RawOrigin`]s.
@@ -38,6 +39,7 @@ pub mod http_date;
 pub mod lacquer_process;
 pub mod load;
 pub mod memcached;
+pub mod metrics;
 pub mod net;
 pub mod origin;
 pub mod poll;
@@ -56,6 +58,7 @@ pub use http_date::*;
 pub use lacquer_process::*;
 pub use load::*;
 pub use memcached::*;
+pub use metrics::*;
 pub use net::*;
 pub use origin::*;
 pub use poll::*;

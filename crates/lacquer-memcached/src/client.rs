@@ -13,6 +13,7 @@
 use crate::error::McError;
 use crate::pool::{Pool, ServerConfig};
 use crate::protocol::{check_key, Command, Reply};
+use crate::server_stats::ServerStats;
 use bytes::Bytes;
 
 /// A client for one memcached server with a bounded pool of connections, so
@@ -39,6 +40,11 @@ impl ServerClient {
     /// that the pool stays bounded and discards broken connections.
     pub fn open_connections(&self) -> usize {
         self.pool.open_connections()
+    }
+
+    /// Latency, batch sizes and failures of this server's operations, for metrics.
+    pub fn stats(&self) -> &ServerStats {
+        self.pool.stats()
     }
 
     /// Fetches one value; `Ok(None)` on a miss.

@@ -11,6 +11,7 @@ use crate::client::ServerClient;
 use crate::error::McError;
 use crate::ketama::KetamaRing;
 use crate::pool::ServerConfig;
+use crate::server_stats::ServerStatsSnapshot;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use std::net::SocketAddr;
@@ -68,6 +69,19 @@ pub struct ClusterCounters {
     pub errors: AtomicU64,
     pub ejections: AtomicU64,
     pub skipped_ejected: AtomicU64,
+}
+
+/// One server as [`Cluster::server_reports`] describes it.
+#[derive(Debug, Clone)]
+pub struct ServerReport {
+    /// As configured (`host:port`).
+    pub name: String,
+    /// Ejected right now: its keys are misses.
+    pub ejected: bool,
+    /// Connections open to it, idle or in use.
+    pub open_connections: usize,
+    /// Its latency, batch sizes, failures and timeouts since start.
+    pub stats: ServerStatsSnapshot,
 }
 
 /// What a delete that its caller reports on found (see [`Cluster::delete_reporting`]).
@@ -181,12 +195,16 @@ impl Cluster {
             }
             Err(McError::ServerError(e)) => {
                 self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                node.client.stats().on_failure(false);
                 log::debug!("memcached {} refused an operation: {e}", node.name);
                 answered(node);
                 None
             }
             Err(e) => {
                 self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                node.client
+                    .stats()
+                    .on_failure(matches!(e, McError::Timeout));
                 let failures = node.consecutive_failures.fetch_add(1, Ordering::Relaxed) + 1;
                 if failures >= self.failure_limit {
                     let mut until = node.ejected_until.lock();
@@ -341,6 +359,21 @@ impl Cluster {
             None => DeleteOutcome::Failed,
         };
         (Some(index), outcome)
+    }
+
+    /// Every server, in configured order, with whether it is ejected now and its operation
+    /// counters (for metrics and the status page).
+    pub fn server_reports(&self) -> Vec<ServerReport> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| ServerReport {
+                name: node.name.clone(),
+                ejected: !self.usable(i),
+                open_connections: node.client.open_connections(),
+                stats: node.client.stats().read(),
+            })
+            .collect()
     }
 
     /// Names of the servers currently ejected.

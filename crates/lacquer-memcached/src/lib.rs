@@ -14,6 +14,7 @@
 //! * `connection`: one TCP connection, opened within `connect_timeout`, one exchange at a time.
 //! * [`protocol`]: the meta text protocol's bytes: commands encoded, replies parsed.
 //! * [`error`]: [`McError`], why a call failed (callers treat every error as a miss).
+//! * [`server_stats`]: each server's latency, batch sizes, failures and timeouts, for metrics.
 //!
 //! # Why a crate of its own
 //!
@@ -34,8 +35,12 @@ pub mod error;
 pub mod ketama;
 pub mod pool;
 pub mod protocol;
+pub mod server_stats;
 
 pub use client::ServerClient;
-pub use cluster::{Cluster, ClusterConfig, ClusterCounters, ClusterServer, DeleteOutcome};
+pub use cluster::{
+    Cluster, ClusterConfig, ClusterCounters, ClusterServer, DeleteOutcome, ServerReport,
+};
 pub use error::McError;
 pub use pool::ServerConfig;
+pub use server_stats::{ServerStats, ServerStatsSnapshot};

@@ -16,6 +16,7 @@
 use crate::connection::Connection;
 use crate::error::McError;
 use crate::protocol::{Command, Reply};
+use crate::server_stats::ServerStats;
 use parking_lot::Mutex;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -43,6 +44,8 @@ pub(crate) struct Pool {
     idle: Mutex<Vec<Connection>>,
     permits: Semaphore,
     open: Arc<AtomicUsize>,
+    /// Latency of completed exchanges and sizes of multi-gets (failures: the cluster's count).
+    stats: ServerStats,
 }
 
 impl Pool {
@@ -53,6 +56,7 @@ impl Pool {
             cfg,
             idle: Mutex::new(Vec::new()),
             open: Arc::new(AtomicUsize::new(0)),
+            stats: ServerStats::default(),
         }
     }
 
@@ -65,11 +69,24 @@ impl Pool {
         self.open.load(Ordering::Relaxed)
     }
 
+    /// This server's operation counters.
+    pub(crate) fn stats(&self) -> &ServerStats {
+        &self.stats
+    }
+
     /// Runs one exchange on a pooled or new connection, within `op_timeout`.
     pub(crate) async fn execute(&self, cmd: &Command<'_>) -> Result<Reply, McError> {
-        tokio::time::timeout(self.cfg.op_timeout, self.execute_once_or_retry(cmd))
+        if let Command::GetMulti(keys) = cmd {
+            self.stats.on_batch(keys.len());
+        }
+        let started = std::time::Instant::now();
+        let result = tokio::time::timeout(self.cfg.op_timeout, self.execute_once_or_retry(cmd))
             .await
-            .unwrap_or(Err(McError::Timeout))
+            .unwrap_or(Err(McError::Timeout));
+        if result.is_ok() {
+            self.stats.on_exchange(started.elapsed());
+        }
+        result
     }
 
     async fn execute_once_or_retry(&self, cmd: &Command<'_>) -> Result<Reply, McError> {

@@ -30,6 +30,7 @@ use crate::compression::decoded_copies::DecodedCopies;
 use crate::policy::CachePolicy;
 use crate::storage::fill_lease::AfterSharedMiss;
 use crate::storage::memory::{CompleteObject, MemoryTier};
+use crate::storage::tier::Tier;
 use crate::storage::tiered::TieredStorage;
 use answer::Answer;
 use http::header;
@@ -73,7 +74,7 @@ pub fn eligible(policy: &CachePolicy, req: &RequestHeader) -> bool {
 pub struct FastHit {
     memory: &'static MemoryTier,
     shared: Option<&'static TieredStorage>,
-    decoded_copies: Option<DecodedCopies>,
+    decoded_copies: Option<&'static DecodedCopies>,
 }
 
 impl FastHit {
@@ -81,13 +82,18 @@ impl FastHit {
     pub fn new(
         memory: &'static MemoryTier,
         shared: Option<&'static TieredStorage>,
-        decoded_copies: Option<DecodedCopies>,
+        decoded_copies: Option<&'static DecodedCopies>,
     ) -> Self {
         FastHit {
             memory,
             shared,
             decoded_copies,
         }
+    }
+
+    /// The decoded copies of small gzip bodies, when kept (for `/metrics`).
+    pub fn decoded_copies(&self) -> Option<&'static DecodedCopies> {
+        self.decoded_copies
     }
 
     /// `request_filter`: the answer to `req` when the fast path can give it; `None` when the
@@ -104,7 +110,10 @@ impl FastHit {
         let primary = ctx.key.primary_bin(req);
         let now = SystemTime::now();
         let hit = match lookup::in_memory(self.memory, req, primary, now) {
-            Lookup::Fresh(hit) => hit,
+            Lookup::Fresh(hit) => {
+                ctx.tier = Some(Tier::Memory);
+                hit
+            }
             Lookup::Decline => return None,
             Lookup::Absent => {
                 let tier = self.shared?;
@@ -113,8 +122,11 @@ impl FastHit {
                 // state of memcached reads and the fill-lease wait (kilobytes) on every request
                 let shared = Box::pin(self.after_memory_miss(tier, req, key, now)).await;
                 match shared {
-                    Ok(hit) => hit,
-                    Err(AfterSharedMiss::Filled(hit)) => hit,
+                    // another node's fill, waited for, is read through memcached too
+                    Ok(hit) | Err(AfterSharedMiss::Filled(hit)) => {
+                        ctx.tier = Some(Tier::Memcached);
+                        hit
+                    }
                     Err(AfterSharedMiss::FillHere {
                         lease,
                         known_missing,
@@ -126,7 +138,7 @@ impl FastHit {
                 }
             }
         };
-        Answer::for_hit(hit, req, primary, now, self.decoded_copies.as_ref())
+        Answer::for_hit(hit, req, primary, now, self.decoded_copies)
     }
 
     /// The memory tier has nothing under the URL: memcached, and when memcached has nothing

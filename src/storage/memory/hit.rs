@@ -8,6 +8,7 @@
 use super::fill::{FillBody, StreamingHit};
 use super::index::MemoryObject;
 use crate::storage::object::{Body, RangeCursor, StoredMeta};
+use crate::storage::tier::Tier;
 use async_trait::async_trait;
 use bytes::Bytes;
 use parking_lot::RwLock;
@@ -37,7 +38,7 @@ impl CompleteObject {
     pub fn detached(meta: StoredMeta, body: Body) -> Self {
         let meta = Arc::new(meta);
         let object = Arc::new(MemoryObject {
-            key: 0,
+            key: DETACHED_KEY,
             primary: 0,
             meta: RwLock::new(meta.clone()),
             charged: 0,
@@ -66,6 +67,18 @@ impl CompleteObject {
     /// A hit handler serving this object's body from the start.
     pub(super) fn into_hit_handler(self) -> HitHandler {
         complete_hit(self.object)
+    }
+}
+
+/// The index key of a detached object: no object stored in the tier has it (keys are hashes).
+const DETACHED_KEY: u128 = 0;
+
+/// The tier a hit handler of the standard path reads from: memcached for a detached object (a
+/// shared-tier hit, see [`CompleteObject::detached`]), else this node's memory.
+pub fn tier_of(handler: &HitHandler) -> Tier {
+    match handler.as_any().downcast_ref::<MemoryHit>() {
+        Some(MemoryHit::Complete(hit)) if hit.object.key == DETACHED_KEY => Tier::Memcached,
+        _ => Tier::Memory,
     }
 }
 

@@ -34,7 +34,7 @@ mod index;
 mod scopes;
 mod variants;
 
-pub use hit::CompleteObject;
+pub use hit::{tier_of, CompleteObject};
 
 use super::object::{Body, StoredMeta};
 use super::partial::PartialObject;
