@@ -11,6 +11,7 @@
 #   bench/hit_instructions.sh --path /tagged/1         # a page with three tags (Surrogate-Key)
 #   bench/hit_instructions.sh --memcached              # every hit read from memcached (local_ttl 0s)
 #   bench/hit_instructions.sh --memcached --bans 1000  # ... judged against 1,000 tag bans
+#   bench/hit_instructions.sh --rules 100              # with 100 request rules (bench/rules_config.py)
 #   ORIGIN=... bench/hit_instructions.sh --config br.toml --path /plain8k.html   # more config
 #
 # Lacquer runs under valgrind with one worker thread; after a warm-up of 2,000 hits the counters
@@ -31,6 +32,7 @@ HEADERS=()
 MEMCACHED=0
 BANS=0
 PLAIN=0
+RULES=0
 EXTRA_CONFIG=
 while [ $# -gt 0 ]; do
   case $1 in
@@ -41,6 +43,7 @@ while [ $# -gt 0 ]; do
     --memcached) MEMCACHED=1; shift ;;
     --bans) BANS=$2; shift 2 ;;
     --plain) PLAIN=1; shift ;;
+    --rules) RULES=$2; shift 2 ;;
     --config) EXTRA_CONFIG=$(realpath "$2"); shift 2 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
@@ -75,6 +78,9 @@ if [ "$MEMCACHED" = 1 ]; then
   memcached -p "$MC_PORT" -l 127.0.0.1 -U 0 -m 64 -u root &
   PIDS+=($!)
   printf '[cache.memcached]\nservers = ["127.0.0.1:%s"]\nlocal_ttl = "0s"\n' "$MC_PORT" >>"$WORK/lacquer.toml"
+fi
+if [ "$RULES" -gt 0 ]; then
+  python3 bench/rules_config.py "$RULES" >>"$WORK/lacquer.toml"
 fi
 # --config FILE: its sections are added to the script's (so they must not repeat [admin],
 # [invalidation] or [cache.memcached])

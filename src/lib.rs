@@ -6,6 +6,7 @@
 //!   [`proxy_protocol`] reads the PROXY header on listeners that expect one;
 //! * [`lifecycle`]: reload, hand-over to a new process, drain on shutdown;
 //! * [`proxy`]: the request path as Pingora's phase-named callbacks;
+//! * [`rules`]: the request rules (`[[rules]]`): what to cache, per request;
 //! * [`policy`]: what may be stored and for how long (RFC 9111);
 //! * [`storage`]: the cache tiers;
 //! * [`compression`]: one stored gzip copy, served to every client as it accepts;
@@ -23,6 +24,7 @@ pub mod observe;
 pub mod policy;
 pub mod proxy;
 pub mod proxy_protocol;
+pub mod rules;
 pub mod server;
 pub mod storage;
 pub mod upstream;

@@ -22,6 +22,7 @@ use crate::lifecycle::reload::Reloader;
 use crate::lifecycle::signals::{self, OperatorSignals};
 use crate::lifecycle::upgrade;
 use crate::observe::access_log::AccessLog;
+use crate::proxy::hooks::PhaseHooks;
 use crate::proxy::LacquerProxy;
 use crate::proxy_protocol::{PreTlsHeader, ProxyProtocolApp, ProxyProtocolListeners};
 use crate::storage::memory::MemoryTier;
@@ -131,6 +132,24 @@ pub fn rule_book(config: &Config) -> &'static RuleBook {
 /// Runs the server until a signal stops the process; returns only on a start-up failure.
 /// `cli` is what the process was started with: a reload reads the same file with the same flags.
 pub fn run(config: Config, cli: &Cli) -> Result<Infallible, StartError> {
+    serve(config, cli, None)
+}
+
+/// [`run`] with an embedding program's own code in the request path (see
+/// [`crate::proxy::hooks`]; `examples/device_rule.rs` is a complete program).
+pub fn run_with_hooks(
+    config: Config,
+    cli: &Cli,
+    hooks: Arc<dyn PhaseHooks>,
+) -> Result<Infallible, StartError> {
+    serve(config, cli, Some(hooks))
+}
+
+fn serve(
+    config: Config,
+    cli: &Cli,
+    hooks: Option<Arc<dyn PhaseHooks>>,
+) -> Result<Infallible, StartError> {
     signals::ignore_hangup_until_handled();
     init_logging(&config);
     let options = upgrade::pingora_options(cli.upgrade);
@@ -164,7 +183,7 @@ pub fn run(config: Config, cli: &Cli) -> Result<Infallible, StartError> {
         "invalidation",
         InvalidationService(invalidator),
     ));
-    let proxy = LacquerProxy::new(
+    let mut proxy = LacquerProxy::new(
         live.clone(),
         memory,
         tiered,
@@ -172,6 +191,9 @@ pub fn run(config: Config, cli: &Cli) -> Result<Infallible, StartError> {
         access_log,
         in_flight,
     );
+    if let Some(hooks) = hooks {
+        proxy = proxy.with_hooks(hooks);
+    }
     let backends = proxy.upstream().backends().to_vec();
     let proxy_counters = ProxyCounters {
         requests: proxy.metrics(),

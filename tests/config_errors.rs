@@ -104,6 +104,32 @@ fn invalid_values_name_the_key_and_reason() {
             "server.write_buffer",
             "not a size",
         ),
+        // request rules: a bad rule is refused with its index and its name
+        (
+            "upstream = \"127.0.0.1:1\"\n[[rules]]\npass = true\n[[rules]]\nname = \"admin\"\npath_regex = \"^/admin(\"\npass = true",
+            "rules[1].path_regex",
+            "rule \"admin\": bad regex",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\n[[rules]]\nname = \"noop\"\npath = \"/\"",
+            "rules[0]",
+            "rule \"noop\": has no action",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\n[[rules]]\nttl = \"soon\"",
+            "rules[0].ttl",
+            "is not a duration",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\n[[rules]]\nbackend_group = \"media\"",
+            "rules[0].backend_group",
+            "no [[upstreams]] entry has group = \"media\"",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\n[[rules]]\npaht = \"/\"\npass = true",
+            "unknown field `paht`",
+            "line 3",
+        ),
         (
             "upstream = \"127.0.0.1:1\"\n[server]\nheader_read_timeout = \"0s\"",
             "server.header_read_timeout",

@@ -30,6 +30,8 @@ pub struct UpstreamEntry {
     pub client_key: Option<String>,
     /// Relative share of traffic; default 1.
     pub weight: Option<i64>,
+    /// The backend group a request rule (`backend_group`) may send requests to.
+    pub group: Option<String>,
     /// At most this many requests on the replica at once (others wait in `[balancer.queue]`).
     pub max_in_flight: Option<i64>,
 }
@@ -126,6 +128,9 @@ pub struct BackendConfig {
     pub name: String,
     pub addr: SocketAddr,
     pub weight: u32,
+    /// The backend group (`[[rules]]` `backend_group` sends requests to one); `None`: the
+    /// default pool.
+    pub group: Option<String>,
     /// At most this many requests at once (`None`: no limit).
     pub max_in_flight: Option<u32>,
     /// TLS to the origin (`https` upstreams); `None`: plain HTTP.
@@ -204,6 +209,7 @@ pub fn validate_backends(
                 name: name.to_string(),
                 addr: check::resolved_addr("upstream", name)?,
                 weight: 1,
+                group: None,
                 max_in_flight: None,
                 tls,
             }])
@@ -234,6 +240,7 @@ pub fn validate_backends(
                         1,
                         1..=1000,
                     )?,
+                    group: group(i, &entry.group)?,
                     max_in_flight: entry
                         .max_in_flight
                         .map(|n| {
@@ -386,6 +393,17 @@ fn origin_tls(key: &str, name: &str, keys: &TlsKeys) -> Result<OriginTls, Config
         };
         ConfigError::new(field(f), reason)
     })
+}
+
+/// `upstreams[i].group`: a name a rule's `backend_group` refers to.
+fn group(i: usize, group: &Option<String>) -> Result<Option<String>, ConfigError> {
+    match group {
+        Some(name) if name.is_empty() => Err(ConfigError::new(
+            format!("upstreams[{i}].group"),
+            "must not be empty",
+        )),
+        _ => Ok(group.clone()),
+    }
 }
 
 /// Validates `[balancer]`; the timeouts default to the `[proxy]` ones so older files keep working.

@@ -87,6 +87,7 @@ pub fn apply_cli(mut file: FileConfig, cli: &Cli) -> FileConfig {
                     .map(|address| UpstreamEntry {
                         address: address.clone(),
                         weight: None,
+                        group: None,
                         max_in_flight: None,
                         tls: None,
                         sni: None,

@@ -12,6 +12,7 @@ use super::fairness::FairnessSection;
 use super::invalidation::InvalidationSection;
 use super::logging::LogSection;
 use super::proxy::ProxySection;
+use super::rules::RuleEntry;
 use super::server::ServerSection;
 use super::tls::TlsSection;
 use super::ConfigError;
@@ -54,6 +55,8 @@ pub struct FileConfig {
     /// `[fairness]`: per-client cap on requests going upstream.
     #[serde(default)]
     pub fairness: FairnessSection,
+    /// `[[rules]]`: request rules, in order.
+    pub rules: Option<Vec<RuleEntry>>,
     /// `[invalidation]`: how purges and bans reach every node, tags.
     #[serde(default)]
     pub invalidation: InvalidationSection,

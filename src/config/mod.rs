@@ -11,7 +11,8 @@
 //! checks: [`server`] (the top-level keys and `[server]`), [`tls`], [`proxy`], [`balancing`]
 //! (`upstream`, `[[upstreams]]`, `[balancer]`), [`fairness`], [`cache`], [`memcached`]
 //! (`[cache.memcached]`), [`compression`] (`[cache.compression]`), [`partial`]
-//! (`[cache.partial]`), [`logging`] (`[log]`) and [`admin`]. [`units`] parses sizes and durations; [`address_range`] client address ranges.
+//! (`[cache.partial]`), [`logging`] (`[log]`), [`admin`] and [`rules`] (`[[rules]]`). [`units`]
+//! parses sizes and durations; [`address_range`] client address ranges.
 //!
 //! With no file at all, `lacquer --upstream 127.0.0.1:8080` is a complete configuration:
 //! a memory-only cache in front of that origin.
@@ -30,6 +31,7 @@ pub mod logging;
 pub mod memcached;
 pub mod partial;
 pub mod proxy;
+pub mod rules;
 pub mod server;
 pub mod tls;
 pub mod units;
@@ -112,6 +114,8 @@ pub struct Config {
     pub balancer: balancing::BalancerConfig,
     /// Per-client cap on requests going upstream, if configured.
     pub fairness: Option<fairness::FairnessConfig>,
+    /// The request rules, in order (`[[cache.ttl_overrides]]` folded in first).
+    pub rules: Vec<rules::Rule>,
 }
 
 impl Config {
@@ -144,6 +148,9 @@ impl Config {
         let backends = balancing::validate_backends(&file.upstream, &file.upstreams)?;
         let tls = tls::validate(&file.tls)?;
         let proxy = proxy::validate(&file.proxy)?;
+        let cache = cache::validate(&file.cache)?;
+        let groups = rules::backend_groups(&backends);
+        let rules = rules::validate(&file.rules, &cache.ttl_overrides, &groups)?;
         Ok(Config {
             listen: server.listen,
             proxy_protocol_listen: server.proxy_protocol,
@@ -161,11 +168,12 @@ impl Config {
             balancer: balancing::validate(&file.balancer, backends, &proxy)?,
             proxy,
             fairness: fairness::validate(&file.fairness)?,
-            cache: cache::validate(&file.cache)?,
+            cache,
             log: logging::validate(&file.log)?,
             admin_listen: admin::validate(&file.admin)?,
             admin_access: admin::validate_access(&file.admin)?,
             invalidation: invalidation::validate(&file.invalidation, first_listen_port)?,
+            rules,
         })
     }
 }

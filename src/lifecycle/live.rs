@@ -2,14 +2,16 @@
 //!
 //! Everything the proxy derives from the configuration and may change on a reload lives in one
 //! [`LiveSettings`] value: the validated [`Config`], the cache policy, the `Via` entries, the
-//! upstream pool's choices (around the same backends) and the fairness cap. [`Live`] holds it in
-//! an [`ArcSwap`]: a phase loads it with one atomic read and no lock, a reload stores a new one,
-//! and requests already running keep the value they loaded until they let it go. The memory tier,
-//! the memcached cluster and the listeners are not here: they outlive reloads.
+//! upstream pool's choices (around the same backends), the fairness cap and the compiled request
+//! rules. [`Live`] holds it in an [`ArcSwap`]: a phase loads it with one atomic read and no lock,
+//! a reload stores a new one, and requests already running keep the value they loaded until they
+//! let it go. The memory tier, the memcached cluster and the listeners are not here: they outlive
+//! reloads.
 
 use crate::config::Config;
 use crate::policy::CachePolicy;
 use crate::proxy::headers::{ForUsOnly, ViaValues};
+use crate::rules::RequestRules;
 use crate::upstream::fairness::Fairness;
 use crate::upstream::Upstream;
 use arc_swap::{ArcSwap, Guard};
@@ -31,6 +33,8 @@ pub struct LiveSettings {
     pub upstream: Upstream,
     /// The per-client cap on requests going upstream, if configured.
     pub fairness: Option<Fairness>,
+    /// `[[rules]]`, compiled (their regexes into sets) once per (re)load.
+    pub rules: RequestRules,
 }
 
 impl LiveSettings {
@@ -72,6 +76,7 @@ impl LiveSettings {
             policy: CachePolicy::new(&config.cache),
             via: ViaValues::new(&config.proxy.via_name)
                 .expect("proxy.via_name is checked to be an HTTP token when the config is loaded"),
+            rules: RequestRules::new(&config.rules),
             upstream,
             fairness,
             config,

@@ -43,13 +43,25 @@ pub const REASON_STATUS: &str = "status";
 /// The response said `must-understand` and this cache does not know its status code.
 pub const REASON_MUST_UNDERSTAND: &str = "must-understand";
 
+/// What a request rule changes in the storing of one response (`crate::rules::Verdict`); the
+/// default changes nothing.
+#[derive(Debug, Clone, Default)]
+pub struct StoreOverrides {
+    /// Freshness forced on the response, whatever it says (`ttl`).
+    pub ttl: Option<Duration>,
+    /// The stale-if-error grace instead of `cache.stale_if_error_grace` (`grace`).
+    pub grace: Option<Duration>,
+    /// Never store a response with `Set-Cookie`, even with `cache.store_set_cookie`
+    /// (`cache_anonymous_only`).
+    pub refuse_set_cookie: bool,
+}
+
 /// The configured policy.
 #[derive(Debug, Clone)]
 pub struct CachePolicy {
     heuristic_fraction: f64,
     heuristic_max: Duration,
     default_ttl: Option<Duration>,
-    ttl_overrides: Vec<(String, Duration)>,
     max_object_size: usize,
     targeted: targeted::TargetedFields,
     /// `stale-if-error` seconds granted to responses that carry none.
@@ -65,11 +77,6 @@ impl CachePolicy {
             heuristic_fraction: config.heuristic_fraction,
             heuristic_max: config.heuristic_max,
             default_ttl: config.default_ttl,
-            ttl_overrides: config
-                .ttl_overrides
-                .iter()
-                .map(|o| (o.prefix.clone(), o.ttl))
-                .collect(),
             max_object_size: config.max_object_size,
             targeted: targeted::TargetedFields::new(&config.targeted_field),
             stale_if_error_grace: config.stale_if_error_grace.as_secs().min(u32::MAX as u64) as u32,
@@ -92,14 +99,6 @@ impl CachePolicy {
         req.method == Method::GET || req.method == Method::HEAD
     }
 
-    fn override_ttl(&self, path: &str) -> Option<Duration> {
-        self.ttl_overrides
-            .iter()
-            .filter(|(prefix, _)| path.starts_with(prefix.as_str()))
-            .max_by_key(|(prefix, _)| prefix.len())
-            .map(|(_, ttl)| *ttl)
-    }
-
     /// Decides whether `resp` (to `req`, sent at `request_time`) may be stored, returning the
     /// metadata to store it with.
     ///
@@ -118,6 +117,18 @@ impl CachePolicy {
         req: &RequestHeader,
         resp: &ResponseHeader,
         request_time: SystemTime,
+    ) -> RespCacheable {
+        self.response_decision_with(req, resp, request_time, &StoreOverrides::default())
+    }
+
+    /// [`Self::response_decision`] with what the request rules (`crate::rules`) changed for
+    /// this request: a forced TTL, another stale-if-error grace, or no `Set-Cookie` stored.
+    pub fn response_decision_with(
+        &self,
+        req: &RequestHeader,
+        resp: &ResponseHeader,
+        request_time: SystemTime,
+        overrides: &StoreOverrides,
     ) -> RespCacheable {
         let uncacheable =
             |reason: &'static str| RespCacheable::Uncacheable(NoCacheReason::Custom(reason));
@@ -147,7 +158,8 @@ impl CachePolicy {
         if vary::has_star(resp) {
             return uncacheable(REASON_VARY_STAR);
         }
-        if !self.store_set_cookie && resp.headers.contains_key(http::header::SET_COOKIE) {
+        let refuse_set_cookie = !self.store_set_cookie || overrides.refuse_set_cookie;
+        if refuse_set_cookie && resp.headers.contains_key(http::header::SET_COOKIE) {
             return uncacheable(REASON_SET_COOKIE);
         }
         if content_length(resp).is_some_and(|len| len > self.max_object_size as u64) {
@@ -158,7 +170,7 @@ impl CachePolicy {
             heuristic_fraction: self.heuristic_fraction,
             heuristic_max: self.heuristic_max,
             default_ttl: self.default_ttl,
-            override_ttl: self.override_ttl(req.uri.path()),
+            override_ttl: overrides.ttl,
             ignore_expires: targeted,
         };
         let now = SystemTime::now();
@@ -176,7 +188,10 @@ impl CachePolicy {
             None => return uncacheable(REASON_NO_FRESHNESS),
         };
         let mut header = resp.clone();
-        let (mut swr, mut sie) = (0, self.stale_if_error_grace);
+        let grace = overrides.grace.map_or(self.stale_if_error_grace, |g| {
+            g.as_secs().min(u32::MAX as u64) as u32
+        });
+        let (mut swr, mut sie) = (0, grace);
         if let Some(cc) = &cc {
             if no_cache {
                 // stored, but never served without revalidation (RFC 9111 §5.2.2.4)

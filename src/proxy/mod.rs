@@ -8,8 +8,9 @@
 //!    authority, the target form; refused: 400), sends one `Content-Length` on, and notes a GET or
 //!    HEAD with a body (never cached); [`forwarding`] resolves the scheme (for the key) and, when
 //!    asked, the client address through trusted proxies; [`purge`] answers a PURGE (refused: 405;
-//!    allowed: carried out across the cluster by `crate::invalidation`); [`fast_hit`] answers
-//!    fresh, plain hits from storage without Pingora's cache machinery.
+//!    allowed: carried out across the cluster by `crate::invalidation`); the request rules
+//!    (`crate::rules`) are applied; [`fast_hit`] answers fresh, plain hits from storage without
+//!    Pingora's cache machinery.
 //! 2. `request_cache_filter`: whether the cache is used at all (method, client `no-store`,
 //!    config); if so, it is enabled with our storage and the cache lock.
 //! 3. `cache_key_callback`: the key from [`cache_key`] (built once per request);
@@ -32,6 +33,8 @@
 //!    meant for this cache only removed ([`headers::ForUsOnly`]), `crate::compression` on the way
 //!    out; `logging` ends the fill lease this request holds, counts the request
 //!    ([`metrics_record`]) and writes the [`access_record`].
+//!
+//! A program that embeds Lacquer adds its own code to phases 1 and 7 through [`hooks`].
 
 pub mod access_record;
 pub mod cache_key;
@@ -39,6 +42,7 @@ pub mod cache_status;
 pub mod fast_hit;
 pub mod forwarding;
 pub mod headers;
+pub mod hooks;
 pub mod interim;
 pub mod invalidation;
 pub mod metrics_record;
@@ -59,6 +63,7 @@ use crate::observe::access_log::AccessLog;
 use crate::observe::metrics::RequestMetrics;
 use crate::policy::request_directives::RequestDirectives;
 use crate::policy::{freshness, preconditions, revalidation, vary};
+use crate::rules;
 use crate::storage::fill_lease::HeldLease;
 use crate::storage::memory::{self, MemoryTier};
 use crate::storage::tier::Tier;
@@ -116,6 +121,8 @@ pub struct RequestCtx {
     tier: Option<Tier>,
     /// A POST response being kept for later GETs of its URL (see [`post_reuse`]).
     post_reuse: Option<Box<post_reuse::PostReuse>>,
+    /// What the request rules decided for this request (see `crate::rules`).
+    rules: rules::Verdict,
     /// Counts this request until it ends, so a draining process waits for it.
     _in_flight: RequestInFlight,
     /// Whether the client asks to switch protocols (see [`upgrade`]); decided in
@@ -146,6 +153,8 @@ pub struct LacquerProxy {
     metrics: &'static RequestMetrics,
     /// Purges (PURGE, unsafe methods) carried out across the cluster.
     invalidator: &'static Invalidator,
+    /// The embedding program's own phase hooks (none in the `lacquer` binary).
+    hooks: Option<Arc<dyn hooks::PhaseHooks>>,
 }
 
 impl LacquerProxy {
@@ -184,6 +193,7 @@ impl LacquerProxy {
             partial,
             live,
             invalidator,
+            hooks: None,
             storage,
             cache_lock: lock,
             access_log,
@@ -192,17 +202,29 @@ impl LacquerProxy {
         }
     }
 
+    /// The proxy with an embedding program's [`hooks::PhaseHooks`] in its phases.
+    pub fn with_hooks(mut self, hooks: Arc<dyn hooks::PhaseHooks>) -> Self {
+        self.hooks = Some(hooks);
+        self
+    }
+
     /// Adds what every downstream response carries, on both the fast and the standard path:
     /// `Cache-Status` and our `Via`, minus the targeted fields configured to be stripped (RFC
     /// 9213: by default our own); keeps the classification for the access log.
     fn finish_response_head(
+        &self,
         live: &LiveSettings,
         head: &mut ResponseHeader,
-        request_version: http::Version,
+        req: &RequestHeader,
         status: CacheStatus,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
+        let request_version = req.version;
         live.for_us_only.strip(head);
+        live.rules.on_downstream_head(&ctx.rules, head);
+        if let Some(hooks) = &self.hooks {
+            hooks.response_filter(req, head)?;
+        }
         let status = status.served_from(ctx.tier);
         let announce = live.config.cache.announce;
         if announce != Announce::Off {
@@ -269,6 +291,7 @@ impl ProxyHttp for LacquerProxy {
             partial: PartialCtx::default(),
             upstream: RequestUpstream::default(),
             post_reuse: None,
+            rules: rules::Verdict::default(),
             tier: None,
             _in_flight: self.in_flight.start(),
             upgrade: UpgradeRequest::None,
@@ -300,17 +323,25 @@ impl ProxyHttp for LacquerProxy {
                 return purge::carry_out(session, self.invalidator, enabled, client, https).await;
             }
         }
+        ctx.rules = live.rules.on_request(session.req_header_mut());
+        if let Some(hooks) = &self.hooks {
+            if hooks.request_filter(session, &mut ctx.rules).await? {
+                return Ok(true);
+            }
+        }
+        ctx.upstream.group = ctx.rules.backend_group.take();
+        // a passed request is never answered from the cache
         let fast_hit = self
             .fast_hit
             .as_ref()
-            .filter(|_| !ctx.head.uncacheable_body);
+            .filter(|_| !ctx.head.uncacheable_body && !ctx.rules.pass);
         let answer = match fast_hit {
             Some(fast_hit) => {
                 fast_hit
                     .on_request(&live.policy, session.req_header(), ctx)
                     .await
             }
-            None => None,
+            _ => None,
         };
         let Some(mut answer) = answer else {
             // (the fast path declines every request with an `Upgrade` field)
@@ -320,8 +351,8 @@ impl ProxyHttp for LacquerProxy {
             }
             return Ok(false);
         };
-        let (version, status) = (session.req_header().version, answer.cache_status());
-        Self::finish_response_head(&live, &mut answer.head, version, status, ctx)?;
+        let status = answer.cache_status();
+        self.finish_response_head(&live, &mut answer.head, session.req_header(), status, ctx)?;
         answer.send(session).await?;
         Ok(true)
     }
@@ -345,6 +376,10 @@ impl ProxyHttp for LacquerProxy {
             // the key does not include the body: forwarded, never looked up or stored
             ctx.seen.bypassed = true;
             ctx.seen.not_stored_reason = Some("request-body");
+            return Ok(());
+        }
+        if ctx.rules.pass {
+            // configured not to handle it: RFC 9211's fwd=bypass
             return Ok(());
         }
         if CacheControl::from_req_headers(req).is_some_and(|cc| cc.no_store()) {
@@ -460,9 +495,9 @@ impl ProxyHttp for LacquerProxy {
             let phase = session.cache.phase();
             let now = SystemTime::now();
             if let Some(mut hit) = partial.on_miss(phase, req, primary, &mut ctx.partial, now) {
-                let (version, status) = (req.version, hit.cache_status());
+                let status = hit.cache_status();
                 let live = self.live.load();
-                Self::finish_response_head(&live, &mut hit.head, version, status, ctx)?;
+                self.finish_response_head(&live, &mut hit.head, req, status, ctx)?;
                 hit.send(session).await?;
                 return Ok(false);
             }
@@ -618,6 +653,7 @@ impl ProxyHttp for LacquerProxy {
             upgrade::restore_switch_fields(upstream_response, protocol);
         }
         headers::add_date_if_missing(upstream_response);
+        rules::on_upstream_response(&ctx.rules, upstream_response);
         if live.config.cache.reuse_post_responses && live.config.cache.enabled {
             ctx.post_reuse = post_reuse::on_upstream_response(
                 &live.policy,
@@ -637,10 +673,11 @@ impl ProxyHttp for LacquerProxy {
         let will_store = live.config.cache.compression.enabled
             && session.cache.enabled()
             && matches!(
-                live.policy.response_decision(
+                live.policy.response_decision_with(
                     session.req_header(),
                     upstream_response,
-                    ctx.request_time
+                    ctx.request_time,
+                    &ctx.rules.store_overrides(),
                 ),
                 RespCacheable::Cacheable(_)
             );
@@ -702,11 +739,12 @@ impl ProxyHttp for LacquerProxy {
             }
             None => resp,
         };
-        let decision =
-            self.live
-                .load()
-                .policy
-                .response_decision(session.req_header(), resp, ctx.request_time);
+        let decision = self.live.load().policy.response_decision_with(
+            session.req_header(),
+            resp,
+            ctx.request_time,
+            &ctx.rules.store_overrides(),
+        );
         match &decision {
             RespCacheable::Cacheable(_) => ctx.seen.storable = true,
             RespCacheable::Uncacheable(reason) => {
@@ -761,8 +799,7 @@ impl ProxyHttp for LacquerProxy {
             upstream_response,
         );
         let live = self.live.load();
-        let version = session.req_header().version;
-        Self::finish_response_head(&live, upstream_response, version, status, ctx)
+        self.finish_response_head(&live, upstream_response, session.req_header(), status, ctx)
     }
 
     fn response_body_filter(

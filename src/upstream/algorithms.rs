@@ -184,6 +184,7 @@ mod tests {
                     name: format!("127.0.0.1:{}", 9000 + i),
                     addr: format!("127.0.0.1:{}", 9000 + i).parse().unwrap(),
                     weight: w,
+                    group: None,
                     max_in_flight: None,
                     tls: None,
                 }))

@@ -50,6 +50,8 @@ pub struct RequestUpstream {
     pub admission: Option<fairness::Admission>,
     /// When the whole upstream exchange must be over.
     pub deadline: Option<TotalDeadline>,
+    /// The backend group a request rule chose (`None`: the default pool).
+    pub group: Option<Arc<str>>,
     /// When the current attempt started (`None`: the request has not gone upstream).
     started: Option<Instant>,
     /// Milliseconds from the start of the last attempt to the origin's response head.
@@ -103,7 +105,8 @@ impl Upstream {
         let Some(remaining) = deadline.remaining() else {
             return Error::e_explain(ErrorType::HTTPStatus(504), TOTAL_EXCEEDED);
         };
-        let Some(mut selection) = self.select(key, &request.tried) else {
+        let Some(mut selection) = self.select_in(request.group.as_deref(), key, &request.tried)
+        else {
             return Error::e_explain(ErrorType::HTTPStatus(502), "no backend configured");
         };
         timeouts::clamp(&mut selection.peer, remaining);
@@ -125,7 +128,7 @@ impl Upstream {
         }
         let method = &session.req_header().method;
         e.set_retry(
-            self.has_untried(&request.tried)
+            self.has_untried(request.group.as_deref(), &request.tried)
                 && !request.deadline.is_some_and(|d| d.expired())
                 && self.retry().may_retry(method, request.attempts(), false),
         );
@@ -154,7 +157,8 @@ impl Upstream {
         let method = &session.req_header().method;
         let dead_pooled_connection =
             client_reused && request.status.is_none() && !is_timeout(e.etype());
-        let somewhere_to_go = self.has_untried(&request.tried) || dead_pooled_connection;
+        let somewhere_to_go =
+            self.has_untried(request.group.as_deref(), &request.tried) || dead_pooled_connection;
         e.set_retry(
             from_upstream
                 && replayable

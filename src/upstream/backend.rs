@@ -24,6 +24,8 @@ pub struct Backend {
     pub weight: u32,
     /// TLS to this origin (`https` upstreams); `None`: plain HTTP.
     pub tls: Option<OriginTls>,
+    /// The backend group request rules may choose (`None`: the default pool).
+    pub group: Option<String>,
     in_flight: AtomicUsize,
     /// Requests sent here since start (a retry counts on the backend it went to).
     requests: AtomicU64,
@@ -55,6 +57,7 @@ impl Backend {
             addr: config.addr,
             weight: config.weight,
             tls: config.tls.clone(),
+            group: config.group.clone(),
             in_flight: AtomicUsize::new(0),
             requests: AtomicU64::new(0),
             failures: AtomicU64::new(0),
@@ -216,6 +219,7 @@ mod tests {
             name: "127.0.0.1:1".into(),
             addr: "127.0.0.1:1".parse().unwrap(),
             weight: 1,
+            group: None,
             max_in_flight: None,
             tls: None,
         }))

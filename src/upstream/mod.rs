@@ -57,6 +57,8 @@ struct Pool {
     round_robin: RoundRobin,
     turn: AtomicU64,
     rng: Rng,
+    /// Some backend has no group (so the default pool is those backends, not all).
+    any_ungrouped: bool,
 }
 
 /// One attempt's choice: the backend (counted in flight while this lives) and its peer.
@@ -92,6 +94,7 @@ impl Upstream {
         Upstream {
             inner: Arc::new(Pool {
                 round_robin: RoundRobin::new(backends.len()),
+                any_ungrouped: backends.iter().any(|b| b.group.is_none()),
                 backends,
                 retry: RetryPolicy {
                     attempts: config.balancer.retries,
@@ -126,13 +129,30 @@ impl Upstream {
     /// are preferred; when none is healthy, any is used rather than failing outright (a
     /// checker can be wrong, an error is certain). `None` only for an empty pool.
     pub fn select(&self, key: &[u8], tried: &[std::net::SocketAddr]) -> Option<Selection> {
+        self.select_in(None, key, tried)
+    }
+
+    /// [`Self::select`] among the backends of `group` (a request rule's `backend_group`);
+    /// `None` is the default pool: the backends without a group, or all of them when every
+    /// backend has one.
+    pub fn select_in(
+        &self,
+        group: Option<&str>,
+        key: &[u8],
+        tried: &[std::net::SocketAddr],
+    ) -> Option<Selection> {
         let pool = &self.inner;
         let now = Instant::now();
-        let mut untried: Vec<usize> = (0..pool.backends.len())
+        let members: Vec<usize> = (0..pool.backends.len())
+            .filter(|&i| self.in_group(&pool.backends[i], group))
+            .collect();
+        let mut untried: Vec<usize> = members
+            .iter()
+            .copied()
             .filter(|&i| !tried.contains(&pool.backends[i].addr))
             .collect();
         if untried.is_empty() {
-            untried = (0..pool.backends.len()).collect();
+            untried = members;
         }
         let healthy: Vec<usize> = untried
             .iter()
@@ -160,10 +180,21 @@ impl Upstream {
         })
     }
 
-    /// Whether some backend has not been attempted yet. A connect failure is only worth
+    /// Whether some backend of `group` has not been attempted yet. A connect failure is only worth
     /// retrying elsewhere: the same address refused (or timed out) a moment ago.
-    pub fn has_untried(&self, tried: &[std::net::SocketAddr]) -> bool {
-        self.inner.backends.iter().any(|b| !tried.contains(&b.addr))
+    pub fn has_untried(&self, group: Option<&str>, tried: &[std::net::SocketAddr]) -> bool {
+        self.inner
+            .backends
+            .iter()
+            .any(|b| self.in_group(b, group) && !tried.contains(&b.addr))
+    }
+
+    /// Whether `backend` serves requests sent to `group` (see [`Self::select_in`]).
+    fn in_group(&self, backend: &Backend, group: Option<&str>) -> bool {
+        match group {
+            Some(_) => backend.group.as_deref() == group,
+            None => backend.group.is_none() || !self.inner.any_ungrouped,
+        }
     }
 
     /// The first origin as configured, used as `Host` when a request has none.

@@ -37,6 +37,32 @@ pub fn lacquer_bin() -> PathBuf {
     }
 }
 
+/// An example program of this package (`examples/NAME.rs`), built for the profile the tests
+/// run under: `cargo test --all-targets` builds examples with the tests; a run of one test alone
+/// builds it here.
+pub fn example_bin(name: &str) -> PathBuf {
+    let test_exe = std::env::current_exe().expect("the test binary's path");
+    // target/<profile>/deps/<test> -> target/<profile>/examples/<name>
+    let profile_dir = test_exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("a test binary lives in target/<profile>/deps");
+    let bin = profile_dir.join("examples").join(name);
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut args = vec!["build", "--quiet", "--example", name];
+    if profile_dir.ends_with("release") {
+        args.push("--release");
+    }
+    let status = Command::new(cargo)
+        .args(&args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "cargo build --example {name} failed");
+    assert!(bin.exists(), "{} not built", bin.display());
+    bin
+}
+
 /// A running `lacquer` process; killed (SIGKILL) on drop.
 pub struct LacquerProcess {
     child: OwnedChild,
@@ -47,6 +73,8 @@ pub struct LacquerProcess {
     stdout_path: PathBuf,
     stderr_path: PathBuf,
     pid: u32,
+    /// Another program than `lacquer` (one that embeds it, see [`example_bin`]).
+    program: Option<PathBuf>,
 }
 
 impl LacquerProcess {
@@ -123,8 +151,31 @@ impl LacquerProcess {
         panic!("{last}");
     }
 
+    /// [`Self::start_on_free_port`] with another program than `lacquer`, one that embeds it and
+    /// takes the same flags (an example, see [`example_bin`]).
+    pub fn start_program_on_free_port(
+        program: &Path,
+        config_for: impl Fn(u16) -> String,
+    ) -> LacquerProcess {
+        let port = free_port();
+        match LacquerProcess::try_start_program(Some(program), port, Some(&config_for(port)), &[]) {
+            Ok(p) => p,
+            Err(msg) => panic!("{msg}"),
+        }
+    }
+
     /// Spawns and waits for the port; on failure returns a message including stderr.
     pub fn try_start(
+        port: u16,
+        config_toml: Option<&str>,
+        extra_args: &[&str],
+    ) -> Result<LacquerProcess, String> {
+        LacquerProcess::try_start_program(None, port, config_toml, extra_args)
+    }
+
+    /// [`Self::try_start`] of `program` (`None`: `lacquer`).
+    fn try_start_program(
+        program: Option<&Path>,
         port: u16,
         config_toml: Option<&str>,
         extra_args: &[&str],
@@ -149,6 +200,7 @@ impl LacquerProcess {
             stdout_path,
             stderr_path,
             pid: 0,
+            program: program.map(Path::to_path_buf),
         };
         p.spawn_and_wait()?;
         Ok(p)
@@ -156,7 +208,7 @@ impl LacquerProcess {
 
     /// Starts the binary with this handle's arguments, output appended to its logs.
     fn spawn(&mut self) {
-        let bin = lacquer_bin();
+        let bin = self.program.clone().unwrap_or_else(lacquer_bin);
         // Append, so a restart keeps the earlier run's output.
         let open = |p: &Path| {
             std::fs::OpenOptions::new()
@@ -183,7 +235,7 @@ impl LacquerProcess {
     }
 
     fn spawn_and_wait(&mut self) -> Result<(), String> {
-        let bin = lacquer_bin();
+        let bin = self.program.clone().unwrap_or_else(lacquer_bin);
         self.spawn();
 
         match self
@@ -327,6 +379,7 @@ impl LacquerProcess {
             dir,
             config_path: self.config_path.clone(),
             pid: 0,
+            program: self.program.clone(),
         };
         next.spawn();
         let waiting = poll_until(LACQUER_START_TIMEOUT, || {

@@ -11,6 +11,7 @@
 //!   query-string [`scripted_origin`], balancer [`Replica`]s and socket-level [`RawOrigin`]s.
 //! - [`client`]: what the tests send: reqwest helpers ([`get`], [`Resp`]) and a raw-socket
 //!   client ([`raw_request`], [`RawConn`]).
+//! - [`django_site`]: the Django test site under gunicorn ([`DjangoSite`]), a real application.
 //! - [`generated`]: deterministic bodies to stream and verify at any offset.
 //! - [`gzip`], [`coding`] (brotli, zstd), [`http_date`]: codings and dates the origin scripts and
 //!   the tests check.
@@ -30,6 +31,7 @@ pub mod child;
 pub mod client;
 pub mod cluster;
 pub mod coding;
+pub mod django_site;
 pub mod fields;
 pub mod generated;
 pub mod gzip;
@@ -49,6 +51,7 @@ pub use child::{read_lossy, rss_bytes, run_with_timeout, send_signal, stderr_tex
 pub use client::*;
 pub use cluster::*;
 pub use coding::{decode, encode, lists_coding};
+pub use django_site::*;
 pub use generated::*;
 pub use gzip::*;
 pub use http_date::*;
