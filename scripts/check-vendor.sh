@@ -2,6 +2,7 @@
 # Keeps the vendored Pingora crates honest: each vendor/<crate> must be the published crate (every
 # file, byte for byte) plus the patches in vendor/patches/<crate>/, applied in name order. An edit
 # to a copy that no patch records fails the check, so a copy cannot drift from its patches.
+# It also checks that the product's and the fuzzers' workspaces both patch each crate to its copy.
 # .ci/run runs it before the tests.
 #
 #   scripts/check-vendor.sh                       check every vendored crate; on a difference,
@@ -26,7 +27,7 @@ VENDORED=(
   "pingora-core 0.9.1 a535f47f65fdcb003f9e1df04cd18e614c128dfe9388acce3f211ae38ac14d68"
 )
 
-usage() { sed -n '7,14s/^# \{1,3\}//p' "$0" >&2; exit 2; }
+usage() { sed -n '8,15s/^# \{1,3\}//p' "$0" >&2; exit 2; }
 mode=check
 only=
 case "${1:-}" in
@@ -172,5 +173,12 @@ for entry in "${VENDORED[@]}"; do
   read -r crate version sha256 <<<"$entry"
   [ -z "$only" ] || [ "$only" = "$crate" ] || continue
   vendor_one "$crate" "$version" "$sha256" || status=1
+  # every workspace that builds Lacquer must use the copy: the product's and the fuzzers' own
+  for manifest in Cargo.toml fuzz/Cargo.toml; do
+    if ! grep -q "^$crate = { path = \"\(\.\./\)\?vendor/$crate\" }" "$manifest"; then
+      echo "check-vendor: $manifest's [patch.crates-io] does not point $crate at vendor/$crate" >&2
+      status=1
+    fi
+  done
 done
 exit $status
