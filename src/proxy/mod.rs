@@ -261,12 +261,10 @@ impl LacquerProxy {
     }
 }
 
-impl LacquerProxy {
-    /// The client's address as [`forwarding`] resolves it (through trusted proxies): the one
-    /// `purge_from`, fairness and the access log judge.
-    fn client_ip(&self, session: &Session) -> Option<IpAddr> {
-        forwarding::client_ip(session, &self.live.load().config.proxy.trusted_proxies)
-    }
+/// The client's address as [`forwarding`] resolves it through the trusted proxies of the settings
+/// the phase already loaded: the one `purge_from`, fairness and the access log judge.
+fn client_ip(session: &Session, live: &LiveSettings) -> Option<IpAddr> {
+    forwarding::client_ip(session, &live.config.proxy.trusted_proxies)
 }
 
 #[async_trait]
@@ -310,14 +308,14 @@ impl ProxyHttp for LacquerProxy {
         }
         ctx.purge = purge::on_request(
             &session.req_header().method,
-            || self.client_ip(session),
+            || client_ip(session, &live),
             &live.config.cache.purge_from,
         );
         match ctx.purge {
             PurgeRequest::None => {}
             PurgeRequest::Refused => return purge::refuse(session).await,
             PurgeRequest::Allowed => {
-                let client = self.client_ip(session);
+                let client = client_ip(session, &live);
                 let enabled = live.config.cache.enabled;
                 let https = ctx.key.is_https();
                 return purge::carry_out(session, self.invalidator, enabled, client, https).await;
@@ -512,7 +510,7 @@ impl ProxyHttp for LacquerProxy {
             // a tunnel would hold its client's slot for as long as it stays open
             Some(_) if ctx.upgrade.requested() => Ok(true),
             Some(cap) => {
-                cap.on_upstream_request(session, self.client_ip(session), &mut ctx.upstream)
+                cap.on_upstream_request(session, client_ip(session, &live), &mut ctx.upstream)
                     .await
             }
             None => Ok(true),
@@ -644,7 +642,7 @@ impl ProxyHttp for LacquerProxy {
             self.invalidator,
             session.req_header(),
             upstream_response,
-            self.client_ip(session),
+            client_ip(session, &live),
         )
         .await;
         let switched = upgrade::on_upstream_response(upstream_response);
@@ -838,8 +836,8 @@ impl ProxyHttp for LacquerProxy {
         }
         metrics_record::on_request_end(self.metrics, session, ctx);
         if let Some(log) = &self.access_log {
-            let client = self.client_ip(session);
             let live = self.live.load();
+            let client = client_ip(session, &live);
             access_record::on_request_end(
                 log,
                 session,
