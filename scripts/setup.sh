@@ -3,8 +3,8 @@
 # a C toolchain and cmake (Pingora builds zlib-ng), memcached (tests run real servers), curl,
 # Chromium (tests/status_page.rs loads the admin status page headless), and a Python virtualenv
 # in .venv with the example page writer's memcached client (tests/app_pages.rs runs
-# examples/python/lacquer_pages.py with it) and the Django test site's Django and gunicorn
-# (tests/django_site.rs runs tests/django_site/ with them).
+# examples/python/lacquer_pages.py with it) and the Django test site's Django, gunicorn, Channels
+# and uvicorn (tests/django_site.rs runs tests/django_site/ with them).
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 need=()
@@ -29,7 +29,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust (rustup) first" >&2; exit 1; }
 cd "$(dirname "$0")/.."
-if ! .venv/bin/python -c 'import pymemcache, django, gunicorn' 2>/dev/null; then
+if ! .venv/bin/python -c 'import pymemcache, django, gunicorn, channels, uvicorn, websockets' 2>/dev/null; then
   python3 -m venv .venv
   .venv/bin/pip install -q -r examples/python/requirements.txt -r tests/django_site/requirements.txt
 fi

@@ -1,16 +1,24 @@
-//! A real application in the suite (issue 13 item 3): the Django site of `tests/django_site/`
-//! under gunicorn, with Lacquer in front configured by `tests/django_site/lacquer.toml` (the
-//! config README.md gives). Anonymous pages are cached and served without the app, logged-in
-//! pages never are and never leak between two users, form posts work, and behind Lacquer's TLS
-//! listener `SECURE_PROXY_SSL_HEADER` sees https, so there is no redirect loop.
+//! A real application in the suite (issue 13 item 3): the Django site of `tests/django_site/`,
+//! its pages under gunicorn and its WebSocket endpoint (Django Channels) under uvicorn, with
+//! Lacquer in front configured by `tests/django_site/lacquer.toml` (the config README.md gives).
+//! Anonymous pages are cached and served without the app, logged-in pages never are and never
+//! leak between two users, form posts work, the WebSocket endpoint echoes and knows each
+//! visitor's session, and behind Lacquer's TLS listener `SECURE_PROXY_SSL_HEADER` sees https, so
+//! there is no redirect loop.
 //!
-//! Needs Django and gunicorn in the project's `.venv`, made by `scripts/setup.sh` (which CI runs
-//! through `scripts/test.sh`); without them each test says so and does nothing.
+//! Needs Django, gunicorn, Channels and uvicorn in the project's `.venv`, made by
+//! `scripts/setup.sh` (which CI runs through `scripts/test.sh`); without them each test says so
+//! and does nothing.
 
 mod support;
 
+use futures_util::{SinkExt, StreamExt};
 use std::process::Command;
 use support::*;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::Message;
 
 const SITE_RULES: &str = include_str!("django_site/lacquer.toml");
 
@@ -18,19 +26,25 @@ const SITE_RULES: &str = include_str!("django_site/lacquer.toml");
 fn site(env: &[(&str, &str)]) -> Option<DjangoSite> {
     if DjangoSite::venv().is_none() {
         eprintln!(
-            "SKIPPED: no gunicorn in .venv; run scripts/setup.sh to install Django and gunicorn \
-             there"
+            "SKIPPED: no gunicorn or uvicorn in .venv; run scripts/setup.sh to install the \
+             Django site's requirements there"
         );
         return None;
     }
     Some(DjangoSite::start(env))
 }
 
+/// Lacquer with the site's rules in front of its two servers: gunicorn, and uvicorn as the
+/// backend group `sockets` the WebSocket rule sends `/ws/` to.
 fn lacquer_in_front(site: &DjangoSite, extra: &str) -> LacquerProcess {
-    LacquerProcess::start_simple(
-        site.addr(),
-        &format!("[log]\naccess = \"off\"\n{extra}\n{SITE_RULES}"),
-    )
+    let (pages, sockets) = (site.addr(), site.sockets_addr());
+    LacquerProcess::start_on_free_port(|port| {
+        format!(
+            "listen = [\"127.0.0.1:{port}\"]\nthreads = 2\n[log]\naccess = \"off\"\n{extra}\n\
+             [[upstreams]]\naddress = \"{pages}\"\n\
+             [[upstreams]]\naddress = \"{sockets}\"\ngroup = \"sockets\"\n{SITE_RULES}"
+        )
+    })
 }
 
 /// The `name=value` of the cookie `name` a response sets.
@@ -203,6 +217,104 @@ async fn signed_in_pages_are_never_cached_nor_leaked_and_forms_post() {
     .await;
     assert_eq!(forged.status, 403);
     assert_eq!(site.hits("POST", "/comment/"), 2);
+}
+
+/// Opens the site's WebSocket through Lacquer, with `cookies` when given; checks the `101`.
+async fn open_echo_socket(
+    lacquer: &LacquerProcess,
+    cookies: Option<&str>,
+) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>> {
+    let mut request = format!("ws://127.0.0.1:{}/ws/echo/", lacquer.port())
+        .into_client_request()
+        .unwrap();
+    if let Some(cookies) = cookies {
+        request
+            .headers_mut()
+            .insert("cookie", cookies.parse().unwrap());
+    }
+    let (ws, response) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("the WebSocket handshake through Lacquer");
+    assert_eq!(response.status(), 101);
+    ws
+}
+
+#[tokio::test]
+async fn the_websocket_endpoint_echoes_and_knows_each_visitor_while_its_page_stays_cached() {
+    let Some(site) = site(&[]) else { return };
+    let lacquer = lacquer_in_front(&site, "");
+    // the page that opens the socket is an anonymous page like the others: cached
+    let page = get(&lacquer.url("/echo/"), &[("cookie", "csrftoken=a1")]).await;
+    assert_eq!(page.status, 200);
+    assert!(page.text().contains("/ws/echo/"), "{}", page.text());
+
+    let alice = Visitor::sign_in(&lacquer, "alice", "wonderland").await;
+    let bob = Visitor::sign_in(&lacquer, "bob", "builder").await;
+    // each connection greets the session's user: the cookie reached the endpoint, and no
+    // greeting is ever another visitor's
+    let visitors = [
+        (Some(alice.cookies.as_str()), "Alice"),
+        (None, "visitor"),
+        (Some(bob.cookies.as_str()), "Bob"),
+        (Some("csrftoken=zz"), "visitor"),
+        (Some(alice.cookies.as_str()), "Alice"),
+    ];
+    for (connection, (cookies, name)) in visitors.into_iter().enumerate() {
+        let mut ws = open_echo_socket(&lacquer, cookies).await;
+        let greeting = ws.next().await.unwrap().unwrap();
+        assert_eq!(greeting, Message::text(format!("Hello, {name}")));
+
+        ws.send(Message::text(format!("text from {name}")))
+            .await
+            .unwrap();
+        let echoed = ws.next().await.unwrap().unwrap();
+        assert_eq!(echoed, Message::text(format!("text from {name}")));
+        let binary: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+        ws.send(Message::binary(binary.clone())).await.unwrap();
+        let echoed = ws.next().await.unwrap().unwrap();
+        assert_eq!(echoed, Message::binary(binary));
+
+        ws.close(Some(CloseFrame {
+            code: CloseCode::Normal,
+            reason: "done".into(),
+        }))
+        .await
+        .unwrap();
+        // the endpoint's answering Close comes back through the tunnel, then the stream ends
+        let mut answered = None;
+        while let Some(msg) = ws.next().await {
+            if let Message::Close(frame) = msg.unwrap() {
+                answered = frame;
+            }
+        }
+        assert_eq!(answered.map(|f| f.code), Some(CloseCode::Normal));
+        // every connection reached the app: nothing answered it from a cache
+        assert_eq!(site.hits("WEBSOCKET", "/ws/echo/"), connection + 1);
+    }
+
+    // the endpoint closes first: its Close reaches the client, which answers it
+    let mut ws = open_echo_socket(&lacquer, None).await;
+    ws.next().await.unwrap().unwrap();
+    ws.send(Message::text("bye")).await.unwrap();
+    let mut closed_with = None;
+    while let Some(msg) = ws.next().await {
+        if let Message::Close(frame) = msg.unwrap() {
+            closed_with = frame;
+        }
+    }
+    assert_eq!(closed_with.map(|f| f.code), Some(CloseCode::from(4000)));
+
+    // the page stayed cached for anonymous visitors throughout
+    let again = get(&lacquer.url("/echo/"), &[("cookie", "csrftoken=b2")]).await;
+    assert!(again.is_hit(), "{:?}", again.cache_status());
+    assert_eq!(again.body, page.body);
+    assert_eq!(site.hits("GET", "/echo/"), 1, "{:?}", site.requests());
+    // and no socket went to gunicorn (whose Django would have logged it as a GET)
+    assert!(
+        !site.requests().iter().any(|r| r.starts_with("GET /ws/")),
+        "{:?}",
+        site.requests()
+    );
 }
 
 #[test]

@@ -20,6 +20,11 @@ def home(request):
     return cacheable(render(request, "home.html"))
 
 
+def echo(request):
+    # the page that opens the WebSocket: the same for every visitor
+    return cacheable(render(request, "echo.html"))
+
+
 def article(request, number):
     return cacheable(render(request, "article.html", {"number": number}))
 

@@ -5,6 +5,7 @@ from shop import views
 urlpatterns = [
     path("", views.home),
     path("articles/<int:number>/", views.article),
+    path("echo/", views.echo),
     path("account/", views.account),
     path("login/", views.login_view),
     path("logout/", views.logout_view),
