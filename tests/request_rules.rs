@@ -158,6 +158,50 @@ async fn drop_query_and_sort_query_rewrite_the_key_and_the_fetch() {
 }
 
 #[tokio::test]
+async fn a_purge_removes_the_page_a_get_of_its_url_stored_after_the_rules() {
+    let origin = scripted_origin();
+    let lacquer = with_rules(
+        &origin,
+        "[[rules]]\npath = \"/\"\ndrop_query = [\"utm_\"]\nsort_query = true",
+    );
+    let fetched = format!("/page?a=1&b=2&{FRESH}");
+    let first = get(
+        &lacquer.url(&format!("/page?utm_source=mail&b=2&a=1&{FRESH}")),
+        &[],
+    )
+    .await;
+    assert!(first.is_stored(), "{:?}", first.cache_status());
+    assert!(get(&lacquer.url(&fetched), &[]).await.is_hit());
+    // the URL as a reader clicked it, tracking parameters and all: it names the stored page
+    let purged = request(
+        "PURGE",
+        &lacquer.url(&format!("/page?b=2&utm_campaign=x&a=1&{FRESH}")),
+        &[],
+        None,
+    )
+    .await;
+    assert_eq!(
+        purged.status,
+        200,
+        "the page was found: {:?}",
+        purged.header("lacquer-purge")
+    );
+    let after = get(&lacquer.url(&fetched), &[]).await;
+    assert!(!after.is_hit(), "{:?}", after.cache_status());
+    assert_eq!(origin.hits_for(&fetched), 2, "refetched after the purge");
+    // a URL the rules do not reduce to a stored page finds nothing
+    let elsewhere = request(
+        "PURGE",
+        &lacquer.url(&format!("/page?a=2&utm_source=mail&{FRESH}")),
+        &[],
+        None,
+    )
+    .await;
+    assert_eq!(elsewhere.status, 404);
+    assert!(get(&lacquer.url(&fetched), &[]).await.is_hit());
+}
+
+#[tokio::test]
 async fn strip_cookies_and_strip_set_cookie_make_static_files_cacheable() {
     let origin = scripted_origin();
     let lacquer = with_rules(

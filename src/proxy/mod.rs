@@ -318,7 +318,11 @@ impl ProxyHttp for LacquerProxy {
                 let client = client_ip(session, &live);
                 let enabled = live.config.cache.enabled;
                 let https = ctx.key.is_https();
-                return purge::carry_out(session, self.invalidator, enabled, client, https).await;
+                let rules = &live.rules;
+                // boxed: a purge's future stays out of every other request's
+                let purge =
+                    purge::carry_out(session, self.invalidator, enabled, client, https, rules);
+                return Box::pin(purge).await;
             }
         }
         ctx.rules = live.rules.on_request(session.req_header_mut());

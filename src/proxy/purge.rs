@@ -15,13 +15,20 @@
 //! 404 when nothing was, 202 when part of it is pending (a server did not answer; retried in the
 //! background, and the old entry is not served meanwhile), 503 when no memcached server took it,
 //! 405 when the cache is disabled. It does not wait for the other nodes (the admin API can).
+//!
+//! The PURGE is decided before the request rules run, but what it removes is the key a GET of
+//! its URL would use, so the rules are applied to a GET copy of it first ([`keyed_as_a_get`]):
+//! `PURGE /page?utm_source=x` under `drop_query = ["utm_"]` purges `/page`, the page that GET
+//! stored.
 
 use crate::invalidation::target::Target;
 use crate::invalidation::{Invalidator, Request};
 use crate::proxy::cache_key;
+use crate::rules::RequestRules;
 use pingora_error::Result;
-use pingora_http::ResponseHeader;
+use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::Session;
+use std::borrow::Cow;
 use std::net::IpAddr;
 
 /// The purge decision for one request, kept in the request context.
@@ -71,37 +78,43 @@ pub async fn refuse(session: &mut Session) -> Result<bool> {
 
 /// Carries out an allowed PURGE of the request's URL from `client` and answers it (see the
 /// module docs); `cache_enabled` is `cache.enabled`, `https` the request's scheme (the key has
-/// it). The URL's page of the other scheme is purged too, and the answer is about the request's
-/// own. Returns that the request is answered.
+/// it), `rules` the request rules a GET of the URL would meet. The URL's page of the other
+/// scheme is purged too, and the answer is about the request's own. Returns that the request
+/// is answered.
 pub async fn carry_out(
     session: &mut Session,
     invalidator: &'static Invalidator,
     cache_enabled: bool,
     client: Option<IpAddr>,
     https: bool,
+    rules: &RequestRules,
 ) -> Result<bool> {
     if !cache_enabled {
         session.respond_error(405).await?;
         return Ok(true);
     }
-    let req = session.req_header();
-    let path = req.uri.path_and_query().map_or("/", |pq| pq.as_str());
-    let soft = req
+    let soft = session
+        .req_header()
         .headers
         .get("soft-purge")
         .is_some_and(|v| matches!(v.as_bytes(), b"1" | b"true" | b"yes"));
-    let host = cache_key::request_host(req);
-    let request_for = |https: bool| Request {
-        target: Target::url(&cache_key::keyed_host(https, host), path),
-        soft,
-        asked_by: format!(
-            "{} (PURGE)",
-            client.map_or_else(|| "unknown".to_string(), |ip| ip.to_string())
-        ),
-        wait: false,
-        only_if_stored: false,
+    // the GET copy is dropped here, before anything is awaited
+    let (own, other) = {
+        let req = keyed_as_a_get(session.req_header(), rules);
+        let path = req.uri.path_and_query().map_or("/", |pq| pq.as_str());
+        let host = cache_key::request_host(&req);
+        let request_for = |https: bool| Request {
+            target: Target::url(&cache_key::keyed_host(https, host), path),
+            soft,
+            asked_by: format!(
+                "{} (PURGE)",
+                client.map_or_else(|| "unknown".to_string(), |ip| ip.to_string())
+            ),
+            wait: false,
+            only_if_stored: false,
+        };
+        (request_for(https), request_for(!https))
     };
-    let (own, other) = (request_for(https), request_for(!https));
     if let Err(refused) = invalidator.invalidate(other).await {
         log::warn!("purge of the other scheme's page refused: {}", refused.0);
     }
@@ -116,6 +129,22 @@ pub async fn carry_out(
     head.insert_header("lacquer-purge", summary)?;
     session.write_response_header(Box::new(head), true).await?;
     Ok(true)
+}
+
+/// The PURGE as a GET of its URL would be keyed: with request rules, a GET copy of it that they
+/// have rewritten (the query they drop or sort, a `Host` they set); without, the request itself.
+pub fn keyed_as_a_get<'a>(
+    purge: &'a RequestHeader,
+    rules: &RequestRules,
+) -> Cow<'a, RequestHeader> {
+    if rules.rules().is_empty() {
+        return Cow::Borrowed(purge);
+    }
+    let mut get = purge.clone();
+    get.set_method(http::Method::GET);
+    // what else the rules decide (pass, TTL, ...) is about serving a GET, not about its key
+    let _verdict = rules.on_request(&mut get);
+    Cow::Owned(get)
 }
 
 #[cfg(test)]
