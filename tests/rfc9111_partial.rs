@@ -314,3 +314,43 @@ async fn parts_stay_on_their_node_and_the_completed_object_is_shared_through_mem
     assert!(verify_generated(&whole.body, 1, 0) && whole.body.len() == LEN);
     assert_eq!(origin.hits_for(path), 3);
 }
+
+#[tokio::test]
+async fn parts_are_kept_as_long_as_a_rule_keeps_the_whole_response() {
+    // the origin says max-age=600; a rule keeps /video an hour, whole or in parts
+    let origin = ranged_origin(Arc::new(AtomicU8::new(1)));
+    let lacquer = LacquerProcess::start_simple(
+        origin.addr(),
+        "[log]\naccess = \"off\"\n[cache.partial]\nenabled = true\n\n\
+         [[rules]]\npath = \"/video\"\nttl = \"1h\"",
+    );
+    let in_the_hour = |resp: &Resp| {
+        let ttl = resp.cache_ttl().expect("a ttl in Cache-Status");
+        assert!(
+            (3590..=3600).contains(&ttl),
+            "ttl {ttl}, not the rule's hour"
+        );
+    };
+    let first = ranged(&lacquer, "/video", "bytes=0-499").await;
+    assert_part(&first, 0, 500, 1);
+    assert!(first.is_stored(), "{:?}", first.cache_status());
+    let hit = ranged(&lacquer, "/video", "bytes=100-199").await;
+    assert!(hit.is_hit(), "{:?}", hit.cache_status());
+    assert_part(&hit, 100, 200, 1);
+    in_the_hour(&hit);
+    // the tail completes it: the complete object keeps the rule's freshness too
+    let tail = ranged(&lacquer, "/video", "bytes=400-").await;
+    assert_part(&tail, 400, LEN, 1);
+    let whole = get(&lacquer.url("/video"), &[SITE]).await;
+    assert_eq!(whole.status, 200);
+    assert!(whole.is_hit(), "{:?}", whole.cache_status());
+    in_the_hour(&whole);
+    assert_eq!(origin.hits_for("/video"), 2);
+
+    // outside the rule a part keeps the origin's ten minutes
+    ranged(&lacquer, "/audio", "bytes=0-499").await;
+    let other = ranged(&lacquer, "/audio", "bytes=0-99").await;
+    assert!(other.is_hit(), "{:?}", other.cache_status());
+    let ttl = other.cache_ttl().unwrap();
+    assert!((590..=600).contains(&ttl), "ttl {ttl}");
+}

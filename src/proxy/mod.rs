@@ -693,11 +693,15 @@ impl ProxyHttp for LacquerProxy {
         if let Some(partial) = &self.partial {
             let req = session.req_header();
             let key = &mut ctx.key;
+            // a part is stored for as long as the whole response would be, rules included
+            let overrides = ctx.rules.store_overrides();
+            let request_time = ctx.request_time;
             partial.on_upstream_response(
-                &live.policy,
-                req,
                 upstream_response,
-                ctx.request_time,
+                |complete| {
+                    live.policy
+                        .response_decision_with(req, complete, request_time, &overrides)
+                },
                 &mut ctx.partial,
                 || key.get(req).clone(),
             );

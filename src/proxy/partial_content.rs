@@ -20,7 +20,8 @@
 //! Forwarded ranges ask for identity (a range of a compressed copy cannot be decoded), and the
 //! `206` that comes back is stored when it is one representation's bytes (`Content-Range` with a
 //! known length, no coding, no `Vary` but `Accept-Encoding`) and the policy would store the
-//! complete response. It is combined with the stored part when both carry the same strong `ETag`
+//! complete response, with the same freshness: the request rules' overrides (`ttl`, `grace`, no
+//! `Set-Cookie` under `cache_anonymous_only`) included. It is combined with the stored part when both carry the same strong `ETag`
 //! and the spans overlap or touch; when the union is the whole representation it is stored as a
 //! complete `200` in the memory tier before the last byte reaches the client (and written to
 //! memcached in the background, as a finished fill is), and the part is dropped. A `200` instead (the origin ignores ranges, or `If-Range` failed) is the standard
@@ -28,7 +29,7 @@
 
 use super::cache_status::{CacheStatus, Forward};
 use crate::compression::{content_coding, ContentCoding};
-use crate::policy::{freshness, vary, CachePolicy};
+use crate::policy::{freshness, vary};
 use crate::storage::memory::MemoryTier;
 use crate::storage::object::{owned_chunk, Body, StoredMeta};
 use crate::storage::partial::{self, ByteSpan, PartialObject};
@@ -211,14 +212,14 @@ impl PartialContent {
 
     /// `upstream_response_filter`: a `200` supersedes the stored part; a `206` of one
     /// representation that the policy would store starts being collected, and a tail that
-    /// completes the stored part sets up the client's range from both. `key` is the URL's cache
+    /// completes the stored part sets up the client's range from both. `decide` is the storing
+    /// decision a complete response of this request gets (the policy with the request rules'
+    /// overrides), asked about the complete head the `206` is part of; `key` is the URL's cache
     /// key, asked for only when something will be stored.
     pub fn on_upstream_response(
         &self,
-        policy: &CachePolicy,
-        req: &RequestHeader,
         resp: &ResponseHeader,
-        request_time: SystemTime,
+        decide: impl FnOnce(&ResponseHeader) -> RespCacheable,
         ctx: &mut PartialCtx,
         key: impl FnOnce() -> CacheKey,
     ) {
@@ -238,8 +239,7 @@ impl PartialContent {
             return;
         }
         let complete = partial::complete_head(resp, span);
-        let RespCacheable::Cacheable(meta) = policy.response_decision(req, &complete, request_time)
-        else {
+        let RespCacheable::Cacheable(meta) = decide(&complete) else {
             return;
         };
         let earlier = match &state.plan {
