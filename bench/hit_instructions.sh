@@ -18,8 +18,8 @@
 # are zeroed, N hits (default 20,000) are sent over one keep-alive connection, and the total is
 # divided by N. Without ORIGIN, the demo origin is started (its /page/ pages are 1 KB, max-age 30;
 # /tagged/ pages carry three tags). With --memcached a memcached is started and Lacquer keeps no
-# local copy, so each hit is a verified memcached read judged by the rule book; --bans N first
-# issues N tag bans (of other tags) through the admin API, so the rule book is not empty. The
+# local copy, so each hit is a verified memcached read judged by the ban list; --bans N first
+# issues N tag bans (of other tags) through the admin API, so the ban list is not empty. The
 # invalidation log is read every 10 s here (not 250 ms), so its background reads stay out of the
 # per-hit figure. An older build, which knows no `[invalidation]` or admin token, needs --plain
 # (no admin listener or invalidation keys in its config).

@@ -25,9 +25,9 @@ use crate::observe::access_log::AccessLog;
 use crate::proxy::hooks::PhaseHooks;
 use crate::proxy::LacquerProxy;
 use crate::proxy_protocol::{PreTlsHeader, ProxyProtocolApp, ProxyProtocolListeners};
+use crate::storage::ban_list::tags::TagField;
+use crate::storage::ban_list::BanList;
 use crate::storage::memory::MemoryTier;
-use crate::storage::rules::tags::TagField;
-use crate::storage::rules::RuleBook;
 use crate::storage::tiered::TieredStorage;
 use crate::upstream::health::HealthChecker;
 use connection_cap::ConnectionCap;
@@ -104,9 +104,9 @@ fn h2_options(limits: &ClientLimits) -> H2Options {
     options
 }
 
-/// Builds the memory tier the config asks for, judged by `rules`; with a shared tier it becomes
+/// Builds the memory tier the config asks for, judged by `bans`; with a shared tier it becomes
 /// a near cache.
-pub fn memory_tier(config: &Config, rules: &'static RuleBook) -> &'static MemoryTier {
+pub fn memory_tier(config: &Config, bans: &'static BanList) -> &'static MemoryTier {
     let mut memory = MemoryTier::new(
         config.cache.memory_size,
         config.cache.max_object_size,
@@ -115,18 +115,18 @@ pub fn memory_tier(config: &Config, rules: &'static RuleBook) -> &'static Memory
     if let Some(shared) = &config.cache.memcached {
         memory.set_local_ttl(shared.local_ttl);
     }
-    memory.set_rule_book(rules);
+    memory.set_ban_list(bans);
     memory.leak()
 }
 
-/// The rule book every tier judges entries by (see [`crate::invalidation`]).
-pub fn rule_book(config: &Config) -> &'static RuleBook {
+/// The ban list every tier judges entries by (see [`crate::invalidation`]).
+pub fn ban_list(config: &Config) -> &'static BanList {
     let tags = config
         .invalidation
         .tag_header
         .as_deref()
         .and_then(TagField::new);
-    RuleBook::new(config.invalidation.retention, tags).leak()
+    BanList::new(config.invalidation.retention, tags).leak()
 }
 
 /// Runs the server until a signal stops the process; returns only on a start-up failure.
@@ -157,8 +157,8 @@ fn serve(
     // with --upgrade, this waits for the running process's listeners (see lifecycle::upgrade)
     server.bootstrap();
 
-    let rules = rule_book(&config);
-    let memory = memory_tier(&config, rules);
+    let bans = ban_list(&config);
+    let memory = memory_tier(&config, bans);
     let access_log = AccessLog::start(&config.log.access, config.log.format)
         .map_err(|e| StartError(format!("log.access: cannot open: {e}")))?
         .map(Arc::new);
@@ -177,8 +177,8 @@ fn serve(
         .cache
         .memcached
         .as_ref()
-        .map(|shared| &*Box::leak(Box::new(TieredStorage::new(memory, shared, rules))));
-    let invalidator = Invalidator::new(&config.invalidation, rules, memory, tiered).leak();
+        .map(|shared| &*Box::leak(Box::new(TieredStorage::new(memory, shared, bans))));
+    let invalidator = Invalidator::new(&config.invalidation, bans, memory, tiered).leak();
     server.add_service(background_service(
         "invalidation",
         InvalidationService(invalidator),

@@ -141,7 +141,8 @@ struct Stats<'a> {
     /// `null` without a shared tier.
     shared: Option<SharedReport>,
     backends: Vec<BackendReport<'a>>,
-    /// Purges and bans: rules held, issued here, learned from others, log reads, retries.
+    /// Purges and bans: bans held (`rules`, the ban list's size), issued here, learned from
+    /// others, log reads, retries.
     invalidation: InvalidationStats,
 }
 

@@ -5,14 +5,14 @@
 //!   bucket it is published in, `{namespace}:inval:{bucket}`, on **every** server: each server
 //!   keeps a copy of the whole log, so the loss, freeze or ejection of any of them loses nothing
 //!   as long as one copy was written. Buckets expire after the retention; short-lived records
-//!   (purges whose entry was deleted, see [`super::rules::SHORT_RETENTION`]) go to buckets of
+//!   (purges whose entry was deleted, see [`crate::storage::ban_list::SHORT_RETENTION`]) go to buckets of
 //!   their own, `{namespace}:inval:s:{bucket}`, that expire after minutes, so that purging many
 //!   URLs does not fill memcached with a day of log.
 //! * **Reading.** Every node reads, every `poll_interval`, the buckets from the one before its
 //!   last successful read of a server to the one after now (normally three keys, one pipelined
 //!   round trip per server), from every server it can reach, and keeps how far it has parsed
 //!   each value, so only what was appended since is decoded. At start the range is the whole
-//!   retention (catch-up). Records are idempotent (see [`super::rules`]), so reading one twice,
+//!   retention (catch-up). Records are idempotent (see [`crate::storage::ban_list`]), so reading one twice,
 //!   or from several servers, is harmless.
 //! * **Presence.** Each node lists itself once in `{namespace}:inval:nodes` and, after every
 //!   read, writes a heartbeat `{namespace}:inval:node:{instance}` (its name and, per issuing
@@ -22,7 +22,7 @@
 //! Nothing here knows what a record means: the invalidation service decides.
 
 use super::record::{decode_from, Record};
-use crate::storage::rules::SHORT_RETENTION;
+use crate::storage::ban_list::SHORT_RETENTION;
 use bytes::Bytes;
 use lacquer_memcached::Cluster;
 use parking_lot::Mutex;

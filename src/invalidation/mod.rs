@@ -5,10 +5,9 @@
 //! prefix), hard or soft, asked through the admin API, a PURGE request, or an unsafe method's
 //! success, is carried out by [`Invalidator::invalidate`]:
 //!
-//! 1. it becomes a **rule** in this node's [`RuleBook`] (`crate::storage::rules`: "entries under
-//!    this scope validated before now are invalid", or stale when soft) and is applied at once to
-//!    the objects it
-//!    covers in this node's memory tier (found through its indexes, see
+//! 1. it is entered in this node's [`BanList`] (`crate::storage::ban_list`; a purge as a ban on
+//!    its URL: "entries under this scope validated before now are invalid", or stale when soft)
+//!    and is applied at once to the objects it covers in this node's memory tier (found through its indexes, see
 //!    [`crate::storage::memory::MemoryTier::invalidate`]);
 //! 2. a hard purge of a URL deletes the URL's entry in memcached;
 //! 3. it is **published** to the cluster's invalidation log ([`cluster_log`]), a copy of which every
@@ -18,11 +17,11 @@
 //! 4. the answer ([`report::Report`]) says what it touched and what it reached; it may wait for
 //!    the other nodes to confirm.
 //!
-//! Why rules and not only deletes: an entry read from memcached is judged by the rule book
+//! Why bans and not only deletes: an entry read from memcached is judged by the ban list
 //! before it is served (in `storage::tiered`), so an entry a delete could not reach (its server
 //! frozen or ejected during the purge, then back with its old data: the stale-on-return trap)
 //! is never served, and a ban needs no scan of memcached. A hit from the memory tier consults
-//! nothing: rules are applied to it when they arrive. What could not be done (a publication, a
+//! nothing: bans are applied to it when they arrive. What could not be done (a publication, a
 //! delete on a server that did not answer) is retried every poll until it is.
 //!
 //! When memcached servers are down: a purge is published to the servers that answer, and every
@@ -37,8 +36,8 @@ pub mod report;
 pub mod target;
 
 use crate::config::invalidation::InvalidationConfig;
+use crate::storage::ban_list::{at, ms_after, BanList};
 use crate::storage::memory::{MemoryTier, Touched};
-use crate::storage::rules::{at, ms_after, RuleBook};
 use crate::storage::tiered::TieredStorage;
 use bytes::Bytes;
 use cluster_log::{Heartbeat, SharedLog};
@@ -54,7 +53,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 use target::Target;
 
-/// How often the members list and the rule book are tidied.
+/// How often the members list and the ban list are tidied.
 const HOUSEKEEPING: Duration = Duration::from_secs(30);
 /// The most publications and deletes kept for retrying; older ones are given up (and logged).
 const MAX_PENDING: usize = 10_000;
@@ -90,9 +89,9 @@ pub struct InvalidationCounters {
     pub issued: AtomicU64,
     /// Of those, bans (a tag, a host, a prefix: every target but one URL).
     pub issued_bans: AtomicU64,
-    /// Rules learned from other nodes through the log that told something new.
+    /// Bans learned from other nodes through the log that told something new.
     pub learned: AtomicU64,
-    /// Objects removed or marked stale in this node's memory tier by rules learned from others.
+    /// Objects removed or marked stale in this node's memory tier by bans learned from others.
     pub swept: AtomicU64,
     /// Reads of the log (each reaching at least one server), and reads that reached none.
     pub polls: AtomicU64,
@@ -102,6 +101,7 @@ pub struct InvalidationCounters {
 /// The counters as `/stats` shows them.
 #[derive(Debug, Serialize)]
 pub struct InvalidationStats {
+    /// Scopes in the ban list (`/stats` and `/metrics` keep their name for it, `rules`).
     pub rules: usize,
     pub issued: u64,
     pub issued_bans: u64,
@@ -118,7 +118,7 @@ struct Retry<T> {
     what: T,
     /// Servers still to reach (publications), by index.
     servers: Vec<usize>,
-    /// After this, it no longer matters (the rule is forgotten).
+    /// After this, it no longer matters (the ban is forgotten).
     until: Instant,
 }
 
@@ -132,7 +132,7 @@ struct Pending {
 
 /// The invalidation service of one node (see the module docs).
 pub struct Invalidator {
-    rules: &'static RuleBook,
+    bans: &'static BanList,
     memory: &'static MemoryTier,
     shared: Option<&'static TieredStorage>,
     log: Option<SharedLog>,
@@ -150,19 +150,19 @@ pub struct Invalidator {
 impl Invalidator {
     /// The service over this node's storage: `memory`, and `shared` when a memcached cluster is
     /// configured (whose log it then reads and writes). Until the first read of the log, the
-    /// rule book holds memcached readers back (see [`RuleBook::wait_ready`]).
+    /// ban list holds memcached readers back (see [`BanList::wait_ready`]).
     pub fn new(
         config: &InvalidationConfig,
-        rules: &'static RuleBook,
+        bans: &'static BanList,
         memory: &'static MemoryTier,
         shared: Option<&'static TieredStorage>,
     ) -> Invalidator {
         let log = shared.map(|tier| {
-            rules.expect_catch_up();
-            SharedLog::new(tier.cluster_handle(), tier.namespace(), rules.retention())
+            bans.expect_catch_up();
+            SharedLog::new(tier.cluster_handle(), tier.namespace(), bans.retention())
         });
         Invalidator {
-            rules,
+            bans,
             memory,
             shared,
             log,
@@ -222,9 +222,9 @@ impl Invalidator {
                 let delete = self.delete_url_entry(shared, &record, &mut pending).await;
                 record.short_lived = delete.as_ref().is_some_and(DeleteReport::answered);
                 if !record.short_lived {
-                    // entries are left in memcached: keep the rule for the whole retention
+                    // entries are left in memcached: keep the ban for the whole retention
                     let scope = record.target.scope();
-                    self.rules.add(&scope, issued_ms, record.soft, false);
+                    self.bans.add(&scope, issued_ms, record.soft, false);
                 }
                 let nothing_stored = touched == Touched::default()
                     && delete.as_ref().is_some_and(|d| d.outcome == "not_found");
@@ -322,10 +322,10 @@ impl Invalidator {
         }
     }
 
-    /// Records `record` in the rule book and applies it to this node's memory tier.
+    /// Records `record` in the ban list and applies it to this node's memory tier.
     fn apply(&self, record: &Record) -> Touched {
         let scope = record.target.scope();
-        self.rules
+        self.bans
             .add(&scope, record.issued_ms, record.soft, record.short_lived);
         self.note_applied(record.id);
         self.memory
@@ -339,7 +339,7 @@ impl Invalidator {
     }
 
     /// A hard purge of a URL deletes its entry in memcached; a delete that did not reach the
-    /// server is retried (the rule keeps the entry from being served meanwhile).
+    /// server is retried (the ban keeps the entry from being served meanwhile).
     async fn delete_url_entry(
         &self,
         shared: &TieredStorage,
@@ -386,7 +386,7 @@ impl Invalidator {
         queue.push_back(Retry {
             what,
             servers,
-            until: Instant::now() + self.rules.retention(),
+            until: Instant::now() + self.bans.retention(),
         });
     }
 
@@ -445,7 +445,7 @@ impl Invalidator {
             let scope = record.target.scope();
             self.note_applied(record.id);
             if !self
-                .rules
+                .bans
                 .add(&scope, record.issued_ms, record.soft, record.short_lived)
             {
                 continue;
@@ -518,7 +518,7 @@ impl Invalidator {
         let pending = self.pending.lock();
         let c = &self.counters;
         InvalidationStats {
-            rules: self.rules.len(),
+            rules: self.bans.len(),
             issued: c.issued.load(Ordering::Relaxed),
             issued_bans: c.issued_bans.load(Ordering::Relaxed),
             learned: c.learned.load(Ordering::Relaxed),
@@ -549,12 +549,12 @@ impl Invalidator {
                 }
                 self.poll(log).await;
                 if first {
-                    self.rules.caught_up();
+                    self.bans.caught_up();
                     first = false;
                     log::info!(
                         "invalidation: read the cluster's log in {:?}: {} rules known",
                         started.elapsed(),
-                        self.rules.len()
+                        self.bans.len()
                     );
                 }
                 self.retry_pending(log, shared).await;
@@ -569,7 +569,7 @@ impl Invalidator {
                 }
             }
             if tidied.elapsed() >= HOUSEKEEPING {
-                self.rules.prune(SystemTime::now());
+                self.bans.prune(SystemTime::now());
                 tidied = Instant::now();
             }
         }

@@ -1,9 +1,9 @@
 //! What a purge or ban names, as it was asked for: a URL, a tag, a host, a host and a path
 //! prefix. This is what the invalidation log carries and the answer reports; [`Target::scope`]
-//! resolves it into the storage's terms (hashes), once per rule.
+//! resolves it into the storage's terms (hashes), once per ban.
 
 use crate::proxy::cache_key;
-use crate::storage::rules::scope::{scope_hash, Scope};
+use crate::storage::ban_list::scope::{scope_hash, Scope};
 use pingora_cache::key::CacheHashKey;
 use serde::Serialize;
 
@@ -67,7 +67,7 @@ impl Target {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::rules::scope::{host_and_path, EntryScopes};
+    use crate::storage::ban_list::scope::{host_and_path, EntryScopes};
 
     #[test]
     fn a_url_target_covers_the_entry_of_that_key_and_the_key_text_splits_back() {

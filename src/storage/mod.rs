@@ -10,15 +10,15 @@
 //! * [`shared_framing`]: entries read from memcached are untrusted: framing rebuilt from the body.
 //! * [`shared_counters`]: what the shared tier has done, for `/stats`.
 //! * [`tier`]: which tier served a hit, for `Cache-Status`, the log and the metrics.
-//! * [`rules`]: the purges and bans both tiers judge entries by (carried out and spread over
-//!   the cluster by `crate::invalidation`).
+//! * [`ban_list`]: the purges and bans both tiers judge entries by (carried out and spread over
+//!   the cluster by `crate::invalidation`); Varnish's name for the same list.
 
+pub mod ban_list;
 pub mod entry;
 pub mod fill_lease;
 pub mod memory;
 pub mod object;
 pub mod partial;
-pub mod rules;
 pub mod shared_counters;
 pub mod shared_framing;
 pub mod tier;

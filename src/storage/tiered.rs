@@ -9,9 +9,9 @@
 //! * **Purge**: removes this node's copy and the memcached entry ([`TieredStorage::delete_shared`]
 //!   says what the delete reached). Reaching the other nodes, and entries a delete could not
 //!   reach, is [`crate::invalidation`]'s: every entry read from memcached is judged by the
-//!   node's [`RuleBook`] before it is served or promoted, so an entry a purge or ban covers is a
+//!   node's [`BanList`] before it is served or promoted, so an entry a purge or ban covers is a
 //!   miss (or, after a soft one, stale) wherever it comes back from, and an entry older than the
-//!   rules' retention is not trusted.
+//!   bans' retention is not trusted.
 //! * **Fill coalescing** across nodes is [`super::fill_lease`]'s, over the same cluster.
 //!
 //! Anything wrong in memcached (unreachable server, timeout, garbage, a missing chunk) is a miss
@@ -24,8 +24,8 @@ use super::object::{Body, StoredMeta};
 use super::shared_counters::SharedCounters;
 use super::shared_framing;
 use crate::config::memcached::MemcachedConfig;
-use crate::storage::rules::scope::EntryScopes;
-use crate::storage::rules::{RuleBook, Verdict};
+use crate::storage::ban_list::scope::EntryScopes;
+use crate::storage::ban_list::{BanList, Verdict};
 use async_trait::async_trait;
 use bytes::Bytes;
 use lacquer_memcached::{Cluster, ClusterConfig, ClusterServer, DeleteOutcome};
@@ -79,7 +79,7 @@ pub struct TieredStorage {
     /// Cluster-wide coalescing of fills, over the same cluster.
     fill_leases: FillLeases,
     /// The purges and bans entries read from memcached are judged by.
-    rules: &'static RuleBook,
+    bans: &'static BanList,
     next_write: AtomicU64,
     /// What the shared tier has done.
     pub counters: Arc<SharedCounters>,
@@ -87,11 +87,11 @@ pub struct TieredStorage {
 
 impl TieredStorage {
     /// Wraps `memory` (already in near-cache mode) with the configured cluster; entries read
-    /// from it are judged by `rules`.
+    /// from it are judged by `bans`.
     pub fn new(
         memory: &'static MemoryTier,
         config: &MemcachedConfig,
-        rules: &'static RuleBook,
+        bans: &'static BanList,
     ) -> Self {
         let seed = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -108,7 +108,7 @@ impl TieredStorage {
                 counters.clone(),
             ),
             cluster,
-            rules,
+            bans,
             namespace: config.namespace.clone(),
             chunk_size: config.item_size.saturating_sub(ITEM_HEADROOM).max(1024),
             item_size: config.item_size,
@@ -160,14 +160,14 @@ impl TieredStorage {
         Some((meta, body))
     }
 
-    /// Fetches and verifies an entry from memcached, and judges it by the rule book: an entry a
-    /// purge or ban covers (or older than the rules' retention) is a miss, one a soft purge or
+    /// Fetches and verifies an entry from memcached, and judges it by the ban list: an entry a
+    /// purge or ban covers (or older than the bans' retention) is a miss, one a soft purge or
     /// ban covers is returned stale. Also returns the entry's scopes when it is to be promoted.
     async fn shared_lookup(
         &self,
         key: &CacheKey,
     ) -> Option<(StoredMeta, Body, Option<Box<EntryScopes>>)> {
-        self.rules.wait_ready(CATCH_UP_PATIENCE).await;
+        self.bans.wait_ready(CATCH_UP_PATIENCE).await;
         let mc_key = memcached_key(&self.namespace, key);
         let Some(value) = self.cluster.get(mc_key.as_bytes()).await else {
             self.counters.misses.fetch_add(1, Ordering::Relaxed);
@@ -202,7 +202,7 @@ impl TieredStorage {
         Some((meta, body, scopes))
     }
 
-    /// The rule book's verdict on an entry read from memcached under `key` (whose logical key
+    /// The ban list's verdict on an entry read from memcached under `key` (whose logical key
     /// is `logical`): `None` when it must not be served; otherwise its scopes if it is to be
     /// promoted, with `meta` marked stale when a soft purge or ban covers it.
     fn judge(
@@ -212,18 +212,18 @@ impl TieredStorage {
         meta: &mut StoredMeta,
     ) -> Option<Option<Box<EntryScopes>>> {
         let now = SystemTime::now();
-        if self.rules.beyond_horizon(meta.validated(), now) {
+        if self.bans.beyond_horizon(meta.validated(), now) {
             self.counters.invalidated.fetch_add(1, Ordering::Relaxed);
             return None;
         }
         let promotes = self.memory.promotes();
-        if self.rules.is_empty() && !promotes {
+        if self.bans.is_empty() && !promotes {
             return Some(None);
         }
         let primary_text = logical.split('#').next().unwrap_or(logical);
         let primary = u128::from_be_bytes(key.primary_bin());
-        let scopes = self.rules.scopes_of(primary_text, primary, &meta.header);
-        match self.rules.judge(&scopes, meta.validated()) {
+        let scopes = self.bans.scopes_of(primary_text, primary, &meta.header);
+        match self.bans.judge(&scopes, meta.validated()) {
             Verdict::Valid => {}
             Verdict::StaleSince(since) => meta.fresh_until = meta.fresh_until.min(since),
             Verdict::Invalid => {
@@ -253,7 +253,7 @@ impl TieredStorage {
         let stale = meta.stale_while_revalidate_sec.max(meta.stale_if_error_sec);
         let ttl = fresh.as_secs() + u64::from(stale) + self.keep.as_secs();
         // never longer than purges and bans are remembered: readers would not trust it anyway
-        let horizon = self.rules.retention().as_secs().min(MAX_TTL_SECS);
+        let horizon = self.bans.retention().as_secs().min(MAX_TTL_SECS);
         ttl.clamp(1, horizon.max(1)) as u32
     }
 

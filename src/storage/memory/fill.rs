@@ -9,8 +9,8 @@
 //! readers get an error.
 
 use super::{key_of, MemoryTier};
+use crate::storage::ban_list::scope::EntryScopes;
 use crate::storage::object::{owned_chunk, Body, StoredMeta};
-use crate::storage::rules::scope::EntryScopes;
 use async_trait::async_trait;
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};

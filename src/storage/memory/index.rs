@@ -11,8 +11,8 @@
 
 use super::scopes::{ScopeIndex, INDEX_ENTRY_CHARGE};
 use super::variants::VariantIndex;
+use crate::storage::ban_list::scope::EntryScopes;
 use crate::storage::object::{Body, StoredMeta, OBJECT_OVERHEAD};
-use crate::storage::rules::scope::EntryScopes;
 use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -33,7 +33,7 @@ pub(super) struct MemoryObject {
     /// [`MemoryTier::set_local_ttl`](super::MemoryTier::set_local_ttl)).
     pub(super) local_until: Option<Instant>,
     /// What purges and bans can name it by (its URL, host, path, tags); `None` when the tier
-    /// has no rule book.
+    /// has no ban list.
     pub(super) scopes: Option<Box<EntryScopes>>,
 }
 

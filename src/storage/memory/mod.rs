@@ -23,10 +23,10 @@
 //!   truncated body as complete: if the writer is dropped before `finish`, readers get an error.
 //! * **Collision safety.** The full 128-bit combined key is kept with each object and checked on
 //!   lookup, since TinyUFO indexes by a 64-bit hash of it.
-//! * **Invalidation applied on arrival.** With a [`RuleBook`], a purge or ban is applied to the
+//! * **Invalidation applied on arrival.** With a [`BanList`], a purge or ban is applied to the
 //!   objects it covers when it arrives ([`MemoryTier::invalidate`]), and an object about to be
-//!   stored is judged by the rules known then (a fill that started before a ban may end after
-//!   it), so a hit never consults the rules: the hit path costs what it did.
+//!   stored is judged by the bans known then (a fill that started before a ban may end after
+//!   it), so a hit never consults the ban list: the hit path costs what it did.
 
 mod fill;
 mod hit;
@@ -38,8 +38,8 @@ pub use hit::{tier_of, CompleteObject};
 
 use super::object::{Body, StoredMeta};
 use super::partial::PartialObject;
-use crate::storage::rules::scope::{EntryScopes, Scope};
-use crate::storage::rules::{RuleBook, Verdict};
+use crate::storage::ban_list::scope::{EntryScopes, Scope};
+use crate::storage::ban_list::{BanList, Verdict};
 use async_trait::async_trait;
 use fill::{InFlightFills, MemoryMiss};
 use hit::{complete_hit, streaming_hit};
@@ -91,7 +91,7 @@ pub struct MemoryTier {
     local_ttl: Option<Duration>,
     /// The purges and bans objects are judged by when stored (None: no invalidation beyond
     /// `Storage::purge`, as in the unit tests).
-    rules: Option<&'static RuleBook>,
+    bans: Option<&'static BanList>,
 }
 
 fn key_of(hash: [u8; 16]) -> u128 {
@@ -115,14 +115,14 @@ impl MemoryTier {
             index: ObjectIndex::new(limit, max_object_size, estimated_objects),
             fills: InFlightFills::default(),
             local_ttl: None,
-            rules: None,
+            bans: None,
         }
     }
 
-    /// Judges objects by `rules` when they are stored, and indexes them by host and tags so
+    /// Judges objects by `bans` when they are stored, and indexes them by host and tags so
     /// that [`MemoryTier::invalidate`] finds what a ban covers.
-    pub fn set_rule_book(&mut self, rules: &'static RuleBook) {
-        self.rules = Some(rules);
+    pub fn set_ban_list(&mut self, bans: &'static BanList) {
+        self.bans = Some(bans);
     }
 
     /// A leaked, `'static` tier as Pingora's cache API requires.
@@ -240,16 +240,16 @@ impl MemoryTier {
     }
 
     /// What purges and bans can name an object stored under `key` with `header` by; `None`
-    /// without a rule book.
+    /// without a ban list.
     pub fn scopes_of(
         &self,
         key: &CacheKey,
         header: &pingora_http::ResponseHeader,
     ) -> Option<Box<EntryScopes>> {
-        let rules = self.rules?;
+        let bans = self.bans?;
         let text = String::from_utf8_lossy(key.primary_key());
         let primary = key_of(key.primary_bin());
-        Some(Box::new(rules.scopes_of(&text, primary, header)))
+        Some(Box::new(bans.scopes_of(&text, primary, header)))
     }
 
     /// Applies a purge or ban that arrived (from this node or another): every object under
@@ -327,8 +327,8 @@ impl MemoryTier {
     }
 
     /// Inserts a complete object, trusted for `local_ttl` from now; returns whether it was
-    /// admitted. With a rule book, the object is judged first: one a purge or ban covers is not
-    /// stored (a soft one stores it stale), and one a rule covers that arrived while it was
+    /// admitted. With a ban list, the object is judged first: one a purge or ban covers is not
+    /// stored (a soft one stores it stale), and one a ban covers that arrived while it was
     /// being stored is taken out again.
     fn insert(
         &self,
@@ -339,13 +339,13 @@ impl MemoryTier {
         scopes: Option<Box<EntryScopes>>,
     ) -> bool {
         let local_until = self.local_ttl.map(|ttl| Instant::now() + ttl);
-        let (Some(rules), Some(entry)) = (self.rules, scopes.as_deref()) else {
+        let (Some(bans), Some(entry)) = (self.bans, scopes.as_deref()) else {
             return self
                 .index
                 .insert(key, primary, meta, body, local_until, scopes);
         };
-        let generation = rules.generation();
-        let meta = match rules.judge(entry, meta.validated()) {
+        let generation = bans.generation();
+        let meta = match bans.judge(entry, meta.validated()) {
             Verdict::Valid => meta,
             Verdict::StaleSince(since) => stale_since(&meta, since),
             Verdict::Invalid => return false,
@@ -356,12 +356,12 @@ impl MemoryTier {
         {
             return false;
         }
-        if rules.generation() != generation {
+        if bans.generation() != generation {
             if let Some(object) = self.index.get(key) {
                 match object
                     .scopes
                     .as_deref()
-                    .map(|s| rules.judge(s, object.meta.read().validated()))
+                    .map(|s| bans.judge(s, object.meta.read().validated()))
                 {
                     Some(Verdict::Invalid) => {
                         self.index.remove_exact(&object);

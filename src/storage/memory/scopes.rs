@@ -4,7 +4,7 @@
 //! object enters when stored and leaves when evicted, replaced or removed, as in
 //! [`super::variants`].
 
-use crate::storage::rules::scope::EntryScopes;
+use crate::storage::ban_list::scope::EntryScopes;
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 
@@ -79,7 +79,7 @@ fn remove_from(map: &mut HashMap<u64, HashSet<u128>>, scope: u64, key: u128) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::rules::scope::scope_hash;
+    use crate::storage::ban_list::scope::scope_hash;
 
     #[test]
     fn keys_are_found_by_host_and_tag_until_forgotten() {

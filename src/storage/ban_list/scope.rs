@@ -1,7 +1,7 @@
 //! What a purge or ban covers, and what a stored entry is, so that one can be matched against the
 //! other.
 //!
-//! * [`Scope`]: what a rule covers, in the terms entries are indexed by (hashes): a URL, a tag, a
+//! * [`Scope`]: what a ban covers, in the terms entries are indexed by (hashes): a URL, a tag, a
 //!   host, or a path prefix of one host or of all (`crate::invalidation` turns what was asked
 //!   for into one).
 //! * [`EntryScopes`]: what one entry is under every kind of scope (its URL's primary hash, its

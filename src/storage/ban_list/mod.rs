@@ -1,24 +1,26 @@
-//! The rule book: every purge and ban this node knows of, and the verdict on an entry; with
-//! [`scope`] (what a rule covers and what an entry is) and [`tags`] (the tag field).
+//! The ban list (Varnish's name for it): every purge and ban this node knows of, and the verdict
+//! on an entry; with [`scope`] (what a ban covers and what an entry is) and [`tags`] (the tag
+//! field). A purge is kept here as a ban on its URL. (Not the request rules, `crate::rules`,
+//! which decide what is cached.)
 //!
 //! The storage's side of invalidation: the tiers judge entries by it. Carrying out a purge or
 //! ban, and reaching the other nodes, is `crate::invalidation`'s.
 //!
-//! A rule says "entries under this scope validated before this time are invalid" (a purge or a
+//! A ban says "entries under this scope validated before this time are invalid" (a purge or a
 //! ban) or "... are stale" (a soft one); an entry is validated when it is fetched, and again
-//! when a 304 confirms it (`StoredMeta::validated`). Rules are idempotent and commutative: a scope keeps
-//! the latest time of each kind, so learning a rule twice, or from two memcached servers, or
+//! when a 304 confirms it (`StoredMeta::validated`). Bans are idempotent and commutative: a scope
+//! keeps the latest time of each kind, so learning a ban twice, or from two memcached servers, or
 //! out of order, changes nothing. They are kept for `retention`, and an entry read from memcached
-//! that is older than that is not trusted at all ([`RuleBook::beyond_horizon`]), since a rule that
+//! that is older than that is not trusted at all ([`BanList::beyond_horizon`]), since a ban that
 //! applied to it may have been forgotten. A purge of a URL whose memcached entry was deleted
-//! covers nothing left in memcached: its rule only has to outlive memory copies and fills in
+//! covers nothing left in memcached: its ban only has to outlive memory copies and fills in
 //! flight, and is kept for [`SHORT_RETENTION`] instead, so that purging many URLs does not grow
-//! the book for a day.
+//! the list for a day.
 //!
 //! Who consults it: the memory tier, when it stores an object (an in-flight fill that started
 //! before a ban finishes after it), and the tiered store, when it reads an entry from memcached
 //! (the entry may predate a purge whose delete did not reach its server). A hit from the memory
-//! tier never does: rules are applied to the memory tier when they arrive
+//! tier never does: bans are applied to the memory tier when they arrive
 //! ([`crate::storage::memory::MemoryTier::invalidate`]), so its hit path is unchanged.
 
 pub mod scope;
@@ -33,14 +35,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tags::TagField;
 use tokio::sync::Notify;
 
-/// How long a rule is kept whose entries were deleted from memcached (see the module docs):
+/// How long a ban is kept whose entries were deleted from memcached (see the module docs):
 /// far longer than a fill or a memory copy (`local_ttl`) lasts.
 pub const SHORT_RETENTION: Duration = Duration::from_secs(300);
 
-/// What a stored entry is worth under the rules.
+/// What a stored entry is worth under the bans.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
-    /// No rule applies.
+    /// No ban applies.
     Valid,
     /// A soft purge or ban applies: the entry is stale from this time on (it may still be served
     /// stale where grace or `stale-while-revalidate` allow, and revalidated).
@@ -49,8 +51,8 @@ pub enum Verdict {
     Invalid,
 }
 
-/// The latest rule of each kind on one scope, in milliseconds since the Unix epoch (0: none),
-/// and until when the scope's rules are kept.
+/// The latest ban of each kind on one scope, in milliseconds since the Unix epoch (0: none),
+/// and until when the scope's bans are kept.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Stamp {
     hard_ms: u64,
@@ -59,7 +61,7 @@ struct Stamp {
 }
 
 impl Stamp {
-    /// Records a rule at `ms`, kept until `keep_until_ms`; returns whether it told something new.
+    /// Records a ban at `ms`, kept until `keep_until_ms`; returns whether it told something new.
     fn raise(&mut self, ms: u64, soft: bool, keep_until_ms: u64) -> bool {
         let slot = if soft {
             &mut self.soft_ms
@@ -92,7 +94,7 @@ pub fn at(ms: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms)
 }
 
-/// `time` in milliseconds since the Unix epoch, rounded up: a rule stamped with it covers every
+/// `time` in milliseconds since the Unix epoch, rounded up: a ban stamped with it covers every
 /// entry created before `time`, to the nanosecond.
 pub fn ms_after(time: SystemTime) -> u64 {
     let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
@@ -100,7 +102,7 @@ pub fn ms_after(time: SystemTime) -> u64 {
 }
 
 #[derive(Default)]
-struct Rules {
+struct Bans {
     urls: HashMap<u128, Stamp>,
     tags: HashMap<u64, Stamp>,
     hosts: HashMap<u64, Stamp>,
@@ -108,7 +110,7 @@ struct Rules {
     prefixes: Vec<(Option<u64>, String, Stamp)>,
 }
 
-impl Rules {
+impl Bans {
     fn stamp_mut(&mut self, scope: &Scope) -> &mut Stamp {
         match scope {
             Scope::Url(primary) => self.urls.entry(*primary).or_default(),
@@ -134,27 +136,27 @@ impl Rules {
     }
 }
 
-/// Every rule this node knows of.
-pub struct RuleBook {
-    rules: RwLock<Rules>,
-    /// How many scopes have a rule, read without the lock: with none, judging costs nothing.
+/// Every ban this node knows of.
+pub struct BanList {
+    bans: RwLock<Bans>,
+    /// How many scopes have a ban, read without the lock: with none, judging costs nothing.
     count: AtomicUsize,
-    /// Bumped whenever a rule tells something new, so a store that judged an entry can tell
-    /// whether a rule arrived meanwhile.
+    /// Bumped whenever a ban tells something new, so a store that judged an entry can tell
+    /// whether a ban arrived meanwhile.
     generation: AtomicU64,
     retention: Duration,
     tag_field: Option<TagField>,
-    /// Whether the cluster's log has been read once since start (see [`RuleBook::wait_ready`]).
+    /// Whether the cluster's log has been read once since start (see [`BanList::wait_ready`]).
     ready: AtomicBool,
     became_ready: Notify,
 }
 
-impl RuleBook {
-    /// An empty book keeping rules for `retention`; entries' tags are read from `tag_field`.
-    /// Ready at once: a node with a shared log calls [`RuleBook::expect_catch_up`] first.
-    pub fn new(retention: Duration, tag_field: Option<TagField>) -> RuleBook {
-        RuleBook {
-            rules: RwLock::default(),
+impl BanList {
+    /// An empty list keeping bans for `retention`; entries' tags are read from `tag_field`.
+    /// Ready at once: a node with a shared log calls [`BanList::expect_catch_up`] first.
+    pub fn new(retention: Duration, tag_field: Option<TagField>) -> BanList {
+        BanList {
+            bans: RwLock::default(),
             count: AtomicUsize::new(0),
             generation: AtomicU64::new(0),
             retention,
@@ -164,12 +166,12 @@ impl RuleBook {
         }
     }
 
-    /// A leaked, `'static` book, shared by the storage tiers and the invalidation service.
-    pub fn leak(self) -> &'static RuleBook {
+    /// A leaked, `'static` list, shared by the storage tiers and the invalidation service.
+    pub fn leak(self) -> &'static BanList {
         Box::leak(Box::new(self))
     }
 
-    /// How long rules are kept.
+    /// How long bans are kept.
     pub fn retention(&self) -> Duration {
         self.retention
     }
@@ -179,7 +181,7 @@ impl RuleBook {
         self.tag_field.as_ref()
     }
 
-    /// Records a rule on `scope` at `ms` (soft or not; short-lived, see [`SHORT_RETENTION`]);
+    /// Records a ban on `scope` at `ms` (soft or not; short-lived, see [`SHORT_RETENTION`]);
     /// returns whether it told something new.
     pub fn add(&self, scope: &Scope, ms: u64, soft: bool, short_lived: bool) -> bool {
         let lifetime = if short_lived {
@@ -188,26 +190,26 @@ impl RuleBook {
             self.retention
         };
         let keep_until = ms.saturating_add(lifetime.as_millis() as u64);
-        let mut rules = self.rules.write();
-        let raised = rules.stamp_mut(scope).raise(ms, soft, keep_until);
-        self.count.store(rules.len(), Ordering::Release);
+        let mut bans = self.bans.write();
+        let raised = bans.stamp_mut(scope).raise(ms, soft, keep_until);
+        self.count.store(bans.len(), Ordering::Release);
         if raised {
             self.generation.fetch_add(1, Ordering::AcqRel);
         }
         raised
     }
 
-    /// Changes whenever a rule tells something new.
+    /// Changes whenever a ban tells something new.
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
 
-    /// How many scopes have a rule.
+    /// How many scopes have a ban.
     pub fn len(&self) -> usize {
         self.count.load(Ordering::Acquire)
     }
 
-    /// Whether no scope has a rule.
+    /// Whether no scope has a ban.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -234,21 +236,21 @@ impl RuleBook {
         if self.is_empty() {
             return verdict;
         }
-        let rules = self.rules.read();
-        if let Some(stamp) = rules.urls.get(&entry.primary) {
+        let bans = self.bans.read();
+        if let Some(stamp) = bans.urls.get(&entry.primary) {
             stamp.judge(created, &mut verdict);
         }
-        if let Some(stamp) = rules.hosts.get(&entry.host) {
+        if let Some(stamp) = bans.hosts.get(&entry.host) {
             stamp.judge(created, &mut verdict);
         }
-        if !rules.tags.is_empty() {
+        if !bans.tags.is_empty() {
             for tag in entry.tags.iter() {
-                if let Some(stamp) = rules.tags.get(tag) {
+                if let Some(stamp) = bans.tags.get(tag) {
                     stamp.judge(created, &mut verdict);
                 }
             }
         }
-        for (host, prefix, stamp) in &rules.prefixes {
+        for (host, prefix, stamp) in &bans.prefixes {
             if prefix_covers(*host, prefix, entry) {
                 stamp.judge(created, &mut verdict);
             }
@@ -256,26 +258,26 @@ impl RuleBook {
         verdict
     }
 
-    /// Whether an entry validated at `created` is too old to be judged: rules that applied to it
+    /// Whether an entry validated at `created` is too old to be judged: bans that applied to it
     /// may have been forgotten, so it must not be trusted.
     pub fn beyond_horizon(&self, created: SystemTime, now: SystemTime) -> bool {
         now.duration_since(created)
             .is_ok_and(|age| age > self.retention)
     }
 
-    /// Forgets the rules whose time is up.
+    /// Forgets the bans whose time is up.
     pub fn prune(&self, now: SystemTime) {
         let now = ms_after(now);
-        let mut rules = self.rules.write();
-        rules.urls.retain(|_, s| s.keep_until_ms >= now);
-        rules.tags.retain(|_, s| s.keep_until_ms >= now);
-        rules.hosts.retain(|_, s| s.keep_until_ms >= now);
-        rules.prefixes.retain(|(_, _, s)| s.keep_until_ms >= now);
-        self.count.store(rules.len(), Ordering::Release);
+        let mut bans = self.bans.write();
+        bans.urls.retain(|_, s| s.keep_until_ms >= now);
+        bans.tags.retain(|_, s| s.keep_until_ms >= now);
+        bans.hosts.retain(|_, s| s.keep_until_ms >= now);
+        bans.prefixes.retain(|(_, _, s)| s.keep_until_ms >= now);
+        self.count.store(bans.len(), Ordering::Release);
     }
 
-    /// Marks the book as not yet complete: memcached entries are not judged (readers wait, see
-    /// [`RuleBook::wait_ready`]) until the cluster's log has been read once.
+    /// Marks the list as not yet complete: memcached entries are not judged (readers wait, see
+    /// [`BanList::wait_ready`]) until the cluster's log has been read once.
     pub fn expect_catch_up(&self) {
         self.ready.store(false, Ordering::Release);
     }
@@ -286,8 +288,8 @@ impl RuleBook {
         self.became_ready.notify_waiters();
     }
 
-    /// Waits (at most `patience`) until the book holds the cluster's rules, so that a node that
-    /// just started does not serve an entry a rule it has not read yet would reject. Returns at
+    /// Waits (at most `patience`) until the list holds the cluster's bans, so that a node that
+    /// just started does not serve an entry a ban it has not read yet would reject. Returns at
     /// once afterwards.
     pub async fn wait_ready(&self, patience: Duration) {
         if self.ready.load(Ordering::Acquire) {
@@ -312,62 +314,62 @@ mod tests {
     }
 
     #[test]
-    fn a_rule_covers_entries_created_before_it_only() {
-        let book = RuleBook::new(Duration::from_secs(3600), None);
+    fn a_ban_covers_entries_created_before_it_only() {
+        let list = BanList::new(Duration::from_secs(3600), None);
         let page = entry("a.test/p", &["t1"]);
         let t = at(1_000_000);
-        assert_eq!(book.judge(&page, t), Verdict::Valid);
-        assert!(book.add(&Scope::Tag(scope_hash("t1")), 1_000_000, false, false));
-        assert!(!book.add(&Scope::Tag(scope_hash("t1")), 999_000, false, false));
-        assert_eq!(book.judge(&page, at(999_999)), Verdict::Invalid);
-        assert_eq!(book.judge(&page, t), Verdict::Valid, "created at the ban");
+        assert_eq!(list.judge(&page, t), Verdict::Valid);
+        assert!(list.add(&Scope::Tag(scope_hash("t1")), 1_000_000, false, false));
+        assert!(!list.add(&Scope::Tag(scope_hash("t1")), 999_000, false, false));
+        assert_eq!(list.judge(&page, at(999_999)), Verdict::Invalid);
+        assert_eq!(list.judge(&page, t), Verdict::Valid, "created at the ban");
         assert_eq!(
-            book.judge(&entry("a.test/q", &["t2"]), at(1)),
+            list.judge(&entry("a.test/q", &["t2"]), at(1)),
             Verdict::Valid
         );
     }
 
     #[test]
-    fn soft_rules_make_stale_and_hard_ones_win() {
-        let book = RuleBook::new(Duration::from_secs(3600), None);
+    fn soft_bans_make_stale_and_hard_ones_win() {
+        let list = BanList::new(Duration::from_secs(3600), None);
         let page = entry("a.test/p", &[]);
         let host = Scope::Host(scope_hash("a.test"));
-        book.add(&host, 2_000, true, false);
-        assert_eq!(book.judge(&page, at(1_500)), Verdict::StaleSince(at(2_000)));
+        list.add(&host, 2_000, true, false);
+        assert_eq!(list.judge(&page, at(1_500)), Verdict::StaleSince(at(2_000)));
         let url = Scope::Url(7);
-        book.add(&url, 1_800, true, false);
-        assert_eq!(book.judge(&page, at(1_500)), Verdict::StaleSince(at(1_800)));
-        book.add(&url, 1_600, false, false);
-        assert_eq!(book.judge(&page, at(1_500)), Verdict::Invalid);
-        assert_eq!(book.judge(&page, at(1_700)), Verdict::StaleSince(at(1_800)));
+        list.add(&url, 1_800, true, false);
+        assert_eq!(list.judge(&page, at(1_500)), Verdict::StaleSince(at(1_800)));
+        list.add(&url, 1_600, false, false);
+        assert_eq!(list.judge(&page, at(1_500)), Verdict::Invalid);
+        assert_eq!(list.judge(&page, at(1_700)), Verdict::StaleSince(at(1_800)));
     }
 
     #[test]
-    fn rules_are_forgotten_after_retention_and_older_entries_are_beyond_the_horizon() {
-        let book = RuleBook::new(Duration::from_secs(10), None);
+    fn bans_are_forgotten_after_retention_and_older_entries_are_beyond_the_horizon() {
+        let list = BanList::new(Duration::from_secs(10), None);
         let prefix = Scope::Prefix {
             host: None,
             prefix: "/p".into(),
         };
-        book.add(&prefix, 5_000, false, false);
-        assert_eq!(book.len(), 1);
-        book.prune(at(14_000));
-        assert_eq!(book.len(), 1);
-        book.prune(at(16_000));
-        assert!(book.is_empty());
+        list.add(&prefix, 5_000, false, false);
+        assert_eq!(list.len(), 1);
+        list.prune(at(14_000));
+        assert_eq!(list.len(), 1);
+        list.prune(at(16_000));
+        assert!(list.is_empty());
         // a purge whose entry was deleted is kept for minutes even with a day's retention
-        let long = RuleBook::new(Duration::from_secs(86_400), None);
+        let long = BanList::new(Duration::from_secs(86_400), None);
         long.add(&Scope::Url(7), 5_000, false, true);
         long.add(&Scope::Tag(scope_hash("t")), 5_000, false, false);
         long.prune(at(5_000) + SHORT_RETENTION + Duration::from_secs(1));
         assert_eq!(long.len(), 1, "the tag ban stays");
-        assert!(book.beyond_horizon(at(5_000), at(15_001)));
-        assert!(!book.beyond_horizon(at(5_000), at(15_000)));
-        assert!(!book.beyond_horizon(at(20_000), at(15_000)), "clock skew");
+        assert!(list.beyond_horizon(at(5_000), at(15_001)));
+        assert!(!list.beyond_horizon(at(5_000), at(15_000)));
+        assert!(!list.beyond_horizon(at(20_000), at(15_000)), "clock skew");
     }
 
     #[test]
-    fn rule_times_round_up_to_the_millisecond() {
+    fn ban_times_round_up_to_the_millisecond() {
         let time = at(1_000) + Duration::from_nanos(1);
         assert_eq!(ms_after(time), 1_001);
         assert_eq!(ms_after(at(1_000)), 1_000);
