@@ -398,8 +398,11 @@ impl MemoryTier {
     }
 }
 
-/// `meta` marked stale from `since` on (if it was fresh longer).
+/// `meta` marked stale from `since` on (if it was fresh longer), or from now if `since` is later:
+/// a rule's stamp is rounded up to the millisecond (see `ms_after`), and a request that arrives
+/// within that millisecond after a soft purge returned must already find the object stale.
 fn stale_since(meta: &Arc<StoredMeta>, since: SystemTime) -> Arc<StoredMeta> {
+    let since = since.min(SystemTime::now());
     if meta.fresh_until <= since {
         return meta.clone();
     }
@@ -408,11 +411,8 @@ fn stale_since(meta: &Arc<StoredMeta>, since: SystemTime) -> Arc<StoredMeta> {
     Arc::new(stale)
 }
 
-/// Marks a stored object stale from `since` on, or from now if `since` is later: a rule's stamp
-/// is rounded up to the millisecond (see `ms_after`), and a request that arrives within that
-/// millisecond after a soft purge returned must already find the object stale.
+/// Marks a stored object stale from `since` on.
 fn soften(object: &MemoryObject, since: SystemTime) {
-    let since = since.min(SystemTime::now());
     let mut meta = object.meta.write();
     *meta = stale_since(&meta, since);
 }
