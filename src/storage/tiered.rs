@@ -226,7 +226,7 @@ impl TieredStorage {
         match self.bans.judge(&scopes, meta.validated()) {
             Verdict::Valid => {}
             Verdict::StaleSince(since) => {
-                // not later than now: the rule's stamp is rounded up to the millisecond
+                // not later than now: the ban's stamp is rounded up to the millisecond
                 meta.fresh_until = meta.fresh_until.min(since).min(SystemTime::now());
             }
             Verdict::Invalid => {

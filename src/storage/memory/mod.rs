@@ -399,7 +399,7 @@ impl MemoryTier {
 }
 
 /// `meta` marked stale from `since` on (if it was fresh longer), or from now if `since` is later:
-/// a rule's stamp is rounded up to the millisecond (see `ms_after`), and a request that arrives
+/// a ban's stamp is rounded up to the millisecond (see `ms_after`), and a request that arrives
 /// within that millisecond after a soft purge returned must already find the object stale.
 fn stale_since(meta: &Arc<StoredMeta>, since: SystemTime) -> Arc<StoredMeta> {
     let since = since.min(SystemTime::now());
@@ -606,7 +606,7 @@ mod tests {
         let span = Span::inactive().handle();
         let key = CacheKey::new("/soft", "");
         fill(tier, &key, b"body").await;
-        // a rule's stamp is the purge's instant rounded up to the millisecond: up to 1 ms ahead
+        // a ban's stamp is the purge's instant rounded up to the millisecond: up to 1 ms ahead
         let stamp = SystemTime::now() + Duration::from_millis(1);
         let touched = tier.invalidate(&Scope::Url(key_of(key.primary_bin())), stamp, true);
         assert_eq!(touched.objects, 1);
