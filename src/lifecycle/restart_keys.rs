@@ -126,4 +126,17 @@ mod tests {
         assert_eq!(new.upstream, running.upstream);
         assert_eq!(new.balancer.retries, 0);
     }
+
+    #[test]
+    fn a_name_that_resolves_elsewhere_on_reload_is_the_same_backend() {
+        use crate::config::origin_address::OriginAddress;
+        let running = Config::from_toml("upstream = \"localhost:8080\"").unwrap();
+        let mut new = running.clone();
+        let OriginAddress::Name { resolved, .. } = &mut new.balancer.backends[0].address else {
+            panic!("localhost is a name");
+        };
+        *resolved = vec!["10.9.8.7:8080".parse().unwrap()];
+        new.upstream = resolved[0];
+        assert!(keep_running(&running, &mut new).is_empty());
+    }
 }

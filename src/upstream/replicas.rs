@@ -79,14 +79,13 @@ impl Replicas {
                     .map(move |addr| (entry, backend, addr))
             })
             .map(|(entry, backend, addr)| {
-                let max_in_flight = backend.max_in_flight.or(config.default_max_in_flight);
-                Arc::new(Backend::with_queue(
+                replica(
                     backend,
                     addr,
                     entry,
-                    max_in_flight,
+                    config.default_max_in_flight,
                     &config.queue,
-                ))
+                )
             })
             .collect();
         Replicas {
@@ -174,14 +173,7 @@ impl Replicas {
                 .find(|b| b.entry == entry && b.addr == addr)
                 .cloned()
                 .unwrap_or_else(|| {
-                    let max_in_flight = config.max_in_flight.or(self.default_max_in_flight);
-                    Arc::new(Backend::with_queue(
-                        config,
-                        addr,
-                        entry,
-                        max_in_flight,
-                        &self.queue,
-                    ))
+                    replica(config, addr, entry, self.default_max_in_flight, &self.queue)
                 })
         };
         let mut backends = Vec::with_capacity(current.backends.len() + addrs.len());
@@ -203,6 +195,25 @@ impl Replicas {
             removed: before.into_iter().filter(|a| !addrs.contains(a)).collect(),
         })
     }
+}
+
+/// A fresh (healthy) replica at `addr` of entry `entry`, limited by its own `max_in_flight` or
+/// else `balancer.max_in_flight`.
+fn replica(
+    config: &BackendConfig,
+    addr: SocketAddr,
+    entry: usize,
+    default_max_in_flight: Option<u32>,
+    queue: &QueueConfig,
+) -> Arc<Backend> {
+    let max_in_flight = config.max_in_flight.or(default_max_in_flight);
+    Arc::new(Backend::with_queue(
+        config,
+        addr,
+        entry,
+        max_in_flight,
+        queue,
+    ))
 }
 
 fn sorted(mut addrs: Vec<SocketAddr>) -> Vec<SocketAddr> {
