@@ -3,6 +3,8 @@
 tenth of the trace (how quickly each proxy reaches its steady state).
 
 usage: report.py RESULTS.jsonl MEMORY.jsonl TRACES.txt --title T --setup S
+
+`read_runs` and `pct` serve tier_report.py too.
 """
 import argparse
 import json
@@ -22,12 +24,14 @@ def mem(r):
     return text
 
 
-def main():
+def read_runs(default_title):
+    """Parses the command line shared with tier_report.py, prints the report's heading and
+    returns the runs (one per replay), each with the memory figures of its label merged in."""
     ap = argparse.ArgumentParser()
     ap.add_argument("results")
     ap.add_argument("memory")
     ap.add_argument("traces")
-    ap.add_argument("--title", default="Hit ratio")
+    ap.add_argument("--title", default=default_title)
     ap.add_argument("--setup", default="")
     a = ap.parse_args()
     memory = {m["label"]: m for m in map(json.loads, open(a.memory))}
@@ -35,10 +39,14 @@ def main():
     for r in map(json.loads, open(a.results)):
         r.update(memory.get(r["label"], {}))
         runs.append(r)
-
     print(f"# {a.title}\n\n{a.setup}\n")
     for line in open(a.traces):
         print(f"- {line.strip()}")
+    return runs
+
+
+def main():
+    runs = read_runs("Hit ratio")
     for z in sorted({r["zipf"] for r in runs}):
         rows = [r for r in runs if r["zipf"] == z]
         base = next((r for r in rows if r["proxy"] == "lacquer"), None)

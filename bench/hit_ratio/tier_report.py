@@ -3,31 +3,11 @@
 
 usage: tier_report.py RESULTS.jsonl MEMORY.jsonl TRACES.txt --title T --setup S
 """
-import argparse
-import json
-
-
-def pct(x):
-    return f"{100 * x:.1f} %"
+from report import pct, read_runs
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("results")
-    ap.add_argument("memory")
-    ap.add_argument("traces")
-    ap.add_argument("--title", default="Shared tier")
-    ap.add_argument("--setup", default="")
-    a = ap.parse_args()
-    memory = {m["label"]: m for m in map(json.loads, open(a.memory))}
-    runs = {}
-    for r in map(json.loads, open(a.results)):
-        r.update(memory.get(r["label"], {}))
-        runs[(r["mode"], r["nodes"])] = r
-
-    print(f"# {a.title}\n\n{a.setup}\n")
-    for line in open(a.traces):
-        print(f"- {line.strip()}")
+    runs = {(r["mode"], r["nodes"]): r for r in read_runs("Shared tier")}
     print("\n| nodes | mode | cache memory MB (local + memcached) | requests | errors | origin requests "
           "| hit ratio | byte hit ratio | hit ratio, 2nd half | byte hit ratio, 2nd half "
           "| origin requests / isolated | memcached: items, MB held, evictions | PSS MB: nodes + memcached |")
