@@ -12,7 +12,7 @@
 # nginx-paced), LACQUER (a release binary; default: cargo build --release), HARNESS (the shared
 # harness, for the anchors' start scripts proxies/{varnish,nginx,ats}.sh, used unchanged with
 # CACHE_MB), BASE_PORT (27100: the origin, then BASE_PORT+10, +20, ... for the proxies).
-# tmpfs caches under /dev/shm/hit-ratio.<pid>. About 12 minutes with the default PROXIES;
+# tmpfs caches under /dev/shm/hit-ratio.<pid>. About 13 minutes with the default PROXIES;
 # nginx-paced adds REQUESTS / NGINX_RATE seconds per trace (33 minutes at the defaults).
 #
 # Cache memory per proxy (CACHE_MB = 256):

@@ -12,7 +12,7 @@
 # Usage: bench/shared_tier.sh [report.md]
 # Environment: NODES ("2 4 8"), NODE_MB (32), LOCAL_MB (8), REQUESTS (200000), ZIPF (0.9), SEED
 # (18), OBJECTS (1000000), CONNS (32), LACQUER (a release binary; default: cargo build --release).
-# Ports 127.0.0.1:29000-29200. About 12 minutes.
+# Ports 127.0.0.1:29000-29200. About 15 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=hit_ratio/lib.sh
