@@ -59,6 +59,46 @@ struct Options {
     by: Option<String>,
 }
 
+/// A call's body: what it targets and the options every call may add. (Two structs rather than
+/// one flattened `Options`: serde's `flatten` cannot be combined with `deny_unknown_fields`, and a
+/// misspelt key must be refused, not ignored.)
+trait CallBody: serde::de::DeserializeOwned {
+    fn target(&self) -> Result<Target, String>;
+    fn options(self) -> Options;
+}
+
+impl CallBody for PurgeBody {
+    fn target(&self) -> Result<Target, String> {
+        purge_target(self)
+    }
+    fn options(self) -> Options {
+        Options {
+            soft: self.soft,
+            wait: self.wait,
+            by: self.by,
+        }
+    }
+}
+
+impl CallBody for BanBody {
+    fn target(&self) -> Result<Target, String> {
+        ban_target(self)
+    }
+    fn options(self) -> Options {
+        Options {
+            soft: self.soft,
+            wait: self.wait,
+            by: self.by,
+        }
+    }
+}
+
+/// A body of type `B` parsed: its target and options, or why it names nothing valid.
+fn parse<B: CallBody>(body: &[u8]) -> Result<(Target, Options), String> {
+    let body: B = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    Ok((body.target()?, body.options()))
+}
+
 /// Which of the two calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Call {
@@ -79,26 +119,8 @@ pub async fn on_request(
     };
     let client = client.map_or_else(|| "unknown".to_string(), |ip| ip.to_string());
     let request = match call {
-        Call::Purge => serde_json::from_slice::<PurgeBody>(&body)
-            .map_err(|e| e.to_string())
-            .and_then(|b| {
-                let options = Options {
-                    soft: b.soft,
-                    wait: b.wait,
-                    by: b.by.clone(),
-                };
-                Ok((purge_target(&b)?, options))
-            }),
-        Call::Ban => serde_json::from_slice::<BanBody>(&body)
-            .map_err(|e| e.to_string())
-            .and_then(|b| {
-                let options = Options {
-                    soft: b.soft,
-                    wait: b.wait,
-                    by: b.by.clone(),
-                };
-                Ok((ban_target(&b)?, options))
-            }),
+        Call::Purge => parse::<PurgeBody>(&body),
+        Call::Ban => parse::<BanBody>(&body),
     };
     let (target, options) = match request {
         Ok(parsed) => parsed,
