@@ -354,7 +354,11 @@ async fn a_url_once_uncacheable_is_stored_when_it_becomes_cacheable() {
         assert_eq!(passed.status, 200);
         assert!(!passed.is_hit());
     }
-    assert_eq!(origin.hits(), 3, "every no-store answer comes from the origin");
+    assert_eq!(
+        origin.hits(),
+        3,
+        "every no-store answer comes from the origin"
+    );
     cacheable.store(true, std::sync::atomic::Ordering::SeqCst);
     let stored = get(&url, &[]).await;
     assert!(!stored.is_hit());

@@ -44,7 +44,11 @@ pub async fn on_upstream_response(
             only_if_stored: true,
         };
         if let Err(refused) = invalidator.invalidate(request).await {
-            log::warn!("invalidation of {} refused: {}", target.describe(), refused.0);
+            log::warn!(
+                "invalidation of {} refused: {}",
+                target.describe(),
+                refused.0
+            );
         }
     }
 }

@@ -37,7 +37,10 @@ pub fn leak() -> &'static (dyn CacheablePredictor + Sync) {
 
 /// Whether an uncacheable reason of the policy is one not to remember (see the module doc).
 fn not_the_urls_own(reason: &'static str) -> bool {
-    !matches!(reason, REASON_NO_STORE | REASON_PRIVATE | REASON_NO_FRESHNESS)
+    !matches!(
+        reason,
+        REASON_NO_STORE | REASON_PRIVATE | REASON_NO_FRESHNESS
+    )
 }
 
 #[cfg(test)]
