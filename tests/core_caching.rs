@@ -331,3 +331,40 @@ async fn targeted_cache_control_fields_take_precedence() {
     get(&lacquer.url(expires), &[]).await;
     assert_eq!(origin.hits_for(expires), 2);
 }
+
+/// A URL last answered `no-store` passes straight to the origin from then on (no lookup, no cache
+/// lock: `proxy::pass_prediction`), but the mark never keeps a page out of the cache: its first
+/// storable answer is stored, and served as a hit.
+#[tokio::test]
+async fn a_url_once_uncacheable_is_stored_when_it_becomes_cacheable() {
+    let cacheable = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = cacheable.clone();
+    let origin = TestOrigin::start(move |_| {
+        let cc = if flag.load(std::sync::atomic::Ordering::SeqCst) {
+            "max-age=60"
+        } else {
+            "no-store"
+        };
+        OriginResponse::ok("state").header("cache-control", cc)
+    });
+    let lacquer = proxy(&origin);
+    let url = lacquer.url("/api/state");
+    for _ in 0..3 {
+        let passed = get(&url, &[]).await;
+        assert_eq!(passed.status, 200);
+        assert!(!passed.is_hit());
+    }
+    assert_eq!(
+        origin.hits(),
+        3,
+        "every no-store answer comes from the origin"
+    );
+    cacheable.store(true, std::sync::atomic::Ordering::SeqCst);
+    let stored = get(&url, &[]).await;
+    assert!(!stored.is_hit());
+    assert_eq!(origin.hits(), 4);
+    let hit = get(&url, &[]).await;
+    assert!(hit.is_hit(), "{:?}", hit.cache_status());
+    assert_eq!(&hit.body[..], b"state");
+    assert_eq!(origin.hits(), 4, "the storable answer was stored");
+}

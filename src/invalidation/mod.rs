@@ -274,19 +274,24 @@ impl Invalidator {
             _ => None,
         };
         let report = self.report(record, touched, memcached, nodes, pending);
-        let line = format!(
-            "invalidation {}: {}{} {} asked by {}: {}",
-            report.id,
-            if report.soft { "soft " } else { "" },
-            report.action,
-            report.target.describe(),
-            report.asked_by,
-            report.summary()
-        );
-        if request.only_if_stored {
-            log::debug!("{line}");
+        // the invalidations of unsafe methods (only_if_stored) are logged at debug level: their
+        // line is not even written unless asked for, as it would be on every POST
+        let level = if request.only_if_stored {
+            log::Level::Debug
         } else {
-            log::info!("{line}");
+            log::Level::Info
+        };
+        if log::log_enabled!(level) {
+            log::log!(
+                level,
+                "invalidation {}: {}{} {} asked by {}: {}",
+                report.id,
+                if report.soft { "soft " } else { "" },
+                report.action,
+                report.target.describe(),
+                report.asked_by,
+                report.summary()
+            );
         }
         Ok(report)
     }

@@ -14,25 +14,29 @@
 //! The resolved client address is the one `cache.purge_from`, fairness and the access log use;
 //! the resolved scheme is part of the cache key ([`super::cache_key`]).
 
+use super::headers::{holds_any, X_FORWARDED_FOR};
 use crate::config::address_range::AddressRange;
-use http::header;
+use http::header::{self, HeaderName};
 use pingora_http::RequestHeader;
 use pingora_proxy::Session;
 use std::net::IpAddr;
 
 /// Request fields that origins (frameworks, their proxy-aware middleware) let change a response
-/// and that are not in the cache key: from an untrusted peer they never reach the origin.
-const UNKEYED_FROM_UNTRUSTED: [&str; 10] = [
-    "x-forwarded-host",
-    "x-forwarded-proto",
-    "x-forwarded-port",
-    "x-forwarded-scheme",
-    "x-forwarded-prefix",
-    "x-forwarded-server",
-    "x-forwarded-ssl",
-    "x-original-url",
-    "x-rewrite-url",
-    "x-http-method-override",
+/// and that are not in the cache key, with the forwarding fields themselves: from an untrusted
+/// peer none of them reaches the origin.
+const UNKEYED_FROM_UNTRUSTED: [HeaderName; 12] = [
+    HeaderName::from_static("x-forwarded-host"),
+    HeaderName::from_static("x-forwarded-proto"),
+    HeaderName::from_static("x-forwarded-port"),
+    HeaderName::from_static("x-forwarded-scheme"),
+    HeaderName::from_static("x-forwarded-prefix"),
+    HeaderName::from_static("x-forwarded-server"),
+    HeaderName::from_static("x-forwarded-ssl"),
+    HeaderName::from_static("x-original-url"),
+    HeaderName::from_static("x-rewrite-url"),
+    HeaderName::from_static("x-http-method-override"),
+    X_FORWARDED_FOR,
+    header::FORWARDED,
 ];
 
 /// The peer of the connection: the socket's, or the client a PROXY protocol header named.
@@ -97,7 +101,7 @@ fn reported_https(req: &RequestHeader) -> Option<bool> {
 fn reported_client(req: &RequestHeader, trusted: &[AddressRange]) -> Option<IpAddr> {
     let mut chain: Vec<IpAddr> = req
         .headers
-        .get_all("x-forwarded-for")
+        .get_all(X_FORWARDED_FOR)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
@@ -157,11 +161,12 @@ pub fn on_upstream_request(
     if is_trusted(trusted, peer_ip(session)) {
         return true;
     }
-    for name in UNKEYED_FROM_UNTRUSTED {
-        req.remove_header(name);
+    // nearly every request holds none of them: one pass over its names says so
+    if holds_any(&req.headers, &UNKEYED_FROM_UNTRUSTED) {
+        for name in &UNKEYED_FROM_UNTRUSTED {
+            req.remove_header(name);
+        }
     }
-    req.remove_header("x-forwarded-for");
-    req.remove_header(&header::FORWARDED);
     false
 }
 

@@ -34,17 +34,21 @@ pub async fn on_upstream_response(
             requests.push(Target::url(&cache_key::keyed_host(https, host), &path));
         }
     }
+    let asked_by = format!("{client} ({} {})", req.method, resp.status.as_u16());
     for target in requests {
-        let described = target.describe();
         let request = Request {
-            target,
+            target: target.clone(),
             soft: false,
-            asked_by: format!("{client} ({} {})", req.method, resp.status.as_u16()),
+            asked_by: asked_by.clone(),
             wait: false,
             only_if_stored: true,
         };
         if let Err(refused) = invalidator.invalidate(request).await {
-            log::warn!("invalidation of {described} refused: {}", refused.0);
+            log::warn!(
+                "invalidation of {} refused: {}",
+                target.describe(),
+                refused.0
+            );
         }
     }
 }
