@@ -332,9 +332,9 @@ async fn targeted_cache_control_fields_take_precedence() {
     assert_eq!(origin.hits_for(expires), 2);
 }
 
-/// A URL last answered `no-store` passes straight to the origin from then on (no lookup, no cache
-/// lock: `proxy::pass_prediction`), but the mark never keeps a page out of the cache: its first
-/// storable answer is stored, and served as a hit.
+/// A URL answered `no-store` a few times is fetched from the origin each time, and its first
+/// storable answer is stored and served as a hit: nothing about the earlier answers keeps the
+/// page out of the cache.
 #[tokio::test]
 async fn a_url_once_uncacheable_is_stored_when_it_becomes_cacheable() {
     let cacheable = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -12,8 +12,7 @@
 //!    (`crate::rules`) are applied; [`fast_hit`] answers fresh, plain hits from storage without
 //!    Pingora's cache machinery.
 //! 2. `request_cache_filter`: whether the cache is used at all (method, client `no-store`,
-//!    config); if so, it is enabled with our storage, the cache lock and [`pass_prediction`]
-//!    (a URL last answered uncacheable then skips lookup and lock).
+//!    config); if so, it is enabled with our storage and the cache lock.
 //! 3. `cache_key_callback`: the key from [`cache_key`] (built once per request);
 //!    `cache_vary_filter` adds the variant (`policy::vary`); `cache_hit_filter` applies the
 //!    client's directives (`policy::request_directives`).
@@ -48,7 +47,6 @@ pub mod interim;
 pub mod invalidation;
 pub mod metrics_record;
 pub mod partial_content;
-pub mod pass_prediction;
 pub mod post_reuse;
 pub mod purge;
 pub mod request_head;
@@ -79,7 +77,6 @@ use partial_content::{PartialContent, PartialCtx};
 use pingora_cache::cache_control::CacheControl;
 use pingora_cache::key::HashBinary;
 use pingora_cache::lock::{CacheKeyLockImpl, CacheLock};
-use pingora_cache::predictor::CacheablePredictor;
 use pingora_cache::storage::HitHandler;
 use pingora_cache::storage::Storage;
 use pingora_cache::{CacheKey, CacheMeta, CacheOptionOverrides, ForcedFreshness, RespCacheable};
@@ -149,8 +146,6 @@ pub struct LacquerProxy {
     /// Partial content (`None` unless the cache and `[cache.partial]` are enabled).
     partial: Option<PartialContent>,
     cache_lock: &'static CacheKeyLockImpl,
-    /// The URLs last answered uncacheable, which then skip lookup and lock ([`pass_prediction`]).
-    uncacheable: &'static (dyn CacheablePredictor + Sync),
     access_log: Option<Arc<AccessLog>>,
     /// Requests in flight, for the drain.
     in_flight: &'static InFlightRequests,
@@ -201,7 +196,6 @@ impl LacquerProxy {
             hooks: None,
             storage,
             cache_lock: lock,
-            uncacheable: pass_prediction::leak(),
             access_log,
             in_flight,
             metrics: RequestMetrics::leak(),
@@ -402,7 +396,7 @@ impl ProxyHttp for LacquerProxy {
         session.cache.enable(
             storage,
             None,
-            Some(self.uncacheable),
+            None,
             Some(self.cache_lock),
             Some(Self::lock_overrides(&live)),
         );
