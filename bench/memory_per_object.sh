@@ -126,7 +126,7 @@ function request()
 end
 LUA
 
-start_target() { # name port -> pid
+start_target() { # name port; sets TARGET_PID (not in a subshell: its exit would run the trap)
   local name=$1 port=$2
   case $name in
     lacquer)
@@ -189,7 +189,7 @@ CONF
       ;;
     *) echo "unknown target $name" >&2; exit 2 ;;
   esac
-  echo $!
+  TARGET_PID=$!
 }
 
 # objects the target says it holds, and its own bytes figure where it has one
@@ -212,7 +212,8 @@ printf '| target | objects held | memory before | after | per object | own accou
 printf '|---|---:|---:|---:|---:|---:|\n'
 for name in $TARGETS; do
   port=$(free_port)
-  pid=$(start_target "$name" "$port")
+  start_target "$name" "$port"
+  pid=$TARGET_PID
   PIDS+=("$pid")
   wait_port "$port"
   # warm the target's own buffers and pools on a few objects outside the fill
