@@ -13,6 +13,9 @@
 #   bench/hit_instructions.sh --memcached --bans 1000  # ... judged against 1,000 tag bans
 #   bench/hit_instructions.sh --rules 100              # with 100 request rules (bench/rules_config.py)
 #   ORIGIN=... bench/hit_instructions.sh --config br.toml --path /plain8k.html   # more config
+#   bench/hit_instructions.sh --h2 10                  # hits over h2c, 10 streams at once (h2load)
+#   bench/hit_instructions.sh --annotate               # also the 40 costliest functions (inclusive)
+#   DUMP_TO=/tmp/h2.callgrind bench/hit_instructions.sh --h2 10   # keep the dump for callgrind_annotate
 #
 # Lacquer runs under valgrind with one worker thread; after a warm-up of 2,000 hits the counters
 # are zeroed, N hits (default 20,000) are sent over one keep-alive connection, and the total is
@@ -34,6 +37,8 @@ BANS=0
 PLAIN=0
 RULES=0
 EXTRA_CONFIG=
+H2_STREAMS=0
+ANNOTATE=0
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) BIN=$2; shift 2 ;;
@@ -45,6 +50,8 @@ while [ $# -gt 0 ]; do
     --plain) PLAIN=1; shift ;;
     --rules) RULES=$2; shift 2 ;;
     --config) EXTRA_CONFIG=$(realpath "$2"); shift 2 ;;
+    --h2) H2_STREAMS=$2; shift 2 ;;
+    --annotate) ANNOTATE=1; shift ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -78,6 +85,10 @@ if [ "$MEMCACHED" = 1 ]; then
   memcached -p "$MC_PORT" -l 127.0.0.1 -U 0 -m 64 -u root &
   PIDS+=($!)
   printf '[cache.memcached]\nservers = ["127.0.0.1:%s"]\nlocal_ttl = "0s"\n' "$MC_PORT" >>"$WORK/lacquer.toml"
+fi
+if [ "$H2_STREAMS" -gt 0 ]; then
+  # (h2c prior knowledge is on by default on plain listeners)
+  command -v h2load >/dev/null || apt-get install -y -q nghttp2-client >/dev/null
 fi
 if [ "$RULES" -gt 0 ]; then
   python3 bench/rules_config.py "$RULES" >>"$WORK/lacquer.toml"
@@ -123,10 +134,27 @@ for i in range(int(sys.argv[3])):
         sys.exit(f"ban refused: {resp.status}")
 PY
 fi
-python3 "$WORK/client.py" "$PORT" 2000 "$REQ_PATH" "${HEADERS[@]}"
+# the measured hits: HTTP/1.1 keep-alive from client.py, or h2c (prior knowledge) from h2load
+hits() {
+  if [ "$H2_STREAMS" -gt 0 ]; then
+    local h=() out
+    for x in "${HEADERS[@]}"; do h+=(-H "$x"); done
+    out=$(h2load -n "$1" -c 1 -m "$H2_STREAMS" "${h[@]}" "http://127.0.0.1:$PORT$REQ_PATH")
+    grep -q "$1 succeeded" <<<"$out" || { echo "h2load: not every request succeeded: $out" >&2; exit 1; }
+  else
+    python3 "$WORK/client.py" "$PORT" "$1" "$REQ_PATH" "${HEADERS[@]}"
+  fi
+}
+hits 2000
 callgrind_control -z "$VALGRIND" >/dev/null 2>&1
-python3 "$WORK/client.py" "$PORT" "$REQUESTS" "$REQ_PATH" "${HEADERS[@]}"
+hits "$REQUESTS"
 callgrind_control -d "$VALGRIND" >/dev/null 2>&1
 DUMP=$(ls -t "$WORK"/callgrind.out.* | head -1)
 TOTAL=$(callgrind_annotate "$DUMP" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }')
-echo "$(basename "$BIN") $REQ_PATH: $((TOTAL / REQUESTS)) user-space instructions per hit ($REQUESTS hits)"
+[ -n "${DUMP_TO:-}" ] && cp "$DUMP" "$DUMP_TO"
+PROTOCOL=HTTP/1.1
+[ "$H2_STREAMS" -gt 0 ] && PROTOCOL="h2c, $H2_STREAMS streams"
+echo "$(basename "$BIN") $REQ_PATH ($PROTOCOL): $((TOTAL / REQUESTS)) user-space instructions per hit ($REQUESTS hits)"
+if [ "$ANNOTATE" = 1 ]; then
+  callgrind_annotate --inclusive=yes "$DUMP" 2>/dev/null | sed -n '/^Ir/,$p' | head -44
+fi

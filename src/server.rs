@@ -30,6 +30,7 @@ use crate::storage::rules::tags::TagField;
 use crate::storage::rules::RuleBook;
 use crate::storage::tiered::TieredStorage;
 use crate::upstream::health::HealthChecker;
+use crate::upstream::resolver::Resolver;
 use connection_cap::ConnectionCap;
 use pingora_core::apps::HttpServerOptions;
 use pingora_core::listeners::tls::TlsSettings;
@@ -194,15 +195,24 @@ fn serve(
     if let Some(hooks) = hooks {
         proxy = proxy.with_hooks(hooks);
     }
-    let backends = proxy.upstream().backends().to_vec();
+    let replicas = proxy.upstream().replicas().clone();
     let proxy_counters = ProxyCounters {
         requests: proxy.metrics(),
         decoded_copies: proxy.decoded_copies(),
         live: live.clone(),
     };
     if let Some(checks) = &config.balancer.health_check {
-        let checker = HealthChecker::new(backends.clone(), checks.clone());
+        let checker = HealthChecker::new(replicas.clone(), checks.clone());
         server.add_service(background_service("health checks", checker));
+    }
+    let any_name = config
+        .balancer
+        .backends
+        .iter()
+        .any(|b| b.address.name().is_some());
+    if let (Some(interval), true) = (config.balancer.resolve_interval, any_name) {
+        let resolver = Resolver::new(replicas.clone(), interval);
+        server.add_service(background_service("origin name resolver", resolver));
     }
     let mut http = pingora_proxy::http_proxy(&server.configuration, proxy);
     http.server_options = Some(client_options(config.h2c, &config.client_limits));
@@ -253,7 +263,7 @@ fn serve(
             AdminApp::new(
                 memory,
                 tiered,
-                backends.clone(),
+                replicas.clone(),
                 invalidator,
                 config.admin_access.clone(),
                 reloader.clone(),

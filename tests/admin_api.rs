@@ -255,3 +255,62 @@ async fn a_soft_purge_request_marks_stale_and_the_next_request_revalidates() {
     assert!(get(&node.proxy.url(&path), &[]).await.is_hit());
     assert_eq!(origin.hits_for(&path), 2);
 }
+
+/// Whether `path` over `https` (as the trusted proxy says) or plain http is a hit.
+async fn hit_over(node: &Node, path: &str, https: bool) -> bool {
+    let headers: &[(&str, &str)] = if https {
+        &[("x-forwarded-proto", "https")]
+    } else {
+        &[]
+    };
+    get(&node.proxy.url(path), headers).await.is_hit()
+}
+
+#[tokio::test]
+async fn a_purge_by_host_and_path_removes_the_page_of_both_schemes() {
+    let origin = scripted_origin();
+    // the trusted proxy (loopback here) says which requests came over https
+    let node = node(
+        &origin,
+        "",
+        true,
+        "[proxy]\ntrusted_proxies = [\"127.0.0.0/8\"]\n",
+    );
+    let host = format!("127.0.0.1:{}", node.proxy.port());
+    let path = "/both?cc=max-age%3D300";
+    for https in [false, true] {
+        assert!(!hit_over(&node, path, https).await);
+        assert!(hit_over(&node, path, https).await);
+    }
+    assert_eq!(origin.hits_for(path), 2, "each scheme has its own entry");
+
+    let body = format!(r#"{{"host": "{host}", "path": "{path}"}}"#);
+    let answer = admin_post(node.admin, "/purge", Some(TOKEN), &body).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let report = json(&answer);
+    assert_eq!(report["this_node"]["objects"], 1, "{report}");
+    assert_eq!(
+        report["other_scheme"]["this_node"]["objects"], 1,
+        "{report}"
+    );
+    assert!(
+        !hit_over(&node, path, false).await,
+        "the http page was served after the purge"
+    );
+    assert!(
+        !hit_over(&node, path, true).await,
+        "the https page was served after the purge"
+    );
+    assert_eq!(origin.hits_for(path), 4);
+
+    // "scheme" narrows it to one page
+    assert!(hit_over(&node, path, false).await && hit_over(&node, path, true).await);
+    let body = format!(r#"{{"host": "{host}", "path": "{path}", "scheme": "https"}}"#);
+    let answer = admin_post(node.admin, "/purge", Some(TOKEN), &body).await;
+    let report = json(&answer);
+    assert_eq!(report["this_node"]["objects"], 1, "{report}");
+    assert_eq!(report["other_scheme"], Value::Null);
+    assert!(hit_over(&node, path, false).await, "the http page stays");
+    assert!(!hit_over(&node, path, true).await);
+    assert_eq!(origin.hits_for(path), 5);
+}

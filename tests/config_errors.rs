@@ -54,6 +54,21 @@ fn invalid_values_name_the_key_and_reason() {
             "unknown listen option",
         ),
         (
+            "upstream = \"localhost:1\"\n[balancer]\nresolve_interval = \"often\"",
+            "balancer.resolve_interval",
+            "not a duration",
+        ),
+        (
+            "upstream = \"localhost:1\"\n[balancer]\nresolve_interval = \"10ms\"",
+            "balancer.resolve_interval",
+            "at least 100ms",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\n[balancer]\nmax_in_flight = 0",
+            "balancer.max_in_flight",
+            "at least 1",
+        ),
+        (
             "[[upstreams]]\naddress = \"127.0.0.1:1\"\nmax_in_flight = 0",
             "upstreams[0].max_in_flight",
             "at least 1",

@@ -79,7 +79,11 @@ async fn backend_killed_mid_test_loses_no_idempotent_request() {
     assert!(wait_for_log(&lb, &down, WAIT), "{}", lb.stderr_log());
     for worker in load {
         let failures = worker.await.unwrap();
-        assert!(failures.is_empty(), "failed requests: {failures:?}");
+        assert!(
+            failures.is_empty(),
+            "failed requests: {failures:?}\n{}",
+            lb.stderr_log()
+        );
     }
     // the load did meet the dead backend, and was retried (Pingora logs each retried failure)
     assert!(

@@ -134,3 +134,25 @@ async fn a_request_waiting_past_the_queue_timeout_gets_503() {
 async fn get_status(url: String) -> u16 {
     get(&url, &[]).await.status
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn balancer_max_in_flight_limits_the_single_upstream() {
+    let replica = Replica::start("serial");
+    // the one-origin form has no entry to carry max_in_flight: [balancer] gives every backend
+    // without its own this limit
+    let lacquer = LacquerProcess::start_simple(
+        replica.addr(),
+        "[log]\naccess = \"off\"\n[balancer]\nmax_in_flight = 1\n",
+    );
+    let requests: Vec<_> = (0..6)
+        .map(|i| {
+            let url = lacquer.url(&format!("/p/{i}?sleep=100"));
+            tokio::spawn(async move { get(&url, &[]).await.status })
+        })
+        .collect();
+    for request in requests {
+        assert_eq!(request.await.unwrap(), 200);
+    }
+    assert_eq!(replica.served(), 6);
+    assert_eq!(replica.max_in_flight(), 1);
+}

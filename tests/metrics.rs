@@ -65,7 +65,10 @@ async fn metrics_move_as_a_scripted_sequence_says() {
         start.value(r#"lacquer_requests_total{cache="miss",tier="origin"}"#),
         0.0
     );
-    let b_up = format!("lacquer_backend_up{{backend=\"{}\"}}", r[1].addr());
+    let b_up = format!(
+        "lacquer_backend_up{{backend=\"{0}\",address=\"{0}\"}}",
+        r[1].addr()
+    );
     assert_eq!(start.value(&b_up), 1.0);
 
     // four misses, then four hits from memory
@@ -126,7 +129,7 @@ async fn metrics_move_as_a_scripted_sequence_says() {
         .iter()
         .map(|replica| {
             m.value(&format!(
-                "lacquer_backend_requests_total{{backend=\"{}\"}}",
+                "lacquer_backend_requests_total{{backend=\"{0}\",address=\"{0}\"}}",
                 replica.addr()
             ))
         })
@@ -230,19 +233,22 @@ async fn metrics_move_as_a_scripted_sequence_says() {
 
     // backend b goes down: its health check fails and it is no longer offered traffic
     r[1].set_health(503);
-    let down = format!("lacquer_backend_up{{backend=\"{}\"}}", r[1].addr());
+    let down = format!(
+        "lacquer_backend_up{{backend=\"{0}\",address=\"{0}\"}}",
+        r[1].addr()
+    );
     let m = wait_for(admin_a, &down, 0.0).await;
     assert_eq!(m.value(&down), 0.0);
     assert_eq!(
         m.value(&format!(
-            "lacquer_backend_health_check_up{{backend=\"{}\"}}",
+            "lacquer_backend_health_check_up{{backend=\"{0}\",address=\"{0}\"}}",
             r[1].addr()
         )),
         0.0
     );
     assert_eq!(
         m.value(&format!(
-            "lacquer_backend_up{{backend=\"{}\"}}",
+            "lacquer_backend_up{{backend=\"{0}\",address=\"{0}\"}}",
             r[0].addr()
         )),
         1.0

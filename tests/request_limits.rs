@@ -35,6 +35,17 @@ fn answer_until_closed(conn: &mut RawConn) -> Vec<u8> {
     }
 }
 
+/// Reads the connection's answer until the proxy closes it and checks its status.
+fn assert_closed_with(conn: &mut RawConn, status: u16) {
+    let answer = answer_until_closed(conn);
+    assert_eq!(
+        raw_status(&answer),
+        Some(status),
+        "{:?}",
+        String::from_utf8_lossy(&answer)
+    );
+}
+
 fn assert_nothing_reached(origin: &CaptureOrigin) {
     assert!(
         origin.received().iter().all(Vec::is_empty),
@@ -76,13 +87,7 @@ fn a_head_sent_a_byte_at_a_time_gets_408_and_is_closed() {
             std::thread::sleep(Duration::from_millis(100));
         }
     });
-    let answer = answer_until_closed(&mut conn);
-    assert_eq!(
-        raw_status(&answer),
-        Some(408),
-        "{:?}",
-        String::from_utf8_lossy(&answer)
-    );
+    assert_closed_with(&mut conn, 408);
     drip.join().unwrap();
     assert_nothing_reached(&origin);
 }
@@ -94,13 +99,7 @@ fn a_kept_alive_connection_whose_next_head_stalls_gets_408() {
     let mut conn = RawConn::connect(lacquer.addr());
     assert_eq!(conn.get("/first", &[]).status, 200);
     conn.send(b"GET /second HTTP/1.1\r\nHost: shop.example\r\n");
-    let answer = answer_until_closed(&mut conn);
-    assert_eq!(
-        raw_status(&answer),
-        Some(408),
-        "{:?}",
-        String::from_utf8_lossy(&answer)
-    );
+    assert_closed_with(&mut conn, 408);
     assert_eq!(origin.requests().len(), 1, "{}", origin.received_text());
 }
 
@@ -131,13 +130,7 @@ fn a_head_larger_than_max_header_size_gets_431() {
     ] {
         let mut conn = RawConn::connect(lacquer.addr());
         conn.send(request.as_bytes());
-        let answer = answer_until_closed(&mut conn);
-        assert_eq!(
-            raw_status(&answer),
-            Some(431),
-            "{:?}",
-            String::from_utf8_lossy(&answer)
-        );
+        assert_closed_with(&mut conn, 431);
     }
     assert_nothing_reached(&origin);
     // a head just under the limit is served
@@ -159,13 +152,7 @@ fn more_header_fields_than_pingora_reads_get_431() {
     request.push_str("\r\n");
     let mut conn = RawConn::connect(lacquer.addr());
     conn.send(request.as_bytes());
-    let answer = answer_until_closed(&mut conn);
-    assert_eq!(
-        raw_status(&answer),
-        Some(431),
-        "{:?}",
-        String::from_utf8_lossy(&answer)
-    );
+    assert_closed_with(&mut conn, 431);
     assert_nothing_reached(&origin);
 }
 
@@ -181,13 +168,7 @@ fn a_request_line_longer_than_max_request_line_gets_414() {
     ] {
         let mut conn = RawConn::connect(lacquer.addr());
         conn.send(request.as_bytes());
-        let answer = answer_until_closed(&mut conn);
-        assert_eq!(
-            raw_status(&answer),
-            Some(414),
-            "{:?}",
-            String::from_utf8_lossy(&answer)
-        );
+        assert_closed_with(&mut conn, 414);
     }
     assert_nothing_reached(&origin);
     let fits = format!("/{}", "p".repeat(900));

@@ -180,3 +180,38 @@ async fn health_checks_probe_over_tls_and_verify_the_certificate() {
         lacquer.stderr_log()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ca_file_replaced_in_place_is_used_after_a_reload() {
+    let dir = TempDir::new("upstream-tls-reload");
+    let right = TestCa::new(dir.path(), "right");
+    let wrong = TestCa::new(dir.path(), "wrong");
+    let origin = plain_origin();
+    let front = TlsFront::start(origin.addr(), &right.server_cert("server"), None);
+    // the configured path first holds a CA that did not sign the origin's certificate
+    let ca_file = dir.path().join("origin-ca.pem");
+    std::fs::copy(&wrong.cert, &ca_file).unwrap();
+    let lacquer = lacquer_for(
+        &format!("https://{}", front.addr()),
+        &format!("ca_file = \"{}\"", toml_path(&ca_file)),
+    );
+    assert_eq!(get(&lacquer.url("/before"), &[]).await.status, 502);
+    assert_eq!(origin.hits(), 0);
+
+    // the file is replaced under the same name, as a certificate rotation does, then reloaded
+    std::fs::copy(&right.cert, &ca_file).unwrap();
+    assert!(lacquer.signal("HUP"));
+    assert!(
+        wait_for_log(&lacquer, "configuration reloaded", Duration::from_secs(10)),
+        "{}",
+        lacquer.stderr_log()
+    );
+    assert!(
+        !lacquer.stderr_log().contains("need a hand-over or restart"),
+        "the same files are no restart-only change: {}",
+        lacquer.stderr_log()
+    );
+    let resp = get(&lacquer.url("/after"), &[]).await;
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    assert_eq!(origin.hits_for("/after"), 1);
+}

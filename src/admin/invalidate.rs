@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! POST /purge  {"url": "http://shop.example/products?id=7"}            one URL, every variant
-//!              {"host": "shop.example", "path": "/products?id=7"}      the same, in parts
+//!              {"host": "shop.example", "path": "/products?id=7"}      that page of both schemes
+//!              {"host": "...", "path": "...", "scheme": "https"}       ... of one scheme
 //! POST /ban    {"tag": "product-7"}                                    every entry tagged so
 //!              {"host": "shop.example"}                                every entry of a host
 //!              {"host": "shop.example", "prefix": "/products/"}        a path prefix of a host
@@ -14,7 +15,10 @@
 //! that does not is waited for up to 5 s, or three poll intervals when longer) and `"by": "deploy-bot"` (who is asking, for
 //! the logs). The answer is the [`Report`](crate::invalidation::report::Report): 200 when
 //! everything was reached, 202 when something is pending (retried in the background), 503 when
-//! no memcached server took it; 400 for a body that names nothing valid. Authentication is
+//! no memcached server took it; 400 for a body that names nothing valid. A purge by `host` and
+//! `path` without a `scheme` removes the `http` and the `https` page (the scheme is part of the
+//! cache key, `crate::proxy::cache_key`): the answer is the `http` page's report with the `https`
+//! page's as its `other_scheme`, and the status of the less complete of the two. Authentication is
 //! [`super::auth`]'s, checked before the body is read.
 
 use crate::invalidation::target::Target;
@@ -33,6 +37,8 @@ struct PurgeBody {
     url: Option<String>,
     host: Option<String>,
     path: Option<String>,
+    /// With `host` and `path`: `http` or `https` only (default both).
+    scheme: Option<String>,
     #[serde(default)]
     soft: bool,
     wait: Option<bool>,
@@ -59,6 +65,47 @@ struct Options {
     by: Option<String>,
 }
 
+/// A call's body: what it targets and the options every call may add. (Two structs rather than
+/// one flattened `Options`: serde's `flatten` cannot be combined with `deny_unknown_fields`, and a
+/// misspelt key must be refused, not ignored.)
+trait CallBody: serde::de::DeserializeOwned {
+    /// What the call removes or marks: one target, or a page of both schemes.
+    fn targets(&self) -> Result<Vec<Target>, String>;
+    fn options(self) -> Options;
+}
+
+impl CallBody for PurgeBody {
+    fn targets(&self) -> Result<Vec<Target>, String> {
+        purge_targets(self)
+    }
+    fn options(self) -> Options {
+        Options {
+            soft: self.soft,
+            wait: self.wait,
+            by: self.by,
+        }
+    }
+}
+
+impl CallBody for BanBody {
+    fn targets(&self) -> Result<Vec<Target>, String> {
+        ban_target(self).map(|target| vec![target])
+    }
+    fn options(self) -> Options {
+        Options {
+            soft: self.soft,
+            wait: self.wait,
+            by: self.by,
+        }
+    }
+}
+
+/// A body of type `B` parsed: its targets and options, or why it names nothing valid.
+fn parse<B: CallBody>(body: &[u8]) -> Result<(Vec<Target>, Options), String> {
+    let body: B = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    Ok((body.targets()?, body.options()))
+}
+
 /// Which of the two calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Call {
@@ -79,28 +126,10 @@ pub async fn on_request(
     };
     let client = client.map_or_else(|| "unknown".to_string(), |ip| ip.to_string());
     let request = match call {
-        Call::Purge => serde_json::from_slice::<PurgeBody>(&body)
-            .map_err(|e| e.to_string())
-            .and_then(|b| {
-                let options = Options {
-                    soft: b.soft,
-                    wait: b.wait,
-                    by: b.by.clone(),
-                };
-                Ok((purge_target(&b)?, options))
-            }),
-        Call::Ban => serde_json::from_slice::<BanBody>(&body)
-            .map_err(|e| e.to_string())
-            .and_then(|b| {
-                let options = Options {
-                    soft: b.soft,
-                    wait: b.wait,
-                    by: b.by.clone(),
-                };
-                Ok((ban_target(&b)?, options))
-            }),
+        Call::Purge => parse::<PurgeBody>(&body),
+        Call::Ban => parse::<BanBody>(&body),
     };
-    let (target, options) = match request {
+    let (targets, options) = match request {
         Ok(parsed) => parsed,
         Err(reason) => return error(400, &reason),
     };
@@ -108,16 +137,45 @@ pub async fn on_request(
         Some(by) => format!("{client} (admin API, {by})"),
         None => format!("{client} (admin API)"),
     };
-    let request = Request {
-        target,
-        soft: options.soft,
-        asked_by,
-        wait: options.wait.unwrap_or(true),
-        only_if_stored: false,
+    let mut reports = Vec::with_capacity(targets.len());
+    for target in targets {
+        let request = Request {
+            target,
+            soft: options.soft,
+            asked_by: asked_by.clone(),
+            wait: options.wait.unwrap_or(true),
+            only_if_stored: false,
+        };
+        match invalidator.invalidate(request).await {
+            Ok(report) => reports.push(report),
+            Err(refused) => return error(400, &refused.0),
+        }
+    }
+    match reports.as_slice() {
+        [report] => (report.status(), report.to_json()),
+        [http, https] => {
+            let mut body = serde_json::to_value(http).expect("reports serialize to JSON");
+            body["other_scheme"] = serde_json::to_value(https).expect("reports serialize");
+            let mut body = body.to_string();
+            body.push('\n');
+            (least_complete(http.status(), https.status()), body)
+        }
+        _ => unreachable!("one target, or a page of both schemes"),
+    }
+}
+
+/// Of two reports' statuses, the one that says less was done: 503 (no memcached server took
+/// it) before 202 (something pending) before 200.
+fn least_complete(a: u16, b: u16) -> u16 {
+    let rank = |status| match status {
+        503 => 2,
+        202 => 1,
+        _ => 0,
     };
-    match invalidator.invalidate(request).await {
-        Ok(report) => (report.status(), report.to_json()),
-        Err(refused) => error(400, &refused.0),
+    if rank(b) > rank(a) {
+        b
+    } else {
+        a
     }
 }
 
@@ -135,6 +193,29 @@ async fn read_body(session: &mut ServerSession) -> Result<Vec<u8>, String> {
             Ok(None) => return Ok(body),
             Err(e) => return Err(format!("the body could not be read: {e}")),
         }
+    }
+}
+
+/// The page a purge names: a URL's (its scheme's page), or a host and path's (both schemes' pages,
+/// `http` first, unless `scheme` names one).
+fn purge_targets(body: &PurgeBody) -> Result<Vec<Target>, String> {
+    if body.scheme.is_some() && body.url.is_some() {
+        return Err("\"scheme\" goes with \"host\" and \"path\" (a URL has its own)".into());
+    }
+    match (&body.host, &body.path) {
+        (Some(host), Some(path)) if body.url.is_none() => {
+            let schemes: &[bool] = match body.scheme.as_deref() {
+                None => &[false, true],
+                Some("http") => &[false],
+                Some("https") => &[true],
+                Some(other) => return Err(format!("\"scheme\" \"{other}\" is not http or https")),
+            };
+            Ok(schemes
+                .iter()
+                .map(|&https| Target::url(&crate::proxy::cache_key::keyed_host(https, host), path))
+                .collect())
+        }
+        _ => purge_target(body).map(|target| vec![target]),
     }
 }
 
@@ -158,7 +239,6 @@ fn purge_target(body: &PurgeBody) -> Result<Target, String> {
                 path,
             ))
         }
-        (None, Some(host), Some(path)) => Ok(Target::url(host, path)),
         _ => Err("give \"url\", or \"host\" and \"path\"".into()),
     }
 }
@@ -194,7 +274,13 @@ mod tests {
     use super::*;
 
     fn purge(json: &str) -> Result<Target, String> {
-        purge_target(&serde_json::from_str(json).map_err(|e| e.to_string())?)
+        let mut targets = purge_targets(&serde_json::from_str(json).map_err(|e| e.to_string())?)?;
+        assert_eq!(targets.len(), 1, "{json}");
+        Ok(targets.remove(0))
+    }
+
+    fn purge_pages(json: &str) -> Result<Vec<Target>, String> {
+        purge_targets(&serde_json::from_str(json).map_err(|e| e.to_string())?)
     }
 
     fn ban(json: &str) -> Result<Target, String> {
@@ -212,9 +298,21 @@ mod tests {
             // the key of an https page starts with the scheme (proxy::cache_key)
             Ok(Target::url("https://shop.example", "/"))
         );
+        // a host and path name the page of both schemes, or of the one given
         assert_eq!(
-            purge(r#"{"host": "shop.example", "path": "/x"}"#),
+            purge_pages(r#"{"host": "Shop.example", "path": "/x"}"#),
+            Ok(vec![
+                Target::url("shop.example", "/x"),
+                Target::url("https://shop.example", "/x")
+            ])
+        );
+        assert_eq!(
+            purge(r#"{"host": "shop.example", "path": "/x", "scheme": "http"}"#),
             Ok(Target::url("shop.example", "/x"))
+        );
+        assert_eq!(
+            purge(r#"{"host": "shop.example", "path": "/x", "scheme": "https"}"#),
+            Ok(Target::url("https://shop.example", "/x"))
         );
         for bad in [
             r#"{}"#,
@@ -222,9 +320,14 @@ mod tests {
             r#"{"url": "ftp://h/x"}"#,
             r#"{"url": "http://h/x", "host": "h"}"#,
             r#"{"uri": "http://h/x"}"#,
+            r#"{"host": "h", "path": "/x", "scheme": "ftp"}"#,
+            r#"{"url": "http://h/x", "scheme": "http"}"#,
         ] {
-            assert!(purge(bad).is_err(), "{bad}");
+            assert!(purge_pages(bad).is_err(), "{bad}");
         }
+        assert_eq!(least_complete(200, 202), 202);
+        assert_eq!(least_complete(503, 202), 503);
+        assert_eq!(least_complete(200, 200), 200);
     }
 
     #[test]

@@ -25,7 +25,7 @@ use crate::invalidation::{InvalidationStats, Invalidator};
 use crate::lifecycle::reload::Reloader;
 use crate::storage::memory::MemoryTier;
 use crate::storage::tiered::TieredStorage;
-use crate::upstream::backend::Backend;
+use crate::upstream::replicas::Replicas;
 use async_trait::async_trait;
 use pingora_core::apps::http_app::ServeHttp;
 use pingora_core::protocols::http::ServerSession;
@@ -39,7 +39,7 @@ use std::time::Instant;
 pub struct AdminApp {
     memory: &'static MemoryTier,
     shared: Option<&'static TieredStorage>,
-    backends: Vec<Arc<Backend>>,
+    replicas: Arc<Replicas>,
     invalidator: &'static Invalidator,
     access: AdminAccess,
     /// What `/metrics` and the status page read.
@@ -57,13 +57,13 @@ enum Call {
 
 impl AdminApp {
     /// An admin app reporting on `memory`, the shared tier when configured, and the origin
-    /// `backends` (shared with the balancer, so their state is live), and carrying out purges
+    /// backend `replicas` (shared with the balancer, so their state is live), and carrying out purges
     /// and bans through `invalidator` and reloads through `reloader` for the clients `access`
     /// lets in.
     pub fn new(
         memory: &'static MemoryTier,
         shared: Option<&'static TieredStorage>,
-        backends: Vec<Arc<Backend>>,
+        replicas: Arc<Replicas>,
         invalidator: &'static Invalidator,
         access: AdminAccess,
         reloader: Arc<Reloader>,
@@ -71,14 +71,14 @@ impl AdminApp {
         let sources = Sources {
             memory,
             shared,
-            backends: backends.clone(),
+            replicas: replicas.clone(),
             invalidator,
             proxy: None,
         };
         AdminApp {
             memory,
             shared,
-            backends,
+            replicas,
             invalidator,
             access,
             metrics: prometheus::registry(sources.clone()),
@@ -98,6 +98,7 @@ impl AdminApp {
     pub fn stats_json(&self) -> String {
         let m = self.memory.stats();
         let now = Instant::now();
+        let replicas = self.replicas.load();
         let stats = Stats {
             memory: MemoryReport {
                 bytes: m.bytes,
@@ -107,13 +108,14 @@ impl AdminApp {
                 in_flight: m.in_flight,
             },
             shared: self.shared.map(SharedReport::of),
-            backends: self
+            backends: replicas
                 .backends
                 .iter()
                 .map(|b| {
                     let t = b.totals();
                     BackendReport {
                         name: &b.name,
+                        address: &b.address,
                         weight: b.weight,
                         up: b.active_up(),
                         ejected: b.is_ejected(now),
@@ -216,6 +218,9 @@ struct BackendReport<'a> {
     in_flight: usize,
     /// Requests waiting for a slot under the backend's `max_in_flight`.
     queued: usize,
+    /// The replica's address (`IP:PORT`): one of the name's, for a backend given by host name.
+    /// Last, so the fields before it read as they always did.
+    address: &'a str,
 }
 
 impl AdminApp {
@@ -323,6 +328,7 @@ mod tests {
     fn backend_names_are_escaped_for_json() {
         let report = BackendReport {
             name: "a\"b\\c\n",
+            address: "127.0.0.1:1",
             weight: 1,
             up: true,
             ejected: false,
@@ -335,7 +341,7 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&report).unwrap(),
             "{\"name\":\"a\\\"b\\\\c\\n\",\"weight\":1,\"up\":true,\"ejected\":false,\
-             \"requests\":2,\"failures\":0,\"ejections\":0,\"in_flight\":0,\"queued\":0}"
+             \"requests\":2,\"failures\":0,\"ejections\":0,\"in_flight\":0,\"queued\":0,\"address\":\"127.0.0.1:1\"}"
         );
     }
 }

@@ -15,10 +15,11 @@
 //!   `memcached_server_up`, `memcached_server_errors_total`, `memcached_server_timeouts_total`,
 //!   `memcached_server_connections`, `memcached_server_latency_seconds` and
 //!   `memcached_batch_keys` (histograms);
-//! * origin backends, per backend: `backend_requests_total`, `backend_failures_total`,
+//! * origin backends, per replica (labels `backend`, as configured, and `address`, one of a host
+//!   name's addresses): `backend_requests_total`, `backend_failures_total`,
 //!   `backend_ejections_total`, `backend_up`, `backend_health_check_up`, `backend_ejected`,
-//!   `backend_in_flight`, `backend_queued`, `backend_response_seconds` (histogram);
-//!   `fairness_queued`;
+//!   `backend_in_flight`, `backend_queued`, `backend_response_seconds` (histogram); per backend
+//!   given by host name, `backend_lookup_failures_total`; `fairness_queued`;
 //! * invalidation: `invalidations_total{kind}`, `invalidations_learned_total`,
 //!   `invalidation_rules`, `invalidation_log_reads_total{result}`, `invalidation_pending{kind}`.
 
@@ -389,8 +390,11 @@ impl Collector for NodeCollector {
         }
 
         let now = Instant::now();
-        let backends = &s.backends;
-        let label = |b: &crate::upstream::backend::Backend| [("backend", b.name.clone())];
+        let replicas = s.replicas.load();
+        let backends = &replicas.backends;
+        let label = |b: &crate::upstream::backend::Backend| {
+            [("backend", b.name.clone()), ("address", b.address.clone())]
+        };
         let totals: Vec<_> = backends.iter().map(|b| b.totals()).collect();
         f.counters(
             "backend_requests",
@@ -465,6 +469,16 @@ impl Collector for NodeCollector {
             &backends
                 .iter()
                 .map(|b| (label(b), Buckets::from(&b.response_times())))
+                .collect::<Vec<_>>(),
+        )?;
+        drop(replicas);
+        f.counters(
+            "backend_lookup_failures",
+            "Look-ups of a backend's host name that failed or found no address (its addresses kept).",
+            &s.replicas
+                .lookup_failures()
+                .into_iter()
+                .filter_map(|(name, count)| Some(([("backend", name)], count?)))
                 .collect::<Vec<_>>(),
         )?;
 

@@ -10,7 +10,7 @@ use crate::lifecycle::live::Live;
 use crate::observe::metrics::RequestMetrics;
 use crate::storage::memory::MemoryTier;
 use crate::storage::tiered::TieredStorage;
-use crate::upstream::backend::Backend;
+use crate::upstream::replicas::Replicas;
 use std::sync::Arc;
 
 /// What the proxy counts, handed to the admin listener by `server.rs`.
@@ -29,7 +29,8 @@ pub struct ProxyCounters {
 pub struct Sources {
     pub memory: &'static MemoryTier,
     pub shared: Option<&'static TieredStorage>,
-    pub backends: Vec<Arc<Backend>>,
+    /// The origin replicas, as the resolver keeps them.
+    pub replicas: Arc<Replicas>,
     pub invalidator: &'static Invalidator,
     /// `None` until the proxy's counters are handed over (an admin app built alone, in tests).
     pub proxy: Option<ProxyCounters>,
@@ -38,7 +39,7 @@ pub struct Sources {
 impl std::fmt::Debug for Sources {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sources")
-            .field("backends", &self.backends.len())
+            .field("backends", &self.replicas.load().backends.len())
             .field("shared", &self.shared.is_some())
             .finish_non_exhaustive()
     }

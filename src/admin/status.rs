@@ -66,6 +66,8 @@ struct MemcachedServer {
 #[derive(Serialize)]
 struct Backend<'a> {
     name: &'a str,
+    /// The replica's `IP:PORT` (a name has one replica per address).
+    address: &'a str,
     /// Offered traffic now.
     up: bool,
     ejected: bool,
@@ -101,6 +103,7 @@ pub fn sample_json(s: &Sources) -> String {
     };
     let m = s.memory.stats();
     let now = Instant::now();
+    let replicas = s.replicas.load();
     let sample = Sample {
         time_ms: SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -129,13 +132,14 @@ pub fn sample_json(s: &Sources) -> String {
                 })
                 .collect()
         }),
-        backends: s
+        backends: replicas
             .backends
             .iter()
             .map(|b| {
                 let t = b.totals();
                 Backend {
                     name: &b.name,
+                    address: &b.address,
                     up: b.is_available(now),
                     ejected: b.is_ejected(now),
                     in_flight: b.in_flight(),

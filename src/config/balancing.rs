@@ -5,18 +5,19 @@
 //! one-backend case of the same model. Giving both `upstream` and `[[upstreams]]` is an error,
 //! because an operator reading either one alone would be misled.
 
+use super::origin_address::OriginAddress;
 use super::{check, ConfigError, ProxyConfig};
 use crate::upstream::tls::{OriginTls, OriginTlsFiles, TlsFile};
 use serde::Deserialize;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 /// One `[[upstreams]]` entry as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamEntry {
-    /// `HOST:PORT`, resolved once at start-up; `https://HOST:PORT` for TLS to the origin
-    /// (`http://` may be written too).
+    /// `HOST:PORT` (a name is looked up again every `balancer.resolve_interval`, each of its
+    /// addresses a replica); `https://HOST:PORT` for TLS to the origin (`http://` may be written
+    /// too).
     pub address: String,
     /// TLS to this origin (the same as an `https://` address).
     pub tls: Option<bool>,
@@ -42,6 +43,10 @@ pub struct UpstreamEntry {
 pub struct BalancerSection {
     /// `round_robin`, `least_loaded`, `consistent` or `random_two_choices`.
     pub algorithm: Option<String>,
+    /// How often origin host names are looked up again; `"0s"`: never (only at start).
+    pub resolve_interval: Option<String>,
+    /// `max_in_flight` of every backend that sets none (the only way with `upstream`).
+    pub max_in_flight: Option<i64>,
     #[serde(default)]
     pub health_check: HealthCheckSection,
     #[serde(default)]
@@ -126,12 +131,13 @@ pub enum Algorithm {
 pub struct BackendConfig {
     /// As written, for logs and the `Host` fallback.
     pub name: String,
-    pub addr: SocketAddr,
+    /// The literal address, or the name whose every address is a replica.
+    pub address: OriginAddress,
     pub weight: u32,
     /// The backend group (`[[rules]]` `backend_group` sends requests to one); `None`: the
     /// default pool.
     pub group: Option<String>,
-    /// At most this many requests at once (`None`: no limit).
+    /// At most this many requests at once (`None`: `balancer.max_in_flight`, else no limit).
     pub max_in_flight: Option<u32>,
     /// TLS to the origin (`https` upstreams); `None`: plain HTTP.
     pub tls: Option<OriginTls>,
@@ -180,6 +186,10 @@ pub struct TimeoutConfig {
 pub struct BalancerConfig {
     pub backends: Vec<BackendConfig>,
     pub algorithm: Algorithm,
+    /// How often the backends' host names are looked up again (`None`: never).
+    pub resolve_interval: Option<Duration>,
+    /// `balancer.max_in_flight`: the limit of a backend without one of its own (`None`: none).
+    pub default_max_in_flight: Option<u32>,
     pub health_check: Option<ActiveHealthConfig>,
     pub passive: PassiveConfig,
     /// Further attempts after the first.
@@ -207,7 +217,7 @@ pub fn validate_backends(
             };
             Ok(vec![BackendConfig {
                 name: name.to_string(),
-                addr: check::resolved_addr("upstream", name)?,
+                address: OriginAddress::parse("upstream", name)?,
                 weight: 1,
                 group: None,
                 max_in_flight: None,
@@ -222,9 +232,13 @@ pub fn validate_backends(
             for (i, entry) in list.iter().enumerate() {
                 let key = format!("upstreams[{i}]");
                 let (https, name) = split_scheme(&format!("{key}.address"), &entry.address)?;
-                let addr = check::resolved_addr(&format!("{key}.address"), name)?;
+                let address = OriginAddress::parse(&format!("{key}.address"), name)?;
                 let tls = backend_tls(&key, entry, https, name)?;
-                if backends.iter().any(|b| b.addr == addr) {
+                let overlaps = |b: &BackendConfig| {
+                    b.address == address
+                        || b.address.addrs().iter().any(|a| address.addrs().contains(a))
+                };
+                if backends.iter().any(overlaps) {
                     return Err(ConfigError::new(
                         format!("upstreams[{i}].address"),
                         format!("\"{}\" is listed twice", entry.address),
@@ -232,7 +246,7 @@ pub fn validate_backends(
                 }
                 backends.push(BackendConfig {
                     name: name.to_string(),
-                    addr,
+                    address,
                     tls,
                     weight: check::integer(
                         &format!("upstreams[{i}].weight"),
@@ -532,9 +546,26 @@ pub fn validate(
             Duration::from_secs(10),
         )?,
     };
+    let resolve_interval = check::duration(
+        "balancer.resolve_interval",
+        &section.resolve_interval,
+        Duration::from_secs(30),
+    )?;
+    if !resolve_interval.is_zero() && resolve_interval < Duration::from_millis(100) {
+        return Err(ConfigError::new(
+            "balancer.resolve_interval",
+            "must be at least 100ms (or 0s: never look names up again)",
+        ));
+    }
+    let default_max_in_flight = section
+        .max_in_flight
+        .map(|n| check::integer("balancer.max_in_flight", Some(n), 1, 1..=100_000))
+        .transpose()?;
     Ok(BalancerConfig {
         backends,
         algorithm,
+        resolve_interval: (!resolve_interval.is_zero()).then_some(resolve_interval),
+        default_max_in_flight,
         health_check,
         passive,
         retries,
@@ -559,7 +590,7 @@ mod tests {
         let tls = backends[0].tls.as_ref().expect("https:// is TLS");
         assert_eq!(tls.sni, "127.0.0.1");
         assert_eq!(backends[0].name, "127.0.0.1:8443");
-        assert_eq!(backends[0].addr.port(), 8443);
+        assert_eq!(backends[0].address.addrs()[0].port(), 8443);
         assert!(backends[1].tls.is_none());
         assert_eq!(backends[2].tls.as_ref().unwrap().sni, "app.internal");
 

@@ -165,7 +165,8 @@ pub fn listen_addrs(
     Ok((all, proxy_protocol))
 }
 
-/// `IP:PORT` or `HOSTNAME:PORT`, resolved once, at start-up (origins, memcached servers).
+/// `IP:PORT` or `HOSTNAME:PORT`, resolved once, at start-up, to its first address (memcached
+/// servers; origins are `super::origin_address`, looked up again while running).
 pub fn resolved_addr(key: &str, text: &str) -> Result<SocketAddr, ConfigError> {
     if let Ok(addr) = text.trim().parse() {
         return Ok(addr);

@@ -161,7 +161,12 @@ mod tests {
             ..Default::default()
         };
         let c = Config::validate(apply_cli(file, &cli)).unwrap();
-        let ports: Vec<u16> = c.balancer.backends.iter().map(|b| b.addr.port()).collect();
+        let ports: Vec<u16> = c
+            .balancer
+            .backends
+            .iter()
+            .map(|b| b.address.addrs()[0].port())
+            .collect();
         assert_eq!(ports, [2, 3]);
     }
 }

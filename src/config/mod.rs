@@ -29,6 +29,7 @@ pub mod file;
 pub mod invalidation;
 pub mod logging;
 pub mod memcached;
+pub mod origin_address;
 pub mod partial;
 pub mod proxy;
 pub mod rules;
@@ -83,6 +84,7 @@ pub struct Config {
     /// The plain listeners (`listen = ["ADDR proxy_protocol"]`) whose connections start with a
     /// PROXY protocol header naming the client (`tls.listen` has its own).
     pub proxy_protocol_listen: Vec<SocketAddr>,
+    /// The first origin's first address when the configuration was loaded.
     pub upstream: SocketAddr,
     /// The upstream as written (used for the `Host` fallback and logs).
     pub upstream_name: String,
@@ -161,7 +163,7 @@ impl Config {
         Ok(Config {
             listen: server.listen,
             proxy_protocol_listen: server.proxy_protocol,
-            upstream: backends[0].addr,
+            upstream: backends[0].address.addrs()[0],
             upstream_name: backends[0].name.clone(),
             threads: server.threads,
             grace_period: server.grace_period,

@@ -4,7 +4,8 @@
 //! `admin.listen`, `[server]`), the worker threads, the memory tier (`cache.memory_size`,
 //! `max_object_size`, `estimated_objects`, `enabled`, `compression.decoded_copies`), the memcached
 //! cluster (`[cache.memcached]`), the backends and their health checker (`upstream`,
-//! `[[upstreams]]`, `[balancer.health_check]`), the access log's destination and format, and the
+//! `[[upstreams]]`, `[balancer.health_check]`, `balancer.queue`, `balancer.max_in_flight`,
+//! `balancer.resolve_interval`), the access log's destination and format, and the
 //! shutdown timings Pingora reads when it starts. A reload that finds one of them changed applies
 //! everything else, keeps the running value of these, and names them in a warning: changing them
 //! takes a hand-over (`lacquer --upgrade`, see [`super::upgrade`]) or a restart.
@@ -41,11 +42,12 @@ pub fn keep_running(running: &Config, new: &mut Config) -> Vec<&'static str> {
         "server.h2_idle_timeout" => client_limits.h2_idle_timeout;
         "tls" => tls;
         "admin.listen" => admin_listen;
-        "upstream" => upstream;
         "upstream" => upstream_name;
         "upstreams" => balancer.backends;
         "balancer.health_check" => balancer.health_check;
         "balancer.queue" => balancer.queue;
+        "balancer.resolve_interval" => balancer.resolve_interval;
+        "balancer.max_in_flight" => balancer.default_max_in_flight;
         "cache.enabled" => cache.enabled;
         "cache.memory_size" => cache.memory_size;
         "cache.max_object_size" => cache.max_object_size;
@@ -62,6 +64,10 @@ pub fn keep_running(running: &Config, new: &mut Config) -> Vec<&'static str> {
         "invalidation.tag_header" => invalidation.tag_header;
         "invalidation.node_name" => invalidation.node_name;
     }
+    // the first origin's address as loaded: a name may resolve elsewhere now without the
+    // configuration having changed (the resolver follows it), so only `upstream_name` says
+    // whether it did
+    new.upstream = running.upstream;
     changed.dedup();
     changed
 }
@@ -121,5 +127,18 @@ mod tests {
         assert_eq!(keep_running(&running, &mut new), ["upstream", "upstreams"]);
         assert_eq!(new.upstream, running.upstream);
         assert_eq!(new.balancer.retries, 0);
+    }
+
+    #[test]
+    fn a_name_that_resolves_elsewhere_on_reload_is_the_same_backend() {
+        use crate::config::origin_address::OriginAddress;
+        let running = Config::from_toml("upstream = \"localhost:8080\"").unwrap();
+        let mut new = running.clone();
+        let OriginAddress::Name { resolved, .. } = &mut new.balancer.backends[0].address else {
+            panic!("localhost is a name");
+        };
+        *resolved = vec!["10.9.8.7:8080".parse().unwrap()];
+        new.upstream = resolved[0];
+        assert!(keep_running(&running, &mut new).is_empty());
     }
 }

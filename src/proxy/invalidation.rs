@@ -13,19 +13,20 @@ use http::{Method, StatusCode};
 use pingora_http::{RequestHeader, ResponseHeader};
 use std::net::IpAddr;
 
-/// `upstream_response_filter`: when `resp` is a successful answer to an unsafe `req` from
-/// `client`, purges the request's URI and the same-host URIs the response points to.
+/// `upstream_response_filter`: when `resp` is a successful answer to an unsafe `req`, purges the
+/// request's URI and the same-host URIs the response points to. `client` (the address the purge
+/// is recorded as asked by) is only worked out then: most responses answer safe methods.
 pub async fn on_upstream_response(
     invalidator: &'static Invalidator,
     req: &RequestHeader,
     resp: &ResponseHeader,
-    client: Option<IpAddr>,
+    client: impl FnOnce() -> Option<IpAddr>,
 ) {
     if !invalidates(&req.method, resp.status) {
         return;
     }
     let host = cache_key::request_host(req);
-    let client = client.map_or_else(|| "unknown".to_string(), |ip| ip.to_string());
+    let client = client().map_or_else(|| "unknown".to_string(), |ip| ip.to_string());
     // the resource changed whichever scheme it was reached by: both pages go
     let mut requests = Vec::new();
     for path in targets(host, req, resp) {

@@ -642,7 +642,7 @@ impl ProxyHttp for LacquerProxy {
             self.invalidator,
             session.req_header(),
             upstream_response,
-            client_ip(session, &live),
+            || client_ip(session, &live),
         )
         .await;
         let switched = upgrade::on_upstream_response(upstream_response);

@@ -225,7 +225,10 @@ impl TieredStorage {
         let scopes = self.rules.scopes_of(primary_text, primary, &meta.header);
         match self.rules.judge(&scopes, meta.validated()) {
             Verdict::Valid => {}
-            Verdict::StaleSince(since) => meta.fresh_until = meta.fresh_until.min(since),
+            Verdict::StaleSince(since) => {
+                // not later than now: the rule's stamp is rounded up to the millisecond
+                meta.fresh_until = meta.fresh_until.min(since).min(SystemTime::now());
+            }
             Verdict::Invalid => {
                 self.counters.invalidated.fetch_add(1, Ordering::Relaxed);
                 return None;

@@ -65,11 +65,13 @@ pub fn least_loaded(pool: &[Arc<Backend>], candidates: &[usize], turn: u64) -> O
 
 /// Weighted rendezvous hashing of `key`: every backend scores the key, the highest wins. A key
 /// keeps its backend as long as that backend is a candidate, and when it is not, only its keys
-/// move (each to its own second choice), so the other backends' caches stay warm.
+/// move (each to its own second choice), so the other backends' caches stay warm. A backend is
+/// scored by its address, so the replicas of one name differ and a name that gains or loses an
+/// address moves only that address's keys.
 pub fn consistent(pool: &[Arc<Backend>], candidates: &[usize], key: &[u8]) -> Option<usize> {
     let mut best: Option<(usize, f64)> = None;
     for (pos, &i) in candidates.iter().enumerate() {
-        let h = hash2(key, pool[i].name.as_bytes());
+        let h = hash2(key, pool[i].address.as_bytes());
         // a uniform value in (0, 1), then the weighted score -w / ln(u)
         let u = ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
         let score = -(pool[i].weight as f64) / u.ln();
@@ -180,14 +182,16 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, &w)| {
-                Arc::new(Backend::new(&BackendConfig {
+                let addr = format!("127.0.0.1:{}", 9000 + i).parse().unwrap();
+                let config = BackendConfig {
                     name: format!("127.0.0.1:{}", 9000 + i),
-                    addr: format!("127.0.0.1:{}", 9000 + i).parse().unwrap(),
+                    address: crate::config::origin_address::OriginAddress::Literal(addr),
                     weight: w,
                     group: None,
                     max_in_flight: None,
                     tls: None,
-                }))
+                };
+                Arc::new(Backend::new(&config, addr, i))
             })
             .collect()
     }

@@ -1,12 +1,10 @@
 //! One origin replica at run time: its address and weight, the requests it has in flight, and
 //! the two health verdicts (active probes and passive outlier ejection) that decide whether it
-//! is offered traffic.
+//! is offered traffic. A configured backend has one replica per address (`super::replicas`).
 
 use super::concurrency::ConcurrencyLimit;
-use super::tls::OriginTls;
 use crate::config::balancing::{BackendConfig, QueueConfig};
 use crate::observe::metrics::histogram::{Histogram, SharedHistogram};
-use pingora_core::upstreams::peer::HttpPeer;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -16,14 +14,17 @@ use std::time::Instant;
 /// A backend and its live state, shared by every request and the health checker.
 #[derive(Debug)]
 pub struct Backend {
-    /// As configured (`host:port`), for logs and the `Host` fallback.
+    /// As configured (`host:port`), for logs, the `Host` fallback and health probes.
     pub name: String,
-    /// Where requests go.
+    /// Where requests go: the configured address, or one the name resolved to.
     pub addr: SocketAddr,
+    /// `addr` as text: the replica's identity in `/stats`, `/metrics` and `consistent` hashing
+    /// (the same on every node that resolves the name alike).
+    pub address: String,
+    /// The configured backend this replica is an address of (its position in the list).
+    pub entry: usize,
     /// Relative share of traffic.
     pub weight: u32,
-    /// TLS to this origin (`https` upstreams); `None`: plain HTTP.
-    pub tls: Option<OriginTls>,
     /// The backend group request rules may choose (`None`: the default pool).
     pub group: Option<String>,
     in_flight: AtomicUsize,
@@ -50,13 +51,15 @@ struct PassiveState {
 }
 
 impl Backend {
-    /// A backend from its validated config, considered healthy.
-    pub fn new(config: &BackendConfig) -> Self {
+    /// The replica at `addr` of the backend `config` (entry `entry` of the list), considered
+    /// healthy.
+    pub fn new(config: &BackendConfig, addr: SocketAddr, entry: usize) -> Self {
         Backend {
             name: config.name.clone(),
-            addr: config.addr,
+            addr,
+            address: addr.to_string(),
+            entry,
             weight: config.weight,
-            tls: config.tls.clone(),
             group: config.group.clone(),
             in_flight: AtomicUsize::new(0),
             requests: AtomicU64::new(0),
@@ -66,6 +69,16 @@ impl Backend {
             active_up: AtomicBool::new(true),
             passive: Mutex::new(PassiveState::default()),
             limit: None,
+        }
+    }
+
+    /// The replica in a log line: its name, and the address when the name is a host name
+    /// (`app.internal:8080 at 10.0.0.7:8080`).
+    pub fn label(&self) -> std::borrow::Cow<'_, str> {
+        if self.name == self.address {
+            self.name.as_str().into()
+        } else {
+            format!("{} at {}", self.name, self.address).into()
         }
     }
 
@@ -79,22 +92,19 @@ impl Backend {
         self.response_time.read()
     }
 
-    /// The backend of `config`, with its `max_in_flight` (if any) queued as `queue` says.
-    pub fn with_queue(config: &BackendConfig, queue: &QueueConfig) -> Self {
-        let mut backend = Backend::new(config);
-        backend.limit = config
-            .max_in_flight
-            .map(|max| ConcurrencyLimit::new(max, queue.length, queue.timeout));
+    /// [`Self::new`], with at most `max_in_flight` requests at once (the entry's own, or
+    /// `balancer.max_in_flight`), the others queued as `queue` says.
+    pub fn with_queue(
+        config: &BackendConfig,
+        addr: SocketAddr,
+        entry: usize,
+        max_in_flight: Option<u32>,
+        queue: &QueueConfig,
+    ) -> Self {
+        let mut backend = Backend::new(config, addr, entry);
+        backend.limit =
+            max_in_flight.map(|max| ConcurrencyLimit::new(max, queue.length, queue.timeout));
         backend
-    }
-
-    /// A Pingora peer for this backend: its address, over TLS when it is an `https` upstream.
-    pub fn peer(&self) -> HttpPeer {
-        let mut peer = HttpPeer::new(self.addr, false, String::new());
-        if let Some(tls) = &self.tls {
-            tls.apply(&mut peer);
-        }
-        peer
     }
 
     /// Requests waiting for a slot under `max_in_flight`.
@@ -215,14 +225,16 @@ mod tests {
     use std::time::Duration;
 
     fn backend() -> Arc<Backend> {
-        Arc::new(Backend::new(&BackendConfig {
+        let addr = "127.0.0.1:1".parse().unwrap();
+        let config = BackendConfig {
             name: "127.0.0.1:1".into(),
-            addr: "127.0.0.1:1".parse().unwrap(),
+            address: crate::config::origin_address::OriginAddress::Literal(addr),
             weight: 1,
             group: None,
             max_in_flight: None,
             tls: None,
-        }))
+        };
+        Arc::new(Backend::new(&config, addr, 0))
     }
 
     #[test]

@@ -3,14 +3,17 @@
 //! consecutive failures take a backend out of rotation, `rise` consecutive successes bring it
 //! back. State changes are logged at `warn`/`info`.
 //!
-//! The checker runs as a Pingora background service ([`HealthChecker`]), one task per backend,
-//! so a backend that hangs does not delay the verdict on the others.
+//! The checker runs as a Pingora background service ([`HealthChecker`]), one task per replica,
+//! so a replica that hangs does not delay the verdict on the others. Every `interval` it also
+//! compares its tasks with the replica list (which the resolver changes when a name's addresses
+//! do): a new replica gets a task (it starts healthy, as at start-up), a vanished one's task ends.
 //!
 //! An `https` backend is probed over TLS, verified as its requests are (same SNI, roots and
 //! client certificate, through Pingora's connector): a certificate that stops verifying takes
 //! the backend down like a connection that fails.
 
 use super::backend::Backend;
+use super::replicas::Replicas;
 use crate::config::balancing::ActiveHealthConfig;
 use async_trait::async_trait;
 use pingora_core::connectors::TransportConnector;
@@ -20,29 +23,47 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// Probes every backend of a pool until shutdown.
+/// Probes every replica of a pool until shutdown.
 pub struct HealthChecker {
-    backends: Vec<Arc<Backend>>,
+    replicas: Arc<Replicas>,
     config: ActiveHealthConfig,
 }
 
 impl HealthChecker {
-    /// A checker for these backends.
-    pub fn new(backends: Vec<Arc<Backend>>, config: ActiveHealthConfig) -> Self {
-        HealthChecker { backends, config }
+    /// A checker for the replicas, as they are now and as the resolver changes them.
+    pub fn new(replicas: Arc<Replicas>, config: ActiveHealthConfig) -> Self {
+        HealthChecker { replicas, config }
     }
 }
 
 #[async_trait]
 impl BackgroundService for HealthChecker {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        let tasks: Vec<_> = self
-            .backends
-            .iter()
-            .map(|backend| tokio::spawn(watch(backend.clone(), self.config.clone())))
-            .collect();
-        let _ = shutdown.changed().await;
-        for task in tasks {
+        let mut tasks: Vec<(Arc<Backend>, tokio::task::JoinHandle<()>)> = Vec::new();
+        let mut ticker = tokio::time::interval(self.config.interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let set = self.replicas.load();
+            tasks.retain(|(backend, task)| {
+                let kept = set.backends.iter().any(|b| Arc::ptr_eq(b, backend));
+                if !kept {
+                    task.abort();
+                }
+                kept
+            });
+            for backend in &set.backends {
+                if !tasks.iter().any(|(b, _)| Arc::ptr_eq(b, backend)) {
+                    let task = watch(backend.clone(), self.replicas.clone(), self.config.clone());
+                    tasks.push((backend.clone(), tokio::spawn(task)));
+                }
+            }
+            drop(set);
+            tokio::select! {
+                _ = ticker.tick() => {}
+                _ = shutdown.changed() => break,
+            }
+        }
+        for (_, task) in tasks {
             task.abort();
         }
     }
@@ -70,16 +91,21 @@ impl Streak {
     }
 }
 
-async fn watch(backend: Arc<Backend>, config: ActiveHealthConfig) {
+async fn watch(backend: Arc<Backend>, replicas: Arc<Replicas>, config: ActiveHealthConfig) {
     let mut streak = Streak::default();
-    // one connector per TLS backend: building one reads the system roots
-    let tls = backend.tls.as_ref().map(|_| TransportConnector::new(None));
+    // one connector per TLS replica: building one reads the system roots
+    let is_tls = replicas
+        .entries()
+        .get(backend.entry)
+        .is_some_and(|e| e.tls.is_some());
+    let tls = is_tls.then(|| TransportConnector::new(None));
     let mut ticker = tokio::time::interval(config.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        let result =
-            tokio::time::timeout(config.timeout, probe(&backend, &config, tls.as_ref())).await;
+        let peer = replicas.peer(&backend);
+        let probe = probe(&backend, &peer, &config, tls.as_ref());
+        let result = tokio::time::timeout(config.timeout, probe).await;
         let (ok, detail) = match result {
             Ok(Ok(status)) if status == config.expect_status => (true, format!("status {status}")),
             Ok(Ok(status)) => (false, format!("status {status}")),
@@ -91,13 +117,13 @@ async fn watch(backend: Arc<Backend>, config: ActiveHealthConfig) {
             if up {
                 log::info!(
                     "backend {} is up: {} consecutive health checks passed",
-                    backend.name,
+                    backend.label(),
                     config.rise
                 );
             } else {
                 log::warn!(
                     "backend {} is down: {} consecutive health checks failed (last: {detail})",
-                    backend.name,
+                    backend.label(),
                     config.fall
                 );
             }
@@ -108,6 +134,7 @@ async fn watch(backend: Arc<Backend>, config: ActiveHealthConfig) {
 /// One `GET` on a fresh connection (over TLS with `tls`); returns the response status.
 async fn probe(
     backend: &Backend,
+    peer: &pingora_core::upstreams::peer::HttpPeer,
     config: &ActiveHealthConfig,
     tls: Option<&TransportConnector>,
 ) -> std::io::Result<u16> {
@@ -115,7 +142,7 @@ async fn probe(
         None => exchange(TcpStream::connect(backend.addr).await?, backend, config).await,
         Some(connector) => {
             let stream = connector
-                .new_stream(&backend.peer())
+                .new_stream(peer)
                 .await
                 .map_err(|e| std::io::Error::other(e.to_string()))?;
             exchange(stream, backend, config).await

@@ -3,6 +3,8 @@
 //! The pieces, one concept per module:
 //! * [`backend`]: a replica's live state (in-flight count, health verdicts) and the
 //!   [`InFlight`](backend::InFlight) guard that keeps the count honest on every exit path;
+//! * [`replicas`]: the replicas now, one per address of each configured backend, swapped whole;
+//! * [`resolver`]: origin host names looked up again every `balancer.resolve_interval`;
 //! * [`algorithms`]: `round_robin`, `least_loaded`, `consistent`, `random_two_choices`;
 //! * [`health`]: active HTTP probes with rise/fall thresholds, run as a background service;
 //! * [`passive`]: outlier ejection from live traffic (connect errors, timeouts, 5xx);
@@ -25,15 +27,18 @@ pub mod concurrency;
 pub mod fairness;
 pub mod health;
 pub mod passive;
+pub mod replicas;
+pub mod resolver;
 pub mod retry;
 pub mod timeouts;
 pub mod tls;
 
 use crate::config::balancing::{Algorithm, BalancerConfig};
 use crate::config::Config;
-use algorithms::{Rng, RoundRobin};
+use algorithms::Rng;
 use backend::{Backend, InFlight};
 use pingora_core::upstreams::peer::HttpPeer;
+use replicas::{ReplicaSet, Replicas};
 use retry::RetryPolicy;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -42,7 +47,8 @@ use std::time::Instant;
 pub use attempts::RequestUpstream;
 
 /// The origin replicas, their live state and the configured way to choose among them.
-/// Cheap to clone: the state is shared with the health checker.
+/// Cheap to clone: the replicas are shared with the resolver, the health checker and the admin
+/// listener.
 #[derive(Debug, Clone)]
 pub struct Upstream {
     inner: Arc<Pool>,
@@ -50,15 +56,12 @@ pub struct Upstream {
 
 #[derive(Debug)]
 struct Pool {
-    backends: Vec<Arc<Backend>>,
+    replicas: Arc<Replicas>,
     config: BalancerConfig,
     proxy: crate::config::ProxyConfig,
     retry: RetryPolicy,
-    round_robin: RoundRobin,
     turn: AtomicU64,
     rng: Rng,
-    /// Some backend has no group (so the default pool is those backends, not all).
-    any_ungrouped: bool,
 }
 
 /// One attempt's choice: the backend (counted in flight while this lives) and its peer.
@@ -71,31 +74,26 @@ pub struct Selection {
 }
 
 impl Upstream {
-    /// Builds the pool from the validated config; every backend starts healthy.
+    /// Builds the pool from the validated config: a replica for each address of each backend,
+    /// every one healthy.
     pub fn new(config: &Config) -> Self {
-        let backends: Vec<Arc<Backend>> = config
-            .balancer
-            .backends
-            .iter()
-            .map(|b| Arc::new(Backend::with_queue(b, &config.balancer.queue)))
-            .collect();
-        Upstream::around(backends, config)
+        Upstream::around(Arc::new(Replicas::new(&config.balancer)), config)
     }
 
-    /// The same backends (their in-flight counts, health verdicts and counters, which the
-    /// health checker and `/stats` share) under a reloaded config's algorithm, retries,
-    /// timeouts and passive checks. The backend list itself is a restart-only key
-    /// (`crate::lifecycle::restart_keys`), so `config` names the same backends.
+    /// The same replicas (as the resolver keeps them, with their in-flight counts, health
+    /// verdicts and counters, which the health checker and `/stats` share) under a reloaded
+    /// config's algorithm, retries, timeouts, passive checks and origin TLS files. The backend
+    /// list itself is a restart-only key (`crate::lifecycle::restart_keys`), so `config` names
+    /// the same backends; the addresses a name has now are the resolver's, not the reload's.
     pub fn reconfigured(&self, config: &Config) -> Self {
-        Upstream::around(self.inner.backends.clone(), config)
+        self.inner.replicas.reconfigure(&config.balancer.backends);
+        Upstream::around(self.inner.replicas.clone(), config)
     }
 
-    fn around(backends: Vec<Arc<Backend>>, config: &Config) -> Self {
+    fn around(replicas: Arc<Replicas>, config: &Config) -> Self {
         Upstream {
             inner: Arc::new(Pool {
-                round_robin: RoundRobin::new(backends.len()),
-                any_ungrouped: backends.iter().any(|b| b.group.is_none()),
-                backends,
+                replicas,
                 retry: RetryPolicy {
                     attempts: config.balancer.retries,
                 },
@@ -107,9 +105,9 @@ impl Upstream {
         }
     }
 
-    /// The backends, in configuration order.
-    pub fn backends(&self) -> &[Arc<Backend>] {
-        &self.inner.backends
+    /// The replicas, shared with the resolver, the health checker and the admin listener.
+    pub fn replicas(&self) -> &Arc<Replicas> {
+        &self.inner.replicas
     }
 
     /// The balancer settings.
@@ -143,13 +141,15 @@ impl Upstream {
     ) -> Option<Selection> {
         let pool = &self.inner;
         let now = Instant::now();
-        let members: Vec<usize> = (0..pool.backends.len())
-            .filter(|&i| self.in_group(&pool.backends[i], group))
+        let set = pool.replicas.load();
+        let backends = &set.backends;
+        let members: Vec<usize> = (0..backends.len())
+            .filter(|&i| in_group(&set, &backends[i], group))
             .collect();
         let mut untried: Vec<usize> = members
             .iter()
             .copied()
-            .filter(|&i| !tried.contains(&pool.backends[i].addr))
+            .filter(|&i| !tried.contains(&backends[i].addr))
             .collect();
         if untried.is_empty() {
             untried = members;
@@ -157,22 +157,22 @@ impl Upstream {
         let healthy: Vec<usize> = untried
             .iter()
             .copied()
-            .filter(|&i| pool.backends[i].is_available(now))
+            .filter(|&i| backends[i].is_available(now))
             .collect();
         let candidates = if healthy.is_empty() { untried } else { healthy };
         let pos = match pool.config.algorithm {
-            Algorithm::RoundRobin => pool.round_robin.pick(&pool.backends, &candidates),
+            Algorithm::RoundRobin => set.round_robin.pick(backends, &candidates),
             Algorithm::LeastLoaded => {
                 let turn = pool.turn.fetch_add(1, Ordering::Relaxed);
-                algorithms::least_loaded(&pool.backends, &candidates, turn)
+                algorithms::least_loaded(backends, &candidates, turn)
             }
-            Algorithm::Consistent => algorithms::consistent(&pool.backends, &candidates, key),
+            Algorithm::Consistent => algorithms::consistent(backends, &candidates, key),
             Algorithm::RandomTwoChoices => {
-                algorithms::random_two_choices(&pool.backends, &candidates, &pool.rng)
+                algorithms::random_two_choices(backends, &candidates, &pool.rng)
             }
         }?;
-        let backend = pool.backends[candidates[pos]].clone();
-        let mut peer = backend.peer();
+        let backend = backends[candidates[pos]].clone();
+        let mut peer = pool.replicas.peer(&backend);
         timeouts::apply(&mut peer, &pool.config.timeouts, &pool.proxy);
         Some(Selection {
             in_flight: InFlight::start(backend),
@@ -183,23 +183,23 @@ impl Upstream {
     /// Whether some backend of `group` has not been attempted yet. A connect failure is only worth
     /// retrying elsewhere: the same address refused (or timed out) a moment ago.
     pub fn has_untried(&self, group: Option<&str>, tried: &[std::net::SocketAddr]) -> bool {
-        self.inner
-            .backends
+        let set = self.inner.replicas.load();
+        set.backends
             .iter()
-            .any(|b| self.in_group(b, group) && !tried.contains(&b.addr))
-    }
-
-    /// Whether `backend` serves requests sent to `group` (see [`Self::select_in`]).
-    fn in_group(&self, backend: &Backend, group: Option<&str>) -> bool {
-        match group {
-            Some(_) => backend.group.as_deref() == group,
-            None => backend.group.is_none() || !self.inner.any_ungrouped,
-        }
+            .any(|b| in_group(&set, b, group) && !tried.contains(&b.addr))
     }
 
     /// The first origin as configured, used as `Host` when a request has none.
     pub fn host(&self) -> &str {
-        &self.inner.backends[0].name
+        &self.inner.config.backends[0].name
+    }
+}
+
+/// Whether `backend` serves requests sent to `group` (see [`Upstream::select_in`]).
+fn in_group(set: &ReplicaSet, backend: &Backend, group: Option<&str>) -> bool {
+    match group {
+        Some(_) => backend.group.as_deref() == group,
+        None => backend.group.is_none() || !set.any_ungrouped,
     }
 }
 
@@ -228,12 +228,12 @@ mod tests {
     #[test]
     fn unhealthy_backends_are_skipped_while_others_are_up() {
         let up = upstream(&[1, 2, 3]);
-        up.backends()[1].set_active_up(false);
+        up.replicas().load().backends[1].set_active_up(false);
         for _ in 0..20 {
             let chosen = up.select(b"k", &[]).unwrap().in_flight.backend().addr;
             assert_ne!(chosen.port(), 2);
         }
-        for b in up.backends() {
+        for b in &up.replicas().load().backends {
             b.set_active_up(false);
         }
         assert!(up.select(b"k", &[]).is_some(), "all down: still try one");

@@ -31,7 +31,7 @@ pub fn report(backend: &Backend, failure: Failure, config: &PassiveConfig) {
     ) {
         log::warn!(
             "backend {} ejected for {:?}: {} failures within {:?} (last: {:?})",
-            backend.name,
+            backend.label(),
             config.cooldown,
             config.failures,
             config.window,

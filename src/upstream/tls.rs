@@ -2,9 +2,12 @@
 //! roots it is verified against (the system's, or a CA file), and the client certificate some
 //! origins ask for.
 //!
-//! The files are read once, at start, into the forms Pingora's rustls connector takes per peer
-//! (`HttpPeer::options.ca`, `HttpPeer::client_cert_key`), so a bad path or an unparsable file
-//! stops start-up ([`OriginTls::load`] says which and why) instead of failing every request.
+//! The files are read at start, and again on every reload, into the forms Pingora's rustls
+//! connector takes per peer (`HttpPeer::options.ca`, `HttpPeer::client_cert_key`), so a bad path
+//! or an unparsable file stops start-up, or is refused by the reload ([`OriginTls::load`] says
+//! which and why), instead of failing every request. A reload's settings replace the running
+//! ones (`super::replicas::Replicas::reconfigure`): a certificate or CA rotated under the same
+//! file name is used by every connection made after the reload.
 //! Verification is always on: Pingora skips it when the SNI is empty, so [`OriginTls`] never
 //! has an empty one (an IP address is verified against the certificate's IP names).
 
@@ -47,7 +50,8 @@ pub struct OriginTls {
 }
 
 /// Two settings are the same when they name the same server and the same files: the backend
-/// list is a restart-only key, compared on reload.
+/// list is a restart-only key, compared on reload, and new content in the same files is not a
+/// change of the list (the reload applies it).
 impl PartialEq for OriginTls {
     fn eq(&self, other: &Self) -> bool {
         self.sni == other.sni && self.files == other.files

@@ -75,6 +75,9 @@ pub struct LacquerProcess {
     pid: u32,
     /// Another program than `lacquer` (one that embeds it, see [`example_bin`]).
     program: Option<PathBuf>,
+    /// A command the binary is run through (its arguments follow), e.g. one that gives it a
+    /// private mount namespace; empty: run directly.
+    launcher: Vec<String>,
 }
 
 impl LacquerProcess {
@@ -164,6 +167,22 @@ impl LacquerProcess {
         }
     }
 
+    /// [`Self::start_on_free_port`] run through `launcher` (a command that ends by executing
+    /// its trailing arguments in the same process, as `unshare -m sh -c '... && exec "$@"' sh`
+    /// does, so the pid is lacquer's).
+    pub fn start_on_free_port_via(
+        launcher: &[&str],
+        config_for: impl Fn(u16) -> String,
+    ) -> LacquerProcess {
+        let port = free_port();
+        let mut p = LacquerProcess::unstarted(None, port, Some(&config_for(port)), &[]);
+        p.launcher = launcher.iter().map(|s| s.to_string()).collect();
+        if let Err(msg) = p.spawn_and_wait() {
+            panic!("{msg}");
+        }
+        p
+    }
+
     /// Spawns and waits for the port; on failure returns a message including stderr.
     pub fn try_start(
         port: u16,
@@ -180,6 +199,18 @@ impl LacquerProcess {
         config_toml: Option<&str>,
         extra_args: &[&str],
     ) -> Result<LacquerProcess, String> {
+        let mut p = LacquerProcess::unstarted(program, port, config_toml, extra_args);
+        p.spawn_and_wait()?;
+        Ok(p)
+    }
+
+    /// The handle, its config file written, before the process is spawned.
+    fn unstarted(
+        program: Option<&Path>,
+        port: u16,
+        config_toml: Option<&str>,
+        extra_args: &[&str],
+    ) -> LacquerProcess {
         let dir = TempDir::new("lacquer-test");
         let mut args: Vec<String> = Vec::new();
         let config_path = config_toml.map(|c| {
@@ -191,7 +222,7 @@ impl LacquerProcess {
         args.extend(extra_args.iter().map(|s| s.to_string()));
         let stdout_path = dir.path().join("stdout.log");
         let stderr_path = dir.path().join("stderr.log");
-        let mut p = LacquerProcess {
+        LacquerProcess {
             child: OwnedChild::default(),
             port,
             args,
@@ -201,9 +232,8 @@ impl LacquerProcess {
             stderr_path,
             pid: 0,
             program: program.map(Path::to_path_buf),
-        };
-        p.spawn_and_wait()?;
-        Ok(p)
+            launcher: Vec::new(),
+        }
     }
 
     /// Starts the binary with this handle's arguments, output appended to its logs.
@@ -219,7 +249,14 @@ impl LacquerProcess {
         };
         let stdout = open(&self.stdout_path);
         let stderr = open(&self.stderr_path);
-        let mut cmd = Command::new(&bin);
+        let mut cmd = match self.launcher.split_first() {
+            None => Command::new(&bin),
+            Some((launcher, launcher_args)) => {
+                let mut cmd = Command::new(launcher);
+                cmd.args(launcher_args).arg(&bin);
+                cmd
+            }
+        };
         cmd.args(&self.args)
             .stdin(Stdio::null())
             .stdout(stdout)
@@ -380,6 +417,7 @@ impl LacquerProcess {
             config_path: self.config_path.clone(),
             pid: 0,
             program: self.program.clone(),
+            launcher: self.launcher.clone(),
         };
         next.spawn();
         let waiting = poll_until(LACQUER_START_TIMEOUT, || {

@@ -398,8 +398,11 @@ impl MemoryTier {
     }
 }
 
-/// `meta` marked stale from `since` on (if it was fresh longer).
+/// `meta` marked stale from `since` on (if it was fresh longer), or from now if `since` is later:
+/// a rule's stamp is rounded up to the millisecond (see `ms_after`), and a request that arrives
+/// within that millisecond after a soft purge returned must already find the object stale.
 fn stale_since(meta: &Arc<StoredMeta>, since: SystemTime) -> Arc<StoredMeta> {
+    let since = since.min(SystemTime::now());
     if meta.fresh_until <= since {
         return meta.clone();
     }
@@ -595,6 +598,23 @@ mod tests {
         assert_eq!(outcome, PurgeOutcome::Purged(None));
         assert!(tier.lookup(&key, &span).await.unwrap().is_none());
         assert_eq!(tier.stats().bytes, 0);
+    }
+
+    #[tokio::test]
+    async fn a_soft_purge_makes_the_object_stale_at_once_though_its_stamp_is_rounded_up() {
+        let tier = MemoryTier::new(4 << 20, 1 << 20, 1024).leak();
+        let span = Span::inactive().handle();
+        let key = CacheKey::new("/soft", "");
+        fill(tier, &key, b"body").await;
+        // a rule's stamp is the purge's instant rounded up to the millisecond: up to 1 ms ahead
+        let stamp = SystemTime::now() + Duration::from_millis(1);
+        let touched = tier.invalidate(&Scope::Url(key_of(key.primary_bin())), stamp, true);
+        assert_eq!(touched.objects, 1);
+        let (meta, _) = tier.lookup(&key, &span).await.unwrap().unwrap();
+        assert!(
+            meta.fresh_until() <= SystemTime::now(),
+            "still fresh after a soft purge"
+        );
     }
 
     #[tokio::test]

@@ -76,6 +76,15 @@ impl TestOrigin {
     where
         F: Fn(&RecordedRequest) -> OriginResponse + Send + Sync + 'static,
     {
+        TestOrigin::start_on(SocketAddr::from(([127, 0, 0, 1], 0)), handler)
+    }
+
+    /// [`Self::start`] on `bind`: another loopback address (`127.0.0.2:0`), or a port another
+    /// origin has on its own address (two origins one host name resolves to).
+    pub fn start_on<F>(bind: SocketAddr, handler: F) -> TestOrigin
+    where
+        F: Fn(&RecordedRequest) -> OriginResponse + Send + Sync + 'static,
+    {
         let shared = Arc::new(Shared {
             handler: Box::new(handler),
             requests: Mutex::new(Vec::new()),
@@ -94,13 +103,13 @@ impl TestOrigin {
                     .enable_all()
                     .build()
                     .expect("build origin runtime");
-                rt.block_on(wire::accept_loop(thread_shared, addr_tx, shutdown_rx));
+                rt.block_on(wire::accept_loop(thread_shared, bind, addr_tx, shutdown_rx));
                 rt.shutdown_timeout(Duration::from_secs(2));
             })
             .expect("spawn origin thread");
         let addr = match addr_rx.recv() {
             Ok(Ok(a)) => a,
-            Ok(Err(e)) => panic!("test origin failed to bind 127.0.0.1:0: {e}"),
+            Ok(Err(e)) => panic!("test origin failed to bind {bind}: {e}"),
             Err(_) => panic!("test origin thread died before binding"),
         };
         TestOrigin {

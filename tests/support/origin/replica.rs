@@ -37,11 +37,16 @@ impl Replica {
     /// the path starts with `/cacheable`. `?sleep=MS` (or [`set_delay`](Self::set_delay))
     /// holds the request that long, counted in flight.
     pub fn start(id: &str) -> Replica {
+        Replica::start_on(id, SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+
+    /// [`Self::start`] listening on `bind` (see [`TestOrigin::start_on`]).
+    pub fn start_on(id: &str, bind: SocketAddr) -> Replica {
         let state = Arc::new(ReplicaState::default());
         state.health_status.store(200, Ordering::SeqCst);
         let handler_state = state.clone();
         let name = id.to_string();
-        let origin = TestOrigin::start(move |req| {
+        let origin = TestOrigin::start_on(bind, move |req| {
             let s = &handler_state;
             if req.path_only() == "/health" {
                 let status = s.health_status.load(Ordering::SeqCst);

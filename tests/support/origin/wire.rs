@@ -21,13 +21,14 @@ const MAX_HEAD: usize = 1024 * 1024;
 /// connection on its own task until `shutdown` fires.
 pub(super) async fn accept_loop(
     shared: Arc<Shared>,
+    bind: SocketAddr,
     addr_tx: std::sync::mpsc::Sender<std::io::Result<SocketAddr>>,
     mut shutdown: tokio::sync::oneshot::Receiver<()>,
 ) {
     let bound = (|| {
         let socket = TcpSocket::new_v4()?;
         socket.set_reuseaddr(true)?;
-        socket.bind(SocketAddr::from(([127, 0, 0, 1], 0)))?;
+        socket.bind(bind)?;
         let listener = socket.listen(1024)?;
         let addr = listener.local_addr()?;
         Ok((listener, addr))

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Issue 18 item 7: the shared tier over a network with latency. Loopback has none, so each
+# Lacquer variant reads its own memcached through Toxiproxy (bench/toxiproxy: the 2.12.0 server
+# plus a microsecond `latency_us` toxic), with the same delay added each way:
+#   lacquer          memory tier only (the reference: a hit from memory)
+#   lacquer-mc       memcached straight on loopback, local_ttl = 0s (every hit read from memcached)
+#   lacquer-mc-tp    the same through Toxiproxy with no toxic (what the relay itself costs)
+#   lacquer-mc-100us through Toxiproxy, 0.1 ms each way
+#   lacquer-mc-500us through Toxiproxy, 0.5 ms each way
+# hot1k and ws10k are hits (from memcached for the -mc variants); miss50ms is what a node with no
+# shared tier pays instead (every request to a 50 ms origin). Extra arguments go to the harness
+# (e.g. --rounds 3). Results: /tmp/bench-run/results/<run-id>/report.md
+set -euo pipefail
+cd "$(dirname "$0")/.."
+HARNESS=${HARNESS:-$(cd ../shared/bench && pwd)}
+RUN=$(mktemp -d /tmp/lacquer-tier-latency-XXXX)
+PIDS=()
+trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$RUN"' EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
+
+if [ -z "${LACQUER_BIN:-}" ]; then
+  cargo build --release --bin lacquer -q
+  LACQUER_BIN=$(pwd)/target/release/lacquer
+fi
+(cd bench/toxiproxy && go build -o "$RUN/toxiproxy" .)
+
+TP=$(free_port)
+"$RUN/toxiproxy" -host 127.0.0.1 -port "$TP" 2>"$RUN/toxiproxy.log" & PIDS+=($!)
+wait_port "$TP"
+toxi() { curl -sf -X POST "http://127.0.0.1:$TP$1" -d "$2" >/dev/null; }
+
+# one memcached per variant, so no variant reads what another stored (functions set PORT, not
+# echo it: a daemon started inside $(...) would belong to that subshell and its EXIT trap)
+memcached_for() { # -> PORT: where a new memcached listens
+  PORT=$(free_port)
+  memcached -u nobody -l 127.0.0.1 -p "$PORT" -U 0 -m 256 -t 1 & PIDS+=($!)
+  wait_port "$PORT"
+}
+relayed() { # NAME MICROS|none -> PORT: a new memcached behind Toxiproxy, MICROS each way
+  memcached_for
+  local upstream=$PORT
+  PORT=$(free_port)
+  toxi /proxies "{\"name\":\"$1\",\"listen\":\"127.0.0.1:$PORT\",\"upstream\":\"127.0.0.1:$upstream\",\"enabled\":true}"
+  if [ "$2" != none ]; then
+    for stream in upstream downstream; do
+      toxi "/proxies/$1/toxics" "{\"name\":\"$stream\",\"type\":\"latency_us\",\"stream\":\"$stream\",\"attributes\":{\"latency\":$2}}"
+    done
+  fi
+  wait_port "$PORT"
+}
+config_for() { # NAME SERVER_PORT: writes $RUN/NAME.toml
+  cat > "$RUN/$1.toml" <<TOML
+[log]
+access = "off"
+[cache]
+memory_size = "512MiB"
+[cache.memcached]
+servers = ["127.0.0.1:$2"]
+local_ttl = "0s"
+# a healthy server here; the default 100ms would let a busy host (other builds on the two cores)
+# eject it now and then, which is not what this measures
+op_timeout = "${OP_TIMEOUT:-1s}"
+TOML
+}
+
+memcached_for; config_for mc "$PORT"
+relayed tp none; config_for tp "$PORT"
+relayed tp100 100; config_for tp100 "$PORT"
+relayed tp500 500; config_for tp500 "$PORT"
+
+COMMON="--listen 127.0.0.1:\$LISTEN_PORT --upstream 127.0.0.1:\$ORIGIN_PORT --threads \$WORKERS"
+"$HARNESS/run.sh" \
+  --proxy "lacquer=$LACQUER_BIN $COMMON --memory-size \${CACHE_MB}MiB --access-log off" \
+  --proxy "lacquer-mc=$LACQUER_BIN --config $RUN/mc.toml $COMMON" \
+  --proxy "lacquer-mc-tp=$LACQUER_BIN --config $RUN/tp.toml $COMMON" \
+  --proxy "lacquer-mc-100us=$LACQUER_BIN --config $RUN/tp100.toml $COMMON" \
+  --proxy "lacquer-mc-500us=$LACQUER_BIN --config $RUN/tp500.toml $COMMON" \
+  --proxies "lacquer,lacquer-mc,lacquer-mc-tp,lacquer-mc-100us,lacquer-mc-500us" \
+  --scenarios "${SCENARIOS:-hot1k,ws10k,miss50ms}" \
+  "$@"
