@@ -346,7 +346,7 @@ impl StreamingHit {
 mod tests {
     use super::super::test_support::{meta, read_all};
     use super::super::MemoryTier;
-    use bytes::{Bytes, BytesMut};
+    use bytes::Bytes;
     use pingora_cache::storage::Storage;
     use pingora_cache::trace::Span;
     use pingora_cache::CacheKey;
