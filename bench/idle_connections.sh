@@ -6,6 +6,7 @@
 #   bench/idle_connections.sh                     # 2,000 connections of each kind (300 large)
 #   bench/idle_connections.sh --connections 500 --large 100 --kinds "idle large"
 #   bench/idle_connections.sh --bin /tmp/lacquer-old --env MIMALLOC_PURGE_DELAY=0
+#   bench/idle_connections.sh --server 'read_buffer = "64KiB"' --server 'memory_return_delay = "0s"'
 #
 # Four kinds, one after the other, each on a fresh process:
 #   idle     one GET answered, then the connection is kept alive and silent
@@ -13,7 +14,8 @@
 #   h2c      an HTTP/2 preface and SETTINGS, then nothing
 #   large    a 512 KiB request head that is never finished (over server.max_header_size)
 # RSS is read from /proc/PID/status (VmRSS) at rest, with the connections open, 3 s after they
-# were all closed, and 15 s after. The head deadline is set long (60 s) so the partial heads
+# were all closed, and 15 s after, with the open connections' cost each (growth over rest / N).
+# `--server LINE` adds a line to the config's [server] section. The head deadline is set long (60 s) so the partial heads
 # are still open when RSS is read.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +24,7 @@ N=2000
 LARGE=300
 KINDS="idle partial h2c large"
 ENVS=()
+SERVER_LINES=()
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) BIN=$2; shift 2 ;;
@@ -29,6 +32,7 @@ while [ $# -gt 0 ]; do
     --large) LARGE=$2; shift 2 ;;
     --kinds) KINDS=$2; shift 2 ;;
     --env) ENVS+=("$2"); shift 2 ;;
+    --server) SERVER_LINES+=("$2"); shift 2 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -49,12 +53,15 @@ cat >"$WORK/clients.py" <<'PY'
 import os, socket, sys, time
 pid, port, n, kind = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 
-def rss():
+def rss_kb():
     with open(f"/proc/{pid}/status") as f:
         for line in f:
             if line.startswith("VmRSS:"):
-                return int(line.split()[1]) // 1024
+                return int(line.split()[1])
     return -1
+
+def rss():
+    return rss_kb() // 1024
 
 def connect():
     s = socket.create_connection(("127.0.0.1", port))
@@ -62,7 +69,8 @@ def connect():
     return s
 
 time.sleep(1)
-at_rest = rss()
+at_rest_kb = rss_kb()
+at_rest = at_rest_kb // 1024
 conns = []
 for i in range(n):
     s = connect()
@@ -87,7 +95,8 @@ for i in range(n):
             pass
     conns.append(s)
 time.sleep(3)
-open_rss = rss()
+open_kb = rss_kb()
+open_rss = open_kb // 1024
 for s in conns:
     s.close()
 time.sleep(3)
@@ -95,7 +104,8 @@ closed_3s = rss()
 time.sleep(12)
 closed_15s = rss()
 print(f"{kind:8} {n:6} connections: RSS at rest {at_rest} MB, open {open_rss} MB, "
-      f"closed +3 s {closed_3s} MB, +15 s {closed_15s} MB")
+      f"closed +3 s {closed_3s} MB, +15 s {closed_15s} MB; "
+      f"{(open_kb - at_rest_kb) / n:.1f} KB per open connection")
 PY
 
 for kind in $KINDS; do
@@ -108,6 +118,7 @@ threads = 2
 header_read_timeout = "60s"
 h2_idle_timeout = "60s"
 max_connections = $((N + 100))
+$([ ${#SERVER_LINES[@]} -gt 0 ] && printf '%s\n' "${SERVER_LINES[@]}")
 [log]
 access = "off"
 EOF

@@ -11,11 +11,13 @@
 //! * [`storage`]: the cache tiers;
 //! * [`compression`]: one stored gzip copy, served to every client as it accepts;
 //! * [`upstream`]: where requests go when the cache cannot answer;
-//! * [`observe`] and [`admin`]: what an operator sees.
+//! * [`observe`] and [`admin`]: what an operator sees;
+//! * [`allocator`]: when memory the process freed goes back to the system.
 //!
 //! `docs/architecture.md` has the picture.
 
 pub mod admin;
+pub mod allocator;
 pub mod compression;
 pub mod config;
 pub mod invalidation;

@@ -5,7 +5,8 @@ use lacquer::config::{Cli, Config};
 use std::process::ExitCode;
 
 /// mimalloc returns freed cache memory to the system promptly; with glibc malloc, a byte-bounded
-/// cache under churn kept about twice its size resident (measured in tests/memory_tier.rs).
+/// cache under churn kept about twice its size resident (measured in tests/memory_tier.rs). When
+/// freed memory goes back to the system is set in `lacquer::allocator`.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -22,6 +23,7 @@ fn main() -> ExitCode {
         println!("lacquer: {path}: configuration is valid");
         return ExitCode::SUCCESS;
     }
+    lacquer::allocator::return_freed_memory(config.memory_return_delay);
     match lacquer::server::run(config, &cli) {
         Ok(never) => match never {},
         Err(e) => {

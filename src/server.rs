@@ -218,7 +218,9 @@ fn serve(
     http.server_options = Some(client_options(config.h2c, &config.client_limits));
     http.h2_options = Some(h2_options(&config.client_limits));
     let mut listeners = Listeners::new();
-    let buffers = L4BufferSettings::default().write(config.write_buffer);
+    let buffers = L4BufferSettings::default()
+        .read(config.read_buffer)
+        .write(config.write_buffer);
     for addr in &config.listen {
         listeners.add_listener(ListenerConfig::tcp(addr.to_string()).l4_buffer(buffers));
     }

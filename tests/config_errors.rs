@@ -119,6 +119,21 @@ fn invalid_values_name_the_key_and_reason() {
             "server.write_buffer",
             "not a size",
         ),
+        (
+            "upstream = \"127.0.0.1:1\"\n[server]\nread_buffer = \"4MiB\"",
+            "server.read_buffer",
+            "1MiB allowed",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\n[server]\nmemory_return_delay = \"2h\"",
+            "server.memory_return_delay",
+            "longer than the 1h allowed",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\n[server]\nmemory_return_delay = \"soon\"",
+            "server.memory_return_delay",
+            "not a duration",
+        ),
         // request rules: a bad rule is refused with its index and its name
         (
             "upstream = \"127.0.0.1:1\"\n[[rules]]\npass = true\n[[rules]]\nname = \"admin\"\npath_regex = \"^/admin(\"\npass = true",

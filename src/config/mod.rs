@@ -97,6 +97,13 @@ pub struct Config {
     /// head and body fit goes out in one `send`. Pingora's default is one MSS (1460 bytes), which
     /// splits any response over ~1 KB into two sends, two client wake-ups.
     pub write_buffer: usize,
+    /// Per-connection buffer in front of each client socket's reads (`server.read_buffer`, 0 by
+    /// default): Pingora's default of 64 KiB, zero-filled, was most of what an idle client
+    /// connection cost; without it reads go straight into the HTTP session's own buffers.
+    pub read_buffer: usize,
+    /// How long memory freed by the process stays in it before it is handed back to the system
+    /// (`server.memory_return_delay`, see [`crate::allocator`]).
+    pub memory_return_delay: Duration,
     /// What a client connection may take: head deadline and sizes, connection cap, h2 idle.
     pub client_limits: ClientLimits,
     /// The Unix socket a hand-over passes the listening sockets through (`server.upgrade_sock`,
@@ -164,6 +171,8 @@ impl Config {
             upstream_keepalive_pool: server.upstream_keepalive_pool,
             h2c: server.h2c,
             write_buffer: server.write_buffer,
+            read_buffer: server.read_buffer,
+            memory_return_delay: server.memory_return_delay,
             client_limits: server.client_limits,
             upgrade_sock: server.upgrade_sock,
             tls,

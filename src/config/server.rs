@@ -1,6 +1,7 @@
 //! The top-level keys and `[server]`: where this process listens, how many workers it runs, how
-//! it shuts down, how many idle origin connections it keeps, how it writes to clients, and what
-//! it allows a client connection ([`ClientLimits`]).
+//! it shuts down, how many idle origin connections it keeps, how it reads from and writes to
+//! clients, how soon freed memory goes back to the system, and what it allows a client
+//! connection ([`ClientLimits`]).
 
 use super::check;
 use super::ConfigError;
@@ -16,6 +17,10 @@ pub struct ServerSection {
     pub h2c: Option<bool>,
     /// Per-connection write buffer for clients, e.g. "16KiB".
     pub write_buffer: Option<String>,
+    /// Per-connection read buffer in front of each client socket, e.g. "0" (none) or "16KiB".
+    pub read_buffer: Option<String>,
+    /// How long freed memory stays in the process before it is handed back, e.g. "1s".
+    pub memory_return_delay: Option<String>,
     /// How long a request head may take to arrive, e.g. "10s".
     pub header_read_timeout: Option<String>,
     /// The largest request head (request line and header fields), e.g. "32KiB".
@@ -58,8 +63,13 @@ pub const DEFAULT_LISTEN: &str = "0.0.0.0:6081";
 /// each need their own.
 pub const DEFAULT_UPGRADE_SOCK: &str = "/tmp/lacquer-upgrade.sock";
 
-/// The largest `server.write_buffer`: it is allocated per client connection.
-const MAX_WRITE_BUFFER: usize = 1 << 20;
+/// The largest `server.write_buffer` and `server.read_buffer`: each is allocated per client
+/// connection.
+const MAX_CONNECTION_BUFFER: usize = 1 << 20;
+
+/// The longest `server.memory_return_delay`: beyond an hour, memory freed by a burst would stay
+/// out of the system's reach for no gain.
+const MAX_MEMORY_RETURN_DELAY: Duration = Duration::from_secs(3600);
 
 /// The validated process settings; [`super::Config`] keeps them as its top-level fields.
 pub(super) struct ServerSettings {
@@ -72,6 +82,8 @@ pub(super) struct ServerSettings {
     pub upstream_keepalive_pool: usize,
     pub h2c: bool,
     pub write_buffer: usize,
+    pub read_buffer: usize,
+    pub memory_return_delay: Duration,
     pub client_limits: ClientLimits,
     pub upgrade_sock: String,
 }
@@ -114,11 +126,18 @@ pub(super) fn validate(file: ServerKeys<'_>) -> Result<ServerSettings, ConfigErr
         128,
         0..=i64::MAX,
     )?;
-    let write_buffer = check::size("server.write_buffer", &file.server.write_buffer, 16 << 10)?;
-    if write_buffer > MAX_WRITE_BUFFER {
+    let write_buffer =
+        connection_buffer("server.write_buffer", &file.server.write_buffer, 16 << 10)?;
+    let read_buffer = connection_buffer("server.read_buffer", &file.server.read_buffer, 0)?;
+    let memory_return_delay = check::duration(
+        "server.memory_return_delay",
+        &file.server.memory_return_delay,
+        Duration::from_secs(1),
+    )?;
+    if memory_return_delay > MAX_MEMORY_RETURN_DELAY {
         return Err(ConfigError::new(
-            "server.write_buffer",
-            format!("{write_buffer} bytes is more than the 1MiB allowed per connection"),
+            "server.memory_return_delay",
+            format!("{memory_return_delay:?} is longer than the 1h allowed"),
         ));
     }
     let upgrade_sock = file
@@ -143,8 +162,27 @@ pub(super) fn validate(file: ServerKeys<'_>) -> Result<ServerSettings, ConfigErr
         upstream_keepalive_pool,
         h2c: file.server.h2c.unwrap_or(true),
         write_buffer,
+        read_buffer,
+        memory_return_delay,
         upgrade_sock,
     })
+}
+
+/// A per-connection buffer size: at most [`MAX_CONNECTION_BUFFER`], as every client connection
+/// allocates one.
+fn connection_buffer(
+    key: &str,
+    value: &Option<String>,
+    default: usize,
+) -> Result<usize, ConfigError> {
+    let size = check::size(key, value, default)?;
+    if size > MAX_CONNECTION_BUFFER {
+        return Err(ConfigError::new(
+            key,
+            format!("{size} bytes is more than the 1MiB allowed per connection"),
+        ));
+    }
+    Ok(size)
 }
 
 /// Validates the client limits of `[server]`.

@@ -32,6 +32,8 @@ pub fn keep_running(running: &Config, new: &mut Config) -> Vec<&'static str> {
         "upstream_keepalive_pool" => upstream_keepalive_pool;
         "server.h2c" => h2c;
         "server.write_buffer" => write_buffer;
+        "server.read_buffer" => read_buffer;
+        "server.memory_return_delay" => memory_return_delay;
         "server.upgrade_sock" => upgrade_sock;
         "server.header_read_timeout" => client_limits.header_read_timeout;
         "server.max_header_size" => client_limits.max_header_size;

@@ -6,6 +6,7 @@
 //! and a hit hands out reference-counted slices.
 
 use bytes::Bytes;
+use http::HeaderValue;
 use pingora_cache::key::HashBinary;
 use pingora_cache::CacheMeta;
 use pingora_http::ResponseHeader;
@@ -39,17 +40,26 @@ pub fn with_room_for_hit_fields(header: &ResponseHeader) -> ResponseHeader {
     let mut roomy = build(header.status, hint).expect("a status that is already valid");
     roomy.set_version(header.version);
     let _ = roomy.set_reason_phrase(header.get_reason_phrase());
-    // the names and values are already valid, so the appends cannot fail
+    // the names and values are already valid, so the appends cannot fail; each is copied, as
+    // Pingora parses a response head into slices of its read buffer (4 KiB or more), which a
+    // clone would keep alive for as long as the object is stored
     if header.has_case() {
         for (name, value) in header.case_header_iter() {
-            let _ = roomy.append_header(name.clone(), value.clone());
+            let _ = roomy.append_header(Bytes::copy_from_slice(name.as_slice()), owned(value));
         }
     } else {
         for (name, value) in header.headers.iter() {
-            let _ = roomy.append_header(name.clone(), value.clone());
+            let _ = roomy.append_header(name.clone(), owned(value));
         }
     }
     roomy.clone()
+}
+
+/// A copy of `value` in memory of its own.
+fn owned(value: &HeaderValue) -> HeaderValue {
+    let mut copy = HeaderValue::from_bytes(value.as_bytes()).unwrap_or_else(|_| value.clone());
+    copy.set_sensitive(value.is_sensitive());
+    copy
 }
 
 /// Copies an incoming chunk into a buffer of exactly its size, so a stored body owns exactly the

@@ -48,6 +48,7 @@ pub(super) struct ObjectIndex {
     /// Bytes per TinyUFO weight unit.
     unit: usize,
     limit: usize,
+    max_object_size: usize,
     max_charge: usize,
     bytes: AtomicUsize,
     count: AtomicUsize,
@@ -68,11 +69,17 @@ impl ObjectIndex {
             scopes: ScopeIndex::default(),
             unit,
             limit,
+            max_object_size,
             max_charge,
             bytes: AtomicUsize::new(0),
             count: AtomicUsize::new(0),
             evictions: AtomicU64::new(0),
         }
+    }
+
+    /// The largest body this index admits (`cache.max_object_size`).
+    pub(super) fn max_object_size(&self) -> usize {
+        self.max_object_size
     }
 
     /// The object stored under exactly `key` (not another key with the same 64-bit hash).
