@@ -1206,9 +1206,11 @@ where
                     if let Some(uc) = self.inner.persist_connection_context(&session, &ctx) {
                         persistent_settings.set_user_context(uc);
                     }
-                    return session
-                        .downstream_session
-                        .finish()
+                    // LACQUER PATCH (box finishing a session answered by request_filter): the
+                    // downstream session's `finish` (an HTTP/1 body flush and connection reuse) is
+                    // a ~7.5 KB state machine; inline, it made every request's future that size,
+                    // copied into a new box for each request on a connection (or h2 stream)
+                    return Box::pin(session.downstream_session.finish())
                         .await
                         .ok()
                         .flatten()
