@@ -12,6 +12,11 @@
 //! Nothing on the request path changes: a busy node purges on its own, as before, and the
 //! thread only finds work when the workers have stopped allocating. A zero delay purges every
 //! page as it is freed, with no thread (more `madvise` calls and page faults under churn).
+//!
+//! What it cannot reach: a block freed by one worker thread on a page another worker owns goes
+//! on the owner's list of remote frees, which only the owner processes, when it next allocates.
+//! A worker that stays asleep keeps those pages resident until it runs again (any request does).
+//! With 1,000 closed connections, 60 % to all of their memory came back (`tests/memory_return.rs`).
 
 use libmimalloc_sys::{mi_collect, mi_option_set, mi_option_t, mi_thread_init};
 use std::time::Duration;
