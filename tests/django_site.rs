@@ -17,7 +17,6 @@ use std::process::Command;
 use support::*;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 
 const SITE_RULES: &str = include_str!("django_site/lacquer.toml");
@@ -264,30 +263,9 @@ async fn the_websocket_endpoint_echoes_and_knows_each_visitor_while_its_page_sta
         let greeting = ws.next().await.unwrap().unwrap();
         assert_eq!(greeting, Message::text(format!("Hello, {name}")));
 
-        ws.send(Message::text(format!("text from {name}")))
-            .await
-            .unwrap();
-        let echoed = ws.next().await.unwrap().unwrap();
-        assert_eq!(echoed, Message::text(format!("text from {name}")));
-        let binary: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
-        ws.send(Message::binary(binary.clone())).await.unwrap();
-        let echoed = ws.next().await.unwrap().unwrap();
-        assert_eq!(echoed, Message::binary(binary));
-
-        ws.close(Some(CloseFrame {
-            code: CloseCode::Normal,
-            reason: "done".into(),
-        }))
-        .await
-        .unwrap();
+        assert_echoes(&mut ws, &format!("text from {name}")).await;
         // the endpoint's answering Close comes back through the tunnel, then the stream ends
-        let mut answered = None;
-        while let Some(msg) = ws.next().await {
-            if let Message::Close(frame) = msg.unwrap() {
-                answered = frame;
-            }
-        }
-        assert_eq!(answered.map(|f| f.code), Some(CloseCode::Normal));
+        assert_closes_normally(ws).await;
         // every connection reached the app: nothing answered it from a cache
         assert_eq!(site.hits("WEBSOCKET", "/ws/echo/"), connection + 1);
     }

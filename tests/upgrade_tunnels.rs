@@ -9,9 +9,6 @@ use futures_util::{SinkExt, StreamExt};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::net::TcpListener;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::CloseFrame;
-use tokio_tungstenite::tungstenite::Message;
 
 /// A WebSocket origin that echoes every data frame and answers the close handshake; counts the
 /// handshakes it accepted.
@@ -65,31 +62,9 @@ async fn a_websocket_echoes_text_and_binary_frames_and_closes_cleanly() {
         assert_eq!(field("upgrade"), "websocket");
         assert!(field("connection").contains("upgrade"));
 
-        ws.send(Message::text("hello through lacquer"))
-            .await
-            .unwrap();
-        let echoed = ws.next().await.unwrap().unwrap();
-        assert_eq!(echoed, Message::text("hello through lacquer"));
-
-        let binary: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
-        ws.send(Message::binary(binary.clone())).await.unwrap();
-        let echoed = ws.next().await.unwrap().unwrap();
-        assert_eq!(echoed, Message::binary(binary));
-
-        ws.close(Some(CloseFrame {
-            code: CloseCode::Normal,
-            reason: "done".into(),
-        }))
-        .await
-        .unwrap();
+        assert_echoes(&mut ws, "hello through lacquer").await;
         // the origin's answering Close comes back through the tunnel, then the stream ends
-        let mut answered = None;
-        while let Some(msg) = ws.next().await {
-            if let Message::Close(frame) = msg.unwrap() {
-                answered = frame;
-            }
-        }
-        assert_eq!(answered.map(|f| f.code), Some(CloseCode::Normal));
+        assert_closes_normally(ws).await;
         // never cached: every handshake reaches the origin
         assert_eq!(origin.handshakes.load(Ordering::SeqCst), round);
     }

@@ -18,6 +18,7 @@
 //! - [`child`], [`temp_dir`], [`net`], [`poll`]: child processes killed on drop, scratch
 //!   directories, free ports, bounded waits.
 //! - [`tls`]: certificates for TLS listeners.
+//! - [`websocket`]: echo and close checks through the upgrade tunnel.
 //! - [`fields`]: header lookup in `(name, value)` lists, shared by origin and raw client.
 //! - [`assertions`]: checks against expectations computed apart from the response checked.
 //!
@@ -45,6 +46,7 @@ pub mod origin;
 pub mod poll;
 pub mod temp_dir;
 pub mod tls;
+pub mod websocket;
 
 pub use assertions::*;
 pub use child::{read_lossy, rss_bytes, run_with_timeout, send_signal, stderr_text, OwnedChild};
@@ -64,6 +66,7 @@ pub use origin::*;
 pub use poll::*;
 pub use temp_dir::*;
 pub use tls::*;
+pub use websocket::{assert_closes_normally, assert_echoes, WebSocket};
 
 /// Re-exported so tests can write `support::Bytes` / `Duration` without extra imports.
 pub use bytes::Bytes;
