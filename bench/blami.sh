@@ -8,13 +8,13 @@
 # Short check: bench/blami.sh 3 "1 2"
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 SECS=${1:-30}; COUNTS=${2:-"1 2 4 8"}; DELAY=${DELAY:-50}; CONNS=${CONNS:-64}
 command -v wrk >/dev/null || { echo "needs wrk (apt-get install wrk)" >&2; exit 1; }
 cargo build --release --bins -q
 BIN=target/release; DIR=$(mktemp -d); PIDS=()
 cleanup() { for p in "${PIDS[@]:-}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$DIR"; }
 trap cleanup EXIT
-wait_port() { for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 did not open" >&2; exit 1; }
 cat > "$DIR/unique.lua" <<'LUA'
 -- every request a new URL: nothing is cacheable anyway, and nothing coalesces
 counter = 0

@@ -17,6 +17,7 @@
 # env: OBJECTS (default 2000), CONNS (64), HARNESS (../shared/bench), CODINGS (gzip br zstd)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 SECS=${1:-8}; ROUNDS=${2:-3}; OBJECTS=${OBJECTS:-2000}; CONNS=${CONNS:-64}
 HARNESS=${HARNESS:-$(cd ../shared/bench && pwd)}
 CODINGS=${CODINGS:-gzip br zstd}
@@ -30,7 +31,6 @@ rm -rf "$R"; mkdir -p "$R"/{origin,lacquer}
 PIDS=()
 cleanup() { for p in "${PIDS[@]:-}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
-wait_port() { for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 did not open" >&2; exit 1; }
 PORT=29630; ADMIN=29640
 
 python3 "$HARNESS/origin/gen_content.py" "$R/docroot" 10 >/dev/null

@@ -16,6 +16,7 @@
 # env: OBJECTS (default 2000), CONNS (64), HARNESS (../shared/bench), TARGETS (varnish nginx lacquer)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 SECS=${1:-8}; ROUNDS=${2:-3}; OBJECTS=${OBJECTS:-2000}; CONNS=${CONNS:-64}
 HARNESS=${HARNESS:-$(cd ../shared/bench && pwd)}
 TARGETS=${TARGETS:-varnish nginx lacquer}
@@ -29,7 +30,6 @@ rm -rf "$R"; mkdir -p "$R"/{origin,varnish,nginx,lacquer,shm}
 PIDS=()
 cleanup() { for p in "${PIDS[@]:-}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
-wait_port() { for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 did not open" >&2; exit 1; }
 declare -A PORT=([varnish]=29510 [nginx]=29520 [lacquer]=29530)
 declare -A PID
 

@@ -28,6 +28,7 @@
 # (no admin listener or invalidation keys in its config).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 BIN=$(pwd)/target/release/lacquer
 REQUESTS=20000
 REQ_PATH=/page/1
@@ -62,7 +63,6 @@ WORK=$(mktemp -d /tmp/hit-instructions.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 if [ -z "${ORIGIN:-}" ]; then
   ORIGIN=127.0.0.1:$(free_port)

@@ -19,6 +19,7 @@
 # are still open when RSS is read.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 BIN=$(pwd)/target/release/lacquer
 N=2000
 LARGE=300
@@ -43,7 +44,6 @@ WORK=$(mktemp -d /tmp/idle-connections.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 ORIGIN=127.0.0.1:$(free_port)
 target/release/demo-origin --listen "$ORIGIN" --render-ms 0 >/dev/null 2>&1 &

@@ -18,6 +18,7 @@
 # the tier says it holds (what the cache itself costs beyond its accounting).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 BIN=$(pwd)/target/release/lacquer
 MEMORY=256MiB
 TIMES=4
@@ -39,14 +40,6 @@ WORK=$(mktemp -d /tmp/memory-churn.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; sleep 0.3; rm -rf "$WORK"; }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() {
-  for _ in $(seq 1 200); do
-    python3 -c "import socket; socket.create_connection(('127.0.0.1', $1)).close()" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "nothing listens on $1" >&2; return 1
-}
 mib() { python3 -c "
 import re,sys
 m=re.fullmatch(r'(\d+)\s*(KiB|MiB|GiB)?', sys.argv[1]); n=int(m[1]); u=m[2] or ''
@@ -87,7 +80,7 @@ http {
 CONF
 nginx -c "$WORK/origin/nginx.conf" -p "$WORK/origin" -e "$WORK/origin/error.log" &
 PIDS+=($!)
-wait_port "$ORIGIN_PORT"
+wait_port "$ORIGIN_PORT" 20
 
 PORT=$(free_port)
 ADMIN=$(free_port)
@@ -107,7 +100,7 @@ EOF
 env "${ENVS[@]}" "$BIN" --config "$WORK/lacquer.toml" >"$WORK/lacquer.log" 2>&1 &
 LQ=$!
 PIDS+=($LQ)
-wait_port "$PORT"
+wait_port "$PORT" 20
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/big/64k/0")
 [ "$code" = 200 ] || { echo "the origin answered $code" >&2; exit 1; }
 stat() { curl -s "http://127.0.0.1:$ADMIN/stats" | python3 -c "import json,sys; print(json.load(sys.stdin)['memory']['$1'])"; }

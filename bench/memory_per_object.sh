@@ -22,6 +22,7 @@
 # files). Per object = growth / objects, next to the target's own accounting where it has one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 BIN=$(pwd)/target/release/lacquer
 N=1000000
 TARGETS="lacquer varnish nginx"
@@ -46,14 +47,6 @@ cleanup() {
   rm -rf "$WORK" "$SHM"
 }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() {
-  for _ in $(seq 1 200); do
-    python3 -c "import socket; socket.create_connection(('127.0.0.1', $1)).close()" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "nothing listens on $1" >&2; return 1
-}
 # every process of the tree rooted at $1 (the root included)
 tree() {
   local all=$1 frontier=$1 next
@@ -104,7 +97,7 @@ http {
 CONF
 nginx -c "$WORK/origin/nginx.conf" -p "$WORK/origin" -e "$WORK/origin/error.log" &
 PIDS+=($!)
-wait_port "$ORIGIN_PORT"
+wait_port "$ORIGIN_PORT" 20
 origin_requests() {
   curl -s "http://127.0.0.1:$ORIGIN_PORT/__status" | awk 'NR == 3 { print $3 }'
 }
@@ -215,7 +208,7 @@ for name in $TARGETS; do
   start_target "$name" "$port"
   pid=$TARGET_PID
   PIDS+=("$pid")
-  wait_port "$port"
+  wait_port "$port" 20
   # warm the target's own buffers and pools on a few objects outside the fill
   for i in $(seq 1 64); do curl -s -o /dev/null "http://127.0.0.1:$port/o/warm-$i"; done
   sleep 2

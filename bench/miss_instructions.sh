@@ -24,6 +24,7 @@
 # 250 ms), so its background reads stay out of the per-request figure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 BIN=$(pwd)/target/release/lacquer
 REQUESTS=3000
 KIND=miss
@@ -53,7 +54,6 @@ WORK=$(mktemp -d /tmp/miss-instructions.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 ORIGIN_PORT=$(free_port)
 LISTEN_PORT=$ORIGIN_PORT RUN_DIR=$WORK/origin WORKERS=1 bench/pass_origin.sh >"$WORK/origin.log" 2>&1 &

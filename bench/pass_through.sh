@@ -19,6 +19,7 @@
 # Results: /tmp/pass-run/results/<run-id>/report.md (and results.csv, raw/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 if [ -z "${HARNESS:-}" ]; then
   for h in ../shared/bench /work/shared/bench; do [ -d "$h" ] && HARNESS=$(cd "$h" && pwd) && break; done
 fi
@@ -66,7 +67,6 @@ for f in "$RUN"/pids/*.pid; do
 done
 trap 'stop_all' EXIT
 trap 'exit 130' INT TERM
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 ORIGIN_PORT=$(free_port)
 LISTEN_PORT=$ORIGIN_PORT RUN_DIR=$RUN/origin WORKERS=$WORKERS start_daemon origin "$(pwd)/bench/pass_origin.sh" >/dev/null

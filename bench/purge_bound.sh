@@ -13,6 +13,7 @@
 # wrk (2 connections per node, 1 KB hot hits) runs throughout unless --no-load.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 PURGES=100
 POLL=250ms
 LOAD=1
@@ -29,7 +30,6 @@ WORK=$(mktemp -d /tmp/purge-bound.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 ORIGIN=127.0.0.1:$(free_port)
 target/release/demo-origin --listen "$ORIGIN" --render-ms 0 >/dev/null 2>&1 &

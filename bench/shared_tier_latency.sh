@@ -12,12 +12,11 @@
 # (e.g. --rounds 3). Results: /tmp/bench-run/results/<run-id>/report.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 HARNESS=${HARNESS:-$(cd ../shared/bench && pwd)}
 RUN=$(mktemp -d /tmp/lacquer-tier-latency-XXXX)
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$RUN"' EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
 
 if [ -z "${LACQUER_BIN:-}" ]; then
   cargo build --release --bin lacquer -q
@@ -27,7 +26,7 @@ fi
 
 TP=$(free_port)
 "$RUN/toxiproxy" -host 127.0.0.1 -port "$TP" 2>"$RUN/toxiproxy.log" & PIDS+=($!)
-wait_port "$TP"
+wait_port "$TP" 5
 toxi() { curl -sf -X POST "http://127.0.0.1:$TP$1" -d "$2" >/dev/null; }
 
 # one memcached per variant, so no variant reads what another stored (functions set PORT, not
@@ -35,7 +34,7 @@ toxi() { curl -sf -X POST "http://127.0.0.1:$TP$1" -d "$2" >/dev/null; }
 memcached_for() { # -> PORT: where a new memcached listens
   PORT=$(free_port)
   memcached -u nobody -l 127.0.0.1 -p "$PORT" -U 0 -m 256 -t 1 & PIDS+=($!)
-  wait_port "$PORT"
+  wait_port "$PORT" 5
 }
 relayed() { # NAME MICROS|none -> PORT: a new memcached behind Toxiproxy, MICROS each way
   memcached_for
@@ -47,7 +46,7 @@ relayed() { # NAME MICROS|none -> PORT: a new memcached behind Toxiproxy, MICROS
       toxi "/proxies/$1/toxics" "{\"name\":\"$stream\",\"type\":\"latency_us\",\"stream\":\"$stream\",\"attributes\":{\"latency\":$2}}"
     done
   fi
-  wait_port "$PORT"
+  wait_port "$PORT" 5
 }
 config_for() { # NAME SERVER_PORT: writes $RUN/NAME.toml
   cat > "$RUN/$1.toml" <<TOML

@@ -12,6 +12,7 @@
 # Needs: memcached, Go (the load generator and Toxiproxy are built here), curl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 PHASE=${1:-20}
 RATE=${2:-300}
 OP_TIMEOUT_MS=100
@@ -24,8 +25,6 @@ cleanup() {
   done
 }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 did not open" >&2; exit 1; }
 now_ms() { date +%s%3N; }
 phase() { echo "$(now_ms) $*" >> "$RUN/phases.log"; echo "soak: $(date +%T) phase $*"; }
 rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }

@@ -1,0 +1,17 @@
+# Helpers every bench script starts with; source it after `cd`-ing to the repository's root:
+#   . bench/lib.sh
+
+# A port nothing listens on now (the kernel's pick), on 127.0.0.1.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# Waits until something accepts connections on 127.0.0.1:PORT, polling every 0.1 s for at most
+# SECONDS (default 10); fails (with `set -e`, ends the script) if nothing does.
+wait_port() {
+  local tries=$(( ${2:-10} * 10 ))
+  for _ in $(seq "$tries"); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "nothing listens on port $1" >&2
+  return 1
+}
