@@ -14,6 +14,9 @@ use std::sync::Arc;
 use std::time::Instant;
 use support::*;
 
+/// How long a `/stats` counter is waited for.
+const STAT_WAIT: Duration = Duration::from_secs(5);
+
 /// The site both nodes serve, as a load balancer in front of them would pass it on.
 const HOST: &str = "shop.example";
 const SITE: [(&str, &str); 1] = [("host", HOST)];
@@ -24,19 +27,6 @@ const NODE: &str = "local_ttl = \"30s\"";
 fn json(resp: &Resp) -> Value {
     serde_json::from_slice(&resp.body)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", resp.status, resp.text()))
-}
-
-/// Waits (bounded) until a node's `/stats` counter `key` reaches `n`.
-async fn wait_for_stat(admin: u16, key: &str, n: u64) -> u64 {
-    let mut value = 0;
-    for _ in 0..200 {
-        value = admin_stat(admin, key).await;
-        if value >= n {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    value
 }
 
 /// Waits (bounded) until the entry of `path` is in memcached.
@@ -209,7 +199,7 @@ async fn a_purge_while_the_owning_server_is_frozen_is_not_undone_when_it_comes_b
         assert_eq!(get(&a.proxy.url(p), &SITE).await.status, 200);
     }
     assert!(
-        wait_for_stat(a.admin, "ejections", 1).await >= 1,
+        wait_for_stat(a.admin, "ejections", 1, STAT_WAIT).await >= 1,
         "A ejected the frozen server"
     );
 
@@ -256,7 +246,10 @@ async fn a_purge_while_the_owning_server_is_frozen_is_not_undone_when_it_comes_b
         never_old(&get(&b.proxy.url(path), &SITE).await, "B");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(wait_for_stat(a.admin, "pending_deletes", 0).await, 0);
+    assert_eq!(
+        wait_for_stat(a.admin, "pending_deletes", 0, STAT_WAIT).await,
+        0
+    );
 
     // the trap itself, made certain: the server holds the old entry again (as if A's delete had
     // never reached it) and both nodes must find it there, and refuse it

@@ -86,15 +86,11 @@ async fn a_full_queue_answers_503_and_the_queued_request_goes_next() {
             .await
     );
     let queued = tokio::spawn(get_status(lacquer.url("/queued")));
-    let mut waited = false;
-    for _ in 0..200 {
-        if admin_stat(admin, "queued").await == 1 {
-            waited = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(waited, "the second request waits in the queue");
+    assert_eq!(
+        wait_for_stat(admin, "queued", 1, Duration::from_secs(10)).await,
+        1,
+        "the second request waits in the queue"
+    );
 
     assert_eq!(get_status(lacquer.url("/overflow")).await, 503);
     assert_eq!(origin.hits_for("/overflow"), 0);

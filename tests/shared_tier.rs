@@ -6,6 +6,9 @@ use lacquer::storage::tiered::memcached_key;
 use lacquer_memcached::ketama::KetamaRing;
 use support::*;
 
+/// How long a `/stats` counter is waited for.
+const STAT_WAIT: Duration = Duration::from_secs(5);
+
 struct Cluster {
     servers: Vec<MemcachedProcess>,
 }
@@ -47,19 +50,6 @@ impl Cluster {
 /// The site both nodes serve, as a load balancer in front of them would pass it on.
 const SITE: [(&str, &str); 1] = [("host", "shop.example")];
 
-/// Waits (bounded) until node's shared-tier counter reaches `n`.
-async fn wait_for_stat(admin: u16, key: &str, n: u64) -> u64 {
-    let mut value = 0;
-    for _ in 0..100 {
-        value = admin_stat(admin, key).await;
-        if value >= n {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    value
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_object_fetched_through_one_node_is_a_hit_on_the_other() {
     let cluster = Cluster::start();
@@ -71,7 +61,7 @@ async fn an_object_fetched_through_one_node_is_a_hit_on_the_other() {
     let first = get(&a.url(path), &SITE).await;
     assert_eq!(first.status, 200);
     assert_eq!(
-        wait_for_stat(admin_a, "writes", 1).await,
+        wait_for_stat(admin_a, "writes", 1, STAT_WAIT).await,
         1,
         "A wrote the entry to memcached"
     );
@@ -106,7 +96,7 @@ async fn without_promotion_every_hit_reads_memcached_and_a_miss_asks_it_once() {
         1,
         "one memcached read for a miss, not one per lookup phase"
     );
-    assert_eq!(wait_for_stat(admin, "writes", 1).await, 1);
+    assert_eq!(wait_for_stat(admin, "writes", 1, STAT_WAIT).await, 1);
 
     // the memory tier keeps nothing: each hit is a verified memcached read
     for n in 1..=3 {
@@ -120,7 +110,7 @@ async fn without_promotion_every_hit_reads_memcached_and_a_miss_asks_it_once() {
     let fr_first = get(&a.url(path), &fr).await;
     assert_eq!(fr_first.cache_fwd().as_deref(), Some("vary-miss"));
     assert_ne!(fr_first.body, first.body);
-    assert_eq!(wait_for_stat(admin, "writes", 2).await, 2);
+    assert_eq!(wait_for_stat(admin, "writes", 2, STAT_WAIT).await, 2);
     let fr_hit = get(&a.url(path), &fr).await;
     assert!(fr_hit.is_hit(), "{:?}", fr_hit.cache_status());
     assert_eq!(fr_hit.body, fr_first.body);
@@ -141,9 +131,9 @@ async fn purging_a_url_retires_every_variant_in_memcached() {
     // each write reaches memcached before the next request, or fr could find no primary there
     // and take the primary slot itself
     get(&a.url(path), &en).await;
-    assert_eq!(wait_for_stat(admin, "writes", 1).await, 1);
+    assert_eq!(wait_for_stat(admin, "writes", 1, STAT_WAIT).await, 1);
     get(&a.url(path), &fr).await;
-    assert_eq!(wait_for_stat(admin, "writes", 2).await, 2);
+    assert_eq!(wait_for_stat(admin, "writes", 2, STAT_WAIT).await, 2);
     assert!(get(&a.url(path), &en).await.is_hit());
     assert!(get(&a.url(path), &fr).await.is_hit());
 
@@ -154,7 +144,7 @@ async fn purging_a_url_retires_every_variant_in_memcached() {
     // a miss and fetched again too: a purge of the URL purges every representation
     let en_again = get(&a.url(path), &en).await;
     assert!(!en_again.is_hit(), "{:?}", en_again.cache_status());
-    assert_eq!(wait_for_stat(admin, "writes", 3).await, 3);
+    assert_eq!(wait_for_stat(admin, "writes", 3, STAT_WAIT).await, 3);
     let fr_again = get(&a.url(path), &fr).await;
     assert!(
         !fr_again.is_hit(),
@@ -175,7 +165,7 @@ async fn a_five_megabyte_object_round_trips_through_chunks() {
     let path = format!("/big?cc=max-age%3D300&len={len}");
     let first = get(&a.url(&path), &SITE).await;
     assert_eq!(first.body.len(), len);
-    assert_eq!(wait_for_stat(admin_a, "writes", 1).await, 1);
+    assert_eq!(wait_for_stat(admin_a, "writes", 1, STAT_WAIT).await, 1);
     let from_b = get(&b.url(&path), &SITE).await;
     assert!(from_b.is_hit(), "{:?}", from_b.cache_status());
     assert_eq!(from_b.body.len(), len);
@@ -271,7 +261,7 @@ async fn a_dead_memcached_costs_misses_not_errors_and_is_used_again_after_restar
     cluster.servers[1].kill();
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert!(
-        wait_for_stat(admin_a, "ejections", 1).await >= 1,
+        wait_for_stat(admin_a, "ejections", 1, STAT_WAIT).await >= 1,
         "the dead server should have been ejected"
     );
     cluster.servers[1].restart();
@@ -318,7 +308,7 @@ async fn a_purge_through_one_node_reaches_the_other_within_local_ttl() {
     let (b, _admin_b) = cluster.node(&origin);
     let path = "/purged?cc=max-age%3D300";
     get(&a.url(path), &SITE).await;
-    assert_eq!(wait_for_stat(admin_a, "writes", 1).await, 1);
+    assert_eq!(wait_for_stat(admin_a, "writes", 1, STAT_WAIT).await, 1);
     assert!(get(&b.url(path), &SITE).await.is_hit(), "B holds a copy");
 
     let purged = request("PURGE", &a.url(path), &SITE, None).await;
