@@ -57,9 +57,17 @@ impl GetBatcher {
         }
     }
 
-    /// Gets `key`, alone or in a batch. `fetch` performs one multi-get (values in key order, or
-    /// `None` when the batch failed) and is called once per batch this caller leads.
-    pub async fn get<F, Fut>(&self, key: &[u8], fetch: F) -> Option<Bytes>
+    /// Gets `key`, alone or in a batch, by `deadline`. `fetch` performs one multi-get (values in
+    /// key order, or `None` when the batch failed), is called once per batch this caller leads,
+    /// and must itself end by `deadline`: the leader's only timer is the one inside its fetch
+    /// (one timer per hit, not three), and a queued caller waits for its value or its turn to
+    /// lead until `deadline` (then it is a miss).
+    pub async fn get<F, Fut>(
+        &self,
+        key: &[u8],
+        deadline: tokio::time::Instant,
+        fetch: F,
+    ) -> Option<Bytes>
     where
         F: FnOnce(Vec<Vec<u8>>) -> Fut,
         Fut: Future<Output = Option<Vec<Option<Bytes>>>>,
@@ -79,10 +87,17 @@ impl GetBatcher {
             }
         };
         if let Some(receiver) = queued {
-            match receiver.await {
-                Ok(Message::Value(value)) => return value,
-                Ok(Message::Lead) => {}
+            let mut queued = Queued {
+                batcher: self,
+                receiver,
+            };
+            match tokio::time::timeout_at(deadline, &mut queued.receiver).await {
+                Ok(Ok(Message::Value(value))) => return value,
+                Ok(Ok(Message::Lead)) => {}
                 // the leader of our batch went away: a miss
+                Ok(Err(_)) => return None,
+                // out of time in the queue: a miss (a slot handed to us meanwhile goes on to
+                // the next waiter, see `release`)
                 Err(_) => return None,
             }
         }
@@ -144,6 +159,21 @@ impl GetBatcher {
     }
 }
 
+/// A queued get's receiver. A get that stops waiting (out of time, or its caller gone) just as
+/// a slot is handed to it would otherwise take the slot with it: the hand-off is passed on.
+struct Queued<'a> {
+    batcher: &'a GetBatcher,
+    receiver: oneshot::Receiver<Message>,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        if let Ok(Message::Lead) = self.receiver.try_recv() {
+            self.batcher.release();
+        }
+    }
+}
+
 /// A batch slot, released (and handed on) however the leader's future ends.
 struct Slot<'a>(&'a GetBatcher);
 
@@ -162,6 +192,11 @@ mod tests {
 
     fn value_of(key: &[u8]) -> Option<Bytes> {
         (key != b"missing").then(|| Bytes::from([b"v:", key].concat()))
+    }
+
+    /// A deadline no test reaches.
+    fn far() -> tokio::time::Instant {
+        tokio::time::Instant::now() + std::time::Duration::from_secs(3600)
     }
 
     type Fetched = std::pin::Pin<Box<dyn Future<Output = Option<Vec<Option<Bytes>>>> + Send>>;
@@ -186,7 +221,7 @@ mod tests {
         let calls = AtomicUsize::new(0);
         for key in [&b"a"[..], b"b", b"missing"] {
             let got = batcher
-                .get(key, |keys| {
+                .get(key, far(), |keys| {
                     calls.fetch_add(1, Ordering::Relaxed);
                     async move { Some(keys.iter().map(|k| value_of(k)).collect()) }
                 })
@@ -207,7 +242,7 @@ mod tests {
             let (batcher, batches, gate) = (batcher.clone(), batches.clone(), gate.clone());
             tasks.push(tokio::spawn(async move {
                 let got = batcher
-                    .get(key.as_bytes(), gated_fetch(batches, gate))
+                    .get(key.as_bytes(), far(), gated_fetch(batches, gate))
                     .await;
                 (key, got)
             }));
@@ -244,12 +279,12 @@ mod tests {
         let gate = Arc::new(Notify::new());
         let leader = {
             let (batcher, batches, gate) = (batcher.clone(), batches.clone(), gate.clone());
-            tokio::spawn(async move { batcher.get(b"a", gated_fetch(batches, gate)).await })
+            tokio::spawn(async move { batcher.get(b"a", far(), gated_fetch(batches, gate)).await })
         };
         tokio::task::yield_now().await;
         let follower = {
             let (batcher, batches, gate) = (batcher.clone(), batches.clone(), gate.clone());
-            tokio::spawn(async move { batcher.get(b"b", gated_fetch(batches, gate)).await })
+            tokio::spawn(async move { batcher.get(b"b", far(), gated_fetch(batches, gate)).await })
         };
         tokio::task::yield_now().await;
         assert_eq!(batcher.load(), (1, 1));
@@ -262,5 +297,55 @@ mod tests {
         gate.notify_one();
         assert_eq!(follower.await.unwrap(), value_of(b"b"));
         assert_eq!(batcher.load(), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_queued_get_out_of_time_is_a_miss_and_leaks_no_slot() {
+        let batcher = Arc::new(GetBatcher::new(1, 16));
+        let batches = Arc::new(Mutex::new(Vec::new()));
+        let gate = Arc::new(Notify::new());
+        let leader = {
+            let (batcher, batches, gate) = (batcher.clone(), batches.clone(), gate.clone());
+            tokio::spawn(async move { batcher.get(b"a", far(), gated_fetch(batches, gate)).await })
+        };
+        tokio::task::yield_now().await;
+        let soon = tokio::time::Instant::now() + std::time::Duration::from_millis(50);
+        let late = {
+            let (batcher, batches, gate) = (batcher.clone(), batches.clone(), gate.clone());
+            tokio::spawn(async move { batcher.get(b"b", soon, gated_fetch(batches, gate)).await })
+        };
+        tokio::task::yield_now().await;
+        assert_eq!(batcher.load(), (1, 1));
+        assert_eq!(
+            late.await.unwrap(),
+            None,
+            "out of time in the queue: a miss"
+        );
+        gate.notify_one();
+        assert_eq!(leader.await.unwrap(), value_of(b"a"));
+        // the slot the late get would have been handed is free again
+        assert_eq!(batcher.load(), (0, 0));
+        let again = batcher
+            .get(b"c", far(), |keys| async move {
+                Some(keys.iter().map(|k| value_of(k)).collect())
+            })
+            .await;
+        assert_eq!(again, value_of(b"c"));
+        assert_eq!(batches.lock().len(), 1, "the late get never led a batch");
+    }
+
+    #[tokio::test]
+    async fn a_slot_handed_to_a_get_that_stopped_waiting_goes_to_the_next() {
+        let batcher = Arc::new(GetBatcher::new(1, 16));
+        let (reply, receiver) = oneshot::channel();
+        // a queued get whose hand-off arrives as it gives up: `release` counted the slot as
+        // its own
+        batcher.state.lock().in_flight = 1;
+        assert!(reply.send(Message::Lead).is_ok());
+        drop(Queued {
+            batcher: &batcher,
+            receiver,
+        });
+        assert_eq!(batcher.load(), (0, 0), "the slot was released, not kept");
     }
 }
