@@ -54,7 +54,7 @@ impl UncacheableUrls {
                 self.set.mark_cacheable(key);
             }
             RespCacheable::Uncacheable(reason) => {
-                self.set.mark_uncacheable(key, reason.clone());
+                self.set.mark_uncacheable(key, *reason);
             }
         }
     }
