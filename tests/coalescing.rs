@@ -74,3 +74,109 @@ async fn lock_timeout_lets_waiters_fetch_themselves() {
         "waiters should have given up on the lock"
     );
 }
+
+/// Counts the requests an origin handler is answering at once: each arrival waits (on the
+/// origin's blocking handler thread) until `expected` requests have arrived in this phase, or
+/// `give_up` passes, so requests that reach the origin side by side are all counted in flight
+/// together.
+struct InFlight {
+    /// In flight now, the most at once, arrivals: in this phase.
+    state: std::sync::Mutex<(usize, usize, usize)>,
+    arrived: std::sync::Condvar,
+    expected: std::sync::atomic::AtomicUsize,
+}
+
+impl InFlight {
+    fn new() -> std::sync::Arc<InFlight> {
+        std::sync::Arc::new(InFlight {
+            state: std::sync::Mutex::new((0, 0, 0)),
+            arrived: std::sync::Condvar::new(),
+            expected: std::sync::atomic::AtomicUsize::new(1),
+        })
+    }
+
+    /// Called by the handler: in, wait for the others (or `give_up`), out.
+    fn hold(&self, give_up: Duration) {
+        let expected = self.expected.load(std::sync::atomic::Ordering::SeqCst);
+        let mut state = self.state.lock().unwrap();
+        state.0 += 1;
+        state.1 = state.1.max(state.0);
+        state.2 += 1;
+        self.arrived.notify_all();
+        let (mut state, _) = self
+            .arrived
+            .wait_timeout_while(state, give_up, |s| s.2 < expected)
+            .unwrap();
+        state.0 -= 1;
+    }
+
+    /// The most requests seen in flight at once; starts the next phase.
+    fn take_max(&self) -> usize {
+        let mut state = self.state.lock().unwrap();
+        state.2 = 0;
+        std::mem::take(&mut state.1)
+    }
+}
+
+/// Hit-for-miss (`proxy::hit_for_miss`): once a URL answered `no-store`, concurrent requests for
+/// it no longer queue behind the cache lock: all of them are at the origin at once (counted
+/// there; behind the lock the first would be alone until its 10 s hold gave up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_requests_for_a_url_answered_no_store_reach_the_origin_together() {
+    const N: usize = 6;
+    let in_flight = InFlight::new();
+    let held = in_flight.clone();
+    let origin = TestOrigin::start(move |_| {
+        held.hold(Duration::from_secs(10));
+        OriginResponse::ok("dynamic").header("cache-control", "no-store")
+    });
+    let lacquer = LacquerProcess::start_simple(origin.addr(), "[log]\naccess = \"off\"");
+    let url = lacquer.url("/api/slow");
+    assert_eq!(get(&url, &[]).await.status, 200);
+    assert_eq!(in_flight.take_max(), 1);
+    in_flight
+        .expected
+        .store(N, std::sync::atomic::Ordering::SeqCst);
+    let responses = concurrent_gets(url, N).await;
+    assert!(responses.iter().all(|r| r.status == 200 && !r.is_hit()));
+    assert_eq!(origin.hits(), N + 1);
+    assert_eq!(
+        in_flight.take_max(),
+        N,
+        "every request was at the origin at once"
+    );
+}
+
+/// A URL whose answers mix `private` and public: after a private answer marked it, the stale
+/// public copy stored under it still coalesces its revalidation (the lookup finds the copy and
+/// the lock goes back on): concurrent requests make one origin fetch, and the rest are served
+/// the copy that fetch stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_url_mixing_private_and_public_answers_still_coalesces_on_its_stored_copy() {
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = answered.clone();
+    let origin = TestOrigin::start(move |_| {
+        match count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+            // stored, and stale at once
+            0 => OriginResponse::ok("public v1").header("cache-control", "public, max-age=0"),
+            // one user's answer: not stored, marks the URL
+            1 => OriginResponse::ok("mine").header("cache-control", "private"),
+            _ => OriginResponse::ok("public v2")
+                .header("cache-control", "public, max-age=60")
+                .delay(Duration::from_millis(300)),
+        }
+    });
+    let lacquer = LacquerProcess::start_simple(origin.addr(), "[log]\naccess = \"off\"");
+    let url = lacquer.url("/page");
+    let stored = get(&url, &[]).await;
+    assert_eq!(
+        stored.cache_status().unwrap(),
+        "lacquer; fwd=uri-miss; fwd-status=200; stored"
+    );
+    let private = get(&url, &[]).await;
+    assert_eq!(&private.body[..], b"mine");
+    let responses = concurrent_gets(url.clone(), 8).await;
+    assert!(responses.iter().all(|r| &r.body[..] == b"public v2"));
+    assert_eq!(origin.hits(), 3, "one fetch for the 8 concurrent requests");
+    assert!(get(&url, &[]).await.is_hit());
+}

@@ -7,6 +7,7 @@
 //!
 //! [`freshness`] holds the pure freshness and age arithmetic; [`vary`] the variant key.
 
+pub mod cache_control;
 pub mod delta_seconds;
 pub mod freshness;
 pub mod http_date;
@@ -19,7 +20,6 @@ pub mod vary;
 use crate::config::CacheConfig;
 use freshness::{freshness, storable_status, understood_status, Freshness, FreshnessRules};
 use http::Method;
-use pingora_cache::cache_control::InterpretCacheControl;
 use pingora_cache::{CacheMeta, NoCacheReason, RespCacheable};
 use pingora_http::{RequestHeader, ResponseHeader};
 use std::time::{Duration, SystemTime};
@@ -138,20 +138,18 @@ impl CachePolicy {
         let (cc, targeted) = self.targeted.cache_control(resp);
         // must-understand: store only statuses we understand, and then ignore no-store
         // (RFC 9111 §5.2.2.3)
-        let must_understand = cc.as_ref().is_some_and(|cc| cc.has_key("must-understand"));
+        let must_understand = cc.must_understand();
         if must_understand && !understood_status(resp.status) {
             return uncacheable(REASON_MUST_UNDERSTAND);
         }
-        if !must_understand && cc.as_ref().is_some_and(|cc| cc.no_store()) {
+        if !must_understand && cc.no_store() {
             return uncacheable(REASON_NO_STORE);
         }
-        if cc.as_ref().is_some_and(|cc| cc.private()) {
+        if cc.private() {
             return uncacheable(REASON_PRIVATE);
         }
         if req.headers.contains_key(http::header::AUTHORIZATION)
-            && !cc
-                .as_ref()
-                .is_some_and(|cc| cc.allow_caching_authorized_req())
+            && !cc.allow_caching_authorized_req()
         {
             return uncacheable(REASON_AUTHORIZATION);
         }
@@ -174,14 +172,13 @@ impl CachePolicy {
             ignore_expires: targeted,
         };
         let now = SystemTime::now();
-        let no_cache = rules.override_ttl.is_none() && cc.as_ref().is_some_and(|cc| cc.no_cache());
+        let no_cache = rules.override_ttl.is_none() && cc.no_cache();
         let mut fresh = match freshness(resp, &rules, request_time, now) {
             Some(fresh) => fresh,
             // storable at all (RFC 9111 §3): a heuristically cacheable status, or `public`
             None if no_cache
                 && has_validator(resp)
-                && (freshness::heuristically_cacheable(resp.status)
-                    || cc.as_ref().is_some_and(|cc| cc.public())) =>
+                && (freshness::heuristically_cacheable(resp.status) || cc.public()) =>
             {
                 freshness::revalidate_only(resp, request_time, now)
             }
@@ -192,27 +189,28 @@ impl CachePolicy {
             g.as_secs().min(u32::MAX as u64) as u32
         });
         let (mut swr, mut sie) = (0, grace);
-        if let Some(cc) = &cc {
-            if no_cache {
-                // stored, but never served without revalidation (RFC 9111 §5.2.2.4)
-                fresh.lifetime = Duration::ZERO;
-            }
-            if cc.has_key("s-maxage") {
-                // implies proxy-revalidate (RFC 9111 §5.2.2.10): no grace of ours
-                sie = 0;
-            }
-            if no_cache || cc.must_revalidate() || cc.proxy_revalidate() {
-                // never served stale, whatever else is said or configured (RFC 9111 §4.2.4,
-                // §5.2.2.2, §5.2.2.4)
-                sie = 0;
-            } else {
-                swr = cc.stale_while_revalidate().ok().flatten().unwrap_or(0);
-                if let Ok(Some(seconds)) = cc.stale_if_error() {
-                    sie = seconds;
-                }
-            }
-            cc.strip_private_headers(&mut header);
+        if no_cache {
+            // stored, but never served without revalidation (RFC 9111 §5.2.2.4)
+            fresh.lifetime = Duration::ZERO;
         }
+        if cc.has_s_maxage() {
+            // implies proxy-revalidate (RFC 9111 §5.2.2.10): no grace of ours
+            sie = 0;
+        }
+        if no_cache || cc.must_revalidate() || cc.proxy_revalidate() {
+            // never served stale, whatever else is said or configured (RFC 9111 §4.2.4,
+            // §5.2.2.2, §5.2.2.4)
+            sie = 0;
+        } else {
+            swr = cc
+                .stale_while_revalidate()
+                .and_then(Result::ok)
+                .unwrap_or(0);
+            if let Some(Ok(seconds)) = cc.stale_if_error() {
+                sie = seconds;
+            }
+        }
+        cc.strip_private_headers(&mut header);
         RespCacheable::Cacheable(build_meta(&fresh, now, swr, sie, header))
     }
 }
@@ -228,7 +226,7 @@ impl CachePolicy {
         resp: &ResponseHeader,
         request_time: SystemTime,
     ) -> RespCacheable {
-        let (_, targeted) = self.targeted.cache_control(resp);
+        let targeted = self.targeted.governing(resp).is_some();
         let explicit_only = FreshnessRules {
             cache_control_field: self.targeted.governing_field(resp),
             heuristic_fraction: 0.0,

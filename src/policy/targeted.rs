@@ -15,7 +15,7 @@
 //! (`cache.strip_targeted_fields`): by default only our own field, since `CDN-Cache-Control`
 //! targets every CDN on the path, including one in front of Lacquer (issue 17).
 
-use pingora_cache::cache_control::CacheControl;
+use super::cache_control::ResponseDirectives;
 use pingora_http::ResponseHeader;
 use sfv::{ParseMore, Parser};
 
@@ -51,12 +51,12 @@ impl TargetedFields {
             .find(|name| is_dictionary(resp, name))
     }
 
-    /// The cache control that governs this cache for `resp`, and whether it came from a targeted
-    /// field (in which case `Expires` must be ignored too).
-    pub fn cache_control(&self, resp: &ResponseHeader) -> (Option<CacheControl>, bool) {
+    /// The cache directives that govern this cache for `resp`, and whether they came from a
+    /// targeted field (in which case `Expires` must be ignored too).
+    pub fn cache_control<'r>(&self, resp: &'r ResponseHeader) -> (ResponseDirectives<'r>, bool) {
         match self.governing(resp) {
-            Some(name) => (CacheControl::from_resp_headers_named(name, resp), true),
-            None => (CacheControl::from_resp_headers(resp), false),
+            Some(name) => (ResponseDirectives::of(resp, name), true),
+            None => (ResponseDirectives::of(resp, "cache-control"), false),
         }
     }
 
@@ -84,7 +84,13 @@ fn is_dictionary(resp: &ResponseHeader, name: &str) -> bool {
 mod tests {
     use super::*;
 
+    use crate::policy::delta_seconds::{first_directive, DeltaSeconds};
     use crate::policy::test_headers::response as resp;
+
+    /// The `max-age` the freshness computation reads for `r`: from the governing field.
+    fn max_age_read(fields: &TargetedFields, r: &ResponseHeader) -> Option<DeltaSeconds> {
+        first_directive(r, fields.governing_field(r), "max-age")
+    }
 
     #[test]
     fn most_specific_field_wins() {
@@ -96,10 +102,13 @@ mod tests {
         ]);
         let (cc, targeted) = fields.cache_control(&r);
         assert!(targeted);
-        assert_eq!(cc.unwrap().max_age().unwrap(), Some(20));
-        let (cc, targeted) = fields.cache_control(&resp(&[("cache-control", "max-age=5")]));
+        assert!(!cc.no_store(), "Cache-Control's no-store does not govern");
+        assert_eq!(max_age_read(&fields, &r), Some(DeltaSeconds::Seconds(20)));
+        let r = resp(&[("cache-control", "max-age=5, no-store")]);
+        let (cc, targeted) = fields.cache_control(&r);
         assert!(!targeted);
-        assert_eq!(cc.unwrap().max_age().unwrap(), Some(5));
+        assert!(cc.no_store());
+        assert_eq!(max_age_read(&fields, &r), Some(DeltaSeconds::Seconds(5)));
     }
 
     #[test]
@@ -116,9 +125,13 @@ mod tests {
                 ("cdn-cache-control", invalid),
             ]);
             assert_eq!(fields.governing(&r), None, "{invalid}");
-            let (cc, targeted) = fields.cache_control(&r);
+            let (_, targeted) = fields.cache_control(&r);
             assert!(!targeted, "{invalid}");
-            assert_eq!(cc.unwrap().max_age().unwrap(), Some(5), "{invalid}");
+            assert_eq!(
+                max_age_read(&fields, &r),
+                Some(DeltaSeconds::Seconds(5)),
+                "{invalid}"
+            );
         }
         // our own field invalid: CDN-Cache-Control, the next of the list, governs
         let r = resp(&[

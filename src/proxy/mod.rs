@@ -12,7 +12,8 @@
 //!    (`crate::rules`) are applied; [`fast_hit`] answers fresh, plain hits from storage without
 //!    Pingora's cache machinery.
 //! 2. `request_cache_filter`: whether the cache is used at all (method, client `no-store`,
-//!    config); if so, it is enabled with our storage and the cache lock.
+//!    config); if so, it is enabled with our storage and the cache lock, which a URL last
+//!    answered uncacheable skips on a miss ([`hit_for_miss`]; a stored copy found puts it back).
 //! 3. `cache_key_callback`: the key from [`cache_key`] (built once per request);
 //!    `cache_vary_filter` adds the variant (`policy::vary`); `cache_hit_filter` applies the
 //!    client's directives (`policy::request_directives`).
@@ -42,6 +43,7 @@ pub mod cache_status;
 pub mod fast_hit;
 pub mod forwarding;
 pub mod headers;
+pub mod hit_for_miss;
 pub mod hooks;
 pub mod interim;
 pub mod invalidation;
@@ -128,6 +130,9 @@ pub struct RequestCtx {
     /// Whether the client asks to switch protocols (see [`upgrade`]); decided in
     /// `request_filter` for requests the fast path declined.
     upgrade: UpgradeRequest,
+    /// The cache was enabled without the lock: the URL answered uncacheable last time
+    /// ([`hit_for_miss`]).
+    lock_skipped: bool,
 }
 
 /// Lacquer's implementation of Pingora's [`ProxyHttp`].
@@ -146,6 +151,8 @@ pub struct LacquerProxy {
     /// Partial content (`None` unless the cache and `[cache.partial]` are enabled).
     partial: Option<PartialContent>,
     cache_lock: &'static CacheKeyLockImpl,
+    /// The URLs last answered uncacheable, whose misses skip the lock ([`hit_for_miss`]).
+    uncacheable: &'static hit_for_miss::UncacheableUrls,
     access_log: Option<Arc<AccessLog>>,
     /// Requests in flight, for the drain.
     in_flight: &'static InFlightRequests,
@@ -196,6 +203,7 @@ impl LacquerProxy {
             hooks: None,
             storage,
             cache_lock: lock,
+            uncacheable: hit_for_miss::UncacheableUrls::leak(),
             access_log,
             in_flight,
             metrics: RequestMetrics::leak(),
@@ -293,6 +301,7 @@ impl ProxyHttp for LacquerProxy {
             tier: None,
             _in_flight: self.in_flight.start(),
             upgrade: UpgradeRequest::None,
+            lock_skipped: false,
         }
     }
 
@@ -393,11 +402,12 @@ impl ProxyHttp for LacquerProxy {
             Some(known_missing) if ctx.shared_primary_missing => known_missing,
             _ => self.storage,
         };
+        ctx.lock_skipped = self.uncacheable.remembered(ctx.key.get(req));
         session.cache.enable(
             storage,
             None,
             None,
-            Some(self.cache_lock),
+            (!ctx.lock_skipped).then_some(self.cache_lock),
             Some(Self::lock_overrides(&live)),
         );
         session
@@ -427,13 +437,17 @@ impl ProxyHttp for LacquerProxy {
 
     async fn cache_hit_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         meta: &CacheMeta,
         hit_handler: &mut HitHandler,
         _is_fresh: bool,
         ctx: &mut Self::CTX,
     ) -> Result<Option<ForcedFreshness>> {
         ctx.tier = Some(memory::tier_of(hit_handler));
+        if std::mem::take(&mut ctx.lock_skipped) {
+            let overrides = Self::lock_overrides(&self.live.load());
+            hit_for_miss::on_stored_copy_found(session, self.cache_lock, overrides);
+        }
         if !ctx.directives.any() {
             return Ok(None);
         }
@@ -757,6 +771,8 @@ impl ProxyHttp for LacquerProxy {
                 ctx.seen.not_stored_reason = Some(reason.as_str());
             }
         }
+        self.uncacheable
+            .on_decision(ctx.key.get(session.req_header()), &decision);
         Ok(decision)
     }
 

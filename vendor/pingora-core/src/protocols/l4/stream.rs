@@ -741,13 +741,28 @@ impl UniqueID for Stream {
 
 impl Ssl for Stream {}
 
+/// LACQUER PATCH (one read for the h2c preface peek): how much a peek reads at most, the size of
+/// the HTTP/1 session's first head buffer.
+const PEEK_READ_SIZE: usize = 4096;
+
 #[async_trait]
 impl Peek for Stream {
     async fn try_peek(&mut self, buf: &mut [u8]) -> std::io::Result<bool> {
         use tokio::io::AsyncReadExt;
-        self.read_exact(buf).await?;
+        // LACQUER PATCH (one read for the h2c preface peek): the peek read exactly `buf.len()`
+        // bytes (the 24 of the h2c preface), so an HTTP/1 request head on a new connection took
+        // a second `recvfrom` for the rest. Each read now takes what the socket has, up to
+        // PEEK_READ_SIZE, until `buf.len()` bytes are in (the same wait as before), and all of
+        // it is rewound for the session.
+        let mut read = Vec::with_capacity(buf.len().max(PEEK_READ_SIZE));
+        while read.len() < buf.len() {
+            if self.read_buf(&mut read).await? == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+        buf.copy_from_slice(&read[..buf.len()]);
         // rewind regardless of what is read
-        self.rewind(buf);
+        self.rewind_read_buf.push(read);
         Ok(true)
     }
 }
