@@ -23,6 +23,7 @@
 //! hit they make.
 
 pub mod answer;
+pub mod file_body;
 pub mod lookup;
 
 use super::RequestCtx;

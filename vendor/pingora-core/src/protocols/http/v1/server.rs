@@ -1073,6 +1073,72 @@ impl HttpSession {
         self.write_response_header(Box::new(resp.clone())).await
     }
 
+    /// LACQUER PATCH (sendfile): writes the response header and a `Content-Length` body of `len`
+    /// bytes read from `file` (from offset 0) with `sendfile(2)`, so the body never passes
+    /// through user space: the header leaves with `MSG_MORE` and the kernel sends it with the
+    /// body's first bytes. Waits for the socket to take more (never spins, never blocks the
+    /// thread) under the session's write timeout.
+    ///
+    /// Returns `Ok(true)` when both are written. When the stream is not plain TCP (TLS, Unix) or
+    /// the header does not frame exactly `len` bytes, it writes the header as
+    /// [`Self::write_response_header`] does and returns `Ok(false)`: the caller writes the body.
+    #[cfg(target_os = "linux")]
+    pub async fn write_response_with_file_body(
+        &mut self,
+        mut header: Box<ResponseHeader>,
+        file: std::os::fd::BorrowedFd<'_>,
+        len: usize,
+    ) -> Result<bool> {
+        let plain_tcp = self
+            .underlying_stream
+            .as_any()
+            .downcast_ref::<crate::protocols::l4::stream::Stream>()
+            .is_some();
+        if !plain_tcp {
+            self.write_response_header(header).await?;
+            return Ok(false);
+        }
+        let Some((head, _)) = self.prepare_response_header(&mut header)? else {
+            return Ok(false);
+        };
+        if self.body_writer.body_mode != super::body::BodyMode::ContentLength(len, 0) {
+            self.underlying_stream
+                .write_all(&head)
+                .await
+                .or_err(WriteError, "writing response header")?;
+            self.response_written = Some(header);
+            return Ok(false);
+        }
+        // anything an earlier response left in the write buffer goes first
+        self.underlying_stream
+            .flush()
+            .await
+            .or_err(WriteError, "flushing before a file body")?;
+        let Some(socket) = self
+            .underlying_stream
+            .as_any()
+            .downcast_ref::<crate::protocols::l4::stream::Stream>()
+            .and_then(|s| s.unbuffered_tcp_socket())
+        else {
+            return Error::e_explain(WriteError, "no TCP socket for a file body");
+        };
+        let send = send_head_and_file(socket, &head, file, len);
+        let sent = match self.write_timeout(len) {
+            Some(t) => match timeout(t, send).await {
+                Ok(res) => res,
+                Err(_) => {
+                    return Error::e_explain(WriteTimedout, format!("writing body, timeout: {t:?}"))
+                }
+            },
+            None => send.await,
+        };
+        sent.or_err(WriteError, "writing a file body")?;
+        self.body_writer.body_mode = super::body::BodyMode::ContentLength(len, len);
+        self.body_bytes_sent += len;
+        self.response_written = Some(header);
+        Ok(true)
+    }
+
     async fn do_write_body(&mut self, buf: &[u8]) -> Result<Option<usize>> {
         let written = self
             .body_writer
@@ -1970,6 +2036,71 @@ fn http_resp_header_to_buf(
     resp.header_to_h1_wire(buf);
 
     buf.put_slice(CRLF);
+    Ok(())
+}
+
+/// LACQUER PATCH (sendfile): `head` with `MSG_MORE`, then `len` bytes of `file` from offset 0
+/// with `sendfile(2)`, each attempt made when tokio says `socket` is writable (a full socket
+/// buffer parks the task until the peer reads).
+#[cfg(target_os = "linux")]
+async fn send_head_and_file(
+    socket: &tokio::net::TcpStream,
+    head: &[u8],
+    file: std::os::fd::BorrowedFd<'_>,
+    len: usize,
+) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use tokio::io::Interest;
+    let fd = socket.as_raw_fd();
+    let mut head_sent = 0;
+    while head_sent < head.len() {
+        socket.writable().await?;
+        let rest = &head[head_sent..];
+        match socket.try_io(Interest::WRITABLE, || {
+            // SAFETY: `rest` is a valid slice for the duration of the call
+            let n = unsafe {
+                libc::send(
+                    fd,
+                    rest.as_ptr().cast(),
+                    rest.len(),
+                    libc::MSG_MORE | libc::MSG_NOSIGNAL,
+                )
+            };
+            if n < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
+            }
+        }) {
+            Ok(n) => head_sent += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let mut offset: libc::off_t = 0;
+    while (offset as usize) < len {
+        socket.writable().await?;
+        let rest = len - offset as usize;
+        match socket.try_io(Interest::WRITABLE, || {
+            // SAFETY: `offset` outlives the call; the kernel checks both descriptors
+            let n = unsafe { libc::sendfile(fd, file.as_raw_fd(), &mut offset, rest) };
+            if n < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
+            }
+        }) {
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the file is shorter than the body",
+                ))
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
     Ok(())
 }
 
