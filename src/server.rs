@@ -116,7 +116,6 @@ pub fn memory_tier(config: &Config, bans: &'static BanList) -> &'static MemoryTi
     if let Some(shared) = &config.cache.memcached {
         memory.set_local_ttl(shared.local_ttl);
     }
-    memory.set_file_body_min_size(config.cache.file_body_min_size);
     memory.set_ban_list(bans);
     memory.leak()
 }

@@ -19,9 +19,6 @@ pub struct CacheSection {
     pub memory_size: Option<String>,
     /// Larger responses pass through uncached.
     pub max_object_size: Option<String>,
-    /// Bodies at least this long are kept in a memory file and sent to clients with
-    /// `sendfile` (`"off"`: every body on the heap, copied to the socket).
-    pub file_body_min_size: Option<String>,
     /// Expected number of objects; sizes TinyUFO's admission sketch.
     pub estimated_objects: Option<i64>,
     /// Freshness for responses that carry none (off when absent: such responses are not cached).
@@ -101,9 +98,6 @@ pub struct CacheConfig {
     pub enabled: bool,
     pub memory_size: usize,
     pub max_object_size: usize,
-    /// Bodies declared at least this long are kept in a memory file and sent with `sendfile`
-    /// (`cache.file_body_min_size`; None: off).
-    pub file_body_min_size: Option<usize>,
     pub estimated_objects: usize,
     pub default_ttl: Option<Duration>,
     pub heuristic_fraction: f64,
@@ -156,31 +150,6 @@ pub const DEFAULT_STALE_IF_ERROR_GRACE: Duration = Duration::from_secs(300);
 /// The largest delta-seconds value a cache must handle (RFC 9111 §1.2.2).
 const MAX_DELTA_SECONDS: Duration = Duration::from_secs(1 << 31);
 
-/// The default `cache.file_body_min_size`: a 64 KiB body copied into the socket cost more
-/// kernel time than its `sendfile` (docs/benchmarks.md, issue 18 item 3), and bodies this large
-/// are few enough that a descriptor each is affordable.
-pub const DEFAULT_FILE_BODY_MIN_SIZE: usize = 64 << 10;
-
-/// The smallest `cache.file_body_min_size`: below it a memory file's descriptor and page-rounded
-/// size cost more than the copy `sendfile` saves.
-const MIN_FILE_BODY_MIN_SIZE: usize = 16 << 10;
-
-/// `cache.file_body_min_size`: a size of at least [`MIN_FILE_BODY_MIN_SIZE`], or `"off"`.
-fn file_body_min_size(value: &Option<String>) -> Result<Option<usize>, ConfigError> {
-    const KEY: &str = "cache.file_body_min_size";
-    if value.as_deref() == Some("off") {
-        return Ok(None);
-    }
-    let min = check::size(KEY, value, DEFAULT_FILE_BODY_MIN_SIZE)?;
-    if min < MIN_FILE_BODY_MIN_SIZE {
-        return Err(ConfigError::new(
-            KEY,
-            format!("must be at least 16KiB, or \"off\" (got {min} bytes)"),
-        ));
-    }
-    Ok(Some(min))
-}
-
 /// Validates the section and its subsections.
 pub fn validate(section: &CacheSection) -> Result<CacheConfig, ConfigError> {
     let memory_size = check::size("cache.memory_size", &section.memory_size, 256 << 20)?;
@@ -205,7 +174,6 @@ pub fn validate(section: &CacheSection) -> Result<CacheConfig, ConfigError> {
             ),
         ));
     }
-    let file_body_min_size = file_body_min_size(&section.file_body_min_size)?;
     // sized for 8 KB objects unless told; TinyUFO only uses the estimate to size its tables
     let estimated_objects = check::integer(
         "cache.estimated_objects",
@@ -257,7 +225,6 @@ pub fn validate(section: &CacheSection) -> Result<CacheConfig, ConfigError> {
         enabled: section.enabled.unwrap_or(true),
         memory_size,
         max_object_size,
-        file_body_min_size,
         estimated_objects,
         default_ttl,
         heuristic_fraction,

@@ -2,7 +2,6 @@
 //!
 //! * [`memory`]: the per-node in-process tier (TinyUFO, byte-bounded, streaming fills).
 //! * [`object`]: what a stored response is (decoded metadata + chunked body), shared by tiers.
-//! * [`body_file`]: large bodies kept in a memory file, so hits can `sendfile` them.
 //! * [`partial`]: what a stored partial response (a `206`) is, and how two parts combine.
 //! * [`entry`]: the value format of the shared memcached tier (versioned, checksummed, chunked).
 //! * [`tiered`]: the memory tier in front of the memcached cluster shared by all nodes, reached
@@ -15,7 +14,6 @@
 //!   the cluster by `crate::invalidation`); Varnish's name for the same list.
 
 pub mod ban_list;
-pub mod body_file;
 pub mod entry;
 pub mod fill_lease;
 pub mod memory;

@@ -5,13 +5,11 @@
 //! header-map clone. Bodies are `Bytes` chunks, so a 50 MB object is never copied into one buffer
 //! and a hit hands out reference-counted slices.
 
-use super::body_file::BodyFile;
 use bytes::Bytes;
 use http::HeaderValue;
 use pingora_cache::key::HashBinary;
 use pingora_cache::CacheMeta;
 use pingora_http::ResponseHeader;
-use std::sync::Arc;
 use std::time::SystemTime;
 
 /// Fixed per-object bookkeeping charged to the memory budget on top of header and body bytes
@@ -149,49 +147,17 @@ impl StoredMeta {
 }
 
 /// A complete body: its chunks and total length.
-#[derive(Clone, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Body {
     chunks: Vec<Bytes>,
     len: usize,
-    /// The memory file holding the whole body, in order, when it is kept in one (the chunks are
-    /// then views of it): a hit can `sendfile` it.
-    file: Option<Arc<BodyFile>>,
-}
-
-impl std::fmt::Debug for Body {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Body")
-            .field("chunks", &self.chunks.len())
-            .field("len", &self.len)
-            .field("in_file", &self.file.is_some())
-            .finish()
-    }
 }
 
 impl Body {
     /// Builds a body from chunks that own their memory (see [`owned_chunk`]).
     pub fn from_chunks(chunks: Vec<Bytes>) -> Self {
         let len = chunks.iter().map(Bytes::len).sum();
-        Body {
-            chunks,
-            len,
-            file: None,
-        }
-    }
-
-    /// Builds a body from chunks that are, in order, the whole of `file`.
-    pub fn in_file(chunks: Vec<Bytes>, file: Arc<BodyFile>) -> Self {
-        let body = Self::from_chunks(chunks);
-        debug_assert_eq!(body.len, file.len());
-        Body {
-            file: Some(file),
-            ..body
-        }
-    }
-
-    /// The memory file holding the whole body, if it is kept in one.
-    pub fn file(&self) -> Option<&BodyFile> {
-        self.file.as_deref()
+        Body { chunks, len }
     }
 
     /// Total body length in bytes.

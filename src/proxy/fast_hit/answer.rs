@@ -1,7 +1,6 @@
 //! The fast path's answer to a hit: the stored head plus `Age`, and the stored body (or, for a
 //! client that does not take the stored copy's coding, gzip, br or zstd, the body decoded whole).
 
-use super::file_body::{send_with_file_body, FileSend};
 use crate::compression::decoded_copies::{DecodedCopies, StoredIdentity};
 use crate::compression::{self, decode::decode_complete, ContentCoding};
 use crate::policy::freshness;
@@ -91,17 +90,7 @@ impl Answer {
                 session.write_response_body(Some(plain), true).await
             }
             AnswerBody::Stored(hit) => {
-                let head = match hit.body_file() {
-                    Some(file) => match send_with_file_body(session, self.head, file).await? {
-                        FileSend::Whole => return Ok(()),
-                        FileSend::HeadOnly => None,
-                        FileSend::Nothing(head) => Some(head),
-                    },
-                    None => Some(self.head),
-                };
-                if let Some(head) = head {
-                    session.write_response_header(head, false).await?;
-                }
+                session.write_response_header(self.head, false).await?;
                 let chunks = hit.chunks();
                 for (i, chunk) in chunks.iter().enumerate() {
                     session

@@ -23,7 +23,6 @@
 //! hit they make.
 
 pub mod answer;
-pub mod file_body;
 pub mod lookup;
 
 use super::RequestCtx;

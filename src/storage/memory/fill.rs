@@ -16,7 +16,6 @@
 
 use super::{key_of, MemoryTier};
 use crate::storage::ban_list::scope::EntryScopes;
-use crate::storage::body_file::{BodyFile, BodyFileWriter};
 use crate::storage::object::{owned_chunk, Body, StoredMeta};
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
@@ -176,11 +175,7 @@ impl MemoryMiss {
         // within one second must still order: record when this fill started, to the nanosecond.
         meta.created = meta.created.max(SystemTime::now());
         let scopes = tier.scopes_of(cache_key, &meta.header);
-        let buffer = BodyBuffer::new(
-            declared_length(&meta),
-            tier.index.max_object_size(),
-            tier.file_body_min_size,
-        );
+        let buffer = BodyBuffer::new(declared_length(&meta), tier.index.max_object_size());
         let meta = Arc::new(meta);
         let (write_id, body) = tier.fills.start(key, meta.clone());
         MemoryMiss {
@@ -213,91 +208,37 @@ fn declared_length(meta: &StoredMeta) -> Option<usize> {
 
 /// The memory a fill's body is copied into: one allocation of the declared length, handed out
 /// as a slice per incoming chunk, so the stored body owns exactly one block of exactly its size.
-/// A declared length of at least the tier's file-body size gets a memory file instead of the
-/// allocation (see [`crate::storage::body_file`]), so hits can `sendfile` it.
 /// A body of undeclared length, a chunk that would overrun the declared length, and a declared
 /// length over `cache.max_object_size` (the object will not be kept) get a buffer per chunk.
-enum BodyBuffer {
-    Heap {
-        spare: BytesMut,
-    },
-    File {
-        writer: BodyFileWriter,
-        spilled: bool,
-    },
+struct BodyBuffer {
+    spare: BytesMut,
 }
 
 impl BodyBuffer {
-    fn new(declared: Option<usize>, max_object_size: usize, file_min: Option<usize>) -> Self {
-        let declared = declared.filter(|&n| n <= max_object_size);
-        let file = declared
-            .filter(|&n| file_min.is_some_and(|min| n >= min))
-            .and_then(BodyFile::create);
-        match file {
-            Some(file) => BodyBuffer::File {
-                writer: BodyFileWriter::new(file),
-                spilled: false,
-            },
-            None => BodyBuffer::Heap {
-                spare: BytesMut::with_capacity(declared.unwrap_or(0)),
-            },
+    fn new(declared: Option<usize>, max_object_size: usize) -> Self {
+        let capacity = declared.filter(|&n| n <= max_object_size).unwrap_or(0);
+        BodyBuffer {
+            spare: BytesMut::with_capacity(capacity),
         }
     }
 
     /// A copy of `data` the stored body can keep.
     fn copy(&mut self, data: &[u8]) -> Bytes {
-        match self {
-            BodyBuffer::Heap { spare } => {
-                if spare.capacity() - spare.len() < data.len() {
-                    return owned_chunk(data);
-                }
-                spare.extend_from_slice(data);
-                if spare.len() == spare.capacity() {
-                    // the last chunk (or the only one: then the body is a plain exact-size `Bytes`)
-                    std::mem::take(spare).freeze()
-                } else {
-                    spare.split().freeze()
-                }
-            }
-            BodyBuffer::File { writer, spilled } if !*spilled => {
-                writer.append(data).unwrap_or_else(|| {
-                    *spilled = true;
-                    owned_chunk(data)
-                })
-            }
-            BodyBuffer::File { .. } => owned_chunk(data),
+        if self.spare.capacity() - self.spare.len() < data.len() {
+            return owned_chunk(data);
+        }
+        self.spare.extend_from_slice(data);
+        if self.spare.len() == self.spare.capacity() {
+            // the last chunk (or the only one: then the body is a plain exact-size `Bytes`)
+            std::mem::take(&mut self.spare).freeze()
+        } else {
+            self.spare.split().freeze()
         }
     }
 
-    /// Whether part of the heap allocation was never written: the body came out shorter than
-    /// declared.
+    /// Whether part of the allocation was never written: the body came out shorter than declared.
     fn has_unused_room(&self) -> bool {
-        matches!(self, BodyBuffer::Heap { spare } if spare.capacity() > 0)
-    }
-
-    /// The stored body made of the fill's `chunks`: in its memory file when the body filled
-    /// one exactly; else as the chunks, or as one exact copy when the body came out shorter than
-    /// the allocation or the file (their unused room is not kept).
-    fn into_body(self, chunks: Vec<Bytes>) -> Body {
-        let exact = match self {
-            BodyBuffer::Heap { .. } => self.has_unused_room(),
-            BodyBuffer::File {
-                writer,
-                spilled: false,
-            } => match writer.into_complete() {
-                Some(file) => return Body::in_file(chunks, file),
-                None => true,
-            },
-            BodyBuffer::File { .. } => true,
-        };
-        if !exact {
-            return Body::from_chunks(chunks);
-        }
-        let mut exact = Vec::with_capacity(chunks.iter().map(Bytes::len).sum());
-        for chunk in &chunks {
-            exact.extend_from_slice(chunk);
-        }
-        Body::from_chunks(vec![Bytes::from(exact)])
+        self.spare.capacity() > 0
     }
 }
 
@@ -319,19 +260,16 @@ impl HandleMiss for MemoryMiss {
     }
 
     async fn finish(mut self: Box<Self>) -> Result<MissFinishType> {
-        let chunks = self.body.chunks.read().clone();
-        let buffer = std::mem::replace(&mut self.buffer, BodyBuffer::new(None, 0, None));
-        Ok(self.index(buffer.into_body(chunks)))
-    }
-
-    fn streaming_write_tag(&self) -> Option<&[u8]> {
-        Some(self.write_id.as_bytes())
-    }
-}
-
-impl MemoryMiss {
-    /// Indexes the complete object and ends the fill.
-    fn index(&mut self, body: Body) -> MissFinishType {
+        let mut chunks = self.body.chunks.read().clone();
+        if self.buffer.has_unused_room() {
+            // shorter than declared: keep an exact copy, not the whole declared allocation
+            let mut exact = Vec::with_capacity(chunks.iter().map(Bytes::len).sum());
+            for chunk in &chunks {
+                exact.extend_from_slice(chunk);
+            }
+            chunks = vec![Bytes::from(exact)];
+        }
+        let body = Body::from_chunks(chunks);
         let size = body.len();
         // index the complete object before dropping the in-flight entry, so lookups never see a gap
         let scopes = self.scopes.take();
@@ -340,7 +278,11 @@ impl MemoryMiss {
         self.body.state.send_replace(FillState::Complete);
         self.finished = true;
         self.tier.fills.remove(self.key, self.write_id.into());
-        MissFinishType::Created(size)
+        Ok(MissFinishType::Created(size))
+    }
+
+    fn streaming_write_tag(&self) -> Option<&[u8]> {
+        Some(self.write_id.as_bytes())
     }
 }
 
@@ -441,7 +383,7 @@ mod tests {
 
     #[test]
     fn a_declared_body_is_one_allocation_sliced_per_chunk() {
-        let mut buffer = super::BodyBuffer::new(Some(11), 1 << 20, None);
+        let mut buffer = super::BodyBuffer::new(Some(11), 1 << 20);
         let hello = buffer.copy(b"hello ");
         assert!(buffer.has_unused_room());
         let world = buffer.copy(b"world");
@@ -458,33 +400,13 @@ mod tests {
     #[test]
     fn an_undeclared_or_oversized_body_gets_a_buffer_per_chunk() {
         for mut buffer in [
-            super::BodyBuffer::new(None, 1 << 20, Some(1)),
-            super::BodyBuffer::new(Some(2 << 20), 1 << 20, Some(1)),
+            super::BodyBuffer::new(None, 1 << 20),
+            super::BodyBuffer::new(Some(2 << 20), 1 << 20),
         ] {
             assert!(!buffer.has_unused_room());
             let a = buffer.copy(b"abc");
             let b = buffer.copy(b"def");
             assert_eq!((&a[..], &b[..]), (&b"abc"[..], &b"def"[..]));
         }
-    }
-
-    #[test]
-    fn a_declared_body_at_the_file_size_goes_to_a_memory_file_whole_or_not_at_all() {
-        let mut buffer = super::BodyBuffer::new(Some(11), 1 << 20, Some(11));
-        let chunks = vec![buffer.copy(b"hello "), buffer.copy(b"world")];
-        let body = buffer.into_body(chunks);
-        assert_eq!(body.file().map(|f| f.len()), Some(11));
-        assert_eq!(body.chunks().concat(), b"hello world");
-
-        // written short: an exact copy on the heap, the file closed
-        let mut buffer = super::BodyBuffer::new(Some(11), 1 << 20, Some(11));
-        let chunks = vec![buffer.copy(b"hello")];
-        let body = buffer.into_body(chunks);
-        assert!(body.file().is_none());
-        assert_eq!(body.chunks(), [&b"hello"[..]]);
-
-        // below the file size: the heap, as before
-        let buffer = super::BodyBuffer::new(Some(10), 1 << 20, Some(11));
-        assert!(buffer.has_unused_room());
     }
 }

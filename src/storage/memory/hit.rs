@@ -7,7 +7,6 @@
 
 use super::fill::{FillBody, StreamingHit};
 use super::index::MemoryObject;
-use crate::storage::body_file::BodyFile;
 use crate::storage::object::{Body, RangeCursor, StoredMeta};
 use crate::storage::tier::Tier;
 use async_trait::async_trait;
@@ -58,12 +57,6 @@ impl CompleteObject {
     /// The body chunks.
     pub fn chunks(&self) -> &[Bytes] {
         self.object.body.chunks()
-    }
-
-    /// The memory file holding the whole body, when it is kept in one (see
-    /// [`crate::storage::body_file`]).
-    pub fn body_file(&self) -> Option<&BodyFile> {
-        self.object.body.file()
     }
 
     /// The body length.

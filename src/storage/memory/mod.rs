@@ -92,9 +92,6 @@ pub struct MemoryTier {
     /// The purges and bans objects are judged by when stored (None: no invalidation beyond
     /// `Storage::purge`, as in the unit tests).
     bans: Option<&'static BanList>,
-    /// Bodies declared at least this long are kept in a memory file, so hits can `sendfile`
-    /// them (`cache.file_body_min_size`; None: every body on the heap).
-    file_body_min_size: Option<usize>,
 }
 
 fn key_of(hash: [u8; 16]) -> u128 {
@@ -119,14 +116,7 @@ impl MemoryTier {
             fills: InFlightFills::default(),
             local_ttl: None,
             bans: None,
-            file_body_min_size: None,
         }
-    }
-
-    /// Keeps bodies declared at least `min` bytes long in a memory file (see
-    /// [`crate::storage::body_file`]); `None` keeps every body on the heap.
-    pub fn set_file_body_min_size(&mut self, min: Option<usize>) {
-        self.file_body_min_size = min;
     }
 
     /// Judges objects by `bans` when they are stored, and indexes them by host and tags so

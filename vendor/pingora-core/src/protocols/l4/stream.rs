@@ -561,21 +561,6 @@ impl Stream {
         self.offload_wait_duration = offload_wait_duration;
     }
 
-    /// LACQUER PATCH (sendfile): the TCP socket under this stream's buffers, when the stream is
-    /// plain TCP and holds nothing buffered to write, so a body can go to it straight from a file
-    /// (`HttpSession::write_response_with_file_body`); `None` otherwise.
-    #[cfg(target_os = "linux")]
-    pub fn unbuffered_tcp_socket(&self) -> Option<&TcpStream> {
-        let stream = self.stream();
-        if !stream.writer().buffer().is_empty() {
-            return None;
-        }
-        match &stream.get_ref().stream {
-            RawStream::Tcp(s) => Some(s),
-            _ => None,
-        }
-    }
-
     /// set TCP nodelay for this connection if `self` is TCP
     pub fn set_nodelay(&mut self) -> Result<()> {
         match &self.stream_mut().get_mut().stream {
