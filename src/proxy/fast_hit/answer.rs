@@ -90,14 +90,9 @@ impl Answer {
                 session.write_response_header(self.head, false).await?;
                 session.write_response_body(Some(plain), true).await
             }
+            // boxed: its state would otherwise make every hit's future larger
             AnswerBody::Stored(hit) if hit.body_len() >= VECTORED_MIN_BODY => {
-                // the head skips Pingora's downstream modules, which Lacquer does not use
-                if let HttpSession::H1(h1) = &mut *session.downstream_session {
-                    h1.write_response_header_and_body(self.head, hit.chunks())
-                        .await?;
-                    return session.write_response_body(None, true).await;
-                }
-                send_chunks(session, self.head, &hit).await
+                Box::pin(send_vectored(session, self.head, hit)).await
             }
             AnswerBody::Stored(hit) => send_chunks(session, self.head, &hit).await,
         }
@@ -109,6 +104,26 @@ impl Answer {
 /// three `send`s. Smaller ones fit the write buffer and leave in one `send` either way, on the
 /// path the 1 KB hit's instruction count was measured on.
 const VECTORED_MIN_BODY: usize = 16 * 1024;
+
+/// Writes `head` and the body of `hit` to an HTTP/1.1 client in one vectored write (other
+/// sessions: chunk by chunk).
+async fn send_vectored(
+    session: &mut Session,
+    mut head: Box<ResponseHeader>,
+    hit: CompleteObject,
+) -> Result<()> {
+    let HttpSession::H1(h1) = &mut *session.downstream_session else {
+        return send_chunks(session, head, &hit).await;
+    };
+    // the head through the downstream modules, as `Session::write_response_header` does
+    session
+        .downstream_modules_ctx
+        .response_header_filter(&mut head, false)
+        .await?;
+    h1.write_response_header_and_body(head, hit.chunks())
+        .await?;
+    session.write_response_body(None, true).await
+}
 
 /// Writes `head` and the body of `hit` chunk by chunk.
 async fn send_chunks(
