@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing Lacquer needs on a fresh Debian machine:
 # a C toolchain and cmake (Pingora builds zlib-ng), memcached (tests run real servers), curl,
+# h2load (tests/protocols.rs loads the h2 listener the way a load generator does),
 # Chromium (tests/status_page.rs loads the admin status page headless), and a Python virtualenv
 # in .venv with the example page writer's memcached client (tests/app_pages.rs runs
 # examples/python/lacquer_pages.py with it) and the Django test site's Django, gunicorn, Channels
@@ -12,6 +13,7 @@ command -v cc >/dev/null || need+=(build-essential)
 command -v cmake >/dev/null || need+=(cmake)
 command -v memcached >/dev/null || [ -x /usr/bin/memcached ] || need+=(memcached)
 command -v curl >/dev/null || need+=(curl)
+command -v h2load >/dev/null || need+=(nghttp2-client)
 command -v chromium >/dev/null || need+=(chromium)
 command -v openssl >/dev/null || need+=(openssl)
 command -v pkg-config >/dev/null || need+=(pkg-config)

@@ -1,4 +1,13 @@
-//! When memory the process has freed goes back to the system.
+//! The allocator the `lacquer` binary uses, and when memory the process has freed goes back to
+//! the system.
+//!
+//! [`Mimalloc`] is mimalloc behind Rust's `GlobalAlloc`, asking for alignment only when a type
+//! needs more than mimalloc gives every block. The `mimalloc` crate's own `MiMalloc` calls
+//! `mi_malloc_aligned` for every allocation, whose fast path covers only blocks up to 1 KiB that
+//! happen to be free at the right alignment; every larger one (request and response heads,
+//! write buffers, boxed futures) took the generic aligned path: about 2,000 instructions of a
+//! 33,000-instruction hit (`bench/hit_instructions.sh`, docs/benchmarks.md). Rust's own `System`
+//! allocator makes the same choice between `malloc` and `posix_memalign`.
 //!
 //! The `lacquer` binary allocates with mimalloc (`src/main.rs`). mimalloc keeps a freed page for
 //! its purge delay, in case it is wanted again, and hands it back to the system (`madvise`) only
@@ -18,8 +27,65 @@
 //! A worker that stays asleep keeps those pages resident until it runs again (any request does).
 //! With 1,000 closed connections, 60 % to all of their memory came back (`tests/memory_return.rs`).
 
-use libmimalloc_sys::{mi_collect, mi_option_set, mi_option_t, mi_thread_init};
+use libmimalloc_sys::{
+    mi_collect, mi_free, mi_malloc, mi_malloc_aligned, mi_option_set, mi_option_t, mi_realloc,
+    mi_realloc_aligned, mi_thread_init, mi_zalloc, mi_zalloc_aligned,
+};
+use std::alloc::{GlobalAlloc, Layout};
+use std::os::raw::c_void;
 use std::time::Duration;
+
+/// The alignment every mimalloc block of at least this size has (`MI_MAX_ALIGN_SIZE`, 16 on
+/// 64-bit targets; a smaller block is aligned to its size class, a multiple of 8).
+const MI_MAX_ALIGN_SIZE: usize = 16;
+
+/// mimalloc as the global allocator, with plain `mi_malloc` when the layout asks for no more
+/// alignment than every block has (see the module doc for why this is not `mimalloc::MiMalloc`).
+pub struct Mimalloc;
+
+/// Whether a block of `size` bytes from plain `mi_malloc` is aligned enough for `align`: the
+/// same rule as Rust's `System` allocator uses for `malloc`.
+#[inline]
+fn plain_is_aligned(size: usize, align: usize) -> bool {
+    align <= MI_MAX_ALIGN_SIZE && align <= size
+}
+
+// SAFETY: every function forwards to mimalloc, which returns blocks of at least the requested
+// size (or null), aligned as `plain_is_aligned` says or as the aligned call was asked; `mi_free`
+// and the reallocations take any block mimalloc returned, aligned or not.
+unsafe impl GlobalAlloc for Mimalloc {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if plain_is_aligned(layout.size(), layout.align()) {
+            mi_malloc(layout.size()) as *mut u8
+        } else {
+            mi_malloc_aligned(layout.size(), layout.align()) as *mut u8
+        }
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if plain_is_aligned(layout.size(), layout.align()) {
+            mi_zalloc(layout.size()) as *mut u8
+        } else {
+            mi_zalloc_aligned(layout.size(), layout.align()) as *mut u8
+        }
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, _layout: Layout) {
+        mi_free(ptr as *mut c_void)
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if plain_is_aligned(new_size, layout.align()) {
+            mi_realloc(ptr as *mut c_void, new_size) as *mut u8
+        } else {
+            mi_realloc_aligned(ptr as *mut c_void, new_size, layout.align()) as *mut u8
+        }
+    }
+}
 
 /// mimalloc's `mi_option_purge_delay` (milliseconds; `mimalloc.h`, the same number in mimalloc
 /// 2 and 3), which libmimalloc-sys does not name.

@@ -6,9 +6,10 @@ use std::process::ExitCode;
 
 /// mimalloc returns freed cache memory to the system promptly; with glibc malloc, a byte-bounded
 /// cache under churn kept about twice its size resident (measured in tests/memory_tier.rs). When
-/// freed memory goes back to the system is set in `lacquer::allocator`.
+/// freed memory goes back to the system, and why this is not the `mimalloc` crate's allocator,
+/// is in `lacquer::allocator`.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: lacquer::allocator::Mimalloc = lacquer::allocator::Mimalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

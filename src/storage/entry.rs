@@ -198,6 +198,12 @@ impl<'a> Reader<'a> {
         self.pos = end;
         Ok(slice)
     }
+    /// The next `n` bytes as a slice of `whole`, the value this reader reads (no copy).
+    fn slice_of(&mut self, whole: &Bytes, n: usize) -> Result<Bytes, EntryError> {
+        let start = self.pos;
+        self.take(n)?;
+        Ok(whole.slice(start..self.pos))
+    }
     fn u8(&mut self) -> Result<u8, EntryError> {
         Ok(self.take(1)?[0])
     }
@@ -251,7 +257,13 @@ fn open<'a>(value: &'a [u8], expected_key: &str) -> Result<(Kind, Reader<'a>), E
     Ok((kind, reader))
 }
 
-fn read_meta(reader: &mut Reader<'_>) -> Result<StoredMeta, EntryError> {
+/// Reads the metadata and head that follow the key. `value` is the whole value `reader` reads:
+/// the head's names and values are slices of it, not copies (a caller that keeps the head long,
+/// as the memory tier does when it promotes an entry, copies it; see
+/// [`super::object::with_room_for_hit_fields`]). The head keeps no case map: the format stores
+/// names in lower case, and Pingora writes a head without one with the usual capitals
+/// (`Content-Type`), as most origins send them.
+fn read_meta(reader: &mut Reader<'_>, value: &Bytes) -> Result<StoredMeta, EntryError> {
     let created = from_millis(reader.u64()?);
     let epoch = from_millis(reader.u64()?);
     let fresh_until = from_millis(reader.u64()?);
@@ -265,19 +277,16 @@ fn read_meta(reader: &mut Reader<'_>) -> Result<StoredMeta, EntryError> {
     let status = reader.u16()?;
     let count = reader.u16()?;
     let hint = Some(usize::from(count) + FIELDS_ADDED_PER_HIT);
-    let mut header =
-        ResponseHeader::build(status, hint).map_err(|_| EntryError::Malformed("bad status"))?;
+    let mut header = ResponseHeader::build_no_case(status, hint)
+        .map_err(|_| EntryError::Malformed("bad status"))?;
     for _ in 0..count {
         let name_len = reader.u16()? as usize;
-        let name = std::str::from_utf8(reader.take(name_len)?)
-            .map_err(|_| EntryError::Malformed("header name not UTF-8"))?
-            .to_string();
+        let name = reader.slice_of(value, name_len)?;
         let value_len = reader.u32()? as usize;
-        let value = reader.take(value_len)?;
-        let value = http::HeaderValue::from_bytes(value)
+        let field = http::HeaderValue::from_maybe_shared(reader.slice_of(value, value_len)?)
             .map_err(|_| EntryError::Malformed("bad header value"))?;
         header
-            .append_header(name, value)
+            .append_header(name, field)
             .map_err(|_| EntryError::Malformed("bad header name"))?;
     }
     Ok(StoredMeta {
@@ -296,7 +305,7 @@ pub fn decode(value: &Bytes, expected_key: &str) -> Result<DecodedEntry, EntryEr
     let (kind, mut reader) = open(value, expected_key)?;
     let meta = match kind {
         Kind::Chunk => return Err(EntryError::Malformed("chunk where an entry was expected")),
-        _ => read_meta(&mut reader)?,
+        _ => read_meta(&mut reader, value)?,
     };
     let body = match kind {
         Kind::Complete => {

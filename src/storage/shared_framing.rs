@@ -27,6 +27,10 @@ pub fn reframe(meta: &mut StoredMeta, body_len: usize) -> Result<(), EntryError>
         return Err(EntryError::Malformed("a body on a 204"));
     }
     crate::proxy::headers::strip_hop_by_hop(head);
+    if !no_content && framed_as(head, body_len) {
+        // as the writer left it (the usual case): nothing to rebuild
+        return Ok(());
+    }
     head.remove_header(&header::CONTENT_LENGTH);
     head.remove_header(&header::TRANSFER_ENCODING);
     if !no_content {
@@ -34,6 +38,21 @@ pub fn reframe(meta: &mut StoredMeta, body_len: usize) -> Result<(), EntryError>
             .map_err(|_| EntryError::Malformed("Content-Length not settable"))?;
     }
     Ok(())
+}
+
+/// Whether `head` (not a 204) carries exactly one `Content-Length`, equal to `body_len`, and no
+/// `Transfer-Encoding`.
+fn framed_as(head: &pingora_http::ResponseHeader, body_len: usize) -> bool {
+    if head.headers.contains_key(header::TRANSFER_ENCODING) {
+        return false;
+    }
+    let mut lengths = head.headers.get_all(header::CONTENT_LENGTH).iter();
+    match (lengths.next(), lengths.next()) {
+        (Some(length), None) => {
+            length.as_bytes() == itoa::Buffer::new().format(body_len).as_bytes()
+        }
+        _ => false,
+    }
 }
 
 /// Whether `meta`'s head frames a body of `body_len` bytes exactly as [`reframe`] leaves it:
@@ -88,6 +107,21 @@ mod tests {
         let head = &meta.header.headers;
         assert!(head.get("connection").is_none() && head.get("x-secret").is_none());
         assert_eq!(head.get("content-type").unwrap(), "text/html");
+    }
+
+    #[test]
+    fn only_a_length_written_exactly_as_the_body_is_long_is_kept() {
+        let mut framed = meta_with(200, &[("content-length", "10"), ("etag", "\"a\"")]);
+        reframe(&mut framed, 10).unwrap();
+        assert!(framing_agrees(&framed, 10));
+        assert_eq!(framed.header.headers.get("etag").unwrap(), "\"a\"");
+        // the same number written otherwise is not the writer's framing: replaced
+        for written in ["+10", "010", " 10", "10, 10"] {
+            let mut meta = meta_with(200, &[("content-length", written)]);
+            reframe(&mut meta, 10).unwrap();
+            assert!(framing_agrees(&meta, 10), "{written:?}");
+            assert_eq!(meta.header.headers.get("content-length").unwrap(), "10");
+        }
     }
 
     #[test]

@@ -155,10 +155,12 @@ async fn run(
             while !stop.load(Ordering::Relaxed) {
                 i = (i + 7919) % KEYS;
                 let k = key(if hot { 0 } else { i });
+                // the batcher's deadline for a queued get; each client bounds its own call
+                let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
                 let len = match mode {
                     Mode::Ours => ours.get(k.as_bytes()).await.unwrap().map(|v| v.len()),
                     Mode::OursBatched => batcher
-                        .get(k.as_bytes(), |keys| {
+                        .get(k.as_bytes(), deadline, |keys| {
                             let ours = ours.clone();
                             async move { ours.get_multi(&keys).await.ok() }
                         })
@@ -166,7 +168,7 @@ async fn run(
                         .map(|v| v.len()),
                     Mode::AsyncMemcached => theirs.get(&dsn, k.as_bytes()).await.map(|v| v.len()),
                     Mode::AsyncMemcachedBatched => batcher
-                        .get(k.as_bytes(), |keys| {
+                        .get(k.as_bytes(), deadline, |keys| {
                             let (theirs, dsn) = (theirs.clone(), dsn.clone());
                             async move { theirs.get_multi(&dsn, &keys).await }
                         })

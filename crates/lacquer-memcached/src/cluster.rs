@@ -255,21 +255,17 @@ impl Cluster {
     pub async fn get_with(&self, placement_key: &[u8], key: &[u8]) -> Option<Bytes> {
         let index = self.node_for(placement_key)?;
         let node = &self.nodes[index];
-        // One deadline for the wait in the queue and the batch itself. The batch's own bound is
-        // the same instant, so when the server does not answer the leader's timeout is seen
-        // (and counted against the server) before the caller's: a frozen server is ejected
-        // however many gets it swallows.
+        // One deadline for the wait in the queue and the batch itself, and one timer for the
+        // leader (the pool's, at that instant): when the server does not answer, the leader's
+        // timeout is counted against the server, so a frozen server is ejected however many
+        // gets it swallows.
         let deadline = tokio::time::Instant::now() + self.op_timeout;
-        let batched = node.gets.get(key, |keys| async move {
-            let result = tokio::time::timeout_at(deadline, node.client.get_multi(&keys))
-                .await
-                .unwrap_or(Err(McError::Timeout));
-            self.record(index, result)
-        });
-        tokio::time::timeout_at(deadline, batched)
+        node.gets
+            .get(key, deadline, |keys| async move {
+                let result = node.client.get_multi_by(&keys, deadline).await;
+                self.record(index, result)
+            })
             .await
-            .ok()
-            .flatten()
     }
 
     /// Fetches several values that live with `placement_key` (chunks of one object are placed by

@@ -10,17 +10,17 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
 /// A command buffer that grew past this (a large value was stored) is not kept for the next.
 const KEPT_COMMAND_BUFFER: usize = 64 * 1024;
 
-/// An open connection: replies read through a buffer, commands encoded into one and written
+/// An open connection: replies read into its own buffer, commands encoded into one and written
 /// whole.
 pub(crate) struct Connection {
-    reader: ReplyReader<BufReader<OwnedReadHalf>>,
+    reader: ReplyReader<OwnedReadHalf>,
     writer: OwnedWriteHalf,
     /// The bytes of the command being sent, kept between exchanges so a command allocates nothing.
     command: Vec<u8>,
@@ -50,7 +50,7 @@ impl Connection {
         let (r, w) = stream.into_split();
         open.fetch_add(1, Ordering::Relaxed);
         Ok(Connection {
-            reader: ReplyReader::new(BufReader::new(r)),
+            reader: ReplyReader::new(r),
             writer: w,
             command: Vec::new(),
             _open: OpenCount(open.clone()),

@@ -76,11 +76,22 @@ impl Pool {
 
     /// Runs one exchange on a pooled or new connection, within `op_timeout`.
     pub(crate) async fn execute(&self, cmd: &Command<'_>) -> Result<Reply, McError> {
+        let deadline = tokio::time::Instant::now() + self.cfg.op_timeout;
+        self.execute_by(cmd, deadline).await
+    }
+
+    /// Runs one exchange on a pooled or new connection, ending by `deadline` (a caller that
+    /// has already started its own clock passes it here, so one timer bounds the whole call).
+    pub(crate) async fn execute_by(
+        &self,
+        cmd: &Command<'_>,
+        deadline: tokio::time::Instant,
+    ) -> Result<Reply, McError> {
         if let Command::GetMulti(keys) = cmd {
             self.stats.on_batch(keys.len());
         }
         let started = std::time::Instant::now();
-        let result = tokio::time::timeout(self.cfg.op_timeout, self.execute_once_or_retry(cmd))
+        let result = tokio::time::timeout_at(deadline, self.execute_once_or_retry(cmd))
             .await
             .unwrap_or(Err(McError::Timeout));
         if result.is_ok() {

@@ -23,6 +23,8 @@
 //!   rewritten to the single value ([`framing`]).
 //! * **A body on GET or HEAD**: such a request is never answered from or stored in the cache (the
 //!   key does not include the body), only forwarded; the caller keeps [`Admitted::uncacheable_body`].
+//!   An h2 request whose stream the client already closed is not one of them: it ends here, unanswered
+//!   and unforwarded ([`Refusal::ClientGone`]).
 //!
 //! Everything here runs once per request, on the hit path too: two header lookups and a
 //! table-driven pass over the host's bytes (measured: `docs/benchmarks.md`, issue 19).
@@ -34,8 +36,9 @@ use http::{header, Method, Version};
 use pingora_http::authority::{is_http_family_scheme, raw_target_authority, RawTargetAuthority};
 use pingora_http::RequestHeader;
 use pingora_proxy::Session;
+use std::future::Future;
 
-/// Why a request head is refused with 400.
+/// Why a request head is refused: with 400, or, for [`Refusal::ClientGone`], with nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
     /// An HTTP/1.1 request without `Host` (RFC 9112 §3.2).
@@ -48,6 +51,8 @@ pub enum Refusal {
     InvalidTarget,
     /// A `Content-Length` the framing check let through but that is not one number.
     InvalidContentLength,
+    /// The client closed the request's h2 stream before it was read: nothing is answered.
+    ClientGone,
 }
 
 impl Refusal {
@@ -58,6 +63,7 @@ impl Refusal {
             Refusal::SeveralHosts => "more than one Host",
             Refusal::InvalidAuthority => "Host or :authority is not an RFC 3986 authority",
             Refusal::InvalidTarget => "request target not in origin or absolute form",
+            Refusal::ClientGone => "the client closed the stream before its request was read",
             Refusal::InvalidContentLength => "Content-Length is not one number",
         }
     }
@@ -182,16 +188,39 @@ pub fn on_request(session: &mut Session) -> Result<Admitted, Refusal> {
     }
     let method = &session.req_header().method;
     let safe = *method == Method::GET || *method == Method::HEAD;
+    // Pingora reads the body's framing once per request anyway (to drain it for keep-alive)
+    let body = safe && !session.is_body_empty();
+    if body && h2_stream_closed(session) {
+        return Err(Refusal::ClientGone);
+    }
     Ok(Admitted {
-        // Pingora reads the body's framing once per request anyway (to drain it for keep-alive)
-        uncacheable_body: safe && !session.is_body_empty(),
+        uncacheable_body: body,
     })
+}
+
+/// Whether the request's h2 stream has already ended: the client reset it, or its connection
+/// closed, before the request got here. The h2 crate then no longer remembers that the request
+/// had ended its stream (it ends a stream's receiving half with the connection's error), so the
+/// request looks like one whose body is still coming; without this check a GET from a closed
+/// connection was forwarded, uncached, to the origin (a client closing connections full of
+/// requests, as h2load does when it stops, made the origin fetch each one).
+fn h2_stream_closed(session: &mut Session) -> bool {
+    let Some(closed) = session.downstream_session.watch_h2_stream_close() else {
+        return false;
+    };
+    let mut closed = std::pin::pin!(closed);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    closed.as_mut().poll(&mut cx).is_ready()
 }
 
 /// Answers a refused head: 400, and the connection is closed (Pingora does not keep a
 /// connection after an error response). Returns that the request is answered.
 pub async fn refuse(session: &mut Session, why: Refusal) -> pingora_error::Result<bool> {
     log::debug!("request refused: {}", why.as_str());
+    if why == Refusal::ClientGone {
+        // nobody to answer: the request ends here, unforwarded
+        return Ok(true);
+    }
     session.respond_error(400).await?;
     Ok(true)
 }

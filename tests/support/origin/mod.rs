@@ -54,6 +54,8 @@ type Handler = dyn Fn(&RecordedRequest) -> OriginResponse + Send + Sync + 'stati
 struct Shared {
     handler: Box<Handler>,
     requests: Mutex<Vec<RecordedRequest>>,
+    /// The target of every request head read, whether or not its body then arrived whole.
+    heads: Mutex<Vec<String>>,
     connections: AtomicUsize,
     open_connections: AtomicUsize,
 }
@@ -88,6 +90,7 @@ impl TestOrigin {
         let shared = Arc::new(Shared {
             handler: Box::new(handler),
             requests: Mutex::new(Vec::new()),
+            heads: Mutex::new(Vec::new()),
             connections: AtomicUsize::new(0),
             open_connections: AtomicUsize::new(0),
         });
@@ -151,6 +154,14 @@ impl TestOrigin {
     /// Number of requests whose target (path plus query) equals `path` exactly.
     pub fn hits_for(&self, path: &str) -> usize {
         self.requests_for(path).len()
+    }
+
+    /// Request heads with the target `path` received so far, counting those whose body never
+    /// arrived whole (a request the proxy abandoned after sending its head), which
+    /// [`Self::hits_for`] leaves out.
+    pub fn heads_for(&self, path: &str) -> usize {
+        let heads = self.shared.heads.lock().unwrap();
+        heads.iter().filter(|target| *target == path).count()
     }
 
     /// All requests received so far, in arrival order.

@@ -83,7 +83,7 @@ enum ReadError {
 async fn serve_conn(mut stream: TcpStream, shared: Arc<Shared>, conn_id: usize) {
     let mut buf = BytesMut::with_capacity(16 * 1024);
     loop {
-        let req = match read_request(&mut stream, &mut buf, conn_id).await {
+        let req = match read_request(&mut stream, &mut buf, conn_id, &shared).await {
             Ok(r) => r,
             Err(ReadError::Closed) | Err(ReadError::Io) => return,
             Err(ReadError::Bad(status, msg)) => {
@@ -141,6 +141,7 @@ async fn read_request(
     stream: &mut TcpStream,
     buf: &mut BytesMut,
     conn_id: usize,
+    shared: &Shared,
 ) -> Result<RecordedRequest, ReadError> {
     // --- head ---
     let (method, path, version, headers) = loop {
@@ -158,6 +159,7 @@ async fn read_request(
                     let version = req.version.unwrap_or(1);
                     let headers = owned_fields(req.headers);
                     buf.advance(n);
+                    shared.heads.lock().unwrap().push(path.clone());
                     break (method, path, version, headers);
                 }
                 Ok(httparse::Status::Partial) => {
