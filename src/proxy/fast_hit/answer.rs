@@ -9,6 +9,7 @@ use crate::storage::memory::CompleteObject;
 use bytes::Bytes;
 use http::header;
 use pingora_cache::key::HashBinary;
+use pingora_core::protocols::http::ServerSession as HttpSession;
 use pingora_error::Result;
 use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::Session;
@@ -89,18 +90,55 @@ impl Answer {
                 session.write_response_header(self.head, false).await?;
                 session.write_response_body(Some(plain), true).await
             }
-            AnswerBody::Stored(hit) => {
-                session.write_response_header(self.head, false).await?;
-                let chunks = hit.chunks();
-                for (i, chunk) in chunks.iter().enumerate() {
-                    session
-                        .write_response_body(Some(chunk.clone()), i + 1 == chunks.len())
-                        .await?;
-                }
-                Ok(())
+            // boxed: its state would otherwise make every hit's future larger
+            AnswerBody::Stored(hit) if hit.body_len() >= VECTORED_MIN_BODY => {
+                Box::pin(send_vectored(session, self.head, hit)).await
             }
+            AnswerBody::Stored(hit) => send_chunks(session, self.head, &hit).await,
         }
     }
+}
+
+/// Stored bodies at least this long go to an HTTP/1.1 client with the head in one vectored
+/// write (Pingora's `write_response_header_and_body`, a vendored patch): a 100 KB body left in
+/// three `send`s. Smaller ones fit the write buffer and leave in one `send` either way, on the
+/// path the 1 KB hit's instruction count was measured on.
+const VECTORED_MIN_BODY: usize = 16 * 1024;
+
+/// Writes `head` and the body of `hit` to an HTTP/1.1 client in one vectored write (other
+/// sessions: chunk by chunk).
+async fn send_vectored(
+    session: &mut Session,
+    mut head: Box<ResponseHeader>,
+    hit: CompleteObject,
+) -> Result<()> {
+    let HttpSession::H1(h1) = &mut *session.downstream_session else {
+        return send_chunks(session, head, &hit).await;
+    };
+    // the head through the downstream modules, as `Session::write_response_header` does
+    session
+        .downstream_modules_ctx
+        .response_header_filter(&mut head, false)
+        .await?;
+    h1.write_response_header_and_body(head, hit.chunks())
+        .await?;
+    session.write_response_body(None, true).await
+}
+
+/// Writes `head` and the body of `hit` chunk by chunk.
+async fn send_chunks(
+    session: &mut Session,
+    head: Box<ResponseHeader>,
+    hit: &CompleteObject,
+) -> Result<()> {
+    session.write_response_header(head, false).await?;
+    let chunks = hit.chunks();
+    for (i, chunk) in chunks.iter().enumerate() {
+        session
+            .write_response_body(Some(chunk.clone()), i + 1 == chunks.len())
+            .await?;
+    }
+    Ok(())
 }
 
 /// For a client that does not take the stored copy's `coding`: the body decoded whole, with `head`
