@@ -8,8 +8,8 @@
 #   lacquer-mc-100us through Toxiproxy, 0.1 ms each way
 #   lacquer-mc-500us through Toxiproxy, 0.5 ms each way
 # hot1k and ws10k are hits (from memcached for the -mc variants); miss50ms is what a node with no
-# shared tier pays instead (every request to a 50 ms origin). Extra arguments go to the harness
-# (e.g. --rounds 3). Results: /tmp/bench-run/results/<run-id>/report.md
+# shared tier pays instead (every request to a 50 ms origin). VARIANTS=a,b runs only those
+# variants. Extra arguments go to the harness (e.g. --rounds 3). Results: /tmp/bench-run/results/<run-id>/report.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -69,12 +69,23 @@ relayed tp100 100; config_for tp100 "$PORT"
 relayed tp500 500; config_for tp500 "$PORT"
 
 COMMON="--listen 127.0.0.1:\$LISTEN_PORT --upstream 127.0.0.1:\$ORIGIN_PORT --threads \$WORKERS"
+# VARIANTS picks some of them (the harness adds every --proxy it is given to the targets, so a
+# --proxies argument cannot narrow the list)
+declare -A VARIANT_CMD=(
+  [lacquer]="$LACQUER_BIN $COMMON --memory-size \${CACHE_MB}MiB --access-log off"
+  [lacquer-mc]="$LACQUER_BIN --config $RUN/mc.toml $COMMON"
+  [lacquer-mc-tp]="$LACQUER_BIN --config $RUN/tp.toml $COMMON"
+  [lacquer-mc-100us]="$LACQUER_BIN --config $RUN/tp100.toml $COMMON"
+  [lacquer-mc-500us]="$LACQUER_BIN --config $RUN/tp500.toml $COMMON"
+)
+VARIANTS=${VARIANTS:-lacquer,lacquer-mc,lacquer-mc-tp,lacquer-mc-100us,lacquer-mc-500us}
+PROXY_ARGS=()
+for v in ${VARIANTS//,/ }; do
+  [ -n "${VARIANT_CMD[$v]:-}" ] || { echo "unknown variant $v (${!VARIANT_CMD[*]})" >&2; exit 2; }
+  PROXY_ARGS+=(--proxy "$v=${VARIANT_CMD[$v]}")
+done
 "$HARNESS/run.sh" \
-  --proxy "lacquer=$LACQUER_BIN $COMMON --memory-size \${CACHE_MB}MiB --access-log off" \
-  --proxy "lacquer-mc=$LACQUER_BIN --config $RUN/mc.toml $COMMON" \
-  --proxy "lacquer-mc-tp=$LACQUER_BIN --config $RUN/tp.toml $COMMON" \
-  --proxy "lacquer-mc-100us=$LACQUER_BIN --config $RUN/tp100.toml $COMMON" \
-  --proxy "lacquer-mc-500us=$LACQUER_BIN --config $RUN/tp500.toml $COMMON" \
-  --proxies "lacquer,lacquer-mc,lacquer-mc-tp,lacquer-mc-100us,lacquer-mc-500us" \
+  "${PROXY_ARGS[@]}" \
+  --proxies "$VARIANTS" \
   --scenarios "${SCENARIOS:-hot1k,ws10k,miss50ms}" \
   "$@"
