@@ -9,7 +9,8 @@
 #   lacquer-mc-500us through Toxiproxy, 0.5 ms each way
 # hot1k and ws10k are hits (from memcached for the -mc variants); miss50ms is what a node with no
 # shared tier pays instead (every request to a 50 ms origin). VARIANTS=a,b runs only those
-# variants. Extra arguments go to the harness (e.g. --rounds 3). Results: /tmp/bench-run/results/<run-id>/report.md
+# variants. Extra arguments go to the harness (e.g. --rounds 3).
+# Results: /tmp/bench-run/results/<run-id>/report.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
