@@ -15,3 +15,14 @@ wait_port() {
   echo "nothing listens on port $1" >&2
   return 1
 }
+
+# Sets HARNESS, unless the caller already has, to the shared harness (../shared/bench from the
+# repository's root, or /work/shared/bench); leaves it empty when neither is there.
+find_harness() {
+  [ -n "${HARNESS:-}" ] && return 0
+  local h
+  for h in ../shared/bench /work/shared/bench; do
+    [ -d "$h" ] && HARNESS=$(cd "$h" && pwd) && return 0
+  done
+  HARNESS=
+}

@@ -20,9 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
-if [ -z "${HARNESS:-}" ]; then
-  for h in ../shared/bench /work/shared/bench; do [ -d "$h" ] && HARNESS=$(cd "$h" && pwd) && break; done
-fi
+find_harness
 [ -d "${HARNESS:-}" ] || { echo "the shared harness is not found: set HARNESS" >&2; exit 2; }
 ROUNDS=5
 DURATION=4

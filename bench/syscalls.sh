@@ -22,9 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
-if [ -z "${HARNESS:-}" ]; then
-  for h in ../shared/bench /work/shared/bench; do [ -d "$h" ] && HARNESS=$(cd "$h" && pwd) && break; done
-fi
+find_harness
 BIN=$(pwd)/target/release/lacquer
 REQUESTS=2000
 KINDS=miss,nostore,post,close

@@ -22,9 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
-if [ -z "${HARNESS:-}" ]; then
-  for h in ../shared/bench /work/shared/bench; do [ -d "$h" ] && HARNESS=$(cd "$h" && pwd) && break; done
-fi
+find_harness
 [ -d "${HARNESS:-}" ] || { echo "the shared harness is not found: set HARNESS" >&2; exit 2; }
 command -v h2load >/dev/null || apt-get install -y -q nghttp2-client >/dev/null
 ROUNDS=5
