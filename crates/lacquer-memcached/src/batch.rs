@@ -227,6 +227,19 @@ mod tests {
         }
     }
 
+    /// A task getting `key` by `deadline` through `batcher`, its batches fetched by
+    /// [`gated_fetch`].
+    fn spawn_get(
+        batcher: &Arc<GetBatcher>,
+        batches: &Arc<Mutex<Vec<Vec<Vec<u8>>>>>,
+        gate: &Arc<Notify>,
+        key: &'static [u8],
+        deadline: tokio::time::Instant,
+    ) -> tokio::task::JoinHandle<Option<Bytes>> {
+        let (batcher, batches, gate) = (batcher.clone(), batches.clone(), gate.clone());
+        tokio::spawn(async move { batcher.get(key, deadline, gated_fetch(batches, gate)).await })
+    }
+
     #[tokio::test]
     async fn an_idle_server_gets_each_key_at_once() {
         let batcher = GetBatcher::new(2, 16);
@@ -251,13 +264,10 @@ mod tests {
         let gate = Arc::new(Notify::new());
         let mut tasks = Vec::new();
         for key in ["first", "x", "y", "x", "missing", "x"] {
-            let (batcher, batches, gate) = (batcher.clone(), batches.clone(), gate.clone());
-            tasks.push(tokio::spawn(async move {
-                let got = batcher
-                    .get(key.as_bytes(), far(), gated_fetch(batches, gate))
-                    .await;
-                (key, got)
-            }));
+            tasks.push((
+                key,
+                spawn_get(&batcher, &batches, &gate, key.as_bytes(), far()),
+            ));
             // let each task reach the batcher in order
             tokio::task::yield_now().await;
             tokio::task::yield_now().await;
@@ -268,12 +278,12 @@ mod tests {
             "one batch out, five queued behind it"
         );
         // release batches one at a time until every task is done
-        while tasks.iter().any(|t| !t.is_finished()) {
+        while tasks.iter().any(|(_, t)| !t.is_finished()) {
             gate.notify_one();
             tokio::task::yield_now().await;
         }
-        for task in tasks {
-            let (key, got) = task.await.unwrap();
+        for (key, task) in tasks {
+            let got = task.await.unwrap();
             assert_eq!(got, value_of(key.as_bytes()), "{key}");
         }
         let batches = batches.lock();
@@ -289,15 +299,9 @@ mod tests {
         let batcher = Arc::new(GetBatcher::new(1, 16));
         let batches = Arc::new(Mutex::new(Vec::new()));
         let gate = Arc::new(Notify::new());
-        let leader = {
-            let (batcher, batches, gate) = (batcher.clone(), batches.clone(), gate.clone());
-            tokio::spawn(async move { batcher.get(b"a", far(), gated_fetch(batches, gate)).await })
-        };
+        let leader = spawn_get(&batcher, &batches, &gate, b"a", far());
         tokio::task::yield_now().await;
-        let follower = {
-            let (batcher, batches, gate) = (batcher.clone(), batches.clone(), gate.clone());
-            tokio::spawn(async move { batcher.get(b"b", far(), gated_fetch(batches, gate)).await })
-        };
+        let follower = spawn_get(&batcher, &batches, &gate, b"b", far());
         tokio::task::yield_now().await;
         assert_eq!(batcher.load(), (1, 1));
         leader.abort();
@@ -316,16 +320,10 @@ mod tests {
         let batcher = Arc::new(GetBatcher::new(1, 16));
         let batches = Arc::new(Mutex::new(Vec::new()));
         let gate = Arc::new(Notify::new());
-        let leader = {
-            let (batcher, batches, gate) = (batcher.clone(), batches.clone(), gate.clone());
-            tokio::spawn(async move { batcher.get(b"a", far(), gated_fetch(batches, gate)).await })
-        };
+        let leader = spawn_get(&batcher, &batches, &gate, b"a", far());
         tokio::task::yield_now().await;
         let soon = tokio::time::Instant::now() + std::time::Duration::from_millis(50);
-        let late = {
-            let (batcher, batches, gate) = (batcher.clone(), batches.clone(), gate.clone());
-            tokio::spawn(async move { batcher.get(b"b", soon, gated_fetch(batches, gate)).await })
-        };
+        let late = spawn_get(&batcher, &batches, &gate, b"b", soon);
         tokio::task::yield_now().await;
         assert_eq!(batcher.load(), (1, 1));
         assert_eq!(
@@ -369,13 +367,10 @@ mod tests {
         let mut tasks = Vec::new();
         let keys = ["a", "b", "c", "d", "e", "f", "g"];
         for (i, key) in keys.into_iter().enumerate() {
-            let (task_batcher, batches, gate) = (batcher.clone(), batches.clone(), gate.clone());
-            tasks.push(tokio::spawn(async move {
-                let got = task_batcher
-                    .get(key.as_bytes(), far(), gated_fetch(batches, gate))
-                    .await;
-                (key, got)
-            }));
+            tasks.push((
+                key,
+                spawn_get(&batcher, &batches, &gate, key.as_bytes(), far()),
+            ));
             tokio::task::yield_now().await;
             tokio::task::yield_now().await;
             let expected = match i {
@@ -389,12 +384,12 @@ mod tests {
             };
             assert_eq!(batcher.load(), expected, "after {key}");
         }
-        while tasks.iter().any(|t| !t.is_finished()) {
+        while tasks.iter().any(|(_, t)| !t.is_finished()) {
             gate.notify_one();
             tokio::task::yield_now().await;
         }
-        for task in tasks {
-            let (key, got) = task.await.unwrap();
+        for (key, task) in tasks {
+            let got = task.await.unwrap();
             assert_eq!(got, value_of(key.as_bytes()), "{key}");
         }
         let batches = batches.lock();
