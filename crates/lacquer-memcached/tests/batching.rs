@@ -7,21 +7,14 @@ mod support;
 
 use bytes::Bytes;
 use lacquer_memcached::ketama::KetamaRing;
-use lacquer_memcached::{Cluster, ClusterConfig, ClusterServer};
+use lacquer_memcached::{Cluster, ClusterConfig};
 use std::sync::Arc;
 use std::time::Duration;
 use support::*;
 
 fn cluster(servers: &[&Memcached], pool_size: usize) -> Cluster {
     Cluster::new(&ClusterConfig {
-        servers: servers
-            .iter()
-            .map(|m| ClusterServer {
-                name: m.addr().to_string(),
-                addr: m.addr(),
-                weight: 1,
-            })
-            .collect(),
+        servers: servers_at(servers.iter().map(|m| m.addr())),
         pool_size,
         connect_timeout: Duration::from_millis(500),
         op_timeout: Duration::from_millis(1000),

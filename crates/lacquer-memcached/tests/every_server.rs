@@ -5,7 +5,7 @@
 mod support;
 
 use bytes::Bytes;
-use lacquer_memcached::{Cluster, ClusterConfig, ClusterServer, DeleteOutcome};
+use lacquer_memcached::{Cluster, ClusterConfig, DeleteOutcome};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,14 +13,7 @@ use support::*;
 
 fn cluster(addrs: &[SocketAddr], failure_limit: u32) -> Cluster {
     Cluster::new(&ClusterConfig {
-        servers: addrs
-            .iter()
-            .map(|addr| ClusterServer {
-                name: addr.to_string(),
-                addr: *addr,
-                weight: 1,
-            })
-            .collect(),
+        servers: servers_at(addrs.iter().copied()),
         pool_size: 4,
         connect_timeout: Duration::from_millis(500),
         op_timeout: Duration::from_millis(1000),

@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use bytes::Bytes;
-use lacquer_memcached::{ServerClient, ServerConfig};
+use lacquer_memcached::{ClusterServer, ServerClient, ServerConfig};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -101,6 +101,18 @@ impl Drop for Memcached {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Cluster members at `addrs`, each named by its address, of weight 1.
+pub fn servers_at(addrs: impl IntoIterator<Item = SocketAddr>) -> Vec<ClusterServer> {
+    addrs
+        .into_iter()
+        .map(|addr| ClusterServer {
+            name: addr.to_string(),
+            addr,
+            weight: 1,
+        })
+        .collect()
 }
 
 /// A loopback port nothing listens on right now.
