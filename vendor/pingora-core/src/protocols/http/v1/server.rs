@@ -1136,6 +1136,82 @@ impl HttpSession {
         Ok(())
     }
 
+    /// LACQUER PATCH (pre-serialised head): writes a whole final response whose head the caller
+    /// serialised itself, in as few writes as the socket takes, with the session's state as
+    /// [`Self::write_response_header`] and [`Self::write_body`] leave it: keep-alive decided and
+    /// announced (`Connection`), `Date` added when `has_date` is false, the body framed by its
+    /// length, the bytes counted and the status recorded as the response written (a head with the
+    /// status only: its fields went out as bytes). A cache answering the same stored head many
+    /// times keeps its wire form instead of building, serialising and dropping a header map per
+    /// answer.
+    ///
+    /// `head` is the status line (HTTP/1.1) and the fields, each line ending in CRLF, without
+    /// `Connection`, without the blank line; its `Content-Length` (absent only for 204 and 304)
+    /// must be the length of `body`. The body is not sent for a HEAD request, 204 or 304. The
+    /// caller still ends the response with [`Self::finish_body`] (a session's `finish` does).
+    pub async fn write_serialized_response(
+        &mut self,
+        status: http::StatusCode,
+        head: &[&[u8]],
+        has_date: bool,
+        body: &[Bytes],
+    ) -> Result<()> {
+        if self.response_written.is_some() || status.is_informational() {
+            return Error::e_explain(
+                InternalError,
+                "a pre-serialised head must be a final response's only head",
+            );
+        }
+        // as `prepare_response_header` does for a final response that is not an upgrade
+        if self.close_on_response_before_downstream_finish
+            && (self.request_header.is_none() || !self.is_body_done())
+        {
+            self.set_keepalive(None);
+        }
+        let date = (self.update_resp_headers && !has_date).then(date::get_cached_date);
+        let connection: &[u8] = match (self.update_resp_headers, self.will_keepalive()) {
+            (false, _) => b"\r\n",
+            (true, true) => b"Connection: keep-alive\r\n\r\n",
+            (true, false) => b"Connection: close\r\n\r\n",
+        };
+        let date_line: [&[u8]; 3] = match &date {
+            Some(date) => [b"Date: ", date.as_bytes(), b"\r\n"],
+            None => [b"", b"", b""],
+        };
+        let no_body = matches!(
+            status,
+            http::StatusCode::NO_CONTENT | http::StatusCode::NOT_MODIFIED
+        ) || self.get_method() == Some(&Method::HEAD);
+        let body = if no_body { &[][..] } else { body };
+        let total: usize = body.iter().map(Bytes::len).sum();
+        let slices = head
+            .iter()
+            .copied()
+            .chain(date_line)
+            .chain(std::iter::once(connection))
+            .chain(body.iter().map(|chunk| &chunk[..]));
+        let write_timeout = self.write_timeout(total);
+        let write = write_all_slices(&mut self.underlying_stream, slices);
+        let written = match write_timeout {
+            Some(t) => match timeout(t, write).await {
+                Ok(res) => res,
+                Err(_) => {
+                    return Error::e_explain(WriteTimedout, format!("writing response, timeout: {t:?}"))
+                }
+            },
+            None => write.await,
+        };
+        written.or_err(WriteError, "writing pre-serialised response")?;
+        self.underlying_stream
+            .flush()
+            .await
+            .or_err(WriteError, "flushing response")?;
+        self.body_writer.body_mode = super::body::BodyMode::ContentLength(total, total);
+        self.body_bytes_sent += total;
+        self.response_written = Some(Box::new(ResponseHeader::build_no_case(status, Some(0))?));
+        Ok(())
+    }
+
     async fn do_write_body(&mut self, buf: &[u8]) -> Result<Option<usize>> {
         let written = self
             .body_writer
@@ -2036,6 +2112,26 @@ fn http_resp_header_to_buf(
     Ok(())
 }
 
+/// LACQUER PATCH (pre-serialised head): every slice in order: vectored writes of at most
+/// [`MAX_WRITE_SLICES`] slices when the stream writes vectors, else one write each (TLS: its
+/// own buffer gathers them).
+async fn write_all_slices<'a>(
+    stream: &mut Stream,
+    slices: impl Iterator<Item = &'a [u8]>,
+) -> std::io::Result<()> {
+    if !stream.is_write_vectored() {
+        for slice in slices {
+            stream.write_all(slice).await?;
+        }
+        return Ok(());
+    }
+    let mut slices: Vec<std::io::IoSlice<'_>> = slices
+        .filter(|s| !s.is_empty())
+        .map(std::io::IoSlice::new)
+        .collect();
+    write_all_io_slices(stream, &mut slices).await
+}
+
 /// LACQUER PATCH (vectored body): `head` then every chunk, with vectored writes of at most
 /// [`MAX_WRITE_SLICES`] slices each until all are written.
 async fn write_all_vectored(stream: &mut Stream, head: &[u8], chunks: &[Bytes]) -> std::io::Result<()> {
@@ -2045,7 +2141,17 @@ async fn write_all_vectored(stream: &mut Stream, head: &[u8], chunks: &[Bytes]) 
         .filter(|s| !s.is_empty())
         .map(IoSlice::new)
         .collect();
-    let mut rest = &mut slices[..];
+    write_all_io_slices(stream, &mut slices).await
+}
+
+/// LACQUER PATCH (vectored body): vectored writes of at most [`MAX_WRITE_SLICES`] of `slices`
+/// each, resumed where the socket stopped, until all are written.
+async fn write_all_io_slices(
+    stream: &mut Stream,
+    slices: &mut [std::io::IoSlice<'_>],
+) -> std::io::Result<()> {
+    use std::io::IoSlice;
+    let mut rest = slices;
     while !rest.is_empty() {
         let n = rest.len().min(MAX_WRITE_SLICES);
         let written = stream.write_vectored(&rest[..n]).await?;
