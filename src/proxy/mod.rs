@@ -48,6 +48,7 @@ pub mod hooks;
 pub mod interim;
 pub mod invalidation;
 pub mod metrics_record;
+pub mod our_fields;
 pub mod partial_content;
 pub mod post_reuse;
 pub mod purge;
@@ -57,7 +58,6 @@ pub mod upgrade;
 
 use crate::compression::decoded_copies::DecodedCopies;
 use crate::compression::{self, CompressionCtx};
-use crate::config::cache::Announce;
 use crate::invalidation::Invalidator;
 use crate::lifecycle::drain::{InFlightRequests, RequestInFlight};
 use crate::lifecycle::live::{Live, LiveSettings};
@@ -234,15 +234,7 @@ impl LacquerProxy {
             hooks.response_filter(req, head)?;
         }
         let status = status.served_from(ctx.tier);
-        let announce = live.config.cache.announce;
-        if announce != Announce::Off {
-            let value =
-                status.header_value(&live.config.cache.status_name, announce == Announce::Tier);
-            head.insert_header("cache-status", value)?;
-        }
-        if live.config.proxy.via {
-            head.append_header(http::header::VIA, live.via.for_version(request_version))?;
-        }
+        our_fields::add_to_head(live, &status, request_version, head)?;
         ctx.cache_status = Some(status);
         Ok(())
     }
@@ -363,8 +355,21 @@ impl ProxyHttp for LacquerProxy {
             return Ok(false);
         };
         let status = answer.cache_status();
-        self.finish_response_head(&live, &mut answer.head, session.req_header(), status, ctx)?;
-        answer.send(session).await?;
+        let head_edited = self.hooks.is_some() || ctx.rules.edits_response_head();
+        let announcing = our_fields::announced(&live).is_some();
+        let pre_serialised = (!head_edited)
+            .then(|| answer.pre_serialised(session, &live.for_us_only, announcing))
+            .flatten();
+        if let Some(pre_serialised) = pre_serialised {
+            let status = &*ctx.cache_status.insert(status.served_from(ctx.tier));
+            let version = session.req_header().version;
+            let ours = |lines: &mut String| our_fields::write_lines(&live, status, version, lines);
+            pre_serialised.send(session, ours).await?;
+            return Ok(true);
+        }
+        let mut head = answer.head();
+        self.finish_response_head(&live, &mut head, session.req_header(), status, ctx)?;
+        answer.send(session, head).await?;
         Ok(true)
     }
 
