@@ -30,9 +30,9 @@
 //!    and otherwise asks the origin for a range and stores the `206` (through to the
 //!    downstream phases, which serve a range spanning a part and a fetched tail).
 //! 6. `response_cache_filter`: the [`CachePolicy`] decides whether and how long to store.
-//! 7. `response_filter`: `Cache-Status` ([`cache_status`]) and `Via` on every response, fields
-//!    meant for this cache only removed ([`headers::ForUsOnly`]), `crate::compression` on the way
-//!    out; `logging` ends the fill lease this request holds, counts the request
+//! 7. `response_filter`: `Cache-Status` ([`cache_status`]) and `Via` ([`our_fields`]) on every
+//!    response, fields meant for this cache only removed ([`headers::ForUsOnly`]),
+//!    `crate::compression` on the way out; `logging` ends the fill lease this request holds, counts the request
 //!    ([`metrics_record`]) and writes the [`access_record`].
 //!
 //! A program that embeds Lacquer adds its own code to phases 1 and 7 through [`hooks`].
