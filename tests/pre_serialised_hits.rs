@@ -114,9 +114,9 @@ fn a_hit_from_the_kept_wire_head_carries_the_fields_of_a_built_one() {
         ("page", 1, "GET", &[("Connection", "close")][..]),
     ] {
         let (built_path, wire_path) = (format!("/built/{tail}"), format!("/wire/{tail}"));
-        let built = warm(&lacquer, &built_path);
-        let wire = warm(&lacquer, &wire_path);
-        assert_eq!(built.header("x-built"), Some("1"), "{:?}", built.headers);
+        let warmed = warm(&lacquer, &built_path);
+        assert_eq!(warmed.header("x-built"), Some("1"), "{:?}", warmed.headers);
+        assert_eq!(warm(&lacquer, &wire_path).header("x-built"), None);
         let answers: Vec<RawResponse> = [&built_path, &wire_path]
             .iter()
             .map(|path| {
