@@ -14,7 +14,7 @@
 //! The resolved client address is the one `cache.purge_from`, fairness and the access log use;
 //! the resolved scheme is part of the cache key ([`super::cache_key`]).
 
-use super::headers::{holds_any, X_FORWARDED_FOR};
+use super::headers::{holds_any, ClientFields, X_FORWARDED_FOR};
 use crate::config::address_range::AddressRange;
 use http::header::{self, HeaderName};
 use pingora_http::RequestHeader;
@@ -151,15 +151,15 @@ fn forwarded_params(req: &RequestHeader, name: &str) -> Vec<String> {
 }
 
 /// `upstream_request_filter`: from an untrusted peer, the forwarding fields and the unkeyed
-/// fields of [`UNKEYED_FROM_UNTRUSTED`] are removed before `headers::add_forwarded` writes ours.
-/// Returns whether the peer is trusted (its fields were kept).
+/// fields of [`UNKEYED_FROM_UNTRUSTED`] are removed before `headers::add_forwarded_with` writes
+/// ours. Returns whether the peer's own fields were kept (it is trusted) or removed.
 pub fn on_upstream_request(
     session: &Session,
     req: &mut RequestHeader,
     trusted: &[AddressRange],
-) -> bool {
+) -> ClientFields {
     if is_trusted(trusted, peer_ip(session)) {
-        return true;
+        return ClientFields::Kept;
     }
     // nearly every request holds none of them: one pass over its names says so
     if holds_any(&req.headers, &UNKEYED_FROM_UNTRUSTED) {
@@ -167,7 +167,7 @@ pub fn on_upstream_request(
             req.remove_header(name);
         }
     }
-    false
+    ClientFields::Removed
 }
 
 #[cfg(test)]
