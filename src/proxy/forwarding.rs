@@ -24,7 +24,8 @@ use std::net::IpAddr;
 /// Request fields that origins (frameworks, their proxy-aware middleware) let change a response
 /// and that are not in the cache key, with the forwarding fields themselves: from an untrusted
 /// peer none of them reaches the origin.
-const UNKEYED_FROM_UNTRUSTED: [HeaderName; 12] = [
+/// (A `static`: a `const` array of `HeaderName`s is built and dropped wherever it is used.)
+static UNKEYED_FROM_UNTRUSTED: [HeaderName; 12] = [
     HeaderName::from_static("x-forwarded-host"),
     HeaderName::from_static("x-forwarded-proto"),
     HeaderName::from_static("x-forwarded-port"),

@@ -13,7 +13,8 @@ use std::net::IpAddr;
 /// Hop-by-hop response fields removed before a response is stored or forwarded (with
 /// `Connection` and the fields it names). `Transfer-Encoding` is left to Pingora, which re-frames
 /// bodies itself.
-const HOP_BY_HOP: [HeaderName; 6] = [
+/// (A `static`: a `const` array of `HeaderName`s is built and dropped wherever it is used.)
+static HOP_BY_HOP: [HeaderName; 6] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -38,7 +39,7 @@ pub fn holds_any(fields: &HeaderMap, list: &[HeaderName]) -> bool {
 }
 
 /// Fields a `Connection` header may not make us remove: framing and identity.
-const NEVER_NOMINATED: [HeaderName; 3] = [
+static NEVER_NOMINATED: [HeaderName; 3] = [
     header::CONTENT_LENGTH,
     header::TRANSFER_ENCODING,
     header::DATE,
