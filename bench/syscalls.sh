@@ -7,6 +7,8 @@
 #   bench/syscalls.sh --kinds miss,close       # some kinds
 #   bench/syscalls.sh --bin /tmp/lacquer-base  # another build, for an A/B
 #   bench/syscalls.sh --requests 2000 --no-nginx
+#   bench/syscalls.sh --threads 2              # Lacquer with 2 worker threads (the harness's
+#                                              # count: wake-ups that cross threads show here)
 #
 # Kinds (the origin is bench/pass_origin.sh, nginx answering at once from memory, 1 KB):
 #   miss     GET of a URL never asked before, stored (keep-alive)
@@ -15,7 +17,7 @@
 #   close    GET of a stored 1 KB page with `Connection: close`, a new connection per request
 #            (the harness's close1k)
 #
-# Both proxies run one worker (Lacquer `--threads 1`, nginx `worker_processes 1`) with the shared
+# Both proxies run one worker (Lacquer `--threads 1` unless `--threads`, nginx `worker_processes 1`) with the shared
 # harness's nginx config (../shared/bench/proxies/nginx.sh: proxy_cache on tmpfs, upstream
 # keep-alive). Output: per kind and target, calls per request in total and by name (those made
 # at least 0.05 times per request).
@@ -27,12 +29,14 @@ BIN=$(pwd)/target/release/lacquer
 REQUESTS=2000
 KINDS=miss,nostore,post,close
 NGINX=1
+THREADS=1
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) BIN=$2; shift 2 ;;
     --requests) REQUESTS=$2; shift 2 ;;
     --kinds) KINDS=$2; shift 2 ;;
     --no-nginx) NGINX=0; shift ;;
+    --threads) THREADS=$2; shift 2 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -50,7 +54,7 @@ PIDS+=($!)
 LACQUER_PORT=$(free_port)
 printf '[invalidation]\npoll_interval = "10s"\n' >"$WORK/lacquer.toml"
 "$BIN" --config "$WORK/lacquer.toml" --listen 127.0.0.1:"$LACQUER_PORT" --upstream 127.0.0.1:"$ORIGIN_PORT" \
-  --threads 1 --memory-size 512MiB --access-log off >"$WORK/lacquer.log" 2>&1 &
+  --threads "$THREADS" --memory-size 512MiB --access-log off >"$WORK/lacquer.log" 2>&1 &
 PIDS+=($!)
 TARGETS="lacquer=$!:$LACQUER_PORT"
 if [ "$NGINX" = 1 ]; then

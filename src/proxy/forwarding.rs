@@ -14,7 +14,7 @@
 //! The resolved client address is the one `cache.purge_from`, fairness and the access log use;
 //! the resolved scheme is part of the cache key ([`super::cache_key`]).
 
-use super::headers::{holds_any, X_FORWARDED_FOR};
+use super::headers::{holds_any, ClientFields, X_FORWARDED_FOR};
 use crate::config::address_range::AddressRange;
 use http::header::{self, HeaderName};
 use pingora_http::RequestHeader;
@@ -24,7 +24,8 @@ use std::net::IpAddr;
 /// Request fields that origins (frameworks, their proxy-aware middleware) let change a response
 /// and that are not in the cache key, with the forwarding fields themselves: from an untrusted
 /// peer none of them reaches the origin.
-const UNKEYED_FROM_UNTRUSTED: [HeaderName; 12] = [
+/// (A `static`: a `const` array of `HeaderName`s is built and dropped wherever it is used.)
+static UNKEYED_FROM_UNTRUSTED: [HeaderName; 12] = [
     HeaderName::from_static("x-forwarded-host"),
     HeaderName::from_static("x-forwarded-proto"),
     HeaderName::from_static("x-forwarded-port"),
@@ -151,15 +152,15 @@ fn forwarded_params(req: &RequestHeader, name: &str) -> Vec<String> {
 }
 
 /// `upstream_request_filter`: from an untrusted peer, the forwarding fields and the unkeyed
-/// fields of [`UNKEYED_FROM_UNTRUSTED`] are removed before `headers::add_forwarded` writes ours.
-/// Returns whether the peer is trusted (its fields were kept).
+/// fields of [`UNKEYED_FROM_UNTRUSTED`] are removed before `headers::add_forwarded_with` writes
+/// ours. Returns whether the peer's own fields were kept (it is trusted) or removed.
 pub fn on_upstream_request(
     session: &Session,
     req: &mut RequestHeader,
     trusted: &[AddressRange],
-) -> bool {
+) -> ClientFields {
     if is_trusted(trusted, peer_ip(session)) {
-        return true;
+        return ClientFields::Kept;
     }
     // nearly every request holds none of them: one pass over its names says so
     if holds_any(&req.headers, &UNKEYED_FROM_UNTRUSTED) {
@@ -167,7 +168,7 @@ pub fn on_upstream_request(
             req.remove_header(name);
         }
     }
-    false
+    ClientFields::Removed
 }
 
 #[cfg(test)]

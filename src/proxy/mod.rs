@@ -623,16 +623,17 @@ impl ProxyHttp for LacquerProxy {
             upstream_request.insert_header(http::header::ACCEPT_ENCODING, ae)?;
         }
         partial_content::on_upstream_request(&ctx.partial, upstream_request)?;
-        forwarding::on_upstream_request(
+        let client_fields = forwarding::on_upstream_request(
             session,
             upstream_request,
             &live.config.proxy.trusted_proxies,
         );
-        headers::add_forwarded(
+        headers::add_forwarded_with(
             upstream_request,
             live.config.proxy.forwarded,
             forwarding::peer_ip(session),
             ctx.key.is_https(),
+            client_fields,
         );
         if live.config.proxy.via {
             let version = session.req_header().version;

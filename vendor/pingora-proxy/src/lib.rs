@@ -86,6 +86,8 @@ const MAX_SHUTDOWN_NOTIFY_SHARDS: usize = 256;
 type DownstreamCustomMessageReader =
     Box<dyn futures::Stream<Item = Result<Bytes>> + Unpin + Send + Sync + 'static>;
 
+// LACQUER PATCH (inline self-wake)
+mod inline_wake;
 mod proxy_cache;
 mod proxy_common;
 mod proxy_custom;

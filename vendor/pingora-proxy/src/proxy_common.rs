@@ -175,6 +175,32 @@ impl ConnectionNominations {
     }
 }
 
+/// LACQUER PATCH (hop-by-hop scan): the fields `strip_standard_hop_by_hop_headers` removes, as
+/// `HeaderName`s, so one pass over a request's names can say whether any is there.
+/// (A `static`: a `const` array of `HeaderName`s is built and dropped wherever it is used.)
+static STANDARD_HOP_BY_HOP: [HeaderName; 10] = [
+    HeaderName::from_static(KEEP_ALIVE),
+    HeaderName::from_static(PROXY_CONNECTION),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::CONNECTION,
+    header::UPGRADE,
+    HeaderName::from_static(HTTP2_SETTINGS),
+];
+
+/// LACQUER PATCH (hop-by-hop scan): whether `req` holds any standard hop-by-hop field (these
+/// include `Connection`, the only field that nominates others). One pass over the request's few
+/// names, comparing them, instead of a hashed removal of each of the ten names, which nearly no
+/// request holds.
+fn holds_standard_hop_by_hop(req: &RequestHeader) -> bool {
+    req.headers
+        .keys()
+        .any(|name| STANDARD_HOP_BY_HOP.contains(name))
+}
+
 fn strip_standard_hop_by_hop_headers(req: &mut RequestHeader) {
     req.remove_header(KEEP_ALIVE);
     req.remove_header(PROXY_CONNECTION);
@@ -337,8 +363,11 @@ pub(crate) fn sanitize_h1_upstream_request(
         return Ok(());
     }
 
-    let nominations = policy
-        .strip_connection_nominated
+    // LACQUER PATCH (hop-by-hop scan): the removals below (and the parse of `Connection`) run
+    // only when the request holds one of the fields; removing absent fields changes nothing.
+    let holds_hop_by_hop = holds_standard_hop_by_hop(req);
+
+    let nominations = (policy.strip_connection_nominated && holds_hop_by_hop)
         .then(|| ConnectionNominations::parse(req, policy.reject_malformed_connection_nominations))
         .transpose()?;
 
@@ -354,24 +383,28 @@ pub(crate) fn sanitize_h1_upstream_request(
         nominations.remove_from(req);
     }
 
-    if policy.strip_hop_by_hop {
+    if policy.strip_hop_by_hop && holds_hop_by_hop {
         strip_standard_hop_by_hop_headers(req);
     }
 
     match policy.h1_upgrade {
         H1UpgradePolicy::WebSocketOnly => {
-            req.remove_header(&header::CONNECTION);
-            req.remove_header(&header::UPGRADE);
-            req.remove_header(HTTP2_SETTINGS);
+            if holds_hop_by_hop {
+                req.remove_header(&header::CONNECTION);
+                req.remove_header(&header::UPGRADE);
+                req.remove_header(HTTP2_SETTINGS);
+            }
             if websocket_upgrade {
                 req.insert_header(header::CONNECTION, "Upgrade")?;
                 req.insert_header(header::UPGRADE, "websocket")?;
             }
         }
         H1UpgradePolicy::Deny => {
-            req.remove_header(&header::CONNECTION);
-            req.remove_header(&header::UPGRADE);
-            req.remove_header(HTTP2_SETTINGS);
+            if holds_hop_by_hop {
+                req.remove_header(&header::CONNECTION);
+                req.remove_header(&header::UPGRADE);
+                req.remove_header(HTTP2_SETTINGS);
+            }
         }
         H1UpgradePolicy::Preserve => {}
     }

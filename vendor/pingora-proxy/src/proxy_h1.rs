@@ -149,18 +149,24 @@ where
         let pipe_state = Arc::new(AtomicU8::new(PipeState::Active as u8));
 
         // start bi-directional streaming
-        let ret = tokio::try_join!(
-            self.proxy_handle_downstream(
-                session,
-                tx_downstream,
-                rx_upstream,
-                ctx,
-                &mut downstream_custom_message_writer,
-                &mut downstream_custom_message_reader,
-                pipe_state.clone(),
-            ),
-            self.proxy_handle_upstream(client_session, tx_upstream, rx_downstream, pipe_state),
-        );
+        // LACQUER PATCH (inline self-wake): the halves wake each other through the task pipes,
+        // which woke this task while it ran: polled again here instead of yielding to tokio
+        // (which unparked another worker for it); see `inline_wake`.
+        let ret = crate::inline_wake::InlineWake::new(std::pin::pin!(async {
+            tokio::try_join!(
+                self.proxy_handle_downstream(
+                    session,
+                    tx_downstream,
+                    rx_upstream,
+                    ctx,
+                    &mut downstream_custom_message_writer,
+                    &mut downstream_custom_message_reader,
+                    pipe_state.clone(),
+                ),
+                self.proxy_handle_upstream(client_session, tx_upstream, rx_downstream, pipe_state),
+            )
+        }))
+        .await;
 
         if let Some(custom_session) = session.downstream_session.as_custom_mut() {
             if let Some(downstream_custom_message_writer) = downstream_custom_message_writer {
