@@ -82,6 +82,7 @@ use pingora_cache::lock::{CacheKeyLockImpl, CacheLock};
 use pingora_cache::storage::HitHandler;
 use pingora_cache::storage::Storage;
 use pingora_cache::{CacheKey, CacheMeta, CacheOptionOverrides, ForcedFreshness, RespCacheable};
+use pingora_core::modules::http::HttpModules;
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_error::Result;
 use pingora_http::{RequestHeader, ResponseHeader};
@@ -270,6 +271,11 @@ fn client_ip(session: &Session, live: &LiveSettings) -> Option<IpAddr> {
 #[async_trait]
 impl ProxyHttp for LacquerProxy {
     type CTX = RequestCtx;
+
+    /// No downstream modules: Pingora's default adds its response compression module at level 0
+    /// (off), which Lacquer never turns on (its own `compression` room encodes), yet every
+    /// request built it (two allocations) and ran its filters (a boxed future per phase).
+    fn init_downstream_modules(&self, _modules: &mut HttpModules) {}
 
     fn new_ctx(&self) -> Self::CTX {
         RequestCtx {

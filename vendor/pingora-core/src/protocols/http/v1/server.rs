@@ -29,6 +29,7 @@ use pingora_timeout::timeout;
 use regex::bytes::Regex;
 use std::any::Any;
 use std::collections::VecDeque;
+use std::mem::MaybeUninit;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -171,6 +172,10 @@ pub struct HttpSession {
     /// LACQUER PATCH (request head limits): the longest request line (CRLF excluded), answered
     /// 414 above it; 0: no limit of its own.
     request_line_max_bytes: u32,
+    /// LACQUER PATCH (request framing once): the request head as read had neither
+    /// `Content-Length` nor `Transfer-Encoding` and nothing has borrowed it mutably since, so its
+    /// body is empty without looking either up again (cleared by [`Self::req_header_mut`]).
+    request_head_unframed: bool,
 }
 
 impl HttpSession {
@@ -223,6 +228,7 @@ impl HttpSession {
             request_head_timeout_ms: 0,
             request_head_max_bytes: MAX_HEADER_SIZE as u32,
             request_line_max_bytes: 0,
+            request_head_unframed: false,
         }
     }
 
@@ -436,9 +442,11 @@ impl HttpSession {
 
             // Use loop as GOTO to retry escaped request buffer, not a real loop
             loop {
-                let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-                let mut req = httparse::Request::new(&mut headers);
-                let parsed = parse_req_buffer(&mut req, &buf);
+                // LACQUER PATCH (request framing once): httparse fills the fields it parses, so
+                // the 8 KiB array is left uninitialised instead of written on every request
+                let mut headers = [const { MaybeUninit::<httparse::Header>::uninit() }; MAX_HEADERS];
+                let mut req = httparse::Request::new(&mut []);
+                let parsed = parse_req_buffer(&mut req, &buf, &mut headers);
                 match parsed {
                     HeaderParseState::Complete(s) => {
                         // LACQUER PATCH (request head limits)
@@ -489,8 +497,12 @@ impl HttpSession {
                         };
                         let buf = buf.freeze();
 
+                        // LACQUER PATCH (request framing once): whether any field names the
+                        // body's framing, seen here once instead of looked up four times
+                        let mut framed = false;
                         for header in header_refs {
                             let header_name = header.get_name_bytes(&buf);
+                            framed |= is_framing_field_name(&header_name);
                             let header_name = header_name.into_case_header_name();
                             let value_bytes = header.get_value_bytes(&buf);
                             // safe because this is from what we parsed
@@ -503,10 +515,12 @@ impl HttpSession {
                                 .or_err(InvalidHTTPHeader, "while parsing request header")?;
                         }
 
+                        // LACQUER PATCH (request framing once): looked up only when a field
+                        // named one of them
                         let contains_transfer_encoding =
-                            request_header.headers.contains_key(TRANSFER_ENCODING);
+                            framed && request_header.headers.contains_key(TRANSFER_ENCODING);
                         let contains_content_length =
-                            request_header.headers.contains_key(CONTENT_LENGTH);
+                            framed && request_header.headers.contains_key(CONTENT_LENGTH);
 
                         // Transfer encoding overrides content length, so when
                         // both are present, we can remove content length. This
@@ -523,6 +537,7 @@ impl HttpSession {
                         self.buf = buf;
                         self.preread_body = Some(preread_body);
                         self.request_header = Some(request_header);
+                        self.request_head_unframed = !framed;
 
                         self.body_reader.reinit();
                         self.pipelined_idle_bytes_stashed = false;
@@ -534,6 +549,11 @@ impl HttpSession {
                             self.set_keepalive(None);
                         }
                         self.validate_request()?;
+                        // LACQUER PATCH (request framing once): with neither field the framing
+                        // is known now (no body), before any filter may borrow the head mutably
+                        if !framed {
+                            self.init_body_reader();
+                        }
 
                         return Ok(Some(s));
                     }
@@ -601,6 +621,12 @@ impl HttpSession {
         // Reject an ambiguous authority before anything routes on it.
         validate_request_authority(req_header)?;
 
+        // LACQUER PATCH (request framing once): a head with neither field has nothing below to
+        // check
+        if self.request_head_unframed {
+            return Ok(());
+        }
+
         // Validate/reconcile Content-Length per RFC 9110 section 8.6 (hyper
         // parity): identical duplicates and comma-combined identical values are
         // accepted and collapsed; differing or unparseable values are rejected.
@@ -640,6 +666,8 @@ impl HttpSession {
     /// # Panics
     /// this function and most other functions will panic if called before [`Self::read_request()`]
     pub fn req_header_mut(&mut self) -> &mut RequestHeader {
+        // LACQUER PATCH (request framing once): the caller may add a framing field
+        self.request_head_unframed = false;
         self.request_header
             .as_mut()
             .expect("Request header is not read yet")
@@ -1387,6 +1415,10 @@ impl HttpSession {
                 // if upgraded _post_ 101 (and body was not init yet)
                 // treat as upgraded body (pass through until closed)
                 self.body_reader.init_close_delimited_owned(preread_body);
+            } else if self.request_head_unframed {
+                // LACQUER PATCH (request framing once): neither field, so no body (RFC 9112
+                // §6.3, as below), without looking them up again (`read_request` comes here)
+                self.body_reader.init_content_length_owned(0, preread_body);
             } else if self.is_chunked_encoding() {
                 // if chunked encoding, content-length should be ignored
                 self.body_reader.init_chunked_owned(preread_body);
@@ -2052,23 +2084,49 @@ fn escape_illegal_request_line(buf: &BytesMut) -> Option<BytesMut> {
 }
 
 #[inline]
-fn parse_req_buffer<'buf>(
-    req: &mut httparse::Request<'_, 'buf>,
+/// LACQUER PATCH (request framing once): whether a field name (as received) is `Content-Length`
+/// or `Transfer-Encoding`, the two that frame a request body. `HeaderName` lowercases ASCII and
+/// refuses any other byte, so a field stored under either name is one this says yes to.
+fn is_framing_field_name(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"content-length") || name.eq_ignore_ascii_case(b"transfer-encoding")
+}
+
+// LACQUER PATCH (request framing once): the header array comes uninitialised
+fn parse_req_buffer<'h, 'buf>(
+    req: &mut httparse::Request<'h, 'buf>,
     buf: &'buf [u8],
+    headers: &'h mut [MaybeUninit<httparse::Header<'buf>>],
 ) -> HeaderParseState {
     use httparse::Result;
 
     #[cfg(feature = "patched_http1")]
-    fn parse<'buf>(req: &mut httparse::Request<'_, 'buf>, buf: &'buf [u8]) -> Result<usize> {
+    fn parse<'h, 'buf>(
+        req: &mut httparse::Request<'h, 'buf>,
+        buf: &'buf [u8],
+        headers: &'h mut [MaybeUninit<httparse::Header<'buf>>],
+    ) -> Result<usize> {
+        for header in headers.iter_mut() {
+            header.write(httparse::EMPTY_HEADER);
+        }
+        // SAFETY: every element was initialised just above
+        let headers = unsafe {
+            &mut *(headers as *mut [MaybeUninit<httparse::Header<'buf>>]
+                as *mut [httparse::Header<'buf>])
+        };
+        *req = httparse::Request::new(headers);
         req.parse_unchecked(buf)
     }
 
     #[cfg(not(feature = "patched_http1"))]
-    fn parse<'buf>(req: &mut httparse::Request<'_, 'buf>, buf: &'buf [u8]) -> Result<usize> {
-        req.parse(buf)
+    fn parse<'h, 'buf>(
+        req: &mut httparse::Request<'h, 'buf>,
+        buf: &'buf [u8],
+        headers: &'h mut [MaybeUninit<httparse::Header<'buf>>],
+    ) -> Result<usize> {
+        req.parse_with_uninit_headers(buf, headers)
     }
 
-    let res = match parse(req, buf) {
+    let res = match parse(req, buf, headers) {
         Ok(s) => s,
         Err(e) => {
             return HeaderParseState::Invalid(e);
