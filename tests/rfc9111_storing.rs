@@ -3,7 +3,8 @@
 //! Which status codes are stored heuristically or only with explicit freshness, and what
 //! `no-store`, `private`, `private="field"`, `no-cache`, `must-understand`, `s-maxage` and a
 //! request's `Authorization` do; that a stored response keeps its `Date`; `Set-Cookie` with
-//! `cache.store_set_cookie`; POST responses reused for GETs with `cache.reuse_post_responses`. Other storing tests live in `tests/core_caching.rs`
+//! `cache.store_set_cookie`; POST responses reused for GETs with `cache.reuse_post_responses`
+//! (also by the GET that follows at once, which the POST's own purge must not cover). Other storing tests live in `tests/core_caching.rs`
 //! (`uncacheable_responses_are_not_served_from_cache`, `authorization_requires_explicit_permission`,
 //! `heuristic_freshness_from_last_modified`); `docs/conformance.md` maps them all.
 
@@ -350,6 +351,59 @@ async fn post_responses_naming_their_url_are_reused_for_gets_when_configured() {
         .unwrap();
     let got = send(&client, "GET", &url, &[], None).await.unwrap();
     assert_eq!(got.text(), "got /form?id=2");
+}
+
+/// The GET that follows a POST on the same connection is always served the POST's answer: the
+/// answer is stored (in `logging`) before the connection reads its next request, and the purge the
+/// POST itself made (RFC 9111 §4.4) must not cover it. With an origin that answers within the
+/// millisecond, the store used to fall inside the millisecond the purge's stamp covers and be
+/// judged purged: about half of the answers were never reused.
+#[test]
+fn a_post_answer_is_reused_by_the_get_that_follows_it_on_the_same_connection() {
+    let origin = TestOrigin::start(|req| {
+        if req.method == "POST" {
+            OriginResponse::ok(format!("posted to {}", req.path))
+                .header("Content-Location", req.path.clone())
+                .header("Cache-Control", "max-age=600")
+        } else {
+            OriginResponse::ok(format!("got {}", req.path)).header("Cache-Control", "no-store")
+        }
+    });
+    let config = "[log]\naccess = \"off\"\n[cache]\nreuse_post_responses = true";
+    let lacquer = LacquerProcess::start_simple(origin.addr(), config);
+    let mut conn = RawConn::connect(lacquer.addr());
+    let mut reused = Vec::new();
+    for i in 0..20 {
+        let path = format!("/form/{i}");
+        conn.send(
+            format!(
+                "POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 3\r\n\r\nx=1"
+            )
+            .as_bytes(),
+        );
+        assert_eq!(
+            conn.read_response(false).text(),
+            format!("posted to {path}")
+        );
+        let got = conn.get(&path, &[]);
+        reused.push((path, got.text()));
+    }
+    let not_reused: Vec<_> = reused
+        .iter()
+        .filter(|(path, text)| *text != format!("posted to {path}"))
+        .collect();
+    assert!(
+        not_reused.is_empty(),
+        "GETs not served the POST's answer: {not_reused:?}"
+    );
+    assert_eq!(
+        origin
+            .requests()
+            .iter()
+            .filter(|r| r.method == "GET")
+            .count(),
+        0
+    );
 }
 
 /// GETs `url` until it is a hit (the POST's answer is stored once its request has ended, in

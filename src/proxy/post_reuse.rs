@@ -21,10 +21,12 @@
 //! `Content-Encoding` (their variant and coding were chosen for the POST's request, which no GET
 //! key records). Its body is kept as it streams to the client ([`on_upstream_body`], at most
 //! `cache.max_object_size`) and written under the URL's key when the request has ended well
-//! ([`on_request_end`], from `logging`, after invalidation (RFC 9111 §4.4) removed the old entry).
+//! ([`on_request_end`], from `logging`, after invalidation (RFC 9111 §4.4) removed the old entry,
+//! and once the millisecond that invalidation's stamp covers has passed).
 
 use super::invalidation;
 use crate::policy::CachePolicy;
+use crate::storage::ban_list::{at, ms_after};
 use bytes::Bytes;
 use pingora_cache::storage::Storage;
 use pingora_cache::trace::Span;
@@ -98,6 +100,14 @@ pub async fn on_request_end(
 ) {
     if failed || !kept.complete {
         return;
+    }
+    // The purge this POST made (RFC 9111 §4.4, in `upstream_response_filter`) covers whatever
+    // was stored up to the millisecond after it was issued (ban stamps round up, so that a fill
+    // racing a purge is covered): a store begun within that millisecond, the common case with a
+    // fast origin, was judged purged and never served. Begin it after.
+    let after_purge = at(ms_after(SystemTime::now()));
+    if let Ok(wait) = after_purge.duration_since(SystemTime::now()) {
+        tokio::time::sleep(wait).await;
     }
     let span = Span::inactive().handle();
     let Ok(mut miss) = storage.get_miss_handler(key, &kept.meta, &span).await else {
