@@ -100,6 +100,69 @@ async fn keep_alive_on_both_sides_reuses_upstream_connections() {
     );
 }
 
+/// An origin that answers one `no-store` request per connection, keep-alive (no `Connection:
+/// close`), with the connection's number as the body, writes `after` after the answer and then
+/// closes the connection when `linger` has passed: the upstream pool is left holding a connection
+/// the origin has closed, or one with unexpected bytes waiting on it.
+fn one_answer_per_connection(after: &'static [u8], linger: Duration) -> RawOrigin {
+    let served = std::sync::atomic::AtomicUsize::new(0);
+    RawOrigin::answering(move |_head, stream| {
+        use std::io::Write;
+        let n = served.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let body = format!("connection {n}");
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nCache-Control: no-store\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = stream.write_all(answer.as_bytes());
+        let _ = stream.write_all(after);
+        let _ = stream.flush();
+        std::thread::sleep(linger);
+    })
+}
+
+#[tokio::test]
+async fn a_pooled_connection_the_origin_closed_is_not_reused() {
+    // The origin closes each connection right after its answer; the pool must drop it (its idle
+    // watch sees the close, or the check on reuse does), and the next request goes out on a new
+    // connection and succeeds.
+    let origin = one_answer_per_connection(b"", Duration::ZERO);
+    let lacquer = LacquerProcess::start_simple(origin.addr, "[log]\naccess = \"off\"");
+    let client = http_client();
+    for i in 0..4 {
+        let url = lacquer.url(&format!("/closed/{i}"));
+        let r = send(&client, "GET", &url, &[], None).await.unwrap();
+        assert_eq!(r.status, 200, "request {i}");
+        assert_eq!(&r.body[..], format!("connection {i}").as_bytes());
+        // let the origin's FIN reach the pooled connection before the next request
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(origin.accepted(), 4, "one connection per request");
+}
+
+#[tokio::test]
+async fn a_pooled_connection_with_unexpected_data_is_not_reused() {
+    // After its answer, the origin sends a second, unrequested response and keeps the connection
+    // open. Reusing that connection would hand the next request this stray answer: the pool must
+    // close it instead, and the next request gets its own answer from a new connection.
+    let stray = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nCache-Control: no-store\r\n\r\nstray";
+    let origin = one_answer_per_connection(stray, Duration::from_secs(3));
+    let lacquer = LacquerProcess::start_simple(origin.addr, "[log]\naccess = \"off\"");
+    let client = http_client();
+    for i in 0..3 {
+        let url = lacquer.url(&format!("/stray/{i}"));
+        let r = send(&client, "GET", &url, &[], None).await.unwrap();
+        assert_eq!(r.status, 200, "request {i}");
+        assert_eq!(
+            &r.body[..],
+            format!("connection {i}").as_bytes(),
+            "request {i} got another request's answer"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(origin.accepted(), 3, "one connection per request");
+}
+
 #[tokio::test]
 async fn access_log_records_cache_status_as_json() {
     let origin = scripted_origin();
