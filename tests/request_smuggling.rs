@@ -267,3 +267,69 @@ fn a_chunk_extension_in_the_rfc_syntax_is_accepted() {
     assert_eq!(requests.len(), 2, "{received}");
     assert_eq!(requests[0].body, b"5\r\nhello\r\n0\r\n\r\n", "{received}");
 }
+
+// Pingora's reader notes once, while it stores the fields, whether any names the body's framing
+// (a vendored patch, `request framing once`); a head with neither field is framed as bodiless
+// without looking them up. These show the note sees the two names in any letter case, and that
+// the bytes behind a bodiless head still reach the next request.
+
+#[test]
+fn a_content_length_in_any_letter_case_frames_the_body() {
+    let (requests, received) =
+        two_requests(b"POST /a HTTP/1.1\r\nHost: shop.example\r\ncOnTeNt-LeNgTh: 5\r\n\r\nhello");
+    assert_eq!(requests.len(), 2, "{received}");
+    assert_eq!(requests[0].body, b"hello", "{received}");
+    assert_eq!(
+        requests[1].request_line(),
+        "GET /next HTTP/1.1",
+        "{received}"
+    );
+}
+
+#[test]
+fn a_transfer_encoding_in_capitals_frames_by_chunks() {
+    let (requests, received) = two_requests(
+        b"POST /a HTTP/1.1\r\nHost: shop.example\r\nTRANSFER-ENCODING: chunked\r\n\r\n\
+          5\r\nhello\r\n0\r\n\r\n",
+    );
+    assert_eq!(requests.len(), 2, "{received}");
+    assert_eq!(requests[0].body, b"5\r\nhello\r\n0\r\n\r\n", "{received}");
+    assert_eq!(
+        requests[1].request_line(),
+        "GET /next HTTP/1.1",
+        "{received}"
+    );
+}
+
+#[test]
+fn content_lengths_that_differ_in_value_and_letter_case_are_refused() {
+    assert_refused(
+        b"POST /a HTTP/1.1\r\nHost: shop.example\r\nContent-Length: 5\r\n\
+          CONTENT-length: 6\r\n\r\nhello!",
+    );
+}
+
+#[test]
+fn a_transfer_encoding_in_capitals_on_http_1_0_is_refused() {
+    assert_refused(
+        b"POST /a HTTP/1.0\r\nHost: shop.example\r\nTRANSFER-ENCODING: chunked\r\n\r\n\
+          5\r\nhello\r\n0\r\n\r\n",
+    );
+}
+
+#[test]
+fn the_bytes_behind_a_head_without_framing_fields_are_the_next_request() {
+    let origin = CaptureOrigin::start();
+    let lacquer = proxy_for(&origin);
+    let mut conn = RawConn::connect(lacquer.addr());
+    // one write: the GET's head, then the next request, which must not be read as a body
+    conn.send(b"GET /first HTTP/1.1\r\nHost: shop.example\r\nX-Note: a\r\n\r\nGET /next HTTP/1.1\r\nHost: shop.example\r\n\r\n");
+    assert_eq!(conn.read_response(false).status, 200);
+    assert_eq!(conn.read_response(false).status, 200);
+    let requests = origin.requests();
+    let received = origin.received_text();
+    assert_eq!(requests.len(), 2, "{received}");
+    assert_eq!(requests[0].request_line(), "GET /first HTTP/1.1");
+    assert!(requests[0].body.is_empty(), "{received}");
+    assert_eq!(requests[1].request_line(), "GET /next HTTP/1.1");
+}

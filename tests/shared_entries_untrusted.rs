@@ -31,6 +31,7 @@ fn planted_meta(status: u16, fields: &[(&str, &str)]) -> StoredMeta {
         stale_if_error_sec: 0,
         variance: None,
         header,
+        wire_head: Default::default(),
     }
 }
 

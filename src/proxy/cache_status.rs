@@ -230,6 +230,12 @@ impl CacheStatus {
     /// it was read from (`detail=memory`, `detail=memcached`).
     pub fn header_value(&self, name: &str, with_tier: bool) -> String {
         let mut out = String::with_capacity(48);
+        self.write_header_value(name, with_tier, &mut out);
+        out
+    }
+
+    /// [`Self::header_value`], appended to `out`.
+    pub fn write_header_value(&self, name: &str, with_tier: bool, out: &mut String) {
         out.push_str(name);
         if self.hit {
             out.push_str("; hit");
@@ -241,7 +247,7 @@ impl CacheStatus {
         if let Some(code) = self.fwd_status {
             if self.fwd.is_some() {
                 out.push_str("; fwd-status=");
-                push_integer(&mut out, i64::from(code));
+                push_integer(out, i64::from(code));
             }
         }
         if self.stored {
@@ -249,14 +255,13 @@ impl CacheStatus {
         }
         if let Some(ttl) = self.ttl {
             out.push_str("; ttl=");
-            push_integer(&mut out, ttl);
+            push_integer(out, ttl);
         }
         let tier = self.tier.filter(|_| with_tier && self.hit);
         if let Some(detail) = self.detail.or(tier.map(Tier::label)) {
             out.push_str("; detail=");
             out.push_str(detail);
         }
-        out
     }
 
     /// Notes the tier the stored response was read from, when the response's body is that

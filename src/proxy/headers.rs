@@ -104,16 +104,31 @@ pub fn add_date_if_missing(resp: &mut ResponseHeader) {
 #[derive(Debug, Clone, Default)]
 pub struct ForUsOnly {
     names: Vec<HeaderName>,
+    fingerprint: u64,
 }
 
 impl ForUsOnly {
     /// The fields called `names` (names that are not valid field names are never present).
     pub fn new<'a>(names: impl IntoIterator<Item = &'a str>) -> ForUsOnly {
-        let names = names
+        let names: Vec<HeaderName> = names
             .into_iter()
             .filter_map(|n| HeaderName::from_bytes(n.to_ascii_lowercase().as_bytes()).ok())
             .collect();
-        ForUsOnly { names }
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        std::hash::Hash::hash(&names, &mut hasher);
+        let fingerprint = std::hash::Hasher::finish(&hasher);
+        ForUsOnly { names, fingerprint }
+    }
+
+    /// The same for the same fields: a head stripped of them once (the fast path's kept wire
+    /// form) is stripped for as long as the fingerprint is the same, across reloads.
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+
+    /// Whether `name` is one of them.
+    pub fn includes(&self, name: &HeaderName) -> bool {
+        self.names.contains(name)
     }
 
     /// Removes them from a response going to a client.
@@ -172,6 +187,11 @@ impl ViaValues {
     /// The entry for a message received with `version`.
     pub fn for_version(&self, version: http::Version) -> http::HeaderValue {
         self.by_version[via_index(version)].clone()
+    }
+
+    /// [`Self::for_version`], borrowed (written out as text by the fast path).
+    pub fn borrowed_for_version(&self, version: http::Version) -> &http::HeaderValue {
+        &self.by_version[via_index(version)]
     }
 }
 

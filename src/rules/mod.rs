@@ -63,6 +63,12 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    /// Whether a matching rule edits the response head to the client (so a head serialised
+    /// ahead of time cannot be sent as it is).
+    pub fn edits_response_head(&self) -> bool {
+        !self.response_edits.is_empty()
+    }
+
     /// How the rules change the storing of this request's response.
     pub fn store_overrides(&self) -> StoreOverrides {
         StoreOverrides {

@@ -297,6 +297,7 @@ fn read_meta(reader: &mut Reader<'_>, value: &Bytes) -> Result<StoredMeta, Entry
         stale_if_error_sec,
         variance,
         header,
+        wire_head: Default::default(),
     })
 }
 
@@ -399,6 +400,7 @@ mod tests {
             stale_if_error_sec: 7,
             variance: Some([3u8; 16]),
             header,
+            wire_head: Default::default(),
         }
     }
 

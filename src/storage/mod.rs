@@ -9,6 +9,7 @@
 //! * [`fill_lease`]: fills coalesced across nodes through that cluster (one origin fetch per URL).
 //! * [`shared_framing`]: entries read from memcached are untrusted: framing rebuilt from the body.
 //! * [`shared_counters`]: what the shared tier has done, for `/stats`.
+//! * [`wire_head`]: a stored head's wire form, kept for the fast path on an object's first hit.
 //! * [`tier`]: which tier served a hit, for `Cache-Status`, the log and the metrics.
 //! * [`ban_list`]: the purges and bans both tiers judge entries by (carried out and spread over
 //!   the cluster by `crate::invalidation`); Varnish's name for the same list.
@@ -23,3 +24,4 @@ pub mod shared_counters;
 pub mod shared_framing;
 pub mod tier;
 pub mod tiered;
+pub mod wire_head;

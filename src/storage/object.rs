@@ -5,6 +5,7 @@
 //! header-map clone. Bodies are `Bytes` chunks, so a 50 MB object is never copied into one buffer
 //! and a hit hands out reference-counted slices.
 
+use super::wire_head::KeptWireHead;
 use bytes::Bytes;
 use http::HeaderValue;
 use pingora_cache::key::HashBinary;
@@ -79,6 +80,8 @@ pub struct StoredMeta {
     pub stale_if_error_sec: u32,
     pub variance: Option<HashBinary>,
     pub header: ResponseHeader,
+    /// `header`'s wire form for fast-path hits, built on the first (see [`KeptWireHead`]).
+    pub wire_head: KeptWireHead,
 }
 
 impl StoredMeta {
@@ -92,6 +95,7 @@ impl StoredMeta {
             stale_if_error_sec: 0,
             variance: None,
             header: ResponseHeader::build(200, None).expect("static status"),
+            wire_head: KeptWireHead::default(),
         }
     }
 
@@ -112,6 +116,7 @@ impl StoredMeta {
             stale_if_error_sec: meta.stale_if_error_sec(),
             variance: meta.variance(),
             header: with_room_for_hit_fields(meta.response_header()),
+            wire_head: KeptWireHead::default(),
         }
     }
 

@@ -23,11 +23,13 @@ pub const WHOLE_DECODE_MAX_STORED: usize = 64 * 1024;
 /// highly compressed body could become).
 pub const WHOLE_DECODE_MAX_DECODED: usize = 1024 * 1024;
 
-/// A hit the fast path answers: the head to send (which the proxy completes with `Cache-Status`
-/// and `Via`) and the body.
+/// A hit the fast path answers: the stored head (built for the client with `Age` and framing,
+/// which the proxy completes with `Cache-Status` and `Via`, or sent in its kept wire form, see
+/// [`super::pre_serialised`]) and the body.
 pub struct Answer {
-    /// The stored head with `Age` and framing, rewritten for a decoded body when there is one.
-    pub head: Box<ResponseHeader>,
+    hit: CompleteObject,
+    /// Seconds since the stored epoch, for `Age`.
+    age: u64,
     /// Remaining freshness in seconds, for `Cache-Status`.
     ttl: i64,
     body: AnswerBody,
@@ -37,9 +39,10 @@ enum AnswerBody {
     /// A HEAD request, or a stored response without a body.
     None,
     /// The stored body, chunk by chunk.
-    Stored(CompleteObject),
-    /// The stored compressed body decoded for a client that does not take its coding.
-    Decoded(Bytes),
+    Stored,
+    /// The stored compressed body decoded for a client that does not take its coding, with the
+    /// head rewritten for it.
+    Decoded(Option<Box<ResponseHeader>>, Bytes),
 }
 
 impl Answer {
@@ -54,23 +57,33 @@ impl Answer {
         now: SystemTime,
         copies: Option<&DecodedCopies>,
     ) -> Option<Answer> {
-        let (mut head, ttl) = response_head(&hit, now);
-        // checked on the fresh copy of the head, not the stored one (a cold cache line when the
-        // working set is large)
-        if let Some(coding) = compression::needs_decoding(req, &head) {
+        let meta = hit.meta();
+        let age = now
+            .duration_since(meta.epoch)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let ttl = freshness::remaining_secs(meta.fresh_until, now);
+        if let Some(coding) = compression::needs_decoding(req, &meta.header) {
+            let mut head = response_head(&hit, age);
             let plain = decode_for_client(coding, &hit, req, primary, &mut head, copies)?;
             return Some(Answer {
-                head,
+                hit,
+                age,
                 ttl,
-                body: AnswerBody::Decoded(plain),
+                body: AnswerBody::Decoded(Some(head), plain),
             });
         }
         let body = if req.method == http::Method::HEAD || hit.body_len() == 0 {
             AnswerBody::None
         } else {
-            AnswerBody::Stored(hit)
+            AnswerBody::Stored
         };
-        Some(Answer { head, ttl, body })
+        Some(Answer {
+            hit,
+            age,
+            ttl,
+            body,
+        })
     }
 
     /// How this cache handled the request, for `Cache-Status` and the log: a hit.
@@ -82,19 +95,35 @@ impl Answer {
         }
     }
 
-    /// Writes the head and the body to the client.
-    pub async fn send(self, session: &mut Session) -> Result<()> {
+    /// The head to send: the stored one with `Age` and framing (or rewritten for the decoded
+    /// body), for the proxy to complete and [`Self::send`].
+    pub fn head(&mut self) -> Box<ResponseHeader> {
+        match &mut self.body {
+            AnswerBody::Decoded(head @ Some(_), _) => head.take().expect("matched Some"),
+            _ => response_head(&self.hit, self.age),
+        }
+    }
+
+    /// The stored object, `Age` and whether the stored body is sent as it is (not decoded), for
+    /// [`super::pre_serialised`].
+    pub(super) fn parts(&self) -> (&CompleteObject, u64, bool) {
+        let stored = !matches!(self.body, AnswerBody::Decoded(..));
+        (&self.hit, self.age, stored)
+    }
+
+    /// Writes `head` (from [`Self::head`], completed) and the body to the client.
+    pub async fn send(self, session: &mut Session, head: Box<ResponseHeader>) -> Result<()> {
         match self.body {
-            AnswerBody::None => session.write_response_header(self.head, true).await,
-            AnswerBody::Decoded(plain) => {
-                session.write_response_header(self.head, false).await?;
+            AnswerBody::None => session.write_response_header(head, true).await,
+            AnswerBody::Decoded(_, plain) => {
+                session.write_response_header(head, false).await?;
                 session.write_response_body(Some(plain), true).await
             }
             // boxed: its state would otherwise make every hit's future larger
-            AnswerBody::Stored(hit) if hit.body_len() >= VECTORED_MIN_BODY => {
-                Box::pin(send_vectored(session, self.head, hit)).await
+            AnswerBody::Stored if self.hit.body_len() >= VECTORED_MIN_BODY => {
+                Box::pin(send_vectored(session, head, self.hit)).await
             }
-            AnswerBody::Stored(hit) => send_chunks(session, self.head, &hit).await,
+            AnswerBody::Stored => send_chunks(session, head, &self.hit).await,
         }
     }
 }
@@ -185,19 +214,14 @@ fn decode_for_client(
 }
 
 /// Builds the response head for a fast hit: the stored head, `Age` (RFC 9111 §4), and the body's
-/// `Content-Length` when the stored head has none. Returns the head and the remaining TTL.
-fn response_head(hit: &CompleteObject, now: SystemTime) -> (Box<ResponseHeader>, i64) {
-    let meta = hit.meta();
-    let mut head = Box::new(meta.header.clone());
-    let age = now
-        .duration_since(meta.epoch)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+/// `Content-Length` when the stored head has none.
+fn response_head(hit: &CompleteObject, age: u64) -> Box<ResponseHeader> {
+    let mut head = Box::new(hit.meta().header.clone());
     let _ = head.insert_header(header::AGE, age);
     head.set_version(http::Version::HTTP_11);
     let no_body = matches!(head.status.as_u16(), 204 | 304);
     if !no_body && !head.headers.contains_key(header::CONTENT_LENGTH) {
         let _ = head.insert_header(header::CONTENT_LENGTH, hit.body_len());
     }
-    (head, freshness::remaining_secs(meta.fresh_until, now))
+    head
 }

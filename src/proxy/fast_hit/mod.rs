@@ -24,6 +24,7 @@
 
 pub mod answer;
 pub mod lookup;
+pub mod pre_serialised;
 
 use super::RequestCtx;
 use crate::compression::decoded_copies::DecodedCopies;

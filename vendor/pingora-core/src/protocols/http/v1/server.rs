@@ -29,6 +29,7 @@ use pingora_timeout::timeout;
 use regex::bytes::Regex;
 use std::any::Any;
 use std::collections::VecDeque;
+use std::mem::MaybeUninit;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -171,6 +172,10 @@ pub struct HttpSession {
     /// LACQUER PATCH (request head limits): the longest request line (CRLF excluded), answered
     /// 414 above it; 0: no limit of its own.
     request_line_max_bytes: u32,
+    /// LACQUER PATCH (request framing once): the request head as read had neither
+    /// `Content-Length` nor `Transfer-Encoding` and nothing has borrowed it mutably since, so its
+    /// body is empty without looking either up again (cleared by [`Self::req_header_mut`]).
+    request_head_unframed: bool,
 }
 
 impl HttpSession {
@@ -223,6 +228,7 @@ impl HttpSession {
             request_head_timeout_ms: 0,
             request_head_max_bytes: MAX_HEADER_SIZE as u32,
             request_line_max_bytes: 0,
+            request_head_unframed: false,
         }
     }
 
@@ -436,9 +442,11 @@ impl HttpSession {
 
             // Use loop as GOTO to retry escaped request buffer, not a real loop
             loop {
-                let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-                let mut req = httparse::Request::new(&mut headers);
-                let parsed = parse_req_buffer(&mut req, &buf);
+                // LACQUER PATCH (request framing once): httparse fills the fields it parses, so
+                // the 8 KiB array is left uninitialised instead of written on every request
+                let mut headers = [const { MaybeUninit::<httparse::Header>::uninit() }; MAX_HEADERS];
+                let mut req = httparse::Request::new(&mut []);
+                let parsed = parse_req_buffer(&mut req, &buf, &mut headers);
                 match parsed {
                     HeaderParseState::Complete(s) => {
                         // LACQUER PATCH (request head limits)
@@ -489,8 +497,12 @@ impl HttpSession {
                         };
                         let buf = buf.freeze();
 
+                        // LACQUER PATCH (request framing once): whether any field names the
+                        // body's framing, seen here once instead of looked up four times
+                        let mut framed = false;
                         for header in header_refs {
                             let header_name = header.get_name_bytes(&buf);
+                            framed |= is_framing_field_name(&header_name);
                             let header_name = header_name.into_case_header_name();
                             let value_bytes = header.get_value_bytes(&buf);
                             // safe because this is from what we parsed
@@ -503,10 +515,12 @@ impl HttpSession {
                                 .or_err(InvalidHTTPHeader, "while parsing request header")?;
                         }
 
+                        // LACQUER PATCH (request framing once): looked up only when a field
+                        // named one of them
                         let contains_transfer_encoding =
-                            request_header.headers.contains_key(TRANSFER_ENCODING);
+                            framed && request_header.headers.contains_key(TRANSFER_ENCODING);
                         let contains_content_length =
-                            request_header.headers.contains_key(CONTENT_LENGTH);
+                            framed && request_header.headers.contains_key(CONTENT_LENGTH);
 
                         // Transfer encoding overrides content length, so when
                         // both are present, we can remove content length. This
@@ -523,6 +537,7 @@ impl HttpSession {
                         self.buf = buf;
                         self.preread_body = Some(preread_body);
                         self.request_header = Some(request_header);
+                        self.request_head_unframed = !framed;
 
                         self.body_reader.reinit();
                         self.pipelined_idle_bytes_stashed = false;
@@ -534,6 +549,11 @@ impl HttpSession {
                             self.set_keepalive(None);
                         }
                         self.validate_request()?;
+                        // LACQUER PATCH (request framing once): with neither field the framing
+                        // is known now (no body), before any filter may borrow the head mutably
+                        if !framed {
+                            self.init_body_reader();
+                        }
 
                         return Ok(Some(s));
                     }
@@ -601,6 +621,12 @@ impl HttpSession {
         // Reject an ambiguous authority before anything routes on it.
         validate_request_authority(req_header)?;
 
+        // LACQUER PATCH (request framing once): a head with neither field has nothing below to
+        // check
+        if self.request_head_unframed {
+            return Ok(());
+        }
+
         // Validate/reconcile Content-Length per RFC 9110 section 8.6 (hyper
         // parity): identical duplicates and comma-combined identical values are
         // accepted and collapsed; differing or unparseable values are rejected.
@@ -640,6 +666,8 @@ impl HttpSession {
     /// # Panics
     /// this function and most other functions will panic if called before [`Self::read_request()`]
     pub fn req_header_mut(&mut self) -> &mut RequestHeader {
+        // LACQUER PATCH (request framing once): the caller may add a framing field
+        self.request_head_unframed = false;
         self.request_header
             .as_mut()
             .expect("Request header is not read yet")
@@ -1136,6 +1164,82 @@ impl HttpSession {
         Ok(())
     }
 
+    /// LACQUER PATCH (pre-serialised head): writes a whole final response whose head the caller
+    /// serialised itself, in as few writes as the socket takes, with the session's state as
+    /// [`Self::write_response_header`] and [`Self::write_body`] leave it: keep-alive decided and
+    /// announced (`Connection`), `Date` added when `has_date` is false, the body framed by its
+    /// length, the bytes counted and the status recorded as the response written (a head with the
+    /// status only: its fields went out as bytes). A cache answering the same stored head many
+    /// times keeps its wire form instead of building, serialising and dropping a header map per
+    /// answer.
+    ///
+    /// `head` is the status line (HTTP/1.1) and the fields, each line ending in CRLF, without
+    /// `Connection`, without the blank line; its `Content-Length` (absent only for 204 and 304)
+    /// must be the length of `body`. The body is not sent for a HEAD request, 204 or 304. The
+    /// caller still ends the response with [`Self::finish_body`] (a session's `finish` does).
+    pub async fn write_serialized_response(
+        &mut self,
+        status: http::StatusCode,
+        head: &[&[u8]],
+        has_date: bool,
+        body: &[Bytes],
+    ) -> Result<()> {
+        if self.response_written.is_some() || status.is_informational() {
+            return Error::e_explain(
+                InternalError,
+                "a pre-serialised head must be a final response's only head",
+            );
+        }
+        // as `prepare_response_header` does for a final response that is not an upgrade
+        if self.close_on_response_before_downstream_finish
+            && (self.request_header.is_none() || !self.is_body_done())
+        {
+            self.set_keepalive(None);
+        }
+        let date = (self.update_resp_headers && !has_date).then(date::get_cached_date);
+        let connection: &[u8] = match (self.update_resp_headers, self.will_keepalive()) {
+            (false, _) => b"\r\n",
+            (true, true) => b"Connection: keep-alive\r\n\r\n",
+            (true, false) => b"Connection: close\r\n\r\n",
+        };
+        let date_line: [&[u8]; 3] = match &date {
+            Some(date) => [b"Date: ", date.as_bytes(), b"\r\n"],
+            None => [b"", b"", b""],
+        };
+        let no_body = matches!(
+            status,
+            http::StatusCode::NO_CONTENT | http::StatusCode::NOT_MODIFIED
+        ) || self.get_method() == Some(&Method::HEAD);
+        let body = if no_body { &[][..] } else { body };
+        let total: usize = body.iter().map(Bytes::len).sum();
+        let slices = head
+            .iter()
+            .copied()
+            .chain(date_line)
+            .chain(std::iter::once(connection))
+            .chain(body.iter().map(|chunk| &chunk[..]));
+        let write_timeout = self.write_timeout(total);
+        let write = write_all_slices(&mut self.underlying_stream, slices);
+        let written = match write_timeout {
+            Some(t) => match timeout(t, write).await {
+                Ok(res) => res,
+                Err(_) => {
+                    return Error::e_explain(WriteTimedout, format!("writing response, timeout: {t:?}"))
+                }
+            },
+            None => write.await,
+        };
+        written.or_err(WriteError, "writing pre-serialised response")?;
+        self.underlying_stream
+            .flush()
+            .await
+            .or_err(WriteError, "flushing response")?;
+        self.body_writer.body_mode = super::body::BodyMode::ContentLength(total, total);
+        self.body_bytes_sent += total;
+        self.response_written = Some(Box::new(ResponseHeader::build_no_case(status, Some(0))?));
+        Ok(())
+    }
+
     async fn do_write_body(&mut self, buf: &[u8]) -> Result<Option<usize>> {
         let written = self
             .body_writer
@@ -1311,6 +1415,10 @@ impl HttpSession {
                 // if upgraded _post_ 101 (and body was not init yet)
                 // treat as upgraded body (pass through until closed)
                 self.body_reader.init_close_delimited_owned(preread_body);
+            } else if self.request_head_unframed {
+                // LACQUER PATCH (request framing once): neither field, so no body (RFC 9112
+                // §6.3, as below), without looking them up again (`read_request` comes here)
+                self.body_reader.init_content_length_owned(0, preread_body);
             } else if self.is_chunked_encoding() {
                 // if chunked encoding, content-length should be ignored
                 self.body_reader.init_chunked_owned(preread_body);
@@ -1976,23 +2084,49 @@ fn escape_illegal_request_line(buf: &BytesMut) -> Option<BytesMut> {
 }
 
 #[inline]
-fn parse_req_buffer<'buf>(
-    req: &mut httparse::Request<'_, 'buf>,
+/// LACQUER PATCH (request framing once): whether a field name (as received) is `Content-Length`
+/// or `Transfer-Encoding`, the two that frame a request body. `HeaderName` lowercases ASCII and
+/// refuses any other byte, so a field stored under either name is one this says yes to.
+fn is_framing_field_name(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"content-length") || name.eq_ignore_ascii_case(b"transfer-encoding")
+}
+
+// LACQUER PATCH (request framing once): the header array comes uninitialised
+fn parse_req_buffer<'h, 'buf>(
+    req: &mut httparse::Request<'h, 'buf>,
     buf: &'buf [u8],
+    headers: &'h mut [MaybeUninit<httparse::Header<'buf>>],
 ) -> HeaderParseState {
     use httparse::Result;
 
     #[cfg(feature = "patched_http1")]
-    fn parse<'buf>(req: &mut httparse::Request<'_, 'buf>, buf: &'buf [u8]) -> Result<usize> {
+    fn parse<'h, 'buf>(
+        req: &mut httparse::Request<'h, 'buf>,
+        buf: &'buf [u8],
+        headers: &'h mut [MaybeUninit<httparse::Header<'buf>>],
+    ) -> Result<usize> {
+        for header in headers.iter_mut() {
+            header.write(httparse::EMPTY_HEADER);
+        }
+        // SAFETY: every element was initialised just above
+        let headers = unsafe {
+            &mut *(headers as *mut [MaybeUninit<httparse::Header<'buf>>]
+                as *mut [httparse::Header<'buf>])
+        };
+        *req = httparse::Request::new(headers);
         req.parse_unchecked(buf)
     }
 
     #[cfg(not(feature = "patched_http1"))]
-    fn parse<'buf>(req: &mut httparse::Request<'_, 'buf>, buf: &'buf [u8]) -> Result<usize> {
-        req.parse(buf)
+    fn parse<'h, 'buf>(
+        req: &mut httparse::Request<'h, 'buf>,
+        buf: &'buf [u8],
+        headers: &'h mut [MaybeUninit<httparse::Header<'buf>>],
+    ) -> Result<usize> {
+        req.parse_with_uninit_headers(buf, headers)
     }
 
-    let res = match parse(req, buf) {
+    let res = match parse(req, buf, headers) {
         Ok(s) => s,
         Err(e) => {
             return HeaderParseState::Invalid(e);
@@ -2036,6 +2170,26 @@ fn http_resp_header_to_buf(
     Ok(())
 }
 
+/// LACQUER PATCH (pre-serialised head): every slice in order: vectored writes of at most
+/// [`MAX_WRITE_SLICES`] slices when the stream writes vectors, else one write each (TLS: its
+/// own buffer gathers them).
+async fn write_all_slices<'a>(
+    stream: &mut Stream,
+    slices: impl Iterator<Item = &'a [u8]>,
+) -> std::io::Result<()> {
+    if !stream.is_write_vectored() {
+        for slice in slices {
+            stream.write_all(slice).await?;
+        }
+        return Ok(());
+    }
+    let mut slices: Vec<std::io::IoSlice<'_>> = slices
+        .filter(|s| !s.is_empty())
+        .map(std::io::IoSlice::new)
+        .collect();
+    write_all_io_slices(stream, &mut slices).await
+}
+
 /// LACQUER PATCH (vectored body): `head` then every chunk, with vectored writes of at most
 /// [`MAX_WRITE_SLICES`] slices each until all are written.
 async fn write_all_vectored(stream: &mut Stream, head: &[u8], chunks: &[Bytes]) -> std::io::Result<()> {
@@ -2045,7 +2199,17 @@ async fn write_all_vectored(stream: &mut Stream, head: &[u8], chunks: &[Bytes]) 
         .filter(|s| !s.is_empty())
         .map(IoSlice::new)
         .collect();
-    let mut rest = &mut slices[..];
+    write_all_io_slices(stream, &mut slices).await
+}
+
+/// LACQUER PATCH (vectored body): vectored writes of at most [`MAX_WRITE_SLICES`] of `slices`
+/// each, resumed where the socket stopped, until all are written.
+async fn write_all_io_slices(
+    stream: &mut Stream,
+    slices: &mut [std::io::IoSlice<'_>],
+) -> std::io::Result<()> {
+    use std::io::IoSlice;
+    let mut rest = slices;
     while !rest.is_empty() {
         let n = rest.len().min(MAX_WRITE_SLICES);
         let written = stream.write_vectored(&rest[..n]).await?;
