@@ -4,6 +4,8 @@
 mod support;
 
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use support::*;
 
 #[tokio::test]
@@ -98,6 +100,96 @@ async fn keep_alive_on_both_sides_reuses_upstream_connections() {
         "{} upstream connections for 20 sequential requests",
         origin.connections()
     );
+}
+
+/// An origin that answers one `no-store` request per connection, keep-alive (no `Connection:
+/// close`), with the connection's number as the body; a moment later (so that the proxy has
+/// usually put the connection back in its pool by then) it writes `after`, or, when `after` is
+/// empty, closes its side; then it counts the connection in the returned counter and keeps it
+/// open for `linger`. The pool is left holding a connection the origin has closed, or one with
+/// unexpected bytes waiting on it.
+fn one_answer_per_connection(
+    after: &'static [u8],
+    linger: Duration,
+) -> (RawOrigin, Arc<AtomicUsize>) {
+    let served = AtomicUsize::new(0);
+    let spoiled = Arc::new(AtomicUsize::new(0));
+    let counter = spoiled.clone();
+    let origin = RawOrigin::answering(move |_head, stream| {
+        use std::io::Write;
+        let n = served.fetch_add(1, Ordering::SeqCst);
+        let body = format!("connection {n}");
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nCache-Control: no-store\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = stream.write_all(answer.as_bytes());
+        let _ = stream.flush();
+        std::thread::sleep(Duration::from_millis(50));
+        if after.is_empty() {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        } else {
+            let _ = stream.write_all(after);
+            let _ = stream.flush();
+        }
+        counter.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(linger);
+    });
+    (origin, spoiled)
+}
+
+/// Waits until `counter` reaches `n` (the origin has spoiled that many connections).
+async fn wait_for_count(counter: &AtomicUsize, n: usize) {
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while counter.load(Ordering::SeqCst) < n {
+        assert!(
+            std::time::Instant::now() < until,
+            "the origin never got to {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_pooled_connection_the_origin_closed_does_not_fail_the_next_request() {
+    // The origin closes each connection after its answer, while the proxy holds it idle in its
+    // pool. The next request must not fail on it: the pool drops it (its idle watch sees the
+    // close, or the check on reuse does), or the request is retried on a new connection.
+    let (origin, closed) = one_answer_per_connection(b"", Duration::ZERO);
+    let lacquer = LacquerProcess::start_simple(origin.addr, "[log]\naccess = \"off\"");
+    let client = http_client();
+    for i in 0..4 {
+        let url = lacquer.url(&format!("/closed/{i}"));
+        let r = send(&client, "GET", &url, &[], None).await.unwrap();
+        assert_eq!(r.status, 200, "request {i}");
+        assert_eq!(&r.body[..], format!("connection {i}").as_bytes());
+        wait_for_count(&closed, i + 1).await;
+    }
+    assert_eq!(origin.accepted(), 4, "one connection per request");
+}
+
+#[tokio::test]
+async fn a_pooled_connection_with_unexpected_data_is_not_reused() {
+    // While the proxy holds the connection idle in its pool, the origin sends a second,
+    // unrequested response on it and keeps it open. Reusing that connection would hand the next
+    // request this stray answer: the pool must close it instead, and the next request gets its
+    // own answer from a new connection.
+    let stray = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nCache-Control: no-store\r\n\r\nstray";
+    let (origin, spoiled) = one_answer_per_connection(stray, Duration::from_secs(3));
+    let lacquer = LacquerProcess::start_simple(origin.addr, "[log]\naccess = \"off\"");
+    let client = http_client();
+    for i in 0..3 {
+        let url = lacquer.url(&format!("/stray/{i}"));
+        let r = send(&client, "GET", &url, &[], None).await.unwrap();
+        assert_eq!(r.status, 200, "request {i}");
+        assert_eq!(
+            &r.body[..],
+            format!("connection {i}").as_bytes(),
+            "request {i} got another request's answer"
+        );
+        wait_for_count(&spoiled, i + 1).await;
+    }
+    assert_eq!(origin.accepted(), 3, "one connection per request");
 }
 
 #[tokio::test]
