@@ -34,13 +34,19 @@ impl Cluster {
         self.node_with_local_ttl(origin, "2s")
     }
 
+    /// A node of the cluster. Its memcached timeouts are generous: these tests are about what
+    /// the cluster shares, not about failing servers (`shared_tier_faults.rs` freezes those).
+    /// With 200 ms, a loaded 2-core CI run rendered a page twice once: the filling node saw no
+    /// error, and an operation of the other node timing out (it then fills unguarded, by
+    /// design) is the path that explains it. The coalescing test prints both nodes' stats when
+    /// it fails, to tell.
     fn node_with_local_ttl(&self, origin: &TestOrigin, local_ttl: &str) -> (LacquerProcess, u16) {
         let admin = free_port();
         let servers: Vec<String> = self.names().iter().map(|n| format!("\"{n}\"")).collect();
         let extra = format!(
             "[log]\naccess = \"off\"\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n\
              [cache.memcached]\nservers = [{}]\nretry_after = \"1s\"\nlocal_ttl = \"{local_ttl}\"\n\
-             op_timeout = \"200ms\"\nconnect_timeout = \"100ms\"",
+             op_timeout = \"1s\"\nconnect_timeout = \"500ms\"",
             servers.join(", ")
         );
         (LacquerProcess::start_simple(origin.addr(), &extra), admin)
@@ -348,11 +354,16 @@ async fn a_page_missing_everywhere_is_fetched_once_for_the_whole_cluster() {
         assert_eq!(resp.status, 200);
         bodies.push(resp.body);
     }
-    assert!(
-        bodies.iter().all(|b| *b == bodies[0]),
-        "one rendering for all"
-    );
-    assert_eq!(origin.hits_for(path), 1, "one fill for the whole cluster");
+    if origin.hits_for(path) != 1 || bodies.iter().any(|b| *b != bodies[0]) {
+        let stats_a = get(&format!("http://127.0.0.1:{admin_a}/stats"), &[]).await;
+        let stats_b = get(&format!("http://127.0.0.1:{admin_b}/stats"), &[]).await;
+        panic!(
+            "{} renderings for the cluster\nA: {}\nB: {}",
+            origin.hits_for(path),
+            stats_a.text(),
+            stats_b.text()
+        );
+    }
     let claimed =
         admin_stat(admin_a, "fills_claimed").await + admin_stat(admin_b, "fills_claimed").await;
     assert_eq!(claimed, 1);
