@@ -4,7 +4,8 @@
 //! Every fast hit of an object sends the same head but for `Age`, `Cache-Status` and `Via`.
 //! Serialised once, on the object's first fast hit, it spares each later hit a header-map clone,
 //! its edits, Pingora's serialisation and the drop. Objects never hit that way keep an empty
-//! cell: one pointer.
+//! cell: one pointer. What a built one occupies is charged to the memory budget when its object
+//! is stored ([`WireHead::charge_for`]).
 
 use once_cell::race::OnceBox;
 
@@ -19,6 +20,27 @@ pub struct WireHead {
     pub has_date: bool,
     /// The bytes.
     pub bytes: Box<[u8]>,
+}
+
+impl WireHead {
+    /// What the wire head built from `header` occupies at most, charged to the memory budget
+    /// with the object when it is stored, whether or not a fast hit ever builds it: the budget
+    /// then stays a bound on what the tier holds. Every field as `name: value` CRLF, the status
+    /// line, the `Content-Length` a hit adds when the origin sent none, the [`WireHead`] itself,
+    /// and the allocator's rounding of both blocks (mimalloc's size classes: at most 1/8).
+    pub fn charge_for(header: &pingora_http::ResponseHeader) -> usize {
+        let fields: usize = header
+            .headers
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len() + 4)
+            .sum();
+        let reason = header.get_reason_phrase().map_or(0, str::len);
+        let line = "HTTP/1.1 200 \r\n".len() + reason;
+        let content_length = "content-length: 18446744073709551615\r\n".len();
+        let bytes = fields + line + content_length;
+        let block = std::mem::size_of::<WireHead>();
+        bytes + bytes / 8 + block + block / 8 + 16
+    }
 }
 
 /// A [`WireHead`] built on first use and kept with the metadata it was built from: a

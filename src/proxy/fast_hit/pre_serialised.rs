@@ -140,3 +140,55 @@ fn content_length(head: &pingora_http::ResponseHeader) -> Option<usize> {
     }
     value.to_str().ok()?.parse().ok()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::object::{Body, StoredMeta};
+    use bytes::Bytes;
+    use pingora_cache::CacheMeta;
+    use pingora_http::ResponseHeader;
+    use std::time::{Duration, SystemTime};
+
+    fn object(fields: &[(&str, String)], body: &'static [u8]) -> CompleteObject {
+        let mut head = ResponseHeader::build(200, None).unwrap();
+        for (name, value) in fields {
+            head.append_header(name.to_string(), value).unwrap();
+        }
+        let now = SystemTime::now();
+        let meta = CacheMeta::new(now + Duration::from_secs(60), now, 0, 0, head);
+        CompleteObject::detached(
+            StoredMeta::from_meta(&meta),
+            Body::from_chunks(vec![Bytes::from_static(body)]),
+        )
+    }
+
+    /// What a built wire head occupies (its bytes and the struct, before allocator rounding)
+    /// never exceeds what its object was charged for it, nor falls far below (a charge that
+    /// grossly overstates would shrink the cache for nothing).
+    #[test]
+    fn the_charge_for_a_wire_head_covers_what_is_built() {
+        let body: &'static [u8] = b"<html>a page</html>";
+        let small = vec![
+            ("content-type", "text/html".to_string()),
+            ("cache-control", "max-age=60".to_string()),
+            ("date", "Tue, 24 Nov 2026 04:00:00 GMT".to_string()),
+            ("content-length", body.len().to_string()),
+        ];
+        let many: Vec<(&str, String)> = (0..40)
+            .map(|i| ("x-long-field", format!("value {i} {}", "v".repeat(i * 7))))
+            .collect();
+        let no_length = vec![("content-type", "text/plain".to_string())];
+        for fields in [small, many, no_length] {
+            let hit = object(&fields, body);
+            let wire = build(&hit, &ForUsOnly::new([]), true, 0).expect("built");
+            let built = wire.bytes.len() + std::mem::size_of::<WireHead>();
+            let charged = WireHead::charge_for(&hit.meta().header);
+            assert!(charged >= built, "{charged} charged for {built} built");
+            assert!(
+                charged <= built * 2 + 128,
+                "{charged} charged for {built} built"
+            );
+        }
+    }
+}

@@ -1,7 +1,9 @@
 //! The byte-bounded object index: the complete objects this node holds, in TinyUFO, each charged
 //! the bytes it occupies, so that their sum never exceeds the configured bound.
 //!
-//! Every object is charged its body, its header bytes and a fixed overhead ([`OBJECT_OVERHEAD`]).
+//! Every object is charged its body, its header bytes, the wire form of its head that fast hits
+//! keep ([`WireHead::charge_for`], charged up front so the bound holds however it is served) and a
+//! fixed overhead ([`OBJECT_OVERHEAD`]).
 //! TinyUFO weighs items in `u16` units, so charges are rounded *up* to a unit sized for the
 //! largest admissible object; the sum of charges therefore never exceeds the limit, and the exact
 //! bytes held are counted beside it. TinyUFO indexes by a 64-bit hash of the key, so the full
@@ -13,6 +15,7 @@ use super::scopes::{ScopeIndex, INDEX_ENTRY_CHARGE};
 use super::variants::VariantIndex;
 use crate::storage::ban_list::scope::EntryScopes;
 use crate::storage::object::{Body, StoredMeta, OBJECT_OVERHEAD};
+use crate::storage::wire_head::WireHead;
 use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -100,7 +103,11 @@ impl ObjectIndex {
         let scope_charge = scopes.as_ref().map_or(0, |s| {
             s.heap_bytes() + INDEX_ENTRY_CHARGE * (1 + s.tags.len())
         });
-        let charged = body.charge() + meta.header_bytes() + OBJECT_OVERHEAD + scope_charge;
+        let charged = body.charge()
+            + meta.header_bytes()
+            + WireHead::charge_for(&meta.header)
+            + OBJECT_OVERHEAD
+            + scope_charge;
         if charged > self.max_charge || charged > self.limit {
             return false;
         }

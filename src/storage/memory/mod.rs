@@ -14,8 +14,9 @@
 //! the shared tier.
 //!
 //! # Why it looks like this
-//! * **Hard byte bound.** Every object is charged its body, its header bytes and a fixed
-//!   overhead; the sum of charges never exceeds `memory_size`. [`MemoryTier::stats`] reports the
+//! * **Hard byte bound.** Every object is charged its body, its header bytes (as a header map
+//!   and as the wire form fast hits keep) and a fixed overhead; the sum of charges never exceeds
+//!   `memory_size`. [`MemoryTier::stats`] reports the
 //!   exact bytes held.
 //! * **Decoded metadata.** Objects keep [`StoredMeta`], not serialized `CacheMeta`.
 //! * **Streaming fills.** A miss writes into an in-flight entry; concurrent lookups of the same key
