@@ -89,3 +89,24 @@ write("chunk_assembly", "other-write",
       record(manifest([TYPE], BODY, 3)) + b"".join(
           record(chunk(i, p, write_id=8)) for i, p in enumerate(pieces)))
 write("chunk_assembly", "one-chunk", record(manifest([], BODY, 1)) + record(chunk(0, BODY)))
+
+# request_head: HTTP/1 requests as clients send them, well-formed and the framings that
+# tests/request_smuggling.rs refuses
+requests = {
+    "get": b"GET /page?q=1 HTTP/1.1\r\nHost: shop.example\r\nUser-Agent: x\r\n\r\n",
+    "http10-no-host": b"GET / HTTP/1.0\r\n\r\n",
+    "absolute-form": b"GET http://shop.example/a HTTP/1.1\r\nHost: shop.example\r\n\r\n",
+    "options-star": b"OPTIONS * HTTP/1.1\r\nHost: shop.example\r\n\r\n",
+    "post-length": b"POST /form HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello",
+    "post-chunked": b"POST /form HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    b"5;ext=1\r\nhello\r\n0\r\nTrailer: x\r\n\r\n",
+    "te-and-length": b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    "length-list": b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3, 3\r\n\r\nabc",
+    "two-hosts": b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+    "host-with-path": b"GET / HTTP/1.1\r\nHost: a/b?c#d\r\n\r\n",
+    "pipelined": b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\n",
+    "obs-fold": b"GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n 2\r\n\r\n",
+}
+for name, data in requests.items():
+    write("request_head", name, data)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Fuzzes what Lacquer reads from memcached (fuzz/: the entry decoder and the manifest/chunk
-# assembly) for SECONDS in all (default 60), split evenly between the targets. Installs what it
-# needs when missing: the nightly toolchain (cargo-fuzz needs it) and cargo-fuzz. New inputs go
+# Fuzzes Lacquer's untrusted input (fuzz/: what it reads from memcached, the entry decoder and
+# the manifest/chunk assembly; what a client sends, an HTTP/1 request head and body) for
+# SECONDS in all (default 60), split evenly between the targets. Installs what it needs when
+# missing: the nightly toolchain (cargo-fuzz needs it) and cargo-fuzz. New inputs go
 # to a scratch directory; the committed seeds in fuzz/corpus/ are read, never rewritten. A crash
 # fails the script and leaves the input under fuzz/artifacts/.
 #
@@ -9,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
-targets=(entry_decode chunk_assembly)
+targets=(entry_decode chunk_assembly request_head)
 
 if ! rustup run nightly rustc --version >/dev/null 2>&1; then
   rustup toolchain install nightly --profile minimal
