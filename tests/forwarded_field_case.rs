@@ -1,6 +1,6 @@
 //! What a forwarded request's field names look like at the origin: each as the client wrote it,
-//! upper, lower or mixed case, on a cacheable miss, a pass and a POST, with the fields Lacquer
-//! removes gone and the ones it adds present. Requests are parsed without a case-preserving name
+//! upper, lower or mixed case, on a cacheable miss, a pass, a POST and a background revalidation,
+//! with the fields Lacquer removes gone and the ones it adds present. Requests are parsed without a case-preserving name
 //! map (a hit never needs one); the map is built from the received head only when a request is
 //! forwarded (pingora-http and pingora-core patches "case map on demand").
 
@@ -92,6 +92,35 @@ fn a_pass_and_a_post_keep_the_client_s_field_names_too() {
         "CONTENT-TYPE: text/plain",
         "X-Token: Abc",
     ] {
+        assert_has_line(&lines, line);
+    }
+}
+
+#[test]
+fn a_background_revalidation_sends_the_names_of_the_request_that_triggered_it() {
+    let origin = CaptureOrigin::start_answering("max-age=1, stale-while-revalidate=60");
+    let lacquer = LacquerProcess::start_simple(origin.addr(), "[log]\naccess = \"off\"");
+    let request = b"GET /case/stale HTTP/1.1\r\nHost: test\r\nX-MiXeD-Case: 1\r\n\
+                    accept-LANGUAGE: en\r\n\r\n";
+    let mut conn = RawConn::connect(lacquer.addr());
+    conn.send(request);
+    assert_eq!(conn.read_response(false).text(), "origin #1");
+    // stale after a second: served stale at once, and refreshed by a background subrequest
+    std::thread::sleep(Duration::from_millis(2100));
+    let mut conn = RawConn::connect(lacquer.addr());
+    conn.send(request);
+    assert_eq!(
+        conn.read_response(false).text(),
+        "origin #1",
+        "served stale"
+    );
+    assert!(
+        poll_until(Duration::from_secs(10), || origin.requests().len() == 2),
+        "no background revalidation reached the origin: {}",
+        origin.received_text()
+    );
+    let lines = field_lines(&origin.requests()[1].head);
+    for line in ["X-MiXeD-Case: 1", "accept-LANGUAGE: en"] {
         assert_has_line(&lines, line);
     }
 }
