@@ -11,6 +11,8 @@
 #   bench/miss_instructions.sh --bin /tmp/lacquer-base      # another build, for an A/B
 #   bench/miss_instructions.sh --annotate 40          # also the 40 costliest functions (inclusive)
 #   bench/miss_instructions.sh --keep /tmp/miss.out   # keep the callgrind dump (callgrind_annotate)
+#   bench/miss_instructions.sh --browser-fields       # each request also carries the ten fields
+#                                                     # a browser sends (User-Agent, Accept, Cookie...)
 #   bench/miss_instructions.sh --config off.toml      # more config (e.g. [cache] enabled = false:
 #                                                     # the same request proxied with no cache work)
 #
@@ -29,6 +31,7 @@ BIN=$(pwd)/target/release/lacquer
 REQUESTS=3000
 KIND=miss
 SAME_URL=0
+BROWSER_FIELDS=0
 MEMCACHED=0
 ANNOTATE=0
 KEEP=
@@ -39,6 +42,7 @@ while [ $# -gt 0 ]; do
     --requests) REQUESTS=$2; shift 2 ;;
     --kind) KIND=$2; shift 2 ;;
     --same-url) SAME_URL=1; shift ;;
+    --browser-fields) BROWSER_FIELDS=1; shift ;;
     --memcached) MEMCACHED=1; shift ;;
     --annotate) ANNOTATE=$2; shift 2 ;;
     --keep) KEEP=$2; shift 2 ;;
@@ -78,15 +82,27 @@ PIDS+=($VALGRIND)
 cat >"$WORK/client.py" <<'PY'
 import http.client, sys
 port, n, kind, same, tag = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1", sys.argv[5]
+browser = {
+    "User-Agent": "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Safari/537.36",
+    "Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
+    "Accept-Language": "en-US,en;q=0.9",
+    "Cookie": "_ga=GA1.2.12345; sessionid=abcdef",
+    "Upgrade-Insecure-Requests": "1",
+    "Sec-Fetch-Dest": "document",
+    "Sec-Fetch-Mode": "navigate",
+    "Sec-Fetch-Site": "none",
+    "Sec-Fetch-User": "?1",
+    "Priority": "u=0, i",
+} if sys.argv[6] == "1" else {}
 prefix = {"miss": "/cacheable/", "nostore": "/nostore/", "post": "/post/"}[kind]
 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
 for i in range(n):
     path = prefix + ("same" if same else f"{tag}-{i}")
     if kind == "post":
         conn.request("POST", path, body=b"q=" + b"a" * 98,
-                     headers={"Content-Type": "application/x-www-form-urlencoded"})
+                     headers={"Content-Type": "application/x-www-form-urlencoded", **browser})
     else:
-        conn.request("GET", path)
+        conn.request("GET", path, headers=browser)
     resp = conn.getresponse()
     body = resp.read()
     if resp.status != 200 or len(body) != 1024:
@@ -96,11 +112,11 @@ if "hit" in status:
     sys.exit(f"a hit: {status}")
 PY
 for _ in $(seq 1 100); do
-  python3 "$WORK/client.py" "$PORT" 1 "$KIND" "$SAME_URL" probe 2>/dev/null && break || sleep 0.3
+  python3 "$WORK/client.py" "$PORT" 1 "$KIND" "$SAME_URL" probe "$BROWSER_FIELDS" 2>/dev/null && break || sleep 0.3
 done
-python3 "$WORK/client.py" "$PORT" 500 "$KIND" "$SAME_URL" warm
+python3 "$WORK/client.py" "$PORT" 500 "$KIND" "$SAME_URL" warm "$BROWSER_FIELDS"
 callgrind_control -z "$VALGRIND" >/dev/null 2>&1
-python3 "$WORK/client.py" "$PORT" "$REQUESTS" "$KIND" "$SAME_URL" measured
+python3 "$WORK/client.py" "$PORT" "$REQUESTS" "$KIND" "$SAME_URL" measured "$BROWSER_FIELDS"
 callgrind_control -d "$VALGRIND" >/dev/null 2>&1
 DUMP=$(ls -t "$WORK"/callgrind.out.* | head -1)
 TOTAL=$(callgrind_annotate "$DUMP" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1; exit }')

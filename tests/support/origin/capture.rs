@@ -6,9 +6,9 @@
 //! last coding is chunked, else by a `Content-Length` that is exactly one number, else no body.
 //! So a `Content-Length: 5, 5` reaching it frames no body, and those five bytes become the start
 //! of a second "request" on the connection: the desync such a field causes, seen here as an
-//! extra request line. Every request is answered `200` with `Cache-Control: max-age=60` and the
-//! body `origin #N` (N counting requests from 1; HEAD gets the head only); a head it cannot read
-//! is answered `400` and the connection closed.
+//! extra request line. Every request is answered `200` with `Cache-Control: max-age=60` (or what
+//! [`CaptureOrigin::start_answering`] says) and the body `origin #N` (N counting requests from 1;
+//! HEAD gets the head only); a head it cannot read is answered `400` and the connection closed.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -61,6 +61,8 @@ struct Shared {
     requests: Mutex<Vec<CapturedRequest>>,
     raw: Mutex<Vec<Vec<u8>>>,
     served: AtomicUsize,
+    /// The `Cache-Control` of every answer.
+    cache_control: String,
 }
 
 /// A running capture origin; stops accepting when dropped.
@@ -73,6 +75,12 @@ pub struct CaptureOrigin {
 impl CaptureOrigin {
     /// Starts one on `127.0.0.1:<free port>`.
     pub fn start() -> CaptureOrigin {
+        Self::start_answering("max-age=60")
+    }
+
+    /// Starts one whose answers carry `Cache-Control: {cache_control}` (stale soon, for a
+    /// background revalidation).
+    pub fn start_answering(cache_control: &str) -> CaptureOrigin {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind capture origin");
         listener.set_nonblocking(true).expect("nonblocking");
         let addr = listener.local_addr().unwrap();
@@ -80,6 +88,7 @@ impl CaptureOrigin {
             requests: Mutex::new(Vec::new()),
             raw: Mutex::new(Vec::new()),
             served: AtomicUsize::new(0),
+            cache_control: cache_control.to_string(),
         });
         let stop = Arc::new(AtomicBool::new(false));
         let (state, halt) = (shared.clone(), stop.clone());
@@ -172,8 +181,9 @@ fn serve(mut stream: TcpStream, conn: usize, shared: &Shared) {
         let n = shared.served.fetch_add(1, Ordering::SeqCst) + 1;
         let body = format!("origin #{n}");
         let answer = format!(
-            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nCache-Control: max-age=60\r\n\r\n{}",
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nCache-Control: {}\r\n\r\n{}",
             body.len(),
+            shared.cache_control,
             if head_request { "" } else { body.as_str() }
         );
         if stream.write_all(answer.as_bytes()).is_err() {

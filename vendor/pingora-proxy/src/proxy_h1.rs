@@ -46,6 +46,8 @@ where
         // phase 2 send to upstream
 
         let mut req = session.req_header().clone();
+        // LACQUER PATCH (case map on demand): the client's field names' case, for the wire
+        session.downstream_session.restore_header_case(&mut req);
         let authority_policy = AuthorityPolicy::from(session.downstream_session.is_custom());
         let downstream_had_host = req.headers.contains_key(http::header::HOST);
         req.set_version(Version::HTTP_11);

@@ -127,6 +127,18 @@ impl Session {
         }
     }
 
+    /// LACQUER PATCH (case map on demand): gives `req`, a copy of the request head about to be
+    /// written to an HTTP/1 upstream, the field names' case as an HTTP/1 client sent them (see
+    /// [`SessionV1::restore_header_case`]; a subrequest has its parent's); h2 heads have no case
+    /// to restore.
+    pub fn restore_header_case(&self, req: &mut RequestHeader) {
+        match self {
+            Self::H1(s) => s.restore_header_case(req),
+            Self::Subrequest(s) => s.restore_header_case(req),
+            Self::H2(_) | Self::Custom(_) => {}
+        }
+    }
+
     /// Return the request header it just read.
     /// # Panic
     /// This function will panic if [`Self::read_request()`] is not called.

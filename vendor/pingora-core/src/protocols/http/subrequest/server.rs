@@ -149,6 +149,15 @@ impl SubrequestHandle {
 }
 
 impl HttpSession {
+    /// LACQUER PATCH (case map on demand): gives `req`, a copy of this subrequest's request head
+    /// about to be written to an HTTP/1 upstream, the field names' case of the head it was made
+    /// from (its inner HTTP/1 session parsed that head as the client sent it).
+    pub fn restore_header_case(&self, req: &mut RequestHeader) {
+        self.v1_inner.restore_header_case(req);
+    }
+}
+
+impl HttpSession {
     /// Create a new http server session for a subrequest.
     /// The created session needs to call [`Self::read_request()`] first before performing
     /// any other operations.

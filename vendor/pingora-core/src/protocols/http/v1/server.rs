@@ -176,6 +176,10 @@ pub struct HttpSession {
     /// `Content-Length` nor `Transfer-Encoding` and nothing has borrowed it mutably since, so its
     /// body is empty without looking either up again (cleared by [`Self::req_header_mut`]).
     request_head_unframed: bool,
+    /// LACQUER PATCH (case map on demand): where each field of the request head lies in `buf`,
+    /// in the order received; the request is parsed without a case-preserving name map, and
+    /// [`Self::restore_header_case`] builds one from these for a request that is forwarded.
+    request_fields: Vec<KVRef>,
 }
 
 impl HttpSession {
@@ -195,6 +199,7 @@ impl HttpSession {
             underlying_stream,
             buf: Bytes::new(), // zero size, with be replaced by parsed header later
             raw_header: None,
+            request_fields: Vec::new(),
             preread_body: None,
             body_reader: BodyReader::new(false),
             body_writer: BodyWriter::new(),
@@ -477,7 +482,9 @@ impl HttpSession {
                         // while header_refs doesn't as it is still empty
                         let _num_headers = populate_headers(base, &mut header_refs, req.headers);
 
-                        let mut request_header = Box::new(RequestHeader::build(
+                        // LACQUER PATCH (case map on demand): no case-preserving name map here;
+                        // a request forwarded over HTTP/1 gets one from `request_fields`
+                        let mut request_header = Box::new(RequestHeader::build_no_case(
                             req.method.unwrap_or(""),
                             // we path httparse to allow unsafe bytes in the str
                             req.path.unwrap_or("").as_bytes(),
@@ -513,7 +520,7 @@ impl HttpSession {
                         // LACQUER PATCH (request framing once): whether any field names the
                         // body's framing, seen here once instead of looked up four times
                         let mut framed = false;
-                        for header in header_refs {
+                        for header in &header_refs {
                             let header_name = header.get_name_bytes(&buf);
                             framed |= is_framing_field_name(&header_name);
                             let header_name = header_name.into_case_header_name();
@@ -548,6 +555,8 @@ impl HttpSession {
                         }
 
                         self.buf = buf;
+                        // LACQUER PATCH (case map on demand)
+                        self.request_fields = header_refs;
                         self.preread_body = Some(preread_body);
                         self.request_header = Some(request_header);
                         self.request_head_unframed = !framed;
@@ -1604,6 +1613,44 @@ impl HttpSession {
     /// Whether the client has half-closed the TCP connection.
     pub fn is_half_closed(&self) -> bool {
         self.half_closed
+    }
+
+    /// LACQUER PATCH (case map on demand): gives `req` (a copy of this session's request head,
+    /// maybe edited since) the field names' case as the client sent them, for writing it to an
+    /// HTTP/1 upstream; a field added since gets its titled name. The head is parsed without
+    /// that map, so a request answered here (from a cache) never builds it.
+    pub fn restore_header_case(&self, req: &mut RequestHeader) {
+        let (buf, fields) = (&self.buf, &self.request_fields);
+        // the map lists names in the order they first came, so the next field received is
+        // nearly always the next name asked for: one comparison per field, and a scan only for
+        // a name's later values (the map keeps them together), for fields removed on the way
+        // (the scan moves the cursor past them) and for fields added since (not found)
+        let mut cursor = 0;
+        req.set_header_case(|name, nth| {
+            let name = name.as_str().as_bytes();
+            // `name` is lowercase already: one side to fold
+            let named = |field: &KVRef| {
+                let received = field.get_name(buf);
+                received.len() == name.len()
+                    && received
+                        .iter()
+                        .zip(name)
+                        .all(|(r, n)| r.to_ascii_lowercase() == *n)
+            };
+            let at = match fields.get(cursor) {
+                Some(field) if nth == 0 && named(field) => cursor,
+                _ => fields
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, field)| named(field))
+                    .nth(nth)?
+                    .0,
+            };
+            if nth == 0 {
+                cursor = at + 1;
+            }
+            Some(fields[at].get_name_bytes(buf).into_case_header_name())
+        });
     }
 
     /// Return the raw bytes of the request header.
