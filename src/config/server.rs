@@ -64,7 +64,7 @@ pub const DEFAULT_LISTEN: &str = "0.0.0.0:6081";
 pub const DEFAULT_UPGRADE_SOCK: &str = "/tmp/lacquer-upgrade.sock";
 
 /// The largest `server.write_buffer` and `server.read_buffer`: each is allocated per client
-/// connection.
+/// connection (the write buffer only while a response is being written).
 const MAX_CONNECTION_BUFFER: usize = 1 << 20;
 
 /// The longest `server.memory_return_delay`: beyond an hour, memory freed by a burst would stay

@@ -79,6 +79,17 @@ pub trait Peek {
     async fn try_peek(&mut self, _buf: &mut [u8]) -> std::io::Result<bool> {
         Ok(false)
     }
+
+    /// LACQUER PATCH (idle connection memory): `Ready` when a read would not wait (data, the
+    /// end of the stream or an error is there), without reading, so that a reader can allocate
+    /// its buffer only then: an HTTP/1 session waiting for its next request holds no head
+    /// buffer. The default is `Ready` at once (the reader allocates, then waits in the read).
+    fn poll_read_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
 }
 
 use std::any::Any;

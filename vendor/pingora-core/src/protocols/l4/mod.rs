@@ -19,3 +19,5 @@ pub mod listener;
 pub mod socket;
 pub mod stream;
 pub mod virt;
+// LACQUER PATCH (idle connection memory)
+mod write_buffer;

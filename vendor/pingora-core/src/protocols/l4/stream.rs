@@ -31,13 +31,15 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 #[cfg(target_os = "linux")]
 use tokio::io::Interest;
-use tokio::io::{self, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter, ReadBuf};
+use tokio::io::{self, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, ReadBuf};
 use tokio::net::TcpStream;
 #[cfg(unix)]
 use tokio::net::UnixStream;
 
 use crate::protocols::l4::ext::{set_tcp_keepalive, TcpKeepalive};
 use crate::protocols::l4::virt;
+// LACQUER PATCH (idle connection memory)
+use crate::protocols::l4::write_buffer::WriteBuffer;
 use crate::protocols::raw_connect::ProxyDigest;
 use crate::protocols::{
     GetProxyDigest, GetSocketDigest, GetTimingDigest, Peek, Shutdown, SocketDigest, Ssl,
@@ -423,17 +425,20 @@ impl L4BufferSettings {
 ///
 /// A zero read capacity leaves the read buffer out, because [`BufReader`] panics on
 /// a zero capacity. Reads then go straight to the raw stream, as they did through
-/// an empty `BufReader`. [`BufWriter`] accepts a zero capacity and writes straight
+/// an empty `BufReader`. [`WriteBuffer`] accepts a zero capacity and writes straight
 /// through.
+///
+/// LACQUER PATCH (idle connection memory): the write buffer is a [`WriteBuffer`], tokio's
+/// `BufWriter` allocated only while it holds bytes.
 #[derive(Debug)]
 enum BufferedStream {
-    UnbufferedRead(BufWriter<RawStreamWrapper>),
-    BufferedRead(BufReader<BufWriter<RawStreamWrapper>>),
+    UnbufferedRead(WriteBuffer<RawStreamWrapper>),
+    BufferedRead(BufReader<WriteBuffer<RawStreamWrapper>>),
 }
 
 impl BufferedStream {
     fn with_capacity(read: usize, write: usize, stream: RawStreamWrapper) -> Self {
-        let writer = BufWriter::with_capacity(write, stream);
+        let writer = WriteBuffer::with_capacity(write, stream);
         if read == 0 {
             BufferedStream::UnbufferedRead(writer)
         } else {
@@ -441,14 +446,14 @@ impl BufferedStream {
         }
     }
 
-    fn writer(&self) -> &BufWriter<RawStreamWrapper> {
+    fn writer(&self) -> &WriteBuffer<RawStreamWrapper> {
         match self {
             BufferedStream::UnbufferedRead(writer) => writer,
             BufferedStream::BufferedRead(reader) => reader.get_ref(),
         }
     }
 
-    fn writer_mut(&mut self) -> &mut BufWriter<RawStreamWrapper> {
+    fn writer_mut(&mut self) -> &mut WriteBuffer<RawStreamWrapper> {
         match self {
             BufferedStream::UnbufferedRead(writer) => writer,
             BufferedStream::BufferedRead(reader) => reader.get_mut(),
@@ -485,7 +490,7 @@ impl AsyncRead for BufferedStream {
     }
 }
 
-// `BufReader` only forwards writes to the `BufWriter` under it, so write to the `BufWriter`
+// `BufReader` only forwards writes to the `WriteBuffer` under it, so write to the `WriteBuffer`
 // directly.
 impl AsyncWrite for BufferedStream {
     fn poll_write(
@@ -764,6 +769,28 @@ impl Peek for Stream {
         // rewind regardless of what is read
         self.rewind_read_buf.push(read);
         Ok(true)
+    }
+
+    /// LACQUER PATCH (idle connection memory): ready when rewound or buffered bytes are there to
+    /// read, else when the socket is readable, without reading (the time waited counts as the
+    /// read's pending time, as a pending read's did).
+    fn poll_read_ready(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if !self.rewind_read_buf.is_empty() {
+            return Poll::Ready(Ok(()));
+        }
+        if let BufferedStream::BufferedRead(reader) = self.stream() {
+            if !reader.buffer().is_empty() {
+                return Poll::Ready(Ok(()));
+            }
+        }
+        let result = match &self.stream().get_ref().stream {
+            RawStream::Tcp(s) => s.poll_read_ready(cx),
+            #[cfg(unix)]
+            RawStream::Unix(s) => s.poll_read_ready(cx),
+            RawStream::Virtual(_) => Poll::Ready(Ok(())),
+        };
+        self.read_pending_time.poll_time(&result);
+        result
     }
 }
 

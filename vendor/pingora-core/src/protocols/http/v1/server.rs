@@ -243,7 +243,18 @@ impl HttpSession {
         already_read: usize,
     ) -> Result<Option<usize>> {
         let read_result = {
-            let read_event = self.underlying_stream.read_buf(buf);
+            // LACQUER PATCH (idle connection memory): a head buffer is allocated only when the
+            // head's first bytes can be read; a connection waiting for its next request holds
+            // none
+            let stream = &mut self.underlying_stream;
+            let read_event = std::future::poll_fn(move |cx| {
+                if buf.capacity() == 0 {
+                    std::task::ready!(stream.poll_read_ready(cx))?;
+                    *buf = BytesMut::with_capacity(INIT_HEADER_BUF_SIZE);
+                }
+                // tokio's `read_buf` future keeps no state: made again at each poll
+                std::future::Future::poll(std::pin::pin!(stream.read_buf(&mut *buf)), cx)
+            });
             match self.keepalive_timeout {
                 KeepaliveStatus::Timeout(d) => match timeout(d, read_event).await {
                     Ok(res) => res,
@@ -415,7 +426,9 @@ impl HttpSession {
             .pipelined_prefix
             .take()
             .filter(|prefix| !prefix.is_empty())
-            .unwrap_or_else(|| BytesMut::with_capacity(INIT_HEADER_BUF_SIZE));
+            // LACQUER PATCH (idle connection memory): allocated by the first read, when the
+            // head's first bytes are there (`read_request_buf`)
+            .unwrap_or_default();
         let mut already_read = buf.len();
         let mut skip_next_read = already_read != 0;
         let mut detached_suffix = None;
