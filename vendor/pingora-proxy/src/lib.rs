@@ -87,6 +87,8 @@ type DownstreamCustomMessageReader =
     Box<dyn futures::Stream<Item = Result<Bytes>> + Unpin + Send + Sync + 'static>;
 
 // LACQUER PATCH (inline self-wake)
+// LACQUER PATCH (direct forwarding)
+pub mod direct_h1;
 mod inline_wake;
 mod proxy_cache;
 mod proxy_common;

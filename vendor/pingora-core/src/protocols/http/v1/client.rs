@@ -155,6 +155,56 @@ impl HttpSession {
         Ok(to_wire.len())
     }
 
+    /// LACQUER PATCH (direct forwarding): the request head and its whole body in one write,
+    /// for a request framed by a `Content-Length` equal to `body`'s length (otherwise the head
+    /// is written alone, as [`Self::write_request_header`], and `body` as [`Self::write_body`]).
+    /// A small request body sent after its head cost a second send to the origin.
+    pub async fn write_request_header_and_body(
+        &mut self,
+        req: Box<RequestHeader>,
+        body: &[u8],
+    ) -> Result<usize> {
+        self.init_req_body_writer(&req);
+        let whole = matches!(
+            self.body_writer.body_mode,
+            super::body::BodyMode::ContentLength(length, 0) if length == body.len()
+        );
+        if !whole {
+            let written = self.write_request_header(req).await?;
+            self.write_body(body).await?;
+            return Ok(written);
+        }
+        let mut to_wire = http_req_header_to_wire(&req).ok_or_else(|| {
+            Error::explain(
+                InvalidHTTPHeader,
+                "request-line contains forbidden delimiter bytes or unsupported HTTP version",
+            )
+        })?;
+        to_wire.extend_from_slice(body);
+        let write_fut = self.underlying_stream.write_all(to_wire.as_ref());
+        match self.write_timeout {
+            Some(t) => match timeout(t, write_fut).await {
+                Ok(res) => res,
+                Err(_) => Err(std::io::Error::from(ErrorKind::TimedOut)),
+            },
+            None => write_fut.await,
+        }
+        .map_err(|e| match e.kind() {
+            ErrorKind::TimedOut => {
+                Error::because(WriteTimedout, "while writing request (timeout)", e)
+            }
+            _ => Error::because(WriteError, "while writing request", e),
+        })?;
+        self.underlying_stream
+            .flush()
+            .await
+            .or_err(WriteError, "flushing request")?;
+        self.body_writer.body_mode = super::body::BodyMode::ContentLength(body.len(), body.len());
+        self.bytes_sent += body.len();
+        self.request_written = Some(req);
+        Ok(to_wire.len())
+    }
+
     async fn do_write_body(&mut self, buf: &[u8]) -> Result<Option<usize>> {
         let written = self
             .body_writer
