@@ -227,6 +227,13 @@ impl Collector for NodeCollector {
                  cache lock) instead of going to the origin.",
                 r.coalesced,
             )?;
+            f.counter(
+                "direct_passes",
+                "Passes (requests that will not be cached) forwarded over Lacquer's own HTTP/1 \
+                 exchange and pool of idle origin connections (proxy.direct_passes), rather than \
+                 through Pingora's proxy phases.",
+                r.direct_passes,
+            )?;
             f.counters(
                 "purge_requests",
                 "PURGE requests by whether they removed something.",

@@ -26,6 +26,8 @@ pub struct ProxySection {
     pub tunnel_idle_timeout: Option<String>,
     /// Peers (load balancers, TLS terminators) whose forwarding headers are believed.
     pub trusted_proxies: Option<Vec<String>>,
+    /// Forward passes over Lacquer's own HTTP/1 exchange (`crate::proxy::direct_pass`).
+    pub direct_passes: Option<bool>,
 }
 
 /// Which forwarding headers are added to upstream requests.
@@ -57,6 +59,9 @@ pub struct ProxyConfig {
     /// Peers whose `X-Forwarded-*` / `Forwarded` are believed: the client address, scheme and
     /// host they report are used and passed on. Empty (the default): nobody's are.
     pub trusted_proxies: Vec<AddressRange>,
+    /// Requests that will not be cached go over Lacquer's own HTTP/1 exchange rather than
+    /// Pingora's proxy phases (`crate::proxy::direct_pass`); on by default, off to compare.
+    pub direct_passes: bool,
 }
 
 /// Validates the section; `forwarded` is read in any case.
@@ -95,6 +100,7 @@ pub fn validate(section: &ProxySection) -> Result<ProxyConfig, ConfigError> {
             300,
         )?,
         trusted_proxies: trusted_proxies(&section.trusted_proxies)?,
+        direct_passes: section.direct_passes.unwrap_or(true),
     })
 }
 

@@ -26,5 +26,6 @@ pub fn on_request_end(metrics: &RequestMetrics, session: &Session, ctx: &Request
         body_bytes: session.body_bytes_sent() as u64,
         duration: ctx.started.elapsed(),
         coalesced: session.cache.lock_duration().is_some(),
+        direct: ctx.direct_pass,
     });
 }

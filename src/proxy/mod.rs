@@ -40,6 +40,7 @@
 pub mod access_record;
 pub mod cache_key;
 pub mod cache_status;
+pub mod direct_pass;
 pub mod fast_hit;
 pub mod forwarding;
 pub mod headers;
@@ -70,6 +71,7 @@ use crate::storage::fill_lease::HeldLease;
 use crate::storage::memory::{self, MemoryTier};
 use crate::storage::tier::Tier;
 use crate::storage::tiered::{PrimaryKnownMissing, TieredStorage};
+use crate::upstream::idle_connections::IdleConnections;
 use crate::upstream::{RequestUpstream, Upstream};
 use async_trait::async_trait;
 use cache_key::RequestKey;
@@ -82,6 +84,7 @@ use pingora_cache::lock::{CacheKeyLockImpl, CacheLock};
 use pingora_cache::storage::HitHandler;
 use pingora_cache::storage::Storage;
 use pingora_cache::{CacheKey, CacheMeta, CacheOptionOverrides, ForcedFreshness, RespCacheable};
+use pingora_core::connectors::TransportConnector;
 use pingora_core::modules::http::HttpModules;
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_error::Result;
@@ -109,6 +112,10 @@ pub struct RequestCtx {
     cache_status: Option<CacheStatus>,
     /// The fast path looked the URL up in memcached and found nothing there.
     shared_primary_missing: bool,
+    /// The fast path found nothing stored under the URL, in any tier (see [`direct_pass`]).
+    nothing_stored: bool,
+    /// This pass was forwarded directly ([`direct_pass`]; counted in `/metrics`).
+    direct_pass: bool,
     /// The cluster's fill lease for this URL, when this request holds it (ended in `logging`).
     fill_lease: Option<HeldLease>,
     /// The client's `If-Match` / `If-Unmodified-Since` failed against the stored response.
@@ -163,6 +170,10 @@ pub struct LacquerProxy {
     invalidator: &'static Invalidator,
     /// The embedding program's own phase hooks (none in the `lacquer` binary).
     hooks: Option<Arc<dyn hooks::PhaseHooks>>,
+    /// Idle connections to the origins, for passes forwarded directly ([`direct_pass`]).
+    idle_upstream: &'static IdleConnections,
+    /// Makes the new origin connections of passes forwarded directly.
+    upstream_connector: TransportConnector,
 }
 
 impl LacquerProxy {
@@ -208,6 +219,10 @@ impl LacquerProxy {
             access_log,
             in_flight,
             metrics: RequestMetrics::leak(),
+            idle_upstream: Box::leak(Box::new(IdleConnections::new(
+                config.upstream_keepalive_pool,
+            ))),
+            upstream_connector: TransportConnector::new(None),
         }
     }
 
@@ -238,6 +253,44 @@ impl LacquerProxy {
         our_fields::add_to_head(live, &status, request_version, head)?;
         ctx.cache_status = Some(status);
         Ok(())
+    }
+
+    /// `response_filter`'s work on a final response head, with the cache phase to classify it
+    /// by given: Pingora's for the standard path, the one it would be in for a pass forwarded
+    /// directly ([`direct_pass`]).
+    async fn finish_forwarded_head(
+        &self,
+        session: &mut Session,
+        upstream_response: &mut ResponseHeader,
+        ctx: &mut RequestCtx,
+        phase: pingora_cache::CachePhase,
+    ) -> Result<()> {
+        if interim::is_interim(upstream_response) {
+            let live = self.live.load();
+            let version = session.req_header().version;
+            interim::on_downstream_interim(
+                upstream_response,
+                live.config.proxy.via.then(|| live.via.for_version(version)),
+            );
+            return Ok(());
+        }
+        let ttl = session
+            .cache
+            .maybe_cache_meta()
+            .map(|meta| freshness::remaining_secs(meta.fresh_until(), SystemTime::now()));
+        if ctx.precondition_failed && upstream_response.status == http::StatusCode::NOT_MODIFIED {
+            preconditions::to_precondition_failed(upstream_response);
+        }
+        let mut status = CacheStatus::classify(phase, &ctx.seen, ctx.upstream.status(), ttl);
+        partial_content::on_cache_status(&ctx.partial, &mut status);
+        partial_content::on_downstream_head(&ctx.partial, upstream_response)?;
+        compression::on_downstream_head(
+            &mut ctx.compression,
+            session.req_header(),
+            upstream_response,
+        );
+        let live = self.live.load();
+        self.finish_response_head(&live, upstream_response, session.req_header(), status, ctx)
     }
 
     /// The origin pool (its backends shared with the health checker).
@@ -288,6 +341,8 @@ impl ProxyHttp for LacquerProxy {
             directives: RequestDirectives::default(),
             cache_status: None,
             shared_primary_missing: false,
+            nothing_stored: false,
+            direct_pass: false,
             fill_lease: None,
             precondition_failed: false,
             not_modified: None,
@@ -357,6 +412,10 @@ impl ProxyHttp for LacquerProxy {
             ctx.upgrade = UpgradeRequest::of(session.req_header());
             if ctx.upgrade.requested() {
                 session.set_read_timeout(Some(live.config.proxy.tunnel_idle_timeout));
+            }
+            if let Some(pass) = self.direct_pass(&live, session, ctx) {
+                // boxed: the exchange's state stays out of every other request's future
+                return Box::pin(self.forward_pass(&live, session, ctx, pass)).await;
             }
             return Ok(false);
         };
@@ -809,33 +868,9 @@ impl ProxyHttp for LacquerProxy {
         upstream_response: &mut ResponseHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
-        if interim::is_interim(upstream_response) {
-            let live = self.live.load();
-            let version = session.req_header().version;
-            interim::on_downstream_interim(
-                upstream_response,
-                live.config.proxy.via.then(|| live.via.for_version(version)),
-            );
-            return Ok(());
-        }
-        let ttl = session
-            .cache
-            .maybe_cache_meta()
-            .map(|meta| freshness::remaining_secs(meta.fresh_until(), SystemTime::now()));
-        if ctx.precondition_failed && upstream_response.status == http::StatusCode::NOT_MODIFIED {
-            preconditions::to_precondition_failed(upstream_response);
-        }
         let phase = session.cache.phase();
-        let mut status = CacheStatus::classify(phase, &ctx.seen, ctx.upstream.status(), ttl);
-        partial_content::on_cache_status(&ctx.partial, &mut status);
-        partial_content::on_downstream_head(&ctx.partial, upstream_response)?;
-        compression::on_downstream_head(
-            &mut ctx.compression,
-            session.req_header(),
-            upstream_response,
-        );
-        let live = self.live.load();
-        self.finish_response_head(&live, upstream_response, session.req_header(), status, ctx)
+        self.finish_forwarded_head(session, upstream_response, ctx, phase)
+            .await
     }
 
     fn response_body_filter(

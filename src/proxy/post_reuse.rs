@@ -109,18 +109,26 @@ pub async fn on_request_end(
     if let Ok(wait) = after_purge.duration_since(SystemTime::now()) {
         tokio::time::sleep(wait).await;
     }
-    let span = Span::inactive().handle();
-    let Ok(mut miss) = storage.get_miss_handler(key, &kept.meta, &span).await else {
-        return;
-    };
-    for chunk in kept.body {
-        if miss.write_body(chunk, false).await.is_err() {
-            return;
-        }
-    }
-    if let Err(e) = miss.finish().await {
+    if let Err(e) = store_whole(storage, key, &kept.meta, kept.body).await {
         log::warn!("storing a POST response for reuse failed: {e}");
     }
+}
+
+/// Stores a response received whole, `meta` and `body`, under `key`, through the storage's own
+/// miss handler (what Pingora's cache state machine does for a miss it stores). Also used for
+/// the storable answer to a pass forwarded directly (`super::direct_pass`).
+pub async fn store_whole(
+    storage: &'static (dyn Storage + Sync),
+    key: &CacheKey,
+    meta: &CacheMeta,
+    body: Vec<Bytes>,
+) -> pingora_error::Result<()> {
+    let span = Span::inactive().handle();
+    let mut miss = storage.get_miss_handler(key, meta, &span).await?;
+    for chunk in body {
+        miss.write_body(chunk, false).await?;
+    }
+    miss.finish().await.map(|_| ())
 }
 
 /// Whether the response's one `Content-Location` names the request's target URI.

@@ -12,7 +12,8 @@
 //! * [`timeouts`]: connect / first byte / idle / total, applied to each peer;
 //! * [`tls`]: TLS to `https` origins (SNI, verification roots, client certificate);
 //! * [`concurrency`]: a backend's `max_in_flight`, with its bounded queue;
-//! * [`fairness`]: the per-client cap on requests going upstream.
+//! * [`fairness`]: the per-client cap on requests going upstream;
+//! * [`idle_connections`]: kept-alive origin connections of passes forwarded directly.
 //!
 //! * [`attempts`]: one request's attempts, phase by phase ([`RequestUpstream`] and the `on_*`
 //!   methods the proxy calls from its upstream phases).
@@ -26,6 +27,7 @@ pub mod backend;
 pub mod concurrency;
 pub mod fairness;
 pub mod health;
+pub mod idle_connections;
 pub mod passive;
 pub mod replicas;
 pub mod resolver;

@@ -78,7 +78,8 @@ const LATENCY_SUM: usize = BYTES + OUTCOMES; // [outcome], nanoseconds
 const LATENCY_BUCKETS: usize = LATENCY_SUM + OUTCOMES; // [outcome][bucket]
 const COALESCED: usize = LATENCY_BUCKETS + OUTCOMES * BUCKETS;
 const PURGED: usize = COALESCED + 1; // [found nothing, removed something]
-const CELLS: usize = PURGED + 2;
+const DIRECT: usize = PURGED + 2;
+const CELLS: usize = DIRECT + 1;
 
 /// One finished request, as the metrics see it.
 #[derive(Debug, Clone, Copy)]
@@ -92,6 +93,8 @@ pub struct FinishedRequest {
     pub duration: Duration,
     /// It waited on the cache lock for another request's fill of the same object.
     pub coalesced: bool,
+    /// A pass forwarded over Lacquer's own HTTP/1 exchange (`crate::proxy::direct_pass`).
+    pub direct: bool,
 }
 
 /// The request counters of this process.
@@ -115,6 +118,8 @@ pub struct RequestSnapshot {
     pub purges_absent: u64,
     /// PURGE requests that removed something.
     pub purges_removed: u64,
+    /// Passes forwarded over Lacquer's own HTTP/1 exchange.
+    pub direct_passes: u64,
 }
 
 impl RequestMetrics {
@@ -143,6 +148,9 @@ impl RequestMetrics {
         if request.coalesced {
             shard.add(COALESCED, 1);
         }
+        if request.direct {
+            shard.add(DIRECT, 1);
+        }
     }
 
     /// `logging` of an allowed PURGE: whether it removed something.
@@ -160,6 +168,7 @@ impl RequestMetrics {
             coalesced: cells[COALESCED],
             purges_absent: cells[PURGED],
             purges_removed: cells[PURGED + 1],
+            direct_passes: cells[DIRECT],
         };
         for outcome in 0..OUTCOMES {
             for source in 0..SOURCES.len() {
@@ -210,6 +219,7 @@ mod tests {
             body_bytes: 1024,
             duration: Duration::from_micros(300),
             coalesced: false,
+            direct: false,
         };
         metrics.on_request_end(&hit);
         metrics.on_request_end(&FinishedRequest {
@@ -217,6 +227,7 @@ mod tests {
             tier: None,
             duration: Duration::from_secs(20),
             coalesced: true,
+            direct: true,
             ..hit
         });
         metrics.on_purge(true);
@@ -230,5 +241,6 @@ mod tests {
         assert_eq!(s.latency[1].counts[BUCKETS - 1], 1);
         assert_eq!(s.all_latency().count(), 2);
         assert_eq!((s.coalesced, s.purges_removed, s.purges_absent), (1, 1, 0));
+        assert_eq!(s.direct_passes, 1);
     }
 }

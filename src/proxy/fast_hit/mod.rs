@@ -12,8 +12,9 @@
 //!   ([`crate::storage::fill_lease`]) says whether this request fetches or waits for another
 //!   node's fill; then the [`answer`].
 //! * What it learns on the way is kept for the standard path in the request context: the cache
-//!   key, that memcached has nothing under the URL (so it is not asked twice), and the fill lease
-//!   this request holds (ended in `logging`).
+//!   key, that memcached has nothing under the URL (so it is not asked twice), that no tier has
+//!   anything under it (a pass may then be forwarded directly: `super::direct_pass`), and the
+//!   fill lease this request holds (ended in `logging`).
 //!
 //! It shares the decisions of the standard path rather than copying them: the cache key is
 //! [`super::cache_key`], cacheability of the request is [`CachePolicy::request_cacheable`],
@@ -117,7 +118,10 @@ impl FastHit {
             }
             Lookup::Decline => return None,
             Lookup::Absent => {
-                let tier = self.shared?;
+                let Some(tier) = self.shared else {
+                    ctx.nothing_stored = true;
+                    return None;
+                };
                 let key = ctx.key.get(req);
                 // boxed: a hit from memory, the common case, then neither builds nor copies the
                 // state of memcached reads and the fill-lease wait (kilobytes) on every request
@@ -134,6 +138,7 @@ impl FastHit {
                     }) => {
                         ctx.fill_lease = lease;
                         ctx.shared_primary_missing = known_missing;
+                        ctx.nothing_stored = known_missing;
                         return None;
                     }
                 }

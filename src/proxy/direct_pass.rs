@@ -1,0 +1,437 @@
+//! Passes forwarded over Lacquer's own HTTP/1 exchange: a request that will not be cached goes
+//! to the origin and back in one sequential exchange, from `request_filter`, instead of through
+//! Pingora's cache phases, its connector pool and its two-task body relay.
+//!
+//! Those cost most of a forwarded request: about 110,000 user-space instructions per `no-store`
+//! pass, of which Pingora's forwarding machinery was about 100,000 (`docs/benchmarks.md`), with
+//! passes at a third of nginx's per CPU-second. What a pass needs is short: choose a backend,
+//! write the request head (and a small body), read the response head, run Lacquer's response
+//! filters, relay the body, keep the connection. The protocol work stays Pingora's: the request
+//! head is prepared by the vendored pingora-proxy's own steps (`direct_h1`), the exchange is
+//! Pingora's HTTP/1 client session (framing, parsing, reuse checks), the answer goes out through
+//! the same downstream session. What changes is the orchestration, and the pool of idle
+//! connections ([`crate::upstream::idle_connections`]).
+//!
+//! Which requests ([`LacquerProxy::direct_pass`]): those the standard path would forward with
+//! the cache off for them — everything when `[cache] enabled = false`, a method the cache does
+//! not serve (POST and the other unsafe methods; not a POST kept for `reuse_post_responses`), a
+//! request rule's `pass` —, and a GET or HEAD of a URL last answered uncacheable (`no-store`,
+//! `private`, no freshness: [`super::hit_for_miss`]) for which the fast path found nothing stored
+//! anywhere. And only an HTTP/1 client's request without `Upgrade` or `Expect`, whose body is
+//! empty or a `Content-Length` of at most [`BUFFERED_BODY_MAX`] (read whole first, so a failed
+//! attempt can be replayed as the standard path replays its retry buffer), with no embedding
+//! program's phase hooks. Everything else takes the standard path, as do all requests with
+//! `proxy.direct_passes = false`.
+//!
+//! What the standard path does is done here by the same functions, in its order: the client's
+//! fairness slot, the backend choice, each failed attempt reported to passive health and retried
+//! by the same rules ([`crate::upstream::attempts`]), `upstream_request_filter`,
+//! `upstream_response_filter`, the storing decision of a remembered URL (a storable answer is
+//! stored through the storage's miss handler, as a miss's; with `Vary` or a `Content-Encoding`
+//! it is left to the URL's next request, which takes the standard path), the HTTP/1.0-style body sent
+//! chunked, `response_filter`'s fields and `Cache-Status`, the body filters, and `logging` (by
+//! Pingora, after `request_filter` answered). A failure is returned as the standard path's
+//! would be, so `fail_to_proxy` answers it (502, 504) and the client connection is closed.
+//! Known differences: an idle origin connection is checked when taken rather than watched (see
+//! `idle_connections`), the `Accept-Encoding` a remembered URL's request carries is the client's
+//! (the standard path asks for gzip only when it may store, so a remembered URL that turns
+//! storable is stored in the coding the client asked for), and a remembered URL's storable
+//! answer with `Vary` or a `Content-Encoding` is stored by the URL's next request instead.
+
+use super::post_reuse::store_whole;
+use super::{client_ip, LacquerProxy, RequestCtx};
+use crate::lifecycle::live::LiveSettings;
+use bytes::{Bytes, BytesMut};
+use http::{header, Method, StatusCode, Version};
+use pingora_cache::{CachePhase, NoCacheReason, RespCacheable};
+use pingora_core::protocols::http::v1::client::HttpSession as UpstreamSession;
+use pingora_core::protocols::http::ServerSession;
+use pingora_core::upstreams::peer::{HttpPeer, Peer};
+use pingora_error::{Error, ErrorType, Result};
+use pingora_http::ResponseHeader;
+use pingora_proxy::direct_h1::{finish_h1_upstream_request, h1_upstream_request};
+use pingora_proxy::{ProxyHttp, Session};
+
+/// The largest request body forwarded directly: read whole before the origin is asked.
+pub const BUFFERED_BODY_MAX: usize = 64 * 1024;
+
+/// Why a request is a pass, as the standard path's `request_cache_filter` would note it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    /// `[cache] enabled = false`.
+    CacheDisabled,
+    /// A method the cache does not serve (POST, PUT, DELETE...).
+    Method,
+    /// A request rule's `pass`.
+    Rule,
+    /// A GET or HEAD of a URL last answered uncacheable, with nothing stored for it.
+    RememberedUncacheable,
+}
+
+/// A failed attempt: its error, and what the retry rules need to know about it.
+struct AttemptFailure {
+    error: Box<Error>,
+    /// It failed while connecting (passive health counts a connect failure).
+    connecting: bool,
+    /// Over a connection taken from the idle pool.
+    reused: bool,
+}
+
+/// The storable answer to a remembered URL, collected as it is relayed.
+struct Kept {
+    meta: pingora_cache::CacheMeta,
+    body: Vec<Bytes>,
+    len: usize,
+}
+
+/// An attempt that got a final response head.
+struct Answered {
+    upstream: UpstreamSession,
+    head: Box<ResponseHeader>,
+}
+
+impl LacquerProxy {
+    /// `request_filter`, after the fast path declined: whether this request is forwarded
+    /// directly, and why it is a pass (see the module doc).
+    pub(super) fn direct_pass(
+        &self,
+        live: &LiveSettings,
+        session: &Session,
+        ctx: &mut RequestCtx,
+    ) -> Option<Pass> {
+        if !live.config.proxy.direct_passes || self.hooks.is_some() || ctx.upgrade.requested() {
+            return None;
+        }
+        if !matches!(*session.downstream_session, ServerSession::H1(_)) {
+            return None;
+        }
+        let req = session.req_header();
+        // in the standard path's order, so that `Cache-Status` says the same
+        let pass = if !live.config.cache.enabled {
+            Pass::CacheDisabled
+        } else if !live.policy.request_cacheable(req) {
+            if req.method == Method::POST && live.config.cache.reuse_post_responses {
+                return None;
+            }
+            Pass::Method
+        } else if ctx.head.uncacheable_body {
+            return None;
+        } else if ctx.rules.pass {
+            Pass::Rule
+        } else if ctx.nothing_stored
+            && self.partial.is_none()
+            && self.uncacheable.remembered(ctx.key.get(req))
+        {
+            Pass::RememberedUncacheable
+        } else {
+            return None;
+        };
+        if req.headers.contains_key(header::EXPECT) || !body_is_small(req) {
+            return None;
+        }
+        Some(pass)
+    }
+
+    /// Forwards the pass and writes its answer (see the module doc); `Ok(true)`: answered.
+    pub(super) async fn forward_pass(
+        &self,
+        live: &LiveSettings,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+        pass: Pass,
+    ) -> Result<bool> {
+        ctx.direct_pass = true;
+        match pass {
+            Pass::CacheDisabled => ctx.seen.disabled = true,
+            Pass::Method => ctx.seen.method_not_cacheable = true,
+            Pass::Rule | Pass::RememberedUncacheable => {}
+        }
+        if let Some(cap) = &live.fairness {
+            let client = client_ip(session, live);
+            if !cap
+                .on_upstream_request(session, client, &mut ctx.upstream)
+                .await?
+            {
+                return Ok(true);
+            }
+        }
+        let body = read_whole_body(session).await?;
+        let (peer, answered) = loop {
+            let key = ctx.key.text(session.req_header());
+            let peer = live.upstream.on_peer(&mut ctx.upstream, key).await?;
+            // boxed: the attempt's state (the request's write, the response head's read) is
+            // not kept through the body's relay
+            let attempt = Box::pin(self.attempt(session, ctx, &peer, body.as_ref()));
+            match attempt.await? {
+                Ok(answered) => break (peer, answered),
+                Err(failure) => {
+                    let mut e = failure.error;
+                    if failure.connecting {
+                        live.upstream
+                            .on_connect_failure(&ctx.upstream, session, &mut e);
+                    } else {
+                        e = e.more_context(format!("Peer: {peer}"));
+                        live.upstream.on_proxy_error(
+                            &ctx.upstream,
+                            session,
+                            &mut e,
+                            failure.reused,
+                        );
+                    }
+                    if !e.retry() {
+                        return Err(e);
+                    }
+                }
+            }
+        };
+        let Answered {
+            mut upstream,
+            mut head,
+        } = answered;
+        if head.status == StatusCode::SWITCHING_PROTOCOLS {
+            let e = Error::explain(
+                ErrorType::InvalidHTTPHeader,
+                "101 Switching Protocols to a request that asked for no upgrade",
+            );
+            return Err(e.into_up());
+        }
+        let end = upstream.is_body_done();
+        self.upstream_response_filter(session, &mut head, ctx)
+            .await?;
+        let (phase, mut keep) = match pass {
+            Pass::RememberedUncacheable => self.on_remembered_url_answer(live, session, &head, ctx),
+            _ => (CachePhase::Disabled(NoCacheReason::NeverEnabled), None),
+        };
+        if pass == Pass::RememberedUncacheable {
+            // the standard path ran its range filter on this miss: `Accept-Ranges` (the request
+            // has no `Range`: the fast path declines those, so they never come here)
+            self.range_header_filter(session, &mut head, ctx);
+        }
+        send_unframed_body_chunked(session, &mut head, end)?;
+        self.finish_forwarded_head(session, &mut head, ctx, phase)
+            .await?;
+        session.write_response_header(head, end).await?;
+        let mut ended = end;
+        while !ended {
+            let mut data = upstream.read_body_bytes().await.map_err(|e| e.into_up())?;
+            ended = upstream.is_body_done();
+            if data.is_none() && !ended {
+                let e = Error::explain(ErrorType::ConnectionClosed, "origin's body ended early");
+                return Err(e.into_up());
+            }
+            self.upstream_response_body_filter(session, &mut data, ended, ctx)?;
+            if let (Some(kept), Some(chunk)) = (&mut keep, &data) {
+                kept.len += chunk.len();
+                kept.body.push(chunk.clone());
+                if kept.len > live.policy.max_object_size() {
+                    keep = None;
+                }
+            }
+            self.response_body_filter(session, &mut data, ended, ctx)?;
+            session.write_response_body(data, ended).await?;
+        }
+        if let Some(kept) = keep {
+            // stored before the answer's last bytes are flushed (Pingora's `finish`), so the
+            // client's next request finds it, as after a miss the standard path stored
+            let key = ctx.key.get(session.req_header());
+            if let Err(e) = store_whole(self.storage, key, &kept.meta, kept.body).await {
+                log::warn!("storing the answer to a pass forwarded directly failed: {e}");
+            }
+        }
+        if let Some(stream) = upstream.reuse().await {
+            self.idle_upstream
+                .put(peer.reuse_hash(), stream, peer.options.idle_timeout);
+        }
+        Ok(true)
+    }
+
+    /// One attempt on `peer`: a connection (an idle one, or a new one), the request, the
+    /// response head, interim responses passed on. The outer `Err` ends the request (the
+    /// request head could not be made), the inner one is a failed attempt.
+    async fn attempt(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+        peer: &HttpPeer,
+        body: Option<&Bytes>,
+    ) -> Result<std::result::Result<Answered, AttemptFailure>> {
+        let mut request = h1_upstream_request(session, peer)?;
+        self.upstream_request_filter(session, &mut request.head, ctx)
+            .await?;
+        let request = finish_h1_upstream_request(request, body.is_some())?;
+        let (stream, reused) = match self.idle_upstream.take(peer.reuse_hash()) {
+            Some(stream) => (stream, true),
+            // boxed: a connect (a TLS handshake above all) is large and rare
+            None => match Box::pin(self.upstream_connector.new_stream(peer)).await {
+                Ok(stream) => (stream, false),
+                Err(error) => {
+                    return Ok(Err(AttemptFailure {
+                        error: error.into_up(),
+                        connecting: true,
+                        reused: false,
+                    }))
+                }
+            },
+        };
+        let failed = |error: Box<Error>| AttemptFailure {
+            error: error.into_up(),
+            connecting: false,
+            reused,
+        };
+        let mut upstream = UpstreamSession::new_with_options(stream, peer);
+        upstream.read_timeout = peer.options.read_timeout;
+        upstream.write_timeout = peer.options.write_timeout;
+        let sent = match body {
+            None => upstream.write_request_header(Box::new(request)).await,
+            Some(body) => match upstream
+                .write_request_header_and_body(Box::new(request), body)
+                .await
+            {
+                Ok(_) => upstream.finish_body().await.map(|_| 0),
+                Err(e) => Err(e),
+            },
+        };
+        if let Err(e) = sent {
+            return Ok(Err(failed(e)));
+        }
+        loop {
+            if let Err(e) = upstream.read_response().await {
+                return Ok(Err(failed(e)));
+            }
+            let status = upstream.get_status().unwrap_or(StatusCode::OK);
+            if !status.is_informational() || status == StatusCode::SWITCHING_PROTOCOLS {
+                break;
+            }
+            // an interim response (103 Early Hints, an unasked 100) goes on to the client
+            let mut interim = response_head(&upstream)?;
+            self.upstream_response_filter(session, &mut interim, ctx)
+                .await?;
+            self.finish_forwarded_head(session, &mut interim, ctx, CachePhase::Uninit)
+                .await?;
+            session.write_response_header(interim, false).await?;
+        }
+        upstream.respect_keepalive();
+        let head = response_head(&upstream)?;
+        Ok(Ok(Answered { upstream, head }))
+    }
+
+    /// The storing decision on the answer to a remembered URL, as `response_cache_filter` makes
+    /// it: remembered again, or forgotten. A storable answer is kept to be stored as the
+    /// standard path would store it, unless it has `Vary` or a `Content-Encoding` (a variant's
+    /// key and the coding the cache asks for are the standard path's to make): then the next
+    /// request, no longer remembered, takes the standard path and stores what it gets. Returns
+    /// the cache phase the standard path would be in now, and what to keep.
+    fn on_remembered_url_answer(
+        &self,
+        live: &LiveSettings,
+        session: &Session,
+        head: &ResponseHeader,
+        ctx: &mut RequestCtx,
+    ) -> (CachePhase, Option<Kept>) {
+        let req = session.req_header();
+        let decision = live.policy.response_decision_with(
+            req,
+            head,
+            ctx.request_time,
+            &ctx.rules.store_overrides(),
+        );
+        self.uncacheable.on_decision(ctx.key.get(req), &decision);
+        match decision {
+            RespCacheable::Cacheable(meta)
+                if !head.headers.contains_key(header::VARY)
+                    && !head.headers.contains_key(header::CONTENT_ENCODING) =>
+            {
+                ctx.seen.storable = true;
+                let kept = Kept {
+                    meta,
+                    body: Vec::new(),
+                    len: 0,
+                };
+                (CachePhase::Miss, Some(kept))
+            }
+            RespCacheable::Cacheable(_) => {
+                (CachePhase::Disabled(NoCacheReason::Custom("passed")), None)
+            }
+            RespCacheable::Uncacheable(reason) => {
+                ctx.seen.not_stored_reason = Some(reason.as_str());
+                (CachePhase::Disabled(reason), None)
+            }
+        }
+    }
+}
+
+/// A copy of the response head `upstream` has just read.
+fn response_head(upstream: &UpstreamSession) -> Result<Box<ResponseHeader>> {
+    match upstream.resp_header() {
+        Some(head) => Ok(Box::new(head.clone())),
+        None => Error::e_explain(ErrorType::InternalError, "no response head was read"),
+    }
+}
+
+/// Whether the request's body is empty or a `Content-Length` of at most [`BUFFERED_BODY_MAX`]
+/// (the head checks already refused conflicting or malformed framing).
+fn body_is_small(req: &pingora_http::RequestHeader) -> bool {
+    if req.headers.contains_key(header::TRANSFER_ENCODING) {
+        return false;
+    }
+    match req.headers.get(header::CONTENT_LENGTH) {
+        None => true,
+        Some(value) => std::str::from_utf8(value.as_bytes())
+            .ok()
+            .and_then(|text| text.trim().parse::<usize>().ok())
+            .is_some_and(|length| length <= BUFFERED_BODY_MAX),
+    }
+}
+
+/// The request body, read whole (`None`: the request has none).
+async fn read_whole_body(session: &mut Session) -> Result<Option<Bytes>> {
+    if session.downstream_session.is_body_empty() {
+        return Ok(None);
+    }
+    let mut first: Option<Bytes> = None;
+    let mut joined: Option<BytesMut> = None;
+    while let Some(chunk) = session
+        .downstream_session
+        .read_request_body()
+        .await
+        .map_err(|e| e.into_down())?
+    {
+        match (&mut joined, &first) {
+            (Some(joined), _) => joined.extend_from_slice(&chunk),
+            (None, None) => first = Some(chunk),
+            (None, Some(earlier)) => {
+                let mut both = BytesMut::with_capacity(earlier.len() + chunk.len());
+                both.extend_from_slice(earlier);
+                both.extend_from_slice(&chunk);
+                joined = Some(both);
+                first = None;
+            }
+        }
+    }
+    Ok(joined
+        .map(BytesMut::freeze)
+        .or(first)
+        .or(Some(Bytes::new())))
+}
+
+/// As Pingora's HTTP/1 response filter: a response with neither `Content-Length` nor
+/// `Transfer-Encoding` whose body has not ended (an HTTP/1.0-style body, delimited by the
+/// origin's close) goes to the client chunked, so the client's connection can stay open.
+fn send_unframed_body_chunked(
+    session: &Session,
+    head: &mut ResponseHeader,
+    end: bool,
+) -> Result<()> {
+    let no_body =
+        session.req_header().method == Method::HEAD || matches!(head.status.as_u16(), 204 | 304);
+    if !no_body
+        && !head.status.is_informational()
+        && !end
+        && !head.headers.contains_key(header::TRANSFER_ENCODING)
+        && !head.headers.contains_key(header::CONTENT_LENGTH)
+    {
+        head.set_version(Version::HTTP_11);
+        head.insert_header(header::TRANSFER_ENCODING, "chunked")?;
+    }
+    Ok(())
+}
