@@ -147,6 +147,49 @@ async fn concurrent_requests_for_a_url_answered_no_store_reach_the_origin_togeth
     );
 }
 
+/// The same across a cluster: two nodes share a memcached tier, where the fast path finds
+/// nothing either. No node claims the cluster's fill lease for a URL last answered `no-store`
+/// (nothing will fill it), so a node's requests for it do not wait for another node's: all are
+/// at the origin at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn across_nodes_concurrent_requests_for_a_no_store_url_reach_the_origin_together() {
+    const PER_NODE: usize = 3;
+    let memcached = MemcachedProcess::start();
+    let in_flight = InFlight::new();
+    let held = in_flight.clone();
+    let origin = TestOrigin::start(move |_| {
+        held.hold(Duration::from_secs(10));
+        OriginResponse::ok("dynamic").header("cache-control", "no-store")
+    });
+    let config = format!(
+        "[log]\naccess = \"off\"\n[cache.memcached]\nservers = [\"{}\"]\nop_timeout = \"1s\"\n",
+        memcached.addr_string()
+    );
+    let nodes = [
+        LacquerProcess::start_simple(origin.addr(), &config),
+        LacquerProcess::start_simple(origin.addr(), &config),
+    ];
+    let path = "/api/slow-shared";
+    for node in &nodes {
+        assert_eq!(get(&node.url(path), &[]).await.status, 200);
+        assert_eq!(in_flight.take_max(), 1);
+    }
+    in_flight
+        .expected
+        .store(2 * PER_NODE, std::sync::atomic::Ordering::SeqCst);
+    let (a, b) = tokio::join!(
+        concurrent_gets(nodes[0].url(path), PER_NODE),
+        concurrent_gets(nodes[1].url(path), PER_NODE)
+    );
+    assert!(a.iter().chain(&b).all(|r| r.status == 200 && !r.is_hit()));
+    assert_eq!(origin.hits(), 2 * PER_NODE + 2);
+    assert_eq!(
+        in_flight.take_max(),
+        2 * PER_NODE,
+        "every request of both nodes was at the origin at once"
+    );
+}
+
 /// A URL whose answers mix `private` and public: after a private answer marked it, the stale
 /// public copy stored under it still coalesces its revalidation (the lookup finds the copy and
 /// the lock goes back on): concurrent requests make one origin fetch, and the rest are served

@@ -5,7 +5,9 @@
 //! its response head arrives: concurrent requests for a slow `no-store` URL queue behind the lock
 //! holder, and only then each goes to the origin itself (twice the origin's latency for them).
 //! A remembered URL is looked up as usual (a stored copy is still served, graced and revalidated)
-//! but its miss takes no lock, so those requests reach the origin side by side. When the lookup
+//! but its miss takes no lock, so those requests reach the origin side by side; with a memcached
+//! tier, the fast path claims no cluster fill lease for it either (`super::fast_hit`), and with
+//! nothing stored its request is forwarded directly (`super::direct_pass`). When the lookup
 //! finds a stored copy (a URL whose answers mix `private` and public), the lock is put back
 //! before Pingora takes it for the stale copy, so its revalidation still coalesces.
 //!

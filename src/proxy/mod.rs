@@ -199,10 +199,11 @@ impl LacquerProxy {
                 Box::leak(Box::new(PrimaryKnownMissing::new(tier)));
             view
         });
+        let uncacheable = hit_for_miss::UncacheableUrls::leak();
         let fast_hit = config.cache.enabled.then(|| {
             let decoded_copies = DecodedCopies::new(config.cache.compression.decoded_copies)
                 .map(|copies| &*Box::leak(Box::new(copies)));
-            FastHit::new(memory, tiered, decoded_copies)
+            FastHit::new(memory, tiered, decoded_copies, uncacheable)
         });
         let partial = (config.cache.enabled && config.cache.partial.enabled)
             .then(|| PartialContent::new(memory, tiered));
@@ -215,7 +216,7 @@ impl LacquerProxy {
             hooks: None,
             storage,
             cache_lock: lock,
-            uncacheable: hit_for_miss::UncacheableUrls::leak(),
+            uncacheable,
             access_log,
             in_flight,
             metrics: RequestMetrics::leak(),

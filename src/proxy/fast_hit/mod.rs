@@ -10,7 +10,8 @@
 //! * [`FastHit::on_request`] is the whole path, in order: [`eligible`], the memory tier, then
 //!   memcached ([`lookup`]); when memcached has nothing either, the cluster's fill lease
 //!   ([`crate::storage::fill_lease`]) says whether this request fetches or waits for another
-//!   node's fill; then the [`answer`].
+//!   node's fill (none is claimed for a URL last answered uncacheable: nothing will fill it,
+//!   [`super::hit_for_miss`]); then the [`answer`].
 //! * What it learns on the way is kept for the standard path in the request context: the cache
 //!   key, that memcached has nothing under the URL (so it is not asked twice), that no tier has
 //!   anything under it (a pass may then be forwarded directly: `super::direct_pass`), and the
@@ -27,6 +28,7 @@ pub mod answer;
 pub mod lookup;
 pub mod pre_serialised;
 
+use super::hit_for_miss::UncacheableUrls;
 use super::RequestCtx;
 use crate::compression::decoded_copies::DecodedCopies;
 use crate::policy::CachePolicy;
@@ -77,6 +79,8 @@ pub struct FastHit {
     memory: &'static MemoryTier,
     shared: Option<&'static TieredStorage>,
     decoded_copies: Option<&'static DecodedCopies>,
+    /// The URLs last answered uncacheable: their memcached misses claim no fill lease.
+    uncacheable: &'static UncacheableUrls,
 }
 
 impl FastHit {
@@ -85,11 +89,13 @@ impl FastHit {
         memory: &'static MemoryTier,
         shared: Option<&'static TieredStorage>,
         decoded_copies: Option<&'static DecodedCopies>,
+        uncacheable: &'static UncacheableUrls,
     ) -> Self {
         FastHit {
             memory,
             shared,
             decoded_copies,
+            uncacheable,
         }
     }
 
@@ -163,6 +169,15 @@ impl FastHit {
                 lease: None,
                 known_missing: false,
             }),
+            Lookup::Absent if self.uncacheable.remembered(key) => {
+                // a URL last answered uncacheable will not be filled: no lease to claim, and no
+                // request anywhere in the cluster waits for this one (as `hit_for_miss` takes
+                // no cache lock for it on this node)
+                Err(AfterSharedMiss::FillHere {
+                    lease: None,
+                    known_missing: true,
+                })
+            }
             Lookup::Absent => {
                 let memory = self.memory;
                 let look =
