@@ -337,3 +337,70 @@ async fn a_direct_pass_to_a_dead_or_silent_origin_is_answered_502_or_504() {
     let resp = post(&lacquer.url("/f"), &[], "a").await;
     assert_eq!(resp.status, 504);
 }
+
+/// An origin that reads one request head, then answers nothing and waits for the proxy to close
+/// the connection; `(address, head read, connection closed by the proxy)`.
+fn silent_until_closed() -> (SocketAddr, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (heads, closes) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (h, c) = (heads.clone(), closes.clone());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let (h, c) = (h.clone(), c.clone());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let mut seen = Vec::new();
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(got) => seen.extend_from_slice(&buf[..got]),
+                    }
+                }
+                h.fetch_add(1, Ordering::SeqCst);
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(30)))
+                    .unwrap();
+                loop {
+                    match stream.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
+                    }
+                }
+                c.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+    });
+    (addr, heads, closes)
+}
+
+#[test]
+fn a_client_that_leaves_before_the_answer_frees_the_origin_connection() {
+    for direct in [true, false] {
+        let (origin, heads, closes) = silent_until_closed();
+        let (lacquer, _admin) = node(origin, direct, "");
+        for (n, request) in [
+            &b"POST /slow HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\n\r\na"[..],
+            b"DELETE /slow HTTP/1.1\r\nHost: t\r\n\r\n",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut client = RawConn::connect(lacquer.addr());
+            client.send(request);
+            assert!(
+                poll_until(Duration::from_secs(10), || heads.load(Ordering::SeqCst) > n),
+                "the request reached the origin (direct: {direct})"
+            );
+            drop(client);
+            // the proxy notices at once (well before the origin's 60 s read timeout) and closes
+            // its connection to the origin
+            assert!(
+                poll_until(Duration::from_secs(10), || closes.load(Ordering::SeqCst)
+                    > n),
+                "the origin connection was closed after the client left (direct: {direct})"
+            );
+        }
+    }
+}

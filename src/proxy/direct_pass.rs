@@ -30,8 +30,10 @@
 //! stored through the storage's miss handler, as a miss's; with `Vary` or a `Content-Encoding`
 //! it is left to the URL's next request, which takes the standard path), the HTTP/1.0-style body sent
 //! chunked, `response_filter`'s fields and `Cache-Status`, the body filters, and `logging` (by
-//! Pingora, after `request_filter` answered). A failure is returned as the standard path's
-//! would be, so `fail_to_proxy` answers it (502, 504) and the client connection is closed.
+//! Pingora, after `request_filter` answered). The client is watched while the origin prepares
+//! its answer (`read_body_or_idle`, as Pingora's relay does): one that closes ends the request at
+//! once. A failure is returned as the standard path's would be, so `fail_to_proxy` answers it
+//! (502, 504) and the client connection is closed.
 //! Known differences: an idle origin connection is checked when taken rather than watched (see
 //! `idle_connections`), the `Accept-Encoding` a remembered URL's request carries is the client's
 //! (the standard path asks for gzip only when it may store, so a remembered URL that turns
@@ -247,7 +249,8 @@ impl LacquerProxy {
 
     /// One attempt on `peer`: a connection (an idle one, or a new one), the request, the
     /// response head, interim responses passed on. The outer `Err` ends the request (the
-    /// request head could not be made), the inner one is a failed attempt.
+    /// request head could not be made, or the client went away), the inner one is a failed
+    /// attempt.
     async fn attempt(
         &self,
         session: &mut Session,
@@ -294,8 +297,31 @@ impl LacquerProxy {
         if let Err(e) = sent {
             return Ok(Err(failed(e)));
         }
+        let mut watch_client = true;
         loop {
-            if let Err(e) = upstream.read_response().await {
+            // the client is watched while the origin prepares its answer, as Pingora's relay
+            // watches it: a client that closes (or, without pipelining, sends more) ends the
+            // request at once, freeing the origin connection and the request's slots
+            let read = if watch_client {
+                let downstream = &mut session.downstream_session;
+                tokio::select! {
+                    read = upstream.read_response() => Some(read),
+                    gone = downstream.read_body_or_idle(true) => match gone {
+                        Err(e) => return Err(e.into_down()),
+                        Ok(_) => None,
+                    },
+                }
+            } else {
+                None
+            };
+            let read = match read {
+                Some(read) => read,
+                None => {
+                    watch_client = false;
+                    upstream.read_response().await
+                }
+            };
+            if let Err(e) = read {
                 return Ok(Err(failed(e)));
             }
             let status = upstream.get_status().unwrap_or(StatusCode::OK);
