@@ -404,3 +404,53 @@ fn a_client_that_leaves_before_the_answer_frees_the_origin_connection() {
         }
     }
 }
+
+/// An origin that answers each connection's first request with `answer` and then closes it.
+fn answering_then_closing(answer: &'static [u8]) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                let mut seen = Vec::new();
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(got) => seen.extend_from_slice(&buf[..got]),
+                    }
+                }
+                let _ = stream.write_all(answer);
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn every_response_framing_reaches_the_client_whole_on_a_connection_that_stays_usable() {
+    let cases: [(&[u8], u16, &str); 4] = [
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n",
+            200,
+            "hello world",
+        ),
+        // HTTP/1.0 style: no length, the body ends when the origin closes
+        (b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the close", 200, "until the close"),
+        (b"HTTP/1.1 204 No Content\r\nX-Done: 1\r\n\r\n", 204, ""),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", 200, ""),
+    ];
+    for (answer, status, body) in cases {
+        let origin = answering_then_closing(answer);
+        let lacquer = LacquerProcess::start_simple(origin, "[log]\naccess = \"off\"");
+        let mut client = RawConn::connect(lacquer.addr());
+        for _ in 0..2 {
+            // a POST goes direct; the second one shows the client's connection survived
+            client.send(b"POST /f HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\n\r\na");
+            let resp = client.read_response(false);
+            assert_eq!(resp.status, status, "{}", String::from_utf8_lossy(answer));
+            assert_eq!(resp.text(), body, "{}", String::from_utf8_lossy(answer));
+        }
+    }
+}
