@@ -25,8 +25,18 @@ fn node(origin: SocketAddr, direct: bool, extra: &str) -> (LacquerProcess, u16) 
     (lacquer, admin)
 }
 
-async fn direct_passes(admin: u16) -> f64 {
-    scrape(admin).await.value("lacquer_direct_passes_total")
+/// `lacquer_direct_passes_total`, once it reads `expected` or 5 s have passed (a request is
+/// counted when it is logged, just after its answer went out).
+async fn direct_passes(admin: u16, expected: f64) -> f64 {
+    let mut value = scrape(admin).await.value("lacquer_direct_passes_total");
+    for _ in 0..100 {
+        if value == expected {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        value = scrape(admin).await.value("lacquer_direct_passes_total");
+    }
+    value
 }
 
 /// What a client sees of an answer, minus what differs between any two answers (`Date`, the
@@ -69,9 +79,10 @@ async fn passes_go_direct_and_answer_exactly_as_the_standard_path_does() {
         answers.push(seen_here);
     }
     assert_eq!(answers[0], answers[1], "direct (left) and standard (right)");
-    // the second and later asks of each remembered URL, the POST and the HEAD went direct
-    assert_eq!(direct_passes(direct_admin).await, 4.0);
-    assert_eq!(direct_passes(standard_admin).await, 0.0);
+    // the second asks of each remembered URL and the POST went direct (a HEAD takes the
+    // standard path, which asks the origin for the whole answer)
+    assert_eq!(direct_passes(direct_admin, 3.0).await, 3.0);
+    assert_eq!(direct_passes(standard_admin, 0.0).await, 0.0);
     for origin in &origins {
         let form = origin.requests_for("/form?unsafe_status=201");
         assert_eq!(form.len(), 1);
@@ -98,7 +109,7 @@ async fn with_the_cache_off_every_request_goes_direct() {
             resp.cache_status()
         );
     }
-    assert_eq!(direct_passes(admin).await, 5.0);
+    assert_eq!(direct_passes(admin, 5.0).await, 5.0);
 }
 
 #[tokio::test]
@@ -116,7 +127,7 @@ async fn request_bodies_arrive_whole_at_the_limit_and_beyond_it() {
         assert_eq!(got[0].body.len(), len);
         assert!(got[0].body == body, "{len} bytes arrived changed");
     }
-    assert_eq!(direct_passes(admin).await, 3.0);
+    assert_eq!(direct_passes(admin, 3.0).await, 3.0);
 }
 
 /// An origin that answers every request on a connection with `answer(n)` (n counting
@@ -212,7 +223,7 @@ async fn direct_passes_share_one_kept_alive_origin_connection() {
         assert_eq!(resp.status(), 200);
         assert_eq!(resp.text().await.unwrap(), format!("answer {n}"));
     }
-    assert_eq!(direct_passes(admin).await, 20.0);
+    assert_eq!(direct_passes(admin, 20.0).await, 20.0);
     assert_eq!(
         origin.connections(),
         1,
@@ -316,7 +327,7 @@ async fn an_idle_connection_the_origin_closed_is_not_used() {
         assert_eq!(resp.text(), format!("connection {n}"));
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    assert_eq!(direct_passes(admin).await, 4.0);
+    assert_eq!(direct_passes(admin, 4.0).await, 4.0);
 }
 
 #[tokio::test]
@@ -405,7 +416,10 @@ fn a_client_that_leaves_before_the_answer_frees_the_origin_connection() {
     }
 }
 
-/// An origin that answers each connection's first request with `answer` and then closes it.
+/// An origin that answers each connection's first request with `answer` and then closes it
+/// (each answer says so with `Connection: close`, or has no length: an origin that closes a
+/// kept-alive connection unannounced races the next request sent on it, which for a POST is a
+/// 502 on either path, as with nginx).
 fn answering_then_closing(answer: &'static [u8]) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -432,14 +446,14 @@ fn answering_then_closing(answer: &'static [u8]) -> SocketAddr {
 fn every_response_framing_reaches_the_client_whole_on_a_connection_that_stays_usable() {
     let cases: [(&[u8], u16, &str); 4] = [
         (
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n",
             200,
             "hello world",
         ),
         // HTTP/1.0 style: no length, the body ends when the origin closes
         (b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the close", 200, "until the close"),
-        (b"HTTP/1.1 204 No Content\r\nX-Done: 1\r\n\r\n", 204, ""),
-        (b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", 200, ""),
+        (b"HTTP/1.1 204 No Content\r\nX-Done: 1\r\nConnection: close\r\n\r\n", 204, ""),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", 200, ""),
     ];
     for (answer, status, body) in cases {
         let origin = answering_then_closing(answer);
@@ -452,5 +466,33 @@ fn every_response_framing_reaches_the_client_whole_on_a_connection_that_stays_us
             assert_eq!(resp.status, status, "{}", String::from_utf8_lossy(answer));
             assert_eq!(resp.text(), body, "{}", String::from_utf8_lossy(answer));
         }
+    }
+}
+
+#[tokio::test]
+async fn a_head_never_stores_an_empty_body_for_a_url_that_turned_storable() {
+    let cacheable = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = cacheable.clone();
+    let origin = TestOrigin::start(move |req| {
+        let cc = if flag.load(Ordering::SeqCst) {
+            "max-age=60"
+        } else {
+            "no-store"
+        };
+        let body = if req.method == "HEAD" { "" } else { "the page" };
+        OriginResponse::ok(body).header("cache-control", cc)
+    });
+    let (lacquer, _admin) = node(origin.addr(), true, "");
+    let url = lacquer.url("/turns-storable");
+    for _ in 0..2 {
+        assert_eq!(get(&url, &[]).await.text(), "the page");
+    }
+    cacheable.store(true, Ordering::SeqCst);
+    // the first request after the change is a HEAD: whatever it stores, a GET must get the page
+    assert_eq!(head(&url, &[]).await.status, 200);
+    for _ in 0..2 {
+        let resp = get(&url, &[]).await;
+        assert_eq!(resp.status, 200);
+        assert_eq!(resp.text(), "the page", "{:?}", resp.cache_status());
     }
 }

@@ -15,7 +15,7 @@
 //! Which requests ([`LacquerProxy::direct_pass`]): those the standard path would forward with
 //! the cache off for them — everything when `[cache] enabled = false`, a method the cache does
 //! not serve (POST and the other unsafe methods; not a POST kept for `reuse_post_responses`), a
-//! request rule's `pass` —, and a GET or HEAD of a URL last answered uncacheable (`no-store`,
+//! request rule's `pass` —, and a GET of a URL last answered uncacheable (`no-store`,
 //! `private`, no freshness: [`super::hit_for_miss`]) for which the fast path found nothing stored
 //! anywhere. And only an HTTP/1 client's request without `Upgrade` or `Expect`, whose body is
 //! empty or a `Content-Length` of at most [`BUFFERED_BODY_MAX`] (read whole first, so a failed
@@ -66,7 +66,8 @@ pub enum Pass {
     Method,
     /// A request rule's `pass`.
     Rule,
-    /// A GET or HEAD of a URL last answered uncacheable, with nothing stored for it.
+    /// A GET of a URL last answered uncacheable, with nothing stored for it (a HEAD takes the
+    /// standard path, which asks the origin for the whole GET answer, so that it can store it).
     RememberedUncacheable,
 }
 
@@ -121,6 +122,7 @@ impl LacquerProxy {
         } else if ctx.rules.pass {
             Pass::Rule
         } else if ctx.nothing_stored
+            && req.method == Method::GET
             && self.partial.is_none()
             && self.uncacheable.remembered(ctx.key.get(req))
         {
