@@ -496,3 +496,54 @@ async fn a_head_never_stores_an_empty_body_for_a_url_that_turned_storable() {
         assert_eq!(resp.text(), "the page", "{:?}", resp.cache_status());
     }
 }
+
+#[tokio::test]
+async fn an_http2_clients_passes_go_direct_and_answer_as_the_standard_path_does() {
+    let origins = [scripted_origin(), scripted_origin()];
+    let (direct, direct_admin) = node(origins[0].addr(), true, "");
+    let (standard, standard_admin) = node(origins[1].addr(), false, "");
+    let nostore = format!("/h2/nostore?cc={}", q("no-store"));
+    let mut answers = Vec::new();
+    for lacquer in [&direct, &standard] {
+        let client = h2c_client();
+        let mut seen_here = Vec::new();
+        for (method, path, body) in [
+            ("GET", nostore.as_str(), None),
+            ("GET", nostore.as_str(), None),
+            (
+                "POST",
+                "/h2/form",
+                Some(bytes::Bytes::from_static(b"x=1&y=2")),
+            ),
+        ] {
+            let resp = send(&client, method, &lacquer.url(path), &[], body)
+                .await
+                .unwrap();
+            assert_eq!(resp.version, reqwest::Version::HTTP_2);
+            seen_here.push(seen(&resp));
+        }
+        answers.push(seen_here);
+    }
+    assert_eq!(answers[0], answers[1], "direct (left) and standard (right)");
+    // the remembered URL's second GET and the POST
+    assert_eq!(direct_passes(direct_admin, 2.0).await, 2.0);
+    assert_eq!(direct_passes(standard_admin, 0.0).await, 0.0);
+    for origin in &origins {
+        let form = origin.requests_for("/h2/form");
+        assert_eq!(form.len(), 1);
+        assert_eq!(&form[0].body[..], b"x=1&y=2");
+        // the request's :authority reached the HTTP/1 origin as Host
+        assert_eq!(
+            form[0].header("host"),
+            Some(format!(
+                "127.0.0.1:{}",
+                if std::ptr::eq(origin, &origins[0]) {
+                    direct.port()
+                } else {
+                    standard.port()
+                }
+            ))
+            .as_deref()
+        );
+    }
+}

@@ -17,8 +17,8 @@
 //! not serve (POST and the other unsafe methods; not a POST kept for `reuse_post_responses`), a
 //! request rule's `pass` —, and a GET of a URL last answered uncacheable (`no-store`,
 //! `private`, no freshness: [`super::hit_for_miss`]) for which the fast path found nothing stored
-//! anywhere. And only an HTTP/1 client's request without `Upgrade` or `Expect`, whose body is
-//! empty or a `Content-Length` of at most [`BUFFERED_BODY_MAX`] (read whole first, so a failed
+//! anywhere. And only an HTTP/1 or HTTP/2 client's request without `Upgrade` or `Expect`, whose
+//! body is empty or a `Content-Length` of at most [`BUFFERED_BODY_MAX`] (read whole first, so a failed
 //! attempt can be replayed as the standard path replays its retry buffer), with no embedding
 //! program's phase hooks. Everything else takes the standard path, as do all requests with
 //! `proxy.direct_passes = false`.
@@ -99,13 +99,26 @@ impl LacquerProxy {
     pub(super) fn direct_pass(
         &self,
         live: &LiveSettings,
-        session: &Session,
+        session: &mut Session,
         ctx: &mut RequestCtx,
     ) -> Option<Pass> {
         if !live.config.proxy.direct_passes || self.hooks.is_some() || ctx.upgrade.requested() {
             return None;
         }
-        if !matches!(*session.downstream_session, ServerSession::H1(_)) {
+        if !matches!(
+            *session.downstream_session,
+            ServerSession::H1(_) | ServerSession::H2(_)
+        ) {
+            return None;
+        }
+        // a body of unknown length (chunked, or HTTP/2 without `Content-Length`) is streamed by
+        // the standard path
+        let body_known = session.downstream_session.is_body_empty()
+            || session
+                .req_header()
+                .headers
+                .contains_key(header::CONTENT_LENGTH);
+        if !body_known {
             return None;
         }
         let req = session.req_header();

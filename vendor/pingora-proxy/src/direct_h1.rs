@@ -31,13 +31,17 @@ pub struct H1UpstreamRequest {
 }
 
 /// The first half, as `proxy_1to1` does it before `upstream_request_filter`: the client's head
-/// copied with its field names' case, HTTP/1.1, and the peer's hop-by-hop policy applied. For an
-/// HTTP/1 (not custom) downstream session only.
+/// copied with its field names' case, HTTP/1.1 (an HTTP/2 request's `:authority` as `Host`), and
+/// the peer's hop-by-hop policy applied. For an HTTP/1 or HTTP/2 (not custom) downstream
+/// session.
 pub fn h1_upstream_request(session: &Session, peer: &HttpPeer) -> Result<H1UpstreamRequest> {
     let mut head = session.req_header().clone();
     session.downstream_session.restore_header_case(&mut head);
     let downstream_had_host = head.headers.contains_key(http::header::HOST);
     head.set_version(Version::HTTP_11);
+    if session.req_header().version == Version::HTTP_2 {
+        set_h1_host_from_authority(&mut head).map_err(|e| e.into_down())?;
+    }
     sanitize_h1_upstream_request(
         &mut head,
         peer.options.http_upstream_request_policy,
