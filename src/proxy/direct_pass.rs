@@ -18,22 +18,23 @@
 //! request rule's `pass` —, and a GET of a URL last answered uncacheable (`no-store`,
 //! `private`, no freshness: [`super::hit_for_miss`]) for which the fast path found nothing stored
 //! anywhere. And only an HTTP/1 or HTTP/2 client's request without `Upgrade` or `Expect`, whose
-//! body is empty or a `Content-Length` of at most [`BUFFERED_BODY_MAX`] (read whole first, so a failed
-//! attempt can be replayed as the standard path replays its retry buffer), with no embedding
-//! program's phase hooks. Everything else takes the standard path, as do all requests with
-//! `proxy.direct_passes = false`.
+//! body is empty or a `Content-Length` of at most [`BUFFERED_BODY_MAX`] (read whole first, so a
+//! failed attempt can be replayed as the standard path replays its retry buffer), with no
+//! embedding program's phase hooks. Everything else takes the standard path, as do all requests
+//! with `proxy.direct_passes = false`.
 //!
 //! What the standard path does is done here by the same functions, in its order: the client's
 //! fairness slot, the backend choice, each failed attempt reported to passive health and retried
 //! by the same rules ([`crate::upstream::attempts`]), `upstream_request_filter`,
 //! `upstream_response_filter`, the storing decision of a remembered URL (a storable answer is
 //! stored through the storage's miss handler, as a miss's; with `Vary` or a `Content-Encoding`
-//! it is left to the URL's next request, which takes the standard path), the HTTP/1.0-style body sent
-//! chunked, `response_filter`'s fields and `Cache-Status`, the body filters, and `logging` (by
-//! Pingora, after `request_filter` answered). The client is watched while the origin prepares
-//! its answer (`read_body_or_idle`, as Pingora's relay does): one that closes ends the request at
-//! once. A failure is returned as the standard path's would be, so `fail_to_proxy` answers it
+//! it is left to the URL's next request, which takes the standard path), the HTTP/1.0-style
+//! body sent chunked, `response_filter`'s fields and `Cache-Status`, the body filters, and
+//! `logging` (by Pingora, after `request_filter` answered). The client is watched while the
+//! origin prepares its answer (`read_body_or_idle`, as Pingora's relay does): one that closes
+//! ends the request at once. A failure is returned as the standard path's would be, so `fail_to_proxy` answers it
 //! (502, 504) and the client connection is closed.
+//!
 //! Known differences: an idle origin connection is checked when taken rather than watched (see
 //! `idle_connections`), the `Accept-Encoding` a remembered URL's request carries is the client's
 //! (the standard path asks for gzip only when it may store, so a remembered URL that turns
