@@ -7,7 +7,7 @@
 
 use super::child::{read_lossy, run_with_timeout, send_signal, tail, OwnedChild, StartFailure};
 use super::client::{get, Resp};
-use super::net::{free_port, local_addr, port_accepts, process_listens_on};
+use super::net::{free_port, local_addr, port_accepts, process_listens_on, unassigned_port};
 use super::poll::poll_until;
 use super::temp_dir::TempDir;
 use std::net::SocketAddr;
@@ -152,6 +152,60 @@ impl LacquerProcess {
             }
         }
         panic!("{last}");
+    }
+
+    /// Starts lacquer with `config_for(port, admin_port)` (which must listen on
+    /// `127.0.0.1:<port>` and put the admin listener on `127.0.0.1:<admin_port>`), both ports
+    /// from [`unassigned_port`], and returns it with its admin port once the process holds both
+    /// listening sockets.
+    ///
+    /// Pingora retries a failed bind every second instead of exiting, so an admin port that
+    /// another process took would answer a test's `/metrics` scrape in the node's place: when
+    /// either socket is not this process's own, it is stopped and started again on two other
+    /// ports (up to 3 times).
+    pub fn start_with_admin(config_for: impl Fn(u16, u16) -> String) -> (LacquerProcess, u16) {
+        let mut last = String::new();
+        for _ in 0..3 {
+            let (port, admin) = (unassigned_port(), unassigned_port());
+            if port == admin {
+                continue;
+            }
+            match LacquerProcess::try_start(port, Some(&config_for(port, admin)), &[]) {
+                Ok(mut p) => {
+                    if poll_until(Duration::from_secs(10), || process_listens_on(p.pid, admin)) {
+                        return (p, admin);
+                    }
+                    p.kill();
+                    last = format!(
+                        "lacquer never held its admin port {admin}; stderr:\n{}",
+                        p.stderr_log()
+                    );
+                }
+                Err(msg) => {
+                    let lower = msg.to_ascii_lowercase();
+                    if !(lower.contains("in use") || lower.contains("addrinuse")) {
+                        panic!("{msg}");
+                    }
+                    last = msg;
+                }
+            }
+        }
+        panic!("{last}");
+    }
+
+    /// [`Self::start_simple`] with an admin listener, on ports as [`Self::start_with_admin`]
+    /// picks them; `extra_toml` must not have an `[admin]` table of its own (it is appended
+    /// last). Returns the process and its admin port.
+    pub fn start_simple_with_admin(
+        upstream: SocketAddr,
+        extra_toml: &str,
+    ) -> (LacquerProcess, u16) {
+        LacquerProcess::start_with_admin(|port, admin| {
+            format!(
+                "{}[admin]\nlisten = \"127.0.0.1:{admin}\"\n",
+                simple_config(port, upstream, extra_toml)
+            )
+        })
     }
 
     /// [`Self::start_on_free_port`] with another program than `lacquer`, one that embeds it and

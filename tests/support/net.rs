@@ -57,3 +57,79 @@ pub fn process_listens_on(pid: u32, port: u16) -> bool {
             .unwrap_or(false)
     })
 }
+
+/// A free TCP port on 127.0.0.1 from below the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`), for a listener configured by number (an admin port, a
+/// proxy's listen port).
+///
+/// [`free_port`] hands out a port from the ephemeral range, which the kernel keeps handing out
+/// meanwhile: to every other test's `bind(127.0.0.1:0)` (an origin) and as the source port of
+/// every outgoing connection, so the port can be gone before the process it was meant for binds
+/// it. A port below that range is never handed out by the kernel; only another test that picked
+/// the same number can take it, so a caller still checks that its process holds the port
+/// ([`process_listens_on`]) and picks again when not ([`LacquerProcess::start_with_admin`]).
+///
+/// [`LacquerProcess::start_with_admin`]: super::lacquer_process::LacquerProcess::start_with_admin
+pub fn unassigned_port() -> u16 {
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    // well above the ports of system services; below the ephemeral range
+    const LOW: u16 = 10_000;
+    if ephemeral_low <= LOW + 1000 {
+        return free_port();
+    }
+    for _ in 0..100 {
+        let port = LOW + (pseudo_random() % u64::from(ephemeral_low - LOW)) as u16;
+        if TcpListener::bind(local_addr(port)).is_ok() {
+            return port;
+        }
+    }
+    free_port()
+}
+
+/// A number that differs from call to call and from process to process (no `rand` dependency).
+fn pseudo_random() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(CALLS.fetch_add(1, Ordering::Relaxed));
+    hasher.write_u32(std::process::id());
+    if let Ok(now) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        hasher.write_u128(now.as_nanos());
+    }
+    hasher.finish()
+}
+
+/// A loopback address that refuses every connection for as long as it is held: a TCP socket
+/// bound to a port and never listening. A connection to it is refused (reset) as to a closed
+/// port, and, unlike [`refused_addr`], the port stays taken: no other bind (a test origin on
+/// port 0, a proxy's listener) can land on it and start accepting in its place.
+pub struct RefusingPort {
+    addr: SocketAddr,
+    // held, never listening
+    _socket: tokio::net::TcpSocket,
+}
+
+impl RefusingPort {
+    /// Binds a socket to a free loopback port (without `SO_REUSEADDR`, so no other socket can
+    /// share the port).
+    pub fn bind() -> RefusingPort {
+        let socket = tokio::net::TcpSocket::new_v4().expect("a TCP socket");
+        socket
+            .bind(local_addr(0))
+            .expect("bind 127.0.0.1:0 without listening");
+        let addr = socket.local_addr().expect("local_addr");
+        RefusingPort {
+            addr,
+            _socket: socket,
+        }
+    }
+
+    /// The address whose connections are refused.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
