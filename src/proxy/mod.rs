@@ -727,6 +727,18 @@ impl ProxyHttp for LacquerProxy {
             interim::on_upstream_interim(upstream_response);
             return Ok(());
         }
+        if upstream_response.status == http::StatusCode::SWITCHING_PROTOCOLS
+            && !ctx.upgrade.requested()
+        {
+            // a switch the client never asked for would make the client's connection a tunnel
+            // to whatever the origin sends next, answers to later requests included: refused,
+            // as `direct_pass` refuses it (502, and the client's connection closed)
+            let e = pingora_error::Error::explain(
+                pingora_error::ErrorType::InvalidHTTPHeader,
+                "101 Switching Protocols to a request that asked for no upgrade",
+            );
+            return Err(e.into_up());
+        }
         let live = self.live.load();
         live.upstream
             .on_response(&mut ctx.upstream, upstream_response.status);

@@ -1007,6 +1007,21 @@ impl HttpSession {
             self.set_keepalive(None);
         }
 
+        // LACQUER PATCH (HTTP/1.0 framing): an HTTP/1.0 client cannot read chunked framing, and
+        // a server sends no Transfer-Encoding in answer to a request below HTTP/1.1 (RFC 9112
+        // section 6.1): a chunked answer to one is sent unframed, delimited by the connection's
+        // close, as nginx and Varnish answer HTTP/1.0 clients
+        if !header.status.is_informational()
+            && self
+                .request_header
+                .as_ref()
+                .is_some_and(|req| req.version == Version::HTTP_10)
+            && header.headers.contains_key(TRANSFER_ENCODING)
+        {
+            header.remove_header(&TRANSFER_ENCODING);
+            self.set_keepalive(None);
+        }
+
         // no need to add these headers to 1xx responses
         if !header.status.is_informational() && self.update_resp_headers {
             /* update headers */
