@@ -93,9 +93,13 @@ async fn a_truncated_cacheable_response_is_never_stored_and_never_panics() {
 async fn a_truncated_cacheable_response_is_retried_on_the_other_backend_without_panic() {
     let cutting = RawOrigin::answering(|_, stream| truncated_cacheable(stream));
     let whole = RawOrigin::answering(|_, stream| whole_cacheable(stream, 3600));
+    // the standard path's race (a direct miss sends the head with the body's first bytes, so
+    // it retries only a cut before any: the next test)
     let lacquer = start_balancer(
         &[(cutting.addr, 1), (whole.addr, 1)],
-        &format!("[balancer]\nalgorithm = \"round_robin\"\n{NO_PASSIVE}"),
+        &format!(
+            "[balancer]\nalgorithm = \"round_robin\"\n{NO_PASSIVE}[proxy]\ndirect_misses = false\n"
+        ),
     );
     let mut cut_then_retried = 0;
     // whether a cut response can be retried is a race between the cut and its head reaching the
@@ -130,6 +134,51 @@ async fn a_truncated_cacheable_response_is_retried_on_the_other_backend_without_
                 assert!(again.body.iter().all(|b| *b == b'y'));
             }
         }
+    }
+    no_panic(&lacquer);
+}
+
+/// A direct miss reads the body's first bytes before the head goes to the client: an origin that
+/// closes after its head and before any body byte is a failed attempt, retried on the other
+/// backend every time; one that closes after some of the body leaves the client a truncated
+/// answer, never stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_miss_cut_before_its_body_is_retried_and_one_cut_later_is_never_stored() {
+    let head_only = RawOrigin::answering(|_, stream| {
+        let _ = stream.write_all(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\nCache-Control: max-age=3600\r\n\r\n",
+        );
+    });
+    let whole = RawOrigin::answering(|_, stream| whole_cacheable(stream, 3600));
+    let lacquer = start_balancer(
+        &[(head_only.addr, 1), (whole.addr, 1)],
+        &format!("[balancer]\nalgorithm = \"round_robin\"\n{NO_PASSIVE}"),
+    );
+    for i in 0..10 {
+        let resp = get(&lacquer.url(&format!("/h/{i}")), &[]).await;
+        assert_eq!(resp.status, 200);
+        assert_eq!(resp.body.len(), 1000);
+        assert!(
+            resp.body.iter().all(|b| *b == b'y'),
+            "the whole backend's body"
+        );
+    }
+    assert!(
+        head_only.accepted() >= 5,
+        "round robin met the cutting backend"
+    );
+    no_panic(&lacquer);
+
+    let cutting = RawOrigin::answering(|_, stream| truncated_cacheable(stream));
+    let lacquer = start_balancer(&[(cutting.addr, 1)], NO_PASSIVE);
+    for i in 0..5 {
+        let url = lacquer.url(&format!("/c/{i}"));
+        if let Ok(resp) = try_get(&url, &[]).await {
+            assert!(resp.body.len() < 1000, "a cut body never looks whole");
+        }
+        let before = cutting.accepted();
+        let _ = try_get(&url, &[]).await;
+        assert_eq!(cutting.accepted(), before + 1, "a cut body was stored");
     }
     no_panic(&lacquer);
 }

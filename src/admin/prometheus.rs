@@ -234,6 +234,13 @@ impl Collector for NodeCollector {
                  through Pingora's proxy phases.",
                 r.direct_passes,
             )?;
+            f.counter(
+                "direct_misses",
+                "Misses (GETs found in no tier, no fill of them in flight) forwarded over the same \
+                 exchange and stored from there (proxy.direct_misses), whatever their answer \
+                 turned out to be.",
+                r.direct_misses,
+            )?;
             f.counters(
                 "purge_requests",
                 "PURGE requests by whether they removed something.",

@@ -28,6 +28,8 @@ pub struct ProxySection {
     pub trusted_proxies: Option<Vec<String>>,
     /// Forward passes over Lacquer's own HTTP/1 exchange (`crate::proxy::direct_pass`).
     pub direct_passes: Option<bool>,
+    /// Forward misses the same way and store their answers (`crate::proxy::direct_pass`).
+    pub direct_misses: Option<bool>,
 }
 
 /// Which forwarding headers are added to upstream requests.
@@ -62,6 +64,10 @@ pub struct ProxyConfig {
     /// Requests that will not be cached go over Lacquer's own HTTP/1 exchange rather than
     /// Pingora's proxy phases (`crate::proxy::direct_pass`); on by default, off to compare.
     pub direct_passes: bool,
+    /// A plain GET that found nothing stored in any tier and no fill of it in flight goes over
+    /// the same exchange and is stored from there (`crate::proxy::direct_pass`); on by default,
+    /// off to compare. Needs `direct_passes`.
+    pub direct_misses: bool,
 }
 
 /// Validates the section; `forwarded` is read in any case.
@@ -101,6 +107,7 @@ pub fn validate(section: &ProxySection) -> Result<ProxyConfig, ConfigError> {
         )?,
         trusted_proxies: trusted_proxies(&section.trusted_proxies)?,
         direct_passes: section.direct_passes.unwrap_or(true),
+        direct_misses: section.direct_misses.unwrap_or(true),
     })
 }
 

@@ -1,12 +1,14 @@
-//! Passes forwarded over Lacquer's own HTTP/1 exchange: a request that will not be cached goes
-//! to the origin and back in one sequential exchange, from `request_filter`, instead of through
-//! Pingora's cache phases, its connector pool and its two-task body relay.
+//! Passes and misses forwarded over Lacquer's own HTTP/1 exchange: a request that will not be
+//! cached, or a plain miss, goes to the origin and back in one sequential exchange, from
+//! `request_filter`, instead of through Pingora's cache phases, its connector pool and its
+//! two-task body relay.
 //!
 //! Those cost most of a forwarded request: about 110,000 user-space instructions per `no-store`
-//! pass, of which Pingora's forwarding machinery was about 100,000 (`docs/benchmarks.md`), with
-//! passes at a third of nginx's per CPU-second. What a pass needs is short: choose a backend,
-//! write the request head (and a small body), read the response head, run Lacquer's response
-//! filters, relay the body, keep the connection. The protocol work stays Pingora's: the request
+//! pass, of which Pingora's forwarding machinery was about 100,000, and 145,000 per stored miss
+//! (`docs/benchmarks.md`), with passes at a third of nginx's per CPU-second. What a pass needs
+//! is short: choose a backend, write the request head (and a small body), read the response
+//! head, run Lacquer's response filters, relay the body, keep the connection; a miss adds the
+//! cache lock and storing the answer whole. The protocol work stays Pingora's: the request
 //! head is prepared by the vendored pingora-proxy's own steps (`direct_h1`), the exchange is
 //! Pingora's HTTP/1 client session (framing, parsing, reuse checks), the answer goes out through
 //! the same downstream session. What changes is the orchestration, and the pool of idle
@@ -17,7 +19,11 @@
 //! not serve (POST and the other unsafe methods; not a POST kept for `reuse_post_responses`), a
 //! request rule's `pass` —, and a GET of a URL last answered uncacheable (`no-store`,
 //! `private`, no freshness: [`super::hit_for_miss`]) for which the fast path found nothing stored
-//! anywhere. And only an HTTP/1 or HTTP/2 client's request without `Upgrade` or `Expect`, whose
+//! anywhere; and, with `proxy.direct_misses`, any other GET the fast path found in no tier (so
+//! without validators, `Range`, request directives or credentials), unless partial objects are
+//! kept, when no other request holds the URL's cache lock ([`Pass::Miss`]: it takes the lock,
+//! as the standard path's miss would, and a request that finds it taken waits in the standard
+//! path). And only an HTTP/1 or HTTP/2 client's request without `Upgrade` or `Expect`, whose
 //! body is empty or a `Content-Length` of at most [`BUFFERED_BODY_MAX`] (read whole first, so a
 //! failed attempt can be replayed as the standard path replays its retry buffer), with no
 //! embedding program's phase hooks. Everything else takes the standard path, as do all requests
@@ -35,18 +41,28 @@
 //! ends the request at once. A failure is returned as the standard path's would be, so `fail_to_proxy` answers it
 //! (502, 504) and the client connection is closed.
 //!
+//! A miss asks the origin as the standard path's miss does (`Accept-Encoding` for the coding
+//! stored, compression on store), and stores a storable answer whole once it has been relayed
+//! (Pingora streams it into the storage as it relays): the lock is released then (`Done`: the
+//! waiters look it up again), at once when the answer turns out not to be storable (`GiveUp`:
+//! they fetch for themselves), or, when the request fails or its client leaves, as a transient
+//! error (one of them fetches in its place).
+//!
 //! Known differences: an idle origin connection is checked when taken rather than watched (see
 //! `idle_connections`), the `Accept-Encoding` a remembered URL's request carries is the client's
 //! (the standard path asks for gzip only when it may store, so a remembered URL that turns
 //! storable is stored in the coding the client asked for), and a remembered URL's storable
 //! answer with `Vary` or a `Content-Encoding` is stored by the URL's next request instead.
 
-use super::post_reuse::store_whole;
 use super::{client_ip, LacquerProxy, RequestCtx};
 use crate::lifecycle::live::LiveSettings;
+use crate::policy::{freshness, vary};
 use bytes::{Bytes, BytesMut};
 use http::{header, Method, StatusCode, Version};
-use pingora_cache::{CachePhase, NoCacheReason, RespCacheable};
+use pingora_cache::lock::{CacheKeyLockImpl, LockStatus, Locked, WritePermit};
+use pingora_cache::storage::MissHandler;
+use pingora_cache::trace::Span;
+use pingora_cache::{CacheKey, CacheMeta, CachePhase, NoCacheReason, RespCacheable};
 use pingora_core::protocols::http::v1::client::HttpSession as UpstreamSession;
 use pingora_core::protocols::http::ServerSession;
 use pingora_core::upstreams::peer::{HttpPeer, Peer};
@@ -54,6 +70,7 @@ use pingora_error::{Error, ErrorType, Result};
 use pingora_http::ResponseHeader;
 use pingora_proxy::direct_h1::{finish_h1_upstream_request, h1_upstream_request};
 use pingora_proxy::{ProxyHttp, Session};
+use std::time::SystemTime;
 
 /// The largest request body forwarded directly: read whole before the origin is asked.
 pub const BUFFERED_BODY_MAX: usize = 64 * 1024;
@@ -70,6 +87,34 @@ pub enum Pass {
     /// A GET of a URL last answered uncacheable, with nothing stored for it (a HEAD takes the
     /// standard path, which asks the origin for the whole GET answer, so that it can store it).
     RememberedUncacheable,
+    /// Not a pass: a plain GET that found nothing stored in any tier, whose fill no other
+    /// request has in hand (`proxy.direct_misses`). It holds the cache lock, as the standard
+    /// path's miss would, and its storable answer is stored.
+    Miss,
+}
+
+/// The cache lock a direct miss holds from before it asks the origin until its answer is
+/// stored (or known not to be): the standard path's requests for the same URL wait on it as
+/// on one of their own. Released with the status given, or, when the request fails or ends
+/// early, as a transient error (a waiter then fetches in its place).
+struct FillLock {
+    lock: &'static CacheKeyLockImpl,
+    key: CacheKey,
+    permit: Option<WritePermit>,
+}
+
+impl FillLock {
+    fn release(&mut self, status: LockStatus) {
+        if let Some(permit) = self.permit.take() {
+            self.lock.release(&self.key, permit, status);
+        }
+    }
+}
+
+impl Drop for FillLock {
+    fn drop(&mut self) {
+        self.release(LockStatus::TransientError);
+    }
 }
 
 /// A failed attempt: its error, and what the retry rules need to know about it.
@@ -81,10 +126,11 @@ struct AttemptFailure {
     reused: bool,
 }
 
-/// The storable answer to a remembered URL, collected as it is relayed.
-struct Kept {
-    meta: pingora_cache::CacheMeta,
-    body: Vec<Bytes>,
+/// The storing of a storable answer, written into the storage's miss handler as it is relayed
+/// (requests for the URL that arrive meanwhile stream it from there, as from the standard
+/// path's fill).
+struct Fill {
+    miss: MissHandler,
     len: usize,
 }
 
@@ -92,6 +138,8 @@ struct Kept {
 struct Answered {
     upstream: UpstreamSession,
     head: Box<ResponseHeader>,
+    /// The body's first bytes, read before the head goes to the client (see `attempt`).
+    first: Option<Bytes>,
 }
 
 impl LacquerProxy {
@@ -135,12 +183,14 @@ impl LacquerProxy {
             return None;
         } else if ctx.rules.pass {
             Pass::Rule
-        } else if ctx.nothing_stored
-            && req.method == Method::GET
-            && self.partial.is_none()
-            && self.uncacheable.remembered(ctx.key.get(req))
-        {
-            Pass::RememberedUncacheable
+        } else if ctx.nothing_stored && req.method == Method::GET && self.partial.is_none() {
+            if self.uncacheable.remembered(ctx.key.get(req)) {
+                Pass::RememberedUncacheable
+            } else if live.config.proxy.direct_misses {
+                Pass::Miss
+            } else {
+                return None;
+            }
         } else {
             return None;
         };
@@ -158,11 +208,28 @@ impl LacquerProxy {
         ctx: &mut RequestCtx,
         pass: Pass,
     ) -> Result<bool> {
-        ctx.direct_pass = true;
+        let mut fill_lock = None;
+        if pass == Pass::Miss {
+            let key = ctx.key.get(session.req_header());
+            match self.cache_lock.lock(key, false) {
+                Locked::Write(permit) => {
+                    fill_lock = Some(FillLock {
+                        lock: self.cache_lock,
+                        key: key.clone(),
+                        permit: Some(permit),
+                    });
+                }
+                // another request is fetching it: the standard path waits for its fill
+                Locked::Read(_) => return Ok(false),
+            }
+            ctx.direct_miss = true;
+        } else {
+            ctx.direct_pass = true;
+        }
         match pass {
             Pass::CacheDisabled => ctx.seen.disabled = true,
             Pass::Method => ctx.seen.method_not_cacheable = true,
-            Pass::Rule | Pass::RememberedUncacheable => {}
+            Pass::Rule | Pass::RememberedUncacheable | Pass::Miss => {}
         }
         if let Some(cap) = &live.fairness {
             let client = client_ip(session, live);
@@ -199,12 +266,20 @@ impl LacquerProxy {
                     if !e.retry() {
                         return Err(e);
                     }
+                    // as Pingora logs a failed attempt it retries (the last one is logged with
+                    // the request)
+                    log::warn!(
+                        "Fail to proxy: {e}, tries: {}, retry: true, {}",
+                        ctx.upstream.attempts(),
+                        self.request_summary(session, ctx)
+                    );
                 }
             }
         };
         let Answered {
             mut upstream,
             mut head,
+            mut first,
         } = answered;
         if head.status == StatusCode::SWITCHING_PROTOCOLS {
             let e = Error::explain(
@@ -213,47 +288,85 @@ impl LacquerProxy {
             );
             return Err(e.into_up());
         }
-        let end = upstream.is_body_done();
+        // the first bytes are in hand: no body to follow the head only when there were none
+        let end = upstream.is_body_done() && first.is_none();
         self.upstream_response_filter(session, &mut head, ctx)
             .await?;
-        let (phase, mut keep) = match pass {
-            Pass::RememberedUncacheable => self.on_remembered_url_answer(live, session, &head, ctx),
+        let (phase, storable) = match pass {
+            Pass::RememberedUncacheable | Pass::Miss => {
+                self.on_storable_url_answer(live, session, &head, ctx, pass == Pass::Miss)
+            }
             _ => (CachePhase::Disabled(NoCacheReason::NeverEnabled), None),
         };
-        if pass == Pass::RememberedUncacheable {
+        let ttl = storable
+            .as_ref()
+            .map(|meta| freshness::remaining_secs(meta.fresh_until(), SystemTime::now()));
+        let mut fill = match storable {
+            Some(meta) => {
+                // the client gets the head as stored, as the standard path serves its miss
+                // from the fill (the policy removed what must not be stored or served)
+                head = Box::new(stored_head(&meta));
+                let key = ctx.key.get(session.req_header());
+                let span = Span::inactive().handle();
+                match self.storage.get_miss_handler(key, &meta, &span).await {
+                    Ok(miss) => Some(Fill { miss, len: 0 }),
+                    Err(e) => {
+                        log::warn!("storing the answer to a request forwarded directly: {e}");
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        if let Some(fill_lock) = &mut fill_lock {
+            // as Pingora's miss over a storage that streams fills: the waiters look the URL up
+            // again and read the fill as it is written; when nothing is stored, they fetch for
+            // themselves at once
+            let status = match fill {
+                Some(_) => LockStatus::Done,
+                None => LockStatus::GiveUp,
+            };
+            fill_lock.release(status);
+        }
+        if matches!(pass, Pass::RememberedUncacheable | Pass::Miss) {
             // the standard path ran its range filter on this miss: `Accept-Ranges` (the request
             // has no `Range`: the fast path declines those, so they never come here)
             self.range_header_filter(session, &mut head, ctx);
         }
         send_unframed_body_chunked(session, &mut head, end)?;
-        self.finish_forwarded_head(session, &mut head, ctx, phase)
+        self.finish_forwarded_head(session, &mut head, ctx, phase, ttl)
             .await?;
         session.write_response_header(head, end).await?;
         let mut ended = end;
         while !ended {
-            let mut data = upstream.read_body_bytes().await.map_err(|e| e.into_up())?;
+            let mut data = match first.take() {
+                Some(chunk) => Some(chunk),
+                None => upstream.read_body_bytes().await.map_err(|e| e.into_up())?,
+            };
             ended = upstream.is_body_done();
             if data.is_none() && !ended {
                 let e = Error::explain(ErrorType::ConnectionClosed, "origin's body ended early");
                 return Err(e.into_up());
             }
             self.upstream_response_body_filter(session, &mut data, ended, ctx)?;
-            if let (Some(kept), Some(chunk)) = (&mut keep, &data) {
-                kept.len += chunk.len();
-                kept.body.push(chunk.clone());
-                if kept.len > live.policy.max_object_size() {
-                    keep = None;
+            if let (Some(writing), Some(chunk)) = (&mut fill, &data) {
+                writing.len += chunk.len();
+                // over the size limit (with no length announced), the fill is abandoned: its
+                // readers are told it failed, never given a truncated body
+                let written = writing.len <= live.policy.max_object_size()
+                    && writing.miss.write_body(chunk.clone(), false).await.is_ok();
+                if !written {
+                    fill = None;
                 }
             }
             self.response_body_filter(session, &mut data, ended, ctx)?;
             session.write_response_body(data, ended).await?;
         }
-        if let Some(kept) = keep {
-            // stored before the answer's last bytes are flushed (Pingora's `finish`), so the
-            // client's next request finds it, as after a miss the standard path stored
-            let key = ctx.key.get(session.req_header());
-            if let Err(e) = store_whole(self.storage, key, &kept.meta, kept.body).await {
-                log::warn!("storing the answer to a pass forwarded directly failed: {e}");
+        if let Some(writing) = fill {
+            // finished before the answer's last bytes are flushed (Pingora's `finish`), so the
+            // client's next request finds it complete, as after the standard path's miss
+            if let Err(e) = writing.miss.finish().await {
+                log::warn!("storing the answer to a request forwarded directly failed: {e}");
             }
         }
         if let Some(stream) = upstream.reuse().await {
@@ -348,28 +461,57 @@ impl LacquerProxy {
             let mut interim = response_head(&upstream)?;
             self.upstream_response_filter(session, &mut interim, ctx)
                 .await?;
-            self.finish_forwarded_head(session, &mut interim, ctx, CachePhase::Uninit)
+            self.finish_forwarded_head(session, &mut interim, ctx, CachePhase::Uninit, None)
                 .await?;
             session.write_response_header(interim, false).await?;
         }
         upstream.respect_keepalive();
         let head = response_head(&upstream)?;
-        Ok(Ok(Answered { upstream, head }))
+        // the body's first bytes are read before the head goes out (which Pingora's buffered
+        // stream would send with them anyway): an origin that closes before sending any is a
+        // failed attempt, retried by the same rules as one that sent no head, as the standard
+        // path retries it when the cut reaches it before the head left
+        let status = head.status;
+        let first = if upstream.is_body_done() || status == StatusCode::SWITCHING_PROTOCOLS {
+            None
+        } else {
+            match upstream.read_body_bytes().await {
+                Ok(Some(chunk)) => Some(chunk),
+                Ok(None) if upstream.is_body_done() => None,
+                Ok(None) => {
+                    let e =
+                        Error::explain(ErrorType::ConnectionClosed, "origin's body ended early");
+                    return Ok(Err(failed(e)));
+                }
+                Err(e) => return Ok(Err(failed(e))),
+            }
+        };
+        Ok(Ok(Answered {
+            upstream,
+            head,
+            first,
+        }))
     }
 
-    /// The storing decision on the answer to a remembered URL, as `response_cache_filter` makes
-    /// it: remembered again, or forgotten. A storable answer is kept to be stored as the
-    /// standard path would store it, unless it has `Vary` or a `Content-Encoding` (a variant's
-    /// key and the coding the cache asks for are the standard path's to make): then the next
-    /// request, no longer remembered, takes the standard path and stores what it gets. Returns
-    /// the cache phase the standard path would be in now, and what to keep.
-    fn on_remembered_url_answer(
+    /// The storing decision on the answer to a direct miss or a remembered URL, as
+    /// `response_cache_filter` makes it: the URL remembered uncacheable, or forgotten. A
+    /// storable answer is kept to be stored as the standard path would store it. A miss asked
+    /// the origin as the standard path's miss does (the coding the cache wants: see
+    /// `upstream_request_filter`), and its answer's variance goes into the stored head as
+    /// Pingora's `update_variance` puts it there for a URL with nothing stored (the first
+    /// variant fills the URL's primary slot). A remembered URL's request was a pass's, so its
+    /// answer is stored only without `Vary` or a `Content-Encoding`; with either, the next
+    /// request, no longer remembered, stores what it gets. Returns the cache phase the standard
+    /// path would be in now, and the head to store. An answer announcing a length over the
+    /// largest object stored is not stored, as the standard path's miss decides it.
+    fn on_storable_url_answer(
         &self,
         live: &LiveSettings,
         session: &Session,
         head: &ResponseHeader,
         ctx: &mut RequestCtx,
-    ) -> (CachePhase, Option<Kept>) {
+        miss: bool,
+    ) -> (CachePhase, Option<CacheMeta>) {
         let req = session.req_header();
         let decision = live.policy.response_decision_with(
             req,
@@ -379,17 +521,25 @@ impl LacquerProxy {
         );
         self.uncacheable.on_decision(ctx.key.get(req), &decision);
         match decision {
-            RespCacheable::Cacheable(meta)
-                if !head.headers.contains_key(header::VARY)
-                    && !head.headers.contains_key(header::CONTENT_ENCODING) =>
+            RespCacheable::Cacheable(mut meta)
+                if miss
+                    || (!head.headers.contains_key(header::VARY)
+                        && !head.headers.contains_key(header::CONTENT_ENCODING)) =>
             {
+                if let Some(variance) = vary::variance_key(meta.response_header(), req) {
+                    meta.set_variance_key(variance);
+                }
                 ctx.seen.storable = true;
-                let kept = Kept {
-                    meta,
-                    body: Vec::new(),
-                    len: 0,
-                };
-                (CachePhase::Miss, Some(kept))
+                let announced = head
+                    .headers
+                    .get(header::CONTENT_LENGTH)
+                    .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
+                    .and_then(|v| v.trim().parse::<usize>().ok());
+                if announced.is_some_and(|len| len > live.policy.max_object_size()) {
+                    let reason = NoCacheReason::ResponseTooLarge;
+                    return (CachePhase::Disabled(reason), None);
+                }
+                (CachePhase::Miss, Some(meta))
             }
             RespCacheable::Cacheable(_) => {
                 (CachePhase::Disabled(NoCacheReason::Custom("passed")), None)
@@ -400,6 +550,23 @@ impl LacquerProxy {
             }
         }
     }
+}
+
+/// The head a stored miss is served with: the stored head, as Pingora's `cache_hit_header`
+/// makes it for a miss served from its fill (HTTP/1.1, chunked when no length is known; no
+/// `Age`, the origin was asked).
+fn stored_head(meta: &CacheMeta) -> ResponseHeader {
+    let mut head = meta.response_header_copy();
+    head.set_version(Version::HTTP_11);
+    let no_body = matches!(head.status.as_u16(), 204 | 304);
+    if !no_body
+        && !head.status.is_informational()
+        && !head.headers.contains_key(header::CONTENT_LENGTH)
+        && !head.headers.contains_key(header::TRANSFER_ENCODING)
+    {
+        let _ = head.insert_header(header::TRANSFER_ENCODING, "chunked");
+    }
+    head
 }
 
 /// A copy of the response head `upstream` has just read.

@@ -27,5 +27,6 @@ pub fn on_request_end(metrics: &RequestMetrics, session: &Session, ctx: &Request
         duration: ctx.started.elapsed(),
         coalesced: session.cache.lock_duration().is_some(),
         direct: ctx.direct_pass,
+        direct_miss: ctx.direct_miss,
     });
 }

@@ -116,6 +116,10 @@ pub struct RequestCtx {
     nothing_stored: bool,
     /// This pass was forwarded directly ([`direct_pass`]; counted in `/metrics`).
     direct_pass: bool,
+    /// This miss is forwarded directly ([`direct_pass`]): its origin request and answer are a
+    /// miss's (the coding the cache asks for, compression on store), though Pingora's cache
+    /// phases are not enabled for it.
+    direct_miss: bool,
     /// The cluster's fill lease for this URL, when this request holds it (ended in `logging`).
     fill_lease: Option<HeldLease>,
     /// The client's `If-Match` / `If-Unmodified-Since` failed against the stored response.
@@ -265,6 +269,7 @@ impl LacquerProxy {
         upstream_response: &mut ResponseHeader,
         ctx: &mut RequestCtx,
         phase: pingora_cache::CachePhase,
+        ttl: Option<i64>,
     ) -> Result<()> {
         if interim::is_interim(upstream_response) {
             let live = self.live.load();
@@ -275,10 +280,6 @@ impl LacquerProxy {
             );
             return Ok(());
         }
-        let ttl = session
-            .cache
-            .maybe_cache_meta()
-            .map(|meta| freshness::remaining_secs(meta.fresh_until(), SystemTime::now()));
         if ctx.precondition_failed && upstream_response.status == http::StatusCode::NOT_MODIFIED {
             preconditions::to_precondition_failed(upstream_response);
         }
@@ -344,6 +345,7 @@ impl ProxyHttp for LacquerProxy {
             shared_primary_missing: false,
             nothing_stored: false,
             direct_pass: false,
+            direct_miss: false,
             fill_lease: None,
             precondition_failed: false,
             not_modified: None,
@@ -683,7 +685,7 @@ impl ProxyHttp for LacquerProxy {
         if ctx.upgrade.requested() {
             upgrade::on_upstream_request(upstream_request);
         }
-        let cache_enabled = session.cache.enabled();
+        let cache_enabled = session.cache.enabled() || ctx.direct_miss;
         if let Some(ae) =
             compression::upstream_accept_encoding(&live.config.cache.compression, cache_enabled)
         {
@@ -773,7 +775,7 @@ impl ProxyHttp for LacquerProxy {
         // only compression on store needs to know in advance (the policy runs again, with the 304
         // merge, in response_cache_filter): skip the second evaluation when it is off
         let will_store = live.config.cache.compression.enabled
-            && session.cache.enabled()
+            && (session.cache.enabled() || ctx.direct_miss)
             && matches!(
                 live.policy.response_decision_with(
                     session.req_header(),
@@ -882,7 +884,11 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
     ) -> Result<()> {
         let phase = session.cache.phase();
-        self.finish_forwarded_head(session, upstream_response, ctx, phase)
+        let ttl = session
+            .cache
+            .maybe_cache_meta()
+            .map(|meta| freshness::remaining_secs(meta.fresh_until(), SystemTime::now()));
+        self.finish_forwarded_head(session, upstream_response, ctx, phase, ttl)
             .await
     }
 

@@ -79,7 +79,8 @@ const LATENCY_BUCKETS: usize = LATENCY_SUM + OUTCOMES; // [outcome][bucket]
 const COALESCED: usize = LATENCY_BUCKETS + OUTCOMES * BUCKETS;
 const PURGED: usize = COALESCED + 1; // [found nothing, removed something]
 const DIRECT: usize = PURGED + 2;
-const CELLS: usize = DIRECT + 1;
+const DIRECT_MISS: usize = DIRECT + 1;
+const CELLS: usize = DIRECT_MISS + 1;
 
 /// One finished request, as the metrics see it.
 #[derive(Debug, Clone, Copy)]
@@ -95,6 +96,8 @@ pub struct FinishedRequest {
     pub coalesced: bool,
     /// A pass forwarded over Lacquer's own HTTP/1 exchange (`crate::proxy::direct_pass`).
     pub direct: bool,
+    /// A miss forwarded over that exchange and stored from there (`proxy.direct_misses`).
+    pub direct_miss: bool,
 }
 
 /// The request counters of this process.
@@ -120,6 +123,8 @@ pub struct RequestSnapshot {
     pub purges_removed: u64,
     /// Passes forwarded over Lacquer's own HTTP/1 exchange.
     pub direct_passes: u64,
+    /// Misses forwarded over that exchange (whatever their answer turned out to be).
+    pub direct_misses: u64,
 }
 
 impl RequestMetrics {
@@ -151,6 +156,9 @@ impl RequestMetrics {
         if request.direct {
             shard.add(DIRECT, 1);
         }
+        if request.direct_miss {
+            shard.add(DIRECT_MISS, 1);
+        }
     }
 
     /// `logging` of an allowed PURGE: whether it removed something.
@@ -169,6 +177,7 @@ impl RequestMetrics {
             purges_absent: cells[PURGED],
             purges_removed: cells[PURGED + 1],
             direct_passes: cells[DIRECT],
+            direct_misses: cells[DIRECT_MISS],
         };
         for outcome in 0..OUTCOMES {
             for source in 0..SOURCES.len() {
@@ -220,6 +229,7 @@ mod tests {
             duration: Duration::from_micros(300),
             coalesced: false,
             direct: false,
+            direct_miss: false,
         };
         metrics.on_request_end(&hit);
         metrics.on_request_end(&FinishedRequest {
@@ -228,6 +238,7 @@ mod tests {
             duration: Duration::from_secs(20),
             coalesced: true,
             direct: true,
+            direct_miss: true,
             ..hit
         });
         metrics.on_purge(true);
@@ -241,6 +252,6 @@ mod tests {
         assert_eq!(s.latency[1].counts[BUCKETS - 1], 1);
         assert_eq!(s.all_latency().count(), 2);
         assert_eq!((s.coalesced, s.purges_removed, s.purges_absent), (1, 1, 0));
-        assert_eq!(s.direct_passes, 1);
+        assert_eq!((s.direct_passes, s.direct_misses), (1, 1));
     }
 }

@@ -53,6 +53,11 @@ pub fn in_memory(
     now: SystemTime,
 ) -> Lookup {
     let Some(primary) = memory.complete_object(primary_bin) else {
+        // a fill in flight is streamed by the standard path's lookup: not absent (a direct miss
+        // would fetch it a second time once the filling request has let its lock go)
+        if memory.is_filling(primary_bin) {
+            return Lookup::Decline;
+        }
         return Lookup::Absent;
     };
     let hit = match primary.meta().variance {

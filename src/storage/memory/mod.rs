@@ -152,6 +152,11 @@ impl MemoryTier {
         self.trusted_object(key).map(CompleteObject::new)
     }
 
+    /// Whether a fill of `key` is in flight (a lookup of the standard path streams it).
+    pub fn is_filling(&self, key: [u8; 16]) -> bool {
+        self.fills.is_filling(key_of(key))
+    }
+
     /// The partial object stored for the URL whose primary key hash is `primary`, unless this node
     /// no longer trusts it (near-cache mode). Freshness is the caller's to judge.
     pub fn partial_object(&self, primary: [u8; 16]) -> Option<PartialObject> {
