@@ -485,3 +485,87 @@ async fn a_storm_of_leaving_clients_leaks_no_lock() {
         started.elapsed()
     );
 }
+
+// --- 4. concurrent requests of every kind during a slow direct miss ----------------------------
+
+/// A slow miss of one URL, and twenty requests for it meanwhile: GETs, HEADs, ranges and
+/// conditional GETs. Returns what each kind got (status, and whether its body is right for it)
+/// and how many requests the origin saw.
+async fn mixed_during_a_slow_miss(direct: bool) -> (Vec<(String, u16, bool)>, usize) {
+    let (chunks, size) = (12, 1000);
+    let seen = AtomicUsize::new(0);
+    let origin = TestOrigin::start(move |_| {
+        let first = seen.fetch_add(1, Ordering::SeqCst) == 0;
+        // the first answer's head comes late (the others wait on the lock), its body slowly
+        // (the others then stream the fill)
+        let ms = if first { 80 } else { 0 };
+        OriginResponse::ok(Body::Paced {
+            chunks: paced_chunks(chunks, size),
+            interval: Duration::from_millis(ms),
+        })
+        .header("Cache-Control", "max-age=60")
+        .header("ETag", "\"v1\"")
+        .delay(Duration::from_millis(ms * 4))
+    });
+    let (lacquer, _admin) = node(origin.addr(), direct, "");
+    let page = paced_body(chunks, size);
+    let url = lacquer.url("/mixed");
+    let first = {
+        let url = url.clone();
+        tokio::spawn(async move { get(&url, &[("host", HOST)]).await })
+    };
+    origin_has(&origin, "/mixed", 1).await;
+    let kinds = ["GET", "HEAD", "RANGE", "INM", "GET-IMS"];
+    let others: Vec<_> = (0..20)
+        .map(|i| {
+            let kind = kinds[i % kinds.len()];
+            let url = url.clone();
+            tokio::spawn(async move {
+                let resp = match kind {
+                    "HEAD" => head(&url, &[("host", HOST)]).await,
+                    "RANGE" => get(&url, &[("host", HOST), ("range", "bytes=1500-2499")]).await,
+                    "INM" => get(&url, &[("host", HOST), ("if-none-match", "\"v1\"")]).await,
+                    "GET-IMS" => {
+                        // a date before any Last-Modified: no validator matches, the whole page
+                        let since = "Thu, 01 Jan 1970 00:00:00 GMT";
+                        get(&url, &[("host", HOST), ("if-modified-since", since)]).await
+                    }
+                    _ => get(&url, &[("host", HOST)]).await,
+                };
+                (kind, resp)
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    let first = first.await.unwrap();
+    answers.push((
+        "first".to_string(),
+        first.status,
+        first.body.as_ref() == page.as_slice(),
+    ));
+    for other in others {
+        let (kind, resp) = other.await.unwrap();
+        let right = match (kind, resp.status) {
+            ("HEAD", 200) | ("INM", 304) => resp.body.is_empty(),
+            ("RANGE", 206) => resp.body.as_ref() == &page[1500..2500],
+            (_, 200) => resp.body.as_ref() == page.as_slice(),
+            _ => false,
+        };
+        answers.push((kind.to_string(), resp.status, right));
+    }
+    answers.sort();
+    (answers, origin.hits())
+}
+
+#[tokio::test]
+async fn heads_ranges_and_conditionals_during_a_slow_direct_miss_share_its_one_fetch() {
+    let (direct, standard) = tokio::join!(
+        mixed_during_a_slow_miss(true),
+        mixed_during_a_slow_miss(false)
+    );
+    for (kind, status, right) in &direct.0 {
+        assert!(right, "{kind}: {status}, wrong for it ({:?})", direct.0);
+    }
+    assert_eq!(direct.1, 1, "one origin request ({:?})", direct.0);
+    assert_eq!(direct, standard);
+}
