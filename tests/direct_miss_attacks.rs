@@ -239,7 +239,11 @@ async fn invalidated_mid_fill(direct: bool, how: &str) {
         );
     } else {
         assert!(!next.is_hit(), "{how} undone: {:?}", next.cache_status());
-        assert_eq!(origin.hits_for(path), 2, "{how}: the next GET went to the origin");
+        assert_eq!(
+            origin.hits_for(path),
+            2,
+            "{how}: the next GET went to the origin"
+        );
     }
 }
 
@@ -275,8 +279,8 @@ fn misbehaving_origin() -> TestOrigin {
             *count += 1;
             *count
         };
-        let good = OriginResponse::ok(format!("good {}", req.path))
-            .header("Cache-Control", "max-age=60");
+        let good =
+            OriginResponse::ok(format!("good {}", req.path)).header("Cache-Control", "max-age=60");
         if n > 1 {
             return good;
         }
@@ -475,7 +479,11 @@ async fn a_storm_of_leaving_clients_leaks_no_lock() {
     for check in checks {
         let (i, resp, again) = check.await.unwrap();
         assert_eq!(resp.status, 200, "/storm/{i}");
-        assert_eq!(resp.body.as_ref(), paced_body(6, 1500).as_slice(), "/storm/{i}");
+        assert_eq!(
+            resp.body.as_ref(),
+            paced_body(6, 1500).as_slice(),
+            "/storm/{i}"
+        );
         assert!(again.is_hit(), "/storm/{i}: {:?}", again.cache_status());
         assert_eq!(again.body, resp.body);
     }
@@ -568,4 +576,192 @@ async fn heads_ranges_and_conditionals_during_a_slow_direct_miss_share_its_one_f
     }
     assert_eq!(direct.1, 1, "one origin request ({:?})", direct.0);
     assert_eq!(direct, standard);
+}
+
+// --- 5. the standard path's storing rules ------------------------------------------------------
+
+/// What a client sees of an answer: status, fields (minus `Date`, `Age` and the origin's
+/// clock-relative `Last-Modified` and `Expires`, with the TTL in
+/// `Cache-Status` left out: a second may pass between the two nodes' answers), body.
+fn seen(resp: &Resp) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let mut fields: Vec<(String, String)> = resp
+        .headers
+        .iter()
+        // relative to the origin's clock: a second may turn between the two nodes' answers
+        .filter(|(name, _)| !matches!(name.as_str(), "date" | "age" | "last-modified" | "expires"))
+        .map(|(name, value)| {
+            let mut value = value.to_str().unwrap_or("?").to_string();
+            if name.as_str() == "cache-status" {
+                value = value
+                    .split("; ")
+                    .filter(|param| !param.starts_with("ttl="))
+                    .collect::<Vec<_>>()
+                    .join("; ");
+            }
+            (name.to_string(), value)
+        })
+        .collect();
+    fields.sort();
+    (resp.status, fields, resp.body.to_vec())
+}
+
+/// Two GETs of each path, on a node with direct misses and one without, each in front of its
+/// own scripted origin: the answers, and what each origin was asked, must be the same.
+async fn same_on_both_paths(extra: &str, cases: &[(&str, &[(&str, &str)])]) {
+    let origins = [scripted_origin(), scripted_origin()];
+    let (direct, _) = node(origins[0].addr(), true, extra);
+    let (standard, _) = node(origins[1].addr(), false, extra);
+    let mut differences = Vec::new();
+    for &(path, headers) in cases {
+        let mut seen_by = Vec::new();
+        for (lacquer, origin) in [(&direct, &origins[0]), (&standard, &origins[1])] {
+            let mut with_host = vec![("host", HOST)];
+            with_host.extend_from_slice(headers);
+            let first = get(&lacquer.url(path), &with_host).await;
+            let second = get(&lacquer.url(path), &with_host).await;
+            let asked: Vec<Vec<(String, String)>> = origin
+                .requests_for(path)
+                .iter()
+                .map(|req| {
+                    let mut fields: Vec<_> = req
+                        .headers
+                        .iter()
+                        .filter(|(name, _)| !matches!(name.as_str(), "host" | "x-forwarded-host"))
+                        .cloned()
+                        .collect();
+                    fields.sort();
+                    fields
+                })
+                .collect();
+            seen_by.push((seen(&first), seen(&second), asked));
+        }
+        if seen_by[0] != seen_by[1] {
+            differences.push(format!(
+                "{path} {headers:?}:\n  direct:   {:?}\n  standard: {:?}",
+                seen_by[0], seen_by[1]
+            ));
+        }
+    }
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+}
+
+#[tokio::test]
+async fn direct_misses_store_exactly_what_the_standard_path_stores() {
+    let cc = |v: &str| q(v);
+    let cases: Vec<(String, Vec<(&str, &str)>)> = vec![
+        (format!("/plain?cc={}", cc("max-age=60")), vec![]),
+        (format!("/cookie?cc={}&cookie=1", cc("max-age=60")), vec![]),
+        (format!("/private?cc={}", cc("private, max-age=60")), vec![]),
+        (
+            format!("/nostore?cc={}", cc("no-store, max-age=60")),
+            vec![],
+        ),
+        (
+            format!("/nocache?cc={}", cc("no-cache, max-age=60")),
+            vec![],
+        ),
+        (
+            format!(
+                "/nocache-field?cc={}&hdr=X-Secret:s1",
+                cc("max-age=60, no-cache=\"x-secret\"")
+            ),
+            vec![],
+        ),
+        (
+            format!(
+                "/private-field?cc={}&cookie=1",
+                cc("max-age=60, private=\"set-cookie\"")
+            ),
+            vec![],
+        ),
+        (
+            format!("/auth?cc={}", cc("max-age=60")),
+            vec![("authorization", "Basic dTpw")],
+        ),
+        (
+            format!("/auth-public?cc={}", cc("public, max-age=60")),
+            vec![("authorization", "Basic dTpw")],
+        ),
+        (format!("/smaxage?cc={}", cc("s-maxage=60")), vec![]),
+        (format!("/expires?expires=60"), vec![]),
+        ("/nofresh".to_string(), vec![]),
+        (format!("/lm?lm=-36000"), vec![]),
+        (format!("/lm404?lm=-36000&status=404"), vec![]),
+        (format!("/lm410?lm=-36000&status=410"), vec![]),
+        (
+            format!("/lm301?lm=-36000&status=301&hdr=Location:/x"),
+            vec![],
+        ),
+        (format!("/lm201?lm=-36000&status=201"), vec![]),
+        (
+            format!("/lm302?lm=-36000&status=302&hdr=Location:/x"),
+            vec![],
+        ),
+        (format!("/lm500?lm=-36000&status=500"), vec![]),
+        (format!("/cc500?cc={}&status=500", cc("max-age=60")), vec![]),
+        (format!("/cc201?cc={}&status=201", cc("max-age=60")), vec![]),
+        (
+            format!(
+                "/cc206?cc={}&status=206&hdr=Content-Range:bytes 0-3/100",
+                cc("max-age=60")
+            ),
+            vec![],
+        ),
+        (format!("/cc204?cc={}&status=204", cc("max-age=60")), vec![]),
+        (format!("/vary-star?cc={}&vary=*", cc("max-age=60")), vec![]),
+        (
+            format!(
+                "/targeted?hdr=Lacquer-Cache-Control:max-age=60&cc={}",
+                cc("no-store")
+            ),
+            vec![],
+        ),
+        (
+            format!(
+                "/cdn?hdr=CDN-Cache-Control:no-store&cc={}",
+                cc("max-age=60")
+            ),
+            vec![],
+        ),
+        (
+            format!(
+                "/mustrevalidate?cc={}&etag=%22e1%22",
+                cc("max-age=0, must-revalidate")
+            ),
+            vec![],
+        ),
+        (format!("/stale?cc={}&age=100", cc("max-age=60")), vec![]),
+        (
+            format!("/tagged?cc={}&hdr=Surrogate-Key:a b", cc("max-age=60")),
+            vec![],
+        ),
+        (
+            format!("/typed?cc={}&ct=text/html", cc("max-age=60")),
+            vec![],
+        ),
+        (format!("/len?cc={}&len=10240", cc("max-age=60")), vec![]),
+        (
+            format!("/overlen?cc={}&len=10241", cc("max-age=60")),
+            vec![],
+        ),
+        (
+            format!("/cookie-req?cc={}", cc("max-age=60")),
+            vec![("cookie", "a=b")],
+        ),
+    ];
+    let cases: Vec<(&str, &[(&str, &str)])> = cases
+        .iter()
+        .map(|(path, headers)| (path.as_str(), headers.as_slice()))
+        .collect();
+    same_on_both_paths("[cache]\nmax_object_size = \"10KiB\"\n", &cases).await;
+}
+
+/// An origin's `304` to a plain GET (nothing to validate): passed on and not stored by both
+/// paths, but `Cache-Status` (and the access log) give the standard path's reason, `304 on
+/// miss`, as `status` on a direct miss.
+#[tokio::test]
+#[ignore = "bug: a 304 answering a direct miss's plain GET says `Cache-Status: ...; detail=status` where the standard path says `detail=304 on miss` (the not-stored reason differs: `on_storable_url_answer` takes the policy's reason, Pingora's miss path its own)"]
+async fn a_304_to_a_plain_get_gives_the_standard_paths_reason() {
+    let path = format!("/cc304?cc={}&status=304", q("max-age=60"));
+    same_on_both_paths("", &[(path.as_str(), &[])]).await;
 }
