@@ -765,3 +765,101 @@ async fn a_304_to_a_plain_get_gives_the_standard_paths_reason() {
     let path = format!("/cc304?cc={}&status=304", q("max-age=60"));
     same_on_both_paths("", &[(path.as_str(), &[])]).await;
 }
+
+// --- 6. variants -------------------------------------------------------------------------------
+
+/// The page in `lang`.
+fn page_in(lang: &str) -> Vec<u8> {
+    format!("<p>page in {lang}</p>\n").repeat(200).into_bytes()
+}
+
+/// Twenty-four clients at once, four languages, each with and without gzip, while the first
+/// fetches are slow; then the same again. The origin varies on `Accept-Language` (and, when it
+/// codes its answers itself, on `Accept-Encoding`); with `compress`, it sends identity and
+/// the node codes on store. Every client must get its own language, in a coding it takes.
+/// Returns the origin's request count after each round and the hits of the second.
+async fn variants_at_once(direct: bool, compress: bool) -> (usize, usize, usize) {
+    let seen = std::sync::Mutex::new(std::collections::HashSet::<String>::new());
+    let origin = TestOrigin::start(move |req| {
+        let lang = req.header("accept-language").unwrap_or("none").to_string();
+        let first = seen.lock().unwrap().insert(lang.clone());
+        let gzip_ok = req
+            .header("accept-encoding")
+            .is_some_and(|ae| ae.contains("gzip"));
+        let resp = if compress || !gzip_ok {
+            OriginResponse::ok(page_in(&lang))
+        } else {
+            OriginResponse::ok(gzip(&page_in(&lang))).header("Content-Encoding", "gzip")
+        };
+        let vary = if compress {
+            "Accept-Language"
+        } else {
+            "Accept-Language, Accept-Encoding"
+        };
+        resp.header("Cache-Control", "max-age=60")
+            .header("Content-Type", "text/html")
+            .header("Vary", vary)
+            .delay(Duration::from_millis(if first { 300 } else { 0 }))
+    });
+    let extra = if compress {
+        "[cache.compression]\nenabled = true\nmin_size = \"256\"\n"
+    } else {
+        ""
+    };
+    let (lacquer, _admin) = node(origin.addr(), direct, extra);
+    let url = lacquer.url("/greeting");
+    let mut rounds = Vec::new();
+    for _ in 0..2 {
+        let clients: Vec<_> = (0..24)
+            .map(|i| {
+                let lang = ["en", "fr", "de", "es"][i % 4];
+                let coding = ["gzip", "identity"][(i / 4) % 2];
+                let url = url.clone();
+                tokio::spawn(async move {
+                    let headers = [
+                        ("host", HOST),
+                        ("accept-language", lang),
+                        ("accept-encoding", coding),
+                    ];
+                    (lang, coding, get(&url, &headers).await)
+                })
+            })
+            .collect();
+        let mut hits = 0;
+        for client in clients {
+            let (lang, coding, resp) = client.await.unwrap();
+            assert_eq!(resp.status, 200);
+            let body = match resp.header("content-encoding").as_deref() {
+                Some("gzip") if coding == "gzip" => gunzip(&resp.body),
+                None => resp.body.to_vec(),
+                other => panic!("{lang}/{coding}: coded {other:?}"),
+            };
+            assert!(
+                body == page_in(lang),
+                "{lang}/{coding} got {:.40}",
+                String::from_utf8_lossy(&body)
+            );
+            hits += usize::from(resp.is_hit());
+        }
+        rounds.push((origin.hits(), hits));
+    }
+    (rounds[0].0, rounds[1].0, rounds[1].1)
+}
+
+#[tokio::test]
+async fn concurrent_variants_of_a_direct_miss_never_cross() {
+    let (direct, standard) = tokio::join!(
+        variants_at_once(true, false),
+        variants_at_once(false, false)
+    );
+    assert_eq!(direct, standard);
+}
+
+#[tokio::test]
+async fn concurrent_variants_of_a_direct_miss_coded_on_store_never_cross() {
+    let (direct, standard) = tokio::join!(
+        variants_at_once(true, true),
+        variants_at_once(false, true)
+    );
+    assert_eq!(direct, standard);
+}
