@@ -863,3 +863,108 @@ async fn concurrent_variants_of_a_direct_miss_coded_on_store_never_cross() {
     );
     assert_eq!(direct, standard);
 }
+
+// --- 7. two nodes sharing memcached ------------------------------------------------------------
+
+/// An origin whose first answer for each path takes 400 ms and every later one none; the body
+/// names the path and the origin's request count.
+fn slow_at_first_origin() -> TestOrigin {
+    let seen = std::sync::Mutex::new(std::collections::HashSet::<String>::new());
+    let count = AtomicUsize::new(0);
+    TestOrigin::start(move |req| {
+        let n = count.fetch_add(1, Ordering::SeqCst) + 1;
+        let first = seen.lock().unwrap().insert(req.path.clone());
+        OriginResponse::ok(format!("{} #{n}", req.path).repeat(50))
+            .header("Cache-Control", "max-age=300")
+            .delay(Duration::from_millis(if first { 400 } else { 0 }))
+    })
+}
+
+/// The first `/{prefix}/{i}` whose entry ketama places on server `wanted`, and its key.
+fn path_on(cluster: &MemcachedCluster, prefix: &str, wanted: usize) -> (String, String) {
+    (0..1000)
+        .map(|i| {
+            let path = format!("/{prefix}/{i}");
+            let key = MemcachedCluster::key_of(HOST, &path);
+            (path, key)
+        })
+        .find(|(_, key)| cluster.server_for(key) == wanted)
+        .unwrap()
+}
+
+/// `GET path` on `lacquer`, failing the test if it takes longer than only a hang would.
+async fn get_bounded(lacquer: &LacquerProcess, path: &str) -> Resp {
+    tokio::time::timeout(Duration::from_secs(8), get_page(lacquer, path))
+        .await
+        .unwrap_or_else(|_| panic!("GET {path} hung"))
+}
+
+#[tokio::test]
+async fn a_direct_miss_on_one_node_is_a_hit_on_the_other_through_memcached() {
+    let cluster = MemcachedCluster::start(2);
+    let origin = slow_at_first_origin();
+    let a = cluster.node(&origin, "a", "");
+    let b = cluster.node(&origin, "b", "");
+    // stored by a, in memcached once written (just after the answer), read by b
+    let (path, key) = path_on(&cluster, "stored", 0);
+    let first = get_bounded(&a.proxy, &path).await;
+    assert!(first.is_stored(), "{:?}", first.cache_status());
+    assert!(
+        poll_until(Duration::from_secs(5), || cluster.servers[0].holds(&key)),
+        "the direct miss's answer never reached memcached"
+    );
+    let from_b = get_bounded(&b.proxy, &path).await;
+    assert!(from_b.is_hit(), "{:?}", from_b.cache_status());
+    assert_eq!(from_b.body, first.body);
+    // b asks while a's direct miss is at the origin: b waits for a's fill (the fill lease a
+    // claimed) and reads it from memcached
+    let (path, _) = path_on(&cluster, "leased", 1);
+    let from_a = {
+        let url = a.proxy.url(&path);
+        tokio::spawn(async move { get(&url, &[("host", HOST)]).await })
+    };
+    origin_has(&origin, &path, 1).await;
+    let from_b = get_bounded(&b.proxy, &path).await;
+    let from_a = from_a.await.unwrap();
+    assert_eq!(from_a.status, 200);
+    assert_eq!(from_b.body, from_a.body);
+    assert_eq!(origin.hits_for(&path), 1, "one origin fetch for both nodes");
+    assert_eq!(
+        scrape(a.admin).await.value("lacquer_direct_misses_total"),
+        2.0
+    );
+}
+
+#[tokio::test]
+async fn a_frozen_memcached_server_never_fails_a_direct_miss() {
+    let cluster = MemcachedCluster::start(2);
+    let origin = slow_at_first_origin();
+    let a = cluster.node(&origin, "a", "");
+    let b = cluster.node(&origin, "b", "");
+    // frozen while the direct miss is at the origin: its memcached write finds it frozen
+    let (during, _) = path_on(&cluster, "during", 0);
+    let from_a = {
+        let url = a.proxy.url(&during);
+        tokio::spawn(async move {
+            tokio::time::timeout(Duration::from_secs(8), get(&url, &[("host", HOST)])).await
+        })
+    };
+    origin_has(&origin, &during, 1).await;
+    cluster.servers[0].freeze();
+    // and another node asks meanwhile, its lookups and lease on the frozen server
+    let from_b = get_bounded(&b.proxy, &during).await;
+    let from_a = from_a.await.unwrap().expect("the direct miss hung");
+    // frozen before the request: its lookups time out, it is a direct miss all the same
+    let (before, _) = path_on(&cluster, "before", 0);
+    let late = get_bounded(&a.proxy, &before).await;
+    let again = get_bounded(&a.proxy, &before).await;
+    cluster.servers[0].thaw();
+    for (what, resp) in [("a", &from_a), ("b", &from_b), ("late", &late)] {
+        assert_eq!(resp.status, 200, "{what}: {}", resp.text());
+    }
+    assert!(from_a.text().starts_with(&format!("{during} #")));
+    assert!(late.text().starts_with(&format!("{before} #")));
+    // stored here: the frozen server only costs the shared copy
+    assert!(again.is_hit(), "{:?}", again.cache_status());
+    assert_eq!(again.body, late.body);
+}
