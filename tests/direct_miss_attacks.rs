@@ -857,10 +857,8 @@ async fn concurrent_variants_of_a_direct_miss_never_cross() {
 
 #[tokio::test]
 async fn concurrent_variants_of_a_direct_miss_coded_on_store_never_cross() {
-    let (direct, standard) = tokio::join!(
-        variants_at_once(true, true),
-        variants_at_once(false, true)
-    );
+    let (direct, standard) =
+        tokio::join!(variants_at_once(true, true), variants_at_once(false, true));
     assert_eq!(direct, standard);
 }
 
@@ -967,4 +965,165 @@ async fn a_frozen_memcached_server_never_fails_a_direct_miss() {
     // stored here: the frozen server only costs the shared copy
     assert!(again.is_hit(), "{:?}", again.cache_status());
     assert_eq!(again.body, late.body);
+}
+
+// --- 8. HTTP/2 clients -------------------------------------------------------------------------
+
+/// Streams of one h2c connection (the authority is the node's address: a `Host` beside it
+/// is refused): misses of five URLs, each asked twice at once, all slow at
+/// first; one more stream cancelled in the middle of its body. Every answer whole, one origin
+/// request per URL, the cancelled URL answered afterwards; as on the standard path.
+async fn h2c_misses(direct: bool) -> Vec<(u16, Vec<(String, String)>, Vec<u8>)> {
+    let seen = std::sync::Mutex::new(std::collections::HashSet::<String>::new());
+    let origin = TestOrigin::start(move |req| {
+        let first = seen.lock().unwrap().insert(req.path.clone());
+        let ms = if first { 60 } else { 0 };
+        OriginResponse::ok(Body::Paced {
+            chunks: paced_chunks(8, 3000),
+            interval: Duration::from_millis(ms),
+        })
+        .header("Cache-Control", "max-age=60")
+        .header("X-Path", req.path.clone())
+        .delay(Duration::from_millis(ms * 2))
+    });
+    let (lacquer, _admin) = node(origin.addr(), direct, "");
+    let client = h2c_client();
+    // the cancelled one: its head and first bytes, then the stream is reset
+    let cancelled = {
+        let url = lacquer.url("/h2/cancelled");
+        let client = client.clone();
+        tokio::spawn(async move {
+            let mut resp = client.get(&url).send().await.unwrap();
+            assert_eq!(resp.version(), reqwest::Version::HTTP_2);
+            let status = resp.status();
+            let chunk = resp.chunk().await;
+            assert!(
+                matches!(&chunk, Ok(Some(c)) if !c.is_empty()),
+                "{status} {chunk:?}"
+            );
+            drop(resp);
+        })
+    };
+    let streams: Vec<_> = (0..10)
+        .map(|i| {
+            let url = lacquer.url(&format!("/h2/{}", i % 5));
+            let client = client.clone();
+            tokio::spawn(async move { send(&client, "GET", &url, &[], None).await.unwrap() })
+        })
+        .collect();
+    cancelled.await.unwrap();
+    let mut answers = Vec::new();
+    for (i, stream) in streams.into_iter().enumerate() {
+        let resp = stream.await.unwrap();
+        assert_eq!(resp.version, reqwest::Version::HTTP_2);
+        assert_eq!(resp.status, 200);
+        assert_eq!(
+            resp.header("x-path").as_deref(),
+            Some(format!("/h2/{}", i % 5).as_str())
+        );
+        assert_eq!(resp.body.as_ref(), paced_body(8, 3000).as_slice());
+        answers.push(seen_h2(&resp));
+    }
+    for i in 0..5 {
+        assert_eq!(origin.hits_for(&format!("/h2/{i}")), 1, "/h2/{i}");
+    }
+    let after = tokio::time::timeout(
+        Duration::from_secs(8),
+        send(&client, "GET", &lacquer.url("/h2/cancelled"), &[], None),
+    )
+    .await
+    .expect("the cancelled stream's URL hung")
+    .unwrap();
+    assert_eq!(after.status, 200);
+    assert_eq!(after.body.as_ref(), paced_body(8, 3000).as_slice());
+    answers.sort();
+    answers
+}
+
+/// [`seen`], without `Cache-Status` (a stream may have been the fetching one or a waiter).
+fn seen_h2(resp: &Resp) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let (status, mut fields, body) = seen(resp);
+    fields.retain(|(name, _)| name != "cache-status");
+    (status, fields, body)
+}
+
+#[tokio::test]
+async fn h2c_streams_doing_direct_misses_are_answered_as_on_the_standard_path() {
+    let (direct, standard) = tokio::join!(h2c_misses(true), h2c_misses(false));
+    assert_eq!(direct, standard);
+}
+
+// --- 9. a reload while direct misses are in flight ---------------------------------------------
+
+/// Direct misses streaming while the config is reloaded (SIGHUP) twice, direct misses turned
+/// off and on again: each answered whole, the waiters on their locks too, and every URL then
+/// stored and served.
+#[tokio::test]
+async fn a_reload_while_direct_misses_stream_cuts_nothing() {
+    let seen = std::sync::Mutex::new(std::collections::HashSet::<String>::new());
+    let origin = TestOrigin::start(move |req| {
+        let first = seen.lock().unwrap().insert(req.path.clone());
+        let ms = if first { 100 } else { 0 };
+        OriginResponse::ok(Body::Paced {
+            chunks: paced_chunks(8, 2000),
+            interval: Duration::from_millis(ms),
+        })
+        .header("Cache-Control", "max-age=60")
+        .delay(Duration::from_millis(ms * 2))
+    });
+    let config =
+        |direct: bool| format!("[log]\naccess = \"off\"\n[proxy]\ndirect_misses = {direct}\n");
+    let (lacquer, admin) = LacquerProcess::start_with_admin(|port, admin| {
+        format!(
+            "{}[admin]\nlisten = \"127.0.0.1:{admin}\"\n",
+            simple_config(port, origin.addr(), &config(true))
+        )
+    });
+    let requests: Vec<_> = (0..12)
+        .map(|i| {
+            // two requests per URL: one fetches, the other waits on its lock
+            let url = lacquer.url(&format!("/reloaded/{}", i % 6));
+            tokio::spawn(async move { get(&url, &[("host", HOST)]).await })
+        })
+        .collect();
+    for i in 0..6 {
+        origin_has(&origin, &format!("/reloaded/{i}"), 1).await;
+    }
+    let rewrite = |direct: bool| {
+        let text = std::fs::read_to_string(lacquer.config_path().unwrap()).unwrap();
+        let from = format!("direct_misses = {}", !direct);
+        lacquer.write_config(&text.replace(&from, &format!("direct_misses = {direct}")));
+        assert!(lacquer.signal("HUP"));
+    };
+    rewrite(false);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    rewrite(true);
+    for request in requests {
+        let resp = request.await.unwrap();
+        assert_eq!(resp.status, 200);
+        assert_eq!(resp.body.as_ref(), paced_body(8, 2000).as_slice());
+    }
+    for i in 0..6 {
+        let path = format!("/reloaded/{i}");
+        assert_eq!(origin.hits_for(&path), 1, "{path}");
+        let resp = get_bounded(&lacquer, &path).await;
+        assert!(resp.is_hit(), "{path}: {:?}", resp.cache_status());
+    }
+    // and the reloaded node still does direct misses
+    let before = scrape(admin).await.value("lacquer_direct_misses_total");
+    assert_eq!(get_bounded(&lacquer, "/reloaded/new").await.status, 200);
+    let mut after = before;
+    for _ in 0..100 {
+        after = scrape(admin).await.value("lacquer_direct_misses_total");
+        if after > before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(after, before + 1.0);
+    assert!(
+        wait_for_log(&lacquer, "reload", Duration::from_secs(5)),
+        "{}",
+        lacquer.stderr_log()
+    );
 }
