@@ -12,7 +12,6 @@ mod support;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Instant;
 use support::*;
 
@@ -683,21 +682,21 @@ async fn direct_misses_store_exactly_what_the_standard_path_stores() {
             vec![("authorization", "Basic dTpw")],
         ),
         (format!("/smaxage?cc={}", cc("s-maxage=60")), vec![]),
-        (format!("/expires?expires=60"), vec![]),
+        ("/expires?expires=60".to_string(), vec![]),
         ("/nofresh".to_string(), vec![]),
-        (format!("/lm?lm=-36000"), vec![]),
-        (format!("/lm404?lm=-36000&status=404"), vec![]),
-        (format!("/lm410?lm=-36000&status=410"), vec![]),
+        ("/lm?lm=-36000".to_string(), vec![]),
+        ("/lm404?lm=-36000&status=404".to_string(), vec![]),
+        ("/lm410?lm=-36000&status=410".to_string(), vec![]),
         (
-            format!("/lm301?lm=-36000&status=301&hdr=Location:/x"),
+            "/lm301?lm=-36000&status=301&hdr=Location:/x".to_string(),
             vec![],
         ),
-        (format!("/lm201?lm=-36000&status=201"), vec![]),
+        ("/lm201?lm=-36000&status=201".to_string(), vec![]),
         (
-            format!("/lm302?lm=-36000&status=302&hdr=Location:/x"),
+            "/lm302?lm=-36000&status=302&hdr=Location:/x".to_string(),
             vec![],
         ),
-        (format!("/lm500?lm=-36000&status=500"), vec![]),
+        ("/lm500?lm=-36000&status=500".to_string(), vec![]),
         (format!("/cc500?cc={}&status=500", cc("max-age=60")), vec![]),
         (format!("/cc201?cc={}&status=201", cc("max-age=60")), vec![]),
         (
