@@ -1,0 +1,1176 @@
+//! Attacks on direct misses (`proxy.direct_misses`): what an attacker and a flaky network can do
+//! to a plain GET that found nothing stored and went over Lacquer's own exchange, holding the
+//! URL's cache lock and streaming its answer into storage. Each case runs over real sockets and,
+//! where it says so, against a node with `direct_misses = false` as well: the standard path's
+//! answers and what its origin saw are the reference.
+//!
+//! Timings are never what a case checks, except bounds generous enough that only a hang (a
+//! leaked lock waited out for `lock_timeout`) exceeds them.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+use support::*;
+
+const HOST: &str = "shop.example";
+
+/// A node in front of `origin`, with direct misses on or off; returns it and its admin port.
+fn node(origin: SocketAddr, direct: bool, extra: &str) -> (LacquerProcess, u16) {
+    LacquerProcess::start_simple_with_admin(
+        origin,
+        &format!("[log]\naccess = \"off\"\n[proxy]\ndirect_misses = {direct}\n{extra}"),
+    )
+}
+
+/// `GET path` with `Host: shop.example`.
+async fn get_page(lacquer: &LacquerProcess, path: &str) -> Resp {
+    get(&lacquer.url(path), &[("host", HOST)]).await
+}
+
+/// The body of `chunks` chunks of `size` bytes each, chunk `i` all `b'a' + i % 26`.
+fn paced_chunks(chunks: usize, size: usize) -> Vec<Bytes> {
+    (0..chunks)
+        .map(|i| Bytes::from(vec![b'a' + (i % 26) as u8; size]))
+        .collect()
+}
+
+/// The whole body [`paced_chunks`] makes.
+fn paced_body(chunks: usize, size: usize) -> Vec<u8> {
+    paced_chunks(chunks, size).concat()
+}
+
+/// An origin answering every request with a storable body of `chunks` chunks of `size` bytes
+/// (tagged `paced`): the first one a chunk every `interval_ms`, the later ones at once.
+fn paced_origin(chunks: usize, size: usize, interval_ms: u64) -> TestOrigin {
+    let served = AtomicUsize::new(0);
+    TestOrigin::start(move |_| {
+        let first = served.fetch_add(1, Ordering::SeqCst) == 0;
+        let interval = Duration::from_millis(if first { interval_ms } else { 0 });
+        OriginResponse::ok(Body::Paced {
+            chunks: paced_chunks(chunks, size),
+            interval,
+        })
+        .header("Cache-Control", "max-age=60")
+        .header("Surrogate-Key", "paced")
+    })
+}
+
+/// Position of `needle` in `hay`.
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// A raw client that sent `GET path` and has read the response head and at least one byte of
+/// the body; returns the stream (with more of the answer still coming).
+fn reading_client(addr: SocketAddr, path: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {HOST}\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+        if let Some(end) = find(&got, b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).to_string();
+            assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+            if got.len() > end + 4 {
+                return stream;
+            }
+        }
+    }
+}
+
+/// Closes `stream` with answer bytes still unread (the kernel then resets the connection).
+fn reset(stream: TcpStream) {
+    drop(stream);
+}
+
+/// Waits until `origin` has read `n` request heads for `path` (at most 10 s).
+async fn origin_has(origin: &TestOrigin, path: &str, n: usize) {
+    for _ in 0..200 {
+        if origin.heads_for(path) >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the origin never got request {n} for {path}");
+}
+
+// --- 1. a client leaving in the middle of a fill --------------------------------------------
+
+/// A client streams a miss; a second client arrives meanwhile and streams the fill in flight;
+/// the first one leaves in the middle of the body. Returns what the second one got, whether the
+/// next request was a hit, and how many requests the origin saw.
+async fn leaver_and_follower(direct: bool) -> (Result<Resp, String>, bool, usize) {
+    let (chunks, size) = (14, 1000);
+    let origin = paced_origin(chunks, size, 100);
+    let (lacquer, _admin) = node(origin.addr(), direct, "");
+    let path = "/streamed";
+    let leaver = reading_client(lacquer.addr(), path);
+    // the head is out: the fill has started, and the follower reads it as it is written
+    let follower = {
+        let url = lacquer.url(path);
+        tokio::spawn(async move { try_get(&url, &[("host", HOST)]).await })
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    reset(leaver);
+    let got = follower.await.unwrap().map_err(|e| format!("{e:?}"));
+    if let Ok(resp) = &got {
+        assert_eq!(resp.status, 200);
+    }
+    let got = got.and_then(|resp| {
+        if resp.body.as_ref() == paced_body(chunks, size).as_slice() {
+            Ok(resp)
+        } else {
+            Err(format!("a body of {} bytes, not the page", resp.body.len()))
+        }
+    });
+    // the fill either completed or was abandoned by now (the origin's last chunk is out)
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let next = get_page(&lacquer, path).await;
+    assert_eq!(next.body.as_ref(), paced_body(chunks, size).as_slice());
+    (got, next.is_hit(), origin.hits())
+}
+
+/// The reference: Pingora's miss keeps filling when its client leaves ("Downstream Error
+/// ignored during caching"), so the follower gets the page whole and the page is stored.
+#[tokio::test]
+async fn standard_path_a_client_leaving_mid_body_does_not_cut_the_others_reading_its_fill() {
+    let (got, hit, hits) = leaver_and_follower(false).await;
+    assert!(got.is_ok(), "the follower's answer: {got:?}");
+    assert!(hit, "the page was stored");
+    assert_eq!(hits, 1);
+}
+
+#[tokio::test]
+#[ignore = "bug: a direct miss whose client leaves mid-body drops its fill (`session.write_response_body(..)?` returns before the origin's body is read), so every request streaming that fill in flight gets a truncated answer and nothing is stored; the standard path keeps reading the origin to finish the fill"]
+async fn a_client_leaving_a_direct_miss_mid_body_does_not_cut_the_others_reading_its_fill() {
+    let (got, hit, hits) = leaver_and_follower(true).await;
+    assert!(got.is_ok(), "the follower's answer: {got:?}");
+    assert!(hit, "the page was stored");
+    assert_eq!(hits, 1);
+}
+
+// --- 2. purges and bans during a fill ---------------------------------------------------------
+
+/// Invalidates the page while a miss's fill of it streams; the invalidation must win: the miss's
+/// client gets its page whole, and the next request goes to the origin.
+async fn invalidated_mid_fill(direct: bool, how: &str) {
+    let (chunks, size) = (7, 1000);
+    let origin = paced_origin(chunks, size, 150);
+    let dir = TempDir::new("attacks");
+    let token = dir.write("admin.token", format!("{ADMIN_TOKEN}\n"));
+    let (lacquer, admin) = LacquerProcess::start_with_admin(|port, admin| {
+        format!(
+            "{}{}",
+            simple_config(
+                port,
+                origin.addr(),
+                &format!("[log]\naccess = \"off\"\n[proxy]\ndirect_misses = {direct}\n"),
+            ),
+            admin_toml(admin, &token, "attacked"),
+        )
+    });
+    let path = "/invalidated?x=1";
+    let first = {
+        let url = lacquer.url(path);
+        tokio::spawn(async move { try_get(&url, &[("host", HOST)]).await })
+    };
+    origin_has(&origin, path, 1).await;
+    // two chunks in: the fill is streaming
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let answer = match how {
+        "purge" => request("PURGE", &lacquer.url(path), &[("host", HOST)], None).await,
+        "soft purge" => {
+            let headers = [("host", HOST), ("soft-purge", "1")];
+            request("PURGE", &lacquer.url(path), &headers, None).await
+        }
+        "tag ban" => admin_post(admin, "/ban", Some(ADMIN_TOKEN), r#"{"tag": "paced"}"#).await,
+        "url purge" => {
+            let body = format!(r#"{{"url": "http://{HOST}{path}"}}"#);
+            admin_post(admin, "/purge", Some(ADMIN_TOKEN), &body).await
+        }
+        "prefix ban" => {
+            let body = format!(r#"{{"host": "{HOST}", "prefix": "/inval"}}"#);
+            admin_post(admin, "/ban", Some(ADMIN_TOKEN), &body).await
+        }
+        _ => unreachable!(),
+    };
+    // 404: nothing was stored yet (the fill is still in flight)
+    assert!(
+        matches!(answer.status, 200 | 202 | 404),
+        "{how}: {} {}",
+        answer.status,
+        answer.text()
+    );
+    assert_eq!(
+        origin.hits_for(path),
+        1,
+        "{how}: still the first fetch's body"
+    );
+    let first = first.await.unwrap();
+    if direct {
+        // relayed from the origin, not read back from the fill the purge abandoned
+        let first = first.unwrap_or_else(|e| panic!("{how}: the miss's own answer: {e:?}"));
+        assert_eq!(first.status, 200);
+        assert_eq!(first.body.as_ref(), paced_body(chunks, size).as_slice());
+    } else if let Ok(first) = first {
+        // the standard path serves its miss from the fill: a hard purge abandons it, and the
+        // client's answer is cut (no wrong byte, and never a whole-looking body)
+        assert_eq!(first.status, 200);
+        assert_eq!(first.body.as_ref(), paced_body(chunks, size).as_slice());
+    }
+    let next = get_page(&lacquer, path).await;
+    assert_eq!(next.status, 200);
+    if how == "soft purge" {
+        // marked stale: never served as a fresh hit
+        assert!(
+            !next.is_hit() || next.cache_status().unwrap_or_default().contains("stale"),
+            "{how} undone: {:?}",
+            next.cache_status()
+        );
+    } else {
+        assert!(!next.is_hit(), "{how} undone: {:?}", next.cache_status());
+        assert_eq!(
+            origin.hits_for(path),
+            2,
+            "{how}: the next GET went to the origin"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_purge_during_a_direct_miss_fill_is_never_undone() {
+    tokio::join!(
+        invalidated_mid_fill(true, "purge"),
+        invalidated_mid_fill(true, "url purge"),
+        invalidated_mid_fill(true, "tag ban"),
+        invalidated_mid_fill(true, "prefix ban"),
+        invalidated_mid_fill(true, "soft purge"),
+    );
+}
+
+#[tokio::test]
+async fn a_purge_during_a_standard_miss_fill_is_never_undone() {
+    tokio::join!(
+        invalidated_mid_fill(false, "purge"),
+        invalidated_mid_fill(false, "tag ban"),
+    );
+}
+
+// --- 3. locks never outlive their request ------------------------------------------------------
+
+/// An origin whose first answer for each path misbehaves as the path says, and whose later
+/// answers are the page, storable, at once: `good <path>`.
+fn misbehaving_origin() -> TestOrigin {
+    let seen = std::sync::Mutex::new(std::collections::HashMap::<String, usize>::new());
+    TestOrigin::start(move |req| {
+        let n = {
+            let mut seen = seen.lock().unwrap();
+            let count = seen.entry(req.path.clone()).or_insert(0);
+            *count += 1;
+            *count
+        };
+        let good =
+            OriginResponse::ok(format!("good {}", req.path)).header("Cache-Control", "max-age=60");
+        if n > 1 {
+            return good;
+        }
+        let mode = req.path_only().trim_start_matches('/').to_string();
+        let slow = Duration::from_millis(700);
+        match mode.as_str() {
+            // the client leaves while the origin prepares the answer
+            "leave-before-head" => good.delay(slow),
+            // ... after an interim response went out
+            "leave-after-103" => good.interim(103, &[("link", "</a.css>")]).delay(slow),
+            // ... in the middle of the body
+            "leave-mid-body" => good.body(Body::Paced {
+                chunks: paced_chunks(8, 2000),
+                interval: Duration::from_millis(100),
+            }),
+            "cut-mid-body" => good.body(Body::Truncated {
+                declared_len: 50_000,
+                data: Bytes::from(vec![b'x'; 20_000]),
+            }),
+            "close-before-head" => OriginResponse::close_without_answer(),
+            "bad-gateway" => OriginResponse::ok("upstream down").status(502),
+            "gateway-timeout" => OriginResponse::ok("upstream slow").status(504),
+            "server-error-stored" => OriginResponse::ok("broken")
+                .status(500)
+                .header("Cache-Control", "max-age=60"),
+            // longer than the node's read timeout
+            "hang" => good.delay(Duration::from_millis(2500)),
+            _ => good,
+        }
+    })
+}
+
+/// What a misbehaving request's client does.
+#[derive(Clone, Copy, Debug)]
+enum Client {
+    /// Reads the answer whole (whatever it is).
+    Reads,
+    /// Sends the request and closes after `ms`.
+    LeavesAfter(u64),
+}
+
+/// Sends `GET path` as `client` says; returns the status line the client read, if any.
+fn misbehaving_request(addr: SocketAddr, path: &str, client: Client) -> Option<String> {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    // closed after the answer, so reading to the end reads the answer
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    match client {
+        Client::Reads => {
+            let mut got = Vec::new();
+            let _ = stream.read_to_end(&mut got);
+            let text = String::from_utf8_lossy(&got);
+            text.lines().next().map(str::to_string)
+        }
+        Client::LeavesAfter(ms) => {
+            std::thread::sleep(Duration::from_millis(ms));
+            drop(stream);
+            None
+        }
+    }
+}
+
+/// Every way a direct miss can fail or be left, each with a request waiting on its lock and
+/// one after it: with `lock_timeout` at a minute, a lock that outlived its request would hold
+/// them for that long. Each must get the page, and later requests find it stored.
+#[tokio::test]
+async fn no_failure_of_a_direct_miss_leaks_its_lock() {
+    let origin = misbehaving_origin();
+    let (lacquer, admin) = node(
+        origin.addr(),
+        true,
+        "read_timeout = \"1s\"\n[cache]\nlock_timeout = \"60s\"\n",
+    );
+    let cases = [
+        ("/leave-before-head", Client::LeavesAfter(400)),
+        ("/leave-after-103", Client::LeavesAfter(400)),
+        ("/leave-mid-body", Client::LeavesAfter(400)),
+        ("/cut-mid-body", Client::Reads),
+        ("/close-before-head", Client::Reads),
+        ("/bad-gateway", Client::Reads),
+        ("/gateway-timeout", Client::Reads),
+        ("/server-error-stored", Client::Reads),
+        ("/hang", Client::Reads),
+    ];
+    let started = Instant::now();
+    let addr = lacquer.addr();
+    let firsts: Vec<_> = cases
+        .iter()
+        .map(|&(path, client)| {
+            tokio::task::spawn_blocking(move || (path, misbehaving_request(addr, path, client)))
+        })
+        .collect();
+    for (path, _) in cases {
+        origin_has(&origin, path, 1).await;
+    }
+    // a request for each page, waiting on the first one's lock (or, where the first already
+    // failed, fetching for itself)
+    let waiters: Vec<_> = cases
+        .iter()
+        .map(|&(path, _)| {
+            let url = lacquer.url(path);
+            tokio::spawn(async move { (path, try_get(&url, &[("host", HOST)]).await) })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for first in firsts {
+        let (path, status) = first.await.unwrap();
+        statuses.push(format!("{path}: {status:?}"));
+    }
+    for waiter in waiters {
+        let (path, resp) = waiter.await.unwrap();
+        if path == "/leave-mid-body" && resp.is_err() {
+            // streaming the fill its first client abandoned: cut (the bug pinned above)
+            continue;
+        }
+        let resp = resp.unwrap_or_else(|e| panic!("{path}: {e:?} ({statuses:?})"));
+        // a 500 the origin marked storable may have been stored and served: the origin's
+        // answer either way, never the node's own error
+        if path == "/server-error-stored" && resp.status == 500 {
+            assert_eq!(resp.text(), "broken");
+            continue;
+        }
+        assert_eq!(resp.status, 200, "{path} ({statuses:?})");
+        assert_eq!(resp.text(), format!("good {path}"));
+    }
+    for (path, _) in cases {
+        // the first may still fetch (the waiter on an abandoned fill stored nothing)
+        let _ = get_page(&lacquer, path).await;
+        let resp = get_page(&lacquer, path).await;
+        assert!(matches!(resp.status, 200 | 500), "{path}: {}", resp.status);
+        assert!(resp.is_hit(), "{path}: {:?}", resp.cache_status());
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "a request waited out a lock: {:?} ({statuses:?})",
+        started.elapsed()
+    );
+    // the client-side and origin-side failures were direct misses, not the standard path's
+    assert!(scrape(admin).await.value("lacquer_direct_misses_total") >= cases.len() as f64);
+}
+
+/// Twenty-four direct misses whose clients leave at scattered moments (before the head, while
+/// the origin's first bytes are awaited, in the middle of the body, after it): every URL is
+/// then answered whole at once, and stored.
+#[tokio::test]
+async fn a_storm_of_leaving_clients_leaks_no_lock() {
+    let seen = std::sync::Mutex::new(std::collections::HashSet::<String>::new());
+    let origin = TestOrigin::start(move |req| {
+        let first = seen.lock().unwrap().insert(req.path.clone());
+        let interval = Duration::from_millis(if first { 80 } else { 0 });
+        let resp = OriginResponse::ok(Body::Paced {
+            chunks: paced_chunks(6, 1500),
+            interval,
+        })
+        .header("Cache-Control", "max-age=60");
+        if first {
+            resp.delay(Duration::from_millis(150))
+        } else {
+            resp
+        }
+    });
+    let (lacquer, _admin) = node(origin.addr(), true, "[cache]\nlock_timeout = \"60s\"\n");
+    let addr = lacquer.addr();
+    let started = Instant::now();
+    let leavers: Vec<_> = (0..24u64)
+        .map(|i| {
+            let leave_after = (i * 37) % 700;
+            tokio::task::spawn_blocking(move || {
+                let path = format!("/storm/{i}");
+                misbehaving_request(addr, &path, Client::LeavesAfter(leave_after))
+            })
+        })
+        .collect();
+    for leaver in leavers {
+        leaver.await.unwrap();
+    }
+    // every origin answer is over (a request streaming a fill that a leaving client abandons
+    // is cut: `a_client_leaving_a_direct_miss_mid_body_does_not_cut_the_others_reading_its_fill`)
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let checks: Vec<_> = (0..24)
+        .map(|i| {
+            let url = lacquer.url(&format!("/storm/{i}"));
+            tokio::spawn(async move {
+                let resp = get(&url, &[("host", HOST)]).await;
+                let again = get(&url, &[("host", HOST)]).await;
+                (i, resp, again)
+            })
+        })
+        .collect();
+    for check in checks {
+        let (i, resp, again) = check.await.unwrap();
+        assert_eq!(resp.status, 200, "/storm/{i}");
+        assert_eq!(
+            resp.body.as_ref(),
+            paced_body(6, 1500).as_slice(),
+            "/storm/{i}"
+        );
+        assert!(again.is_hit(), "/storm/{i}: {:?}", again.cache_status());
+        assert_eq!(again.body, resp.body);
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "a request waited out a lock: {:?}",
+        started.elapsed()
+    );
+}
+
+// --- 4. concurrent requests of every kind during a slow direct miss ----------------------------
+
+/// A slow miss of one URL, and twenty requests for it meanwhile: GETs, HEADs, ranges and
+/// conditional GETs. Returns what each kind got (status, and whether its body is right for it)
+/// and how many requests the origin saw.
+async fn mixed_during_a_slow_miss(direct: bool) -> (Vec<(String, u16, bool)>, usize) {
+    let (chunks, size) = (12, 1000);
+    let seen = AtomicUsize::new(0);
+    let origin = TestOrigin::start(move |_| {
+        let first = seen.fetch_add(1, Ordering::SeqCst) == 0;
+        // the first answer's head comes late (the others wait on the lock), its body slowly
+        // (the others then stream the fill)
+        let ms = if first { 80 } else { 0 };
+        OriginResponse::ok(Body::Paced {
+            chunks: paced_chunks(chunks, size),
+            interval: Duration::from_millis(ms),
+        })
+        .header("Cache-Control", "max-age=60")
+        .header("ETag", "\"v1\"")
+        .delay(Duration::from_millis(ms * 4))
+    });
+    let (lacquer, _admin) = node(origin.addr(), direct, "");
+    let page = paced_body(chunks, size);
+    let url = lacquer.url("/mixed");
+    let first = {
+        let url = url.clone();
+        tokio::spawn(async move { get(&url, &[("host", HOST)]).await })
+    };
+    origin_has(&origin, "/mixed", 1).await;
+    let kinds = ["GET", "HEAD", "RANGE", "INM", "GET-IMS"];
+    let others: Vec<_> = (0..20)
+        .map(|i| {
+            let kind = kinds[i % kinds.len()];
+            let url = url.clone();
+            tokio::spawn(async move {
+                let resp = match kind {
+                    "HEAD" => head(&url, &[("host", HOST)]).await,
+                    "RANGE" => get(&url, &[("host", HOST), ("range", "bytes=1500-2499")]).await,
+                    "INM" => get(&url, &[("host", HOST), ("if-none-match", "\"v1\"")]).await,
+                    "GET-IMS" => {
+                        // a date before any Last-Modified: no validator matches, the whole page
+                        let since = "Thu, 01 Jan 1970 00:00:00 GMT";
+                        get(&url, &[("host", HOST), ("if-modified-since", since)]).await
+                    }
+                    _ => get(&url, &[("host", HOST)]).await,
+                };
+                (kind, resp)
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    let first = first.await.unwrap();
+    answers.push((
+        "first".to_string(),
+        first.status,
+        first.body.as_ref() == page.as_slice(),
+    ));
+    for other in others {
+        let (kind, resp) = other.await.unwrap();
+        let right = match (kind, resp.status) {
+            ("HEAD", 200) | ("INM", 304) => resp.body.is_empty(),
+            ("RANGE", 206) => resp.body.as_ref() == &page[1500..2500],
+            (_, 200) => resp.body.as_ref() == page.as_slice(),
+            _ => false,
+        };
+        answers.push((kind.to_string(), resp.status, right));
+    }
+    answers.sort();
+    (answers, origin.hits())
+}
+
+#[tokio::test]
+async fn heads_ranges_and_conditionals_during_a_slow_direct_miss_share_its_one_fetch() {
+    let (direct, standard) = tokio::join!(
+        mixed_during_a_slow_miss(true),
+        mixed_during_a_slow_miss(false)
+    );
+    for (kind, status, right) in &direct.0 {
+        assert!(right, "{kind}: {status}, wrong for it ({:?})", direct.0);
+    }
+    assert_eq!(direct.1, 1, "one origin request ({:?})", direct.0);
+    assert_eq!(direct, standard);
+}
+
+// --- 5. the standard path's storing rules ------------------------------------------------------
+
+/// What a client sees of an answer: status, fields (minus `Date`, `Age` and the origin's
+/// clock-relative `Last-Modified` and `Expires`, with the TTL in
+/// `Cache-Status` left out: a second may pass between the two nodes' answers), body.
+fn seen(resp: &Resp) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let mut fields: Vec<(String, String)> = resp
+        .headers
+        .iter()
+        // relative to the origin's clock: a second may turn between the two nodes' answers
+        .filter(|(name, _)| !matches!(name.as_str(), "date" | "age" | "last-modified" | "expires"))
+        .map(|(name, value)| {
+            let mut value = value.to_str().unwrap_or("?").to_string();
+            if name.as_str() == "cache-status" {
+                value = value
+                    .split("; ")
+                    .filter(|param| !param.starts_with("ttl="))
+                    .collect::<Vec<_>>()
+                    .join("; ");
+            }
+            (name.to_string(), value)
+        })
+        .collect();
+    fields.sort();
+    (resp.status, fields, resp.body.to_vec())
+}
+
+/// Two GETs of each path, on a node with direct misses and one without, each in front of its
+/// own scripted origin: the answers, and what each origin was asked, must be the same.
+async fn same_on_both_paths(extra: &str, cases: &[(&str, &[(&str, &str)])]) {
+    let origins = [scripted_origin(), scripted_origin()];
+    let (direct, _) = node(origins[0].addr(), true, extra);
+    let (standard, _) = node(origins[1].addr(), false, extra);
+    let mut differences = Vec::new();
+    for &(path, headers) in cases {
+        let mut seen_by = Vec::new();
+        for (lacquer, origin) in [(&direct, &origins[0]), (&standard, &origins[1])] {
+            let mut with_host = vec![("host", HOST)];
+            with_host.extend_from_slice(headers);
+            let first = get(&lacquer.url(path), &with_host).await;
+            let second = get(&lacquer.url(path), &with_host).await;
+            let asked: Vec<Vec<(String, String)>> = origin
+                .requests_for(path)
+                .iter()
+                .map(|req| {
+                    let mut fields: Vec<_> = req
+                        .headers
+                        .iter()
+                        .filter(|(name, _)| !matches!(name.as_str(), "host" | "x-forwarded-host"))
+                        .cloned()
+                        .collect();
+                    fields.sort();
+                    fields
+                })
+                .collect();
+            seen_by.push((seen(&first), seen(&second), asked));
+        }
+        if seen_by[0] != seen_by[1] {
+            differences.push(format!(
+                "{path} {headers:?}:\n  direct:   {:?}\n  standard: {:?}",
+                seen_by[0], seen_by[1]
+            ));
+        }
+    }
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+}
+
+#[tokio::test]
+async fn direct_misses_store_exactly_what_the_standard_path_stores() {
+    let cc = |v: &str| q(v);
+    let cases: Vec<(String, Vec<(&str, &str)>)> = vec![
+        (format!("/plain?cc={}", cc("max-age=60")), vec![]),
+        (format!("/cookie?cc={}&cookie=1", cc("max-age=60")), vec![]),
+        (format!("/private?cc={}", cc("private, max-age=60")), vec![]),
+        (
+            format!("/nostore?cc={}", cc("no-store, max-age=60")),
+            vec![],
+        ),
+        (
+            format!("/nocache?cc={}", cc("no-cache, max-age=60")),
+            vec![],
+        ),
+        (
+            format!(
+                "/nocache-field?cc={}&hdr=X-Secret:s1",
+                cc("max-age=60, no-cache=\"x-secret\"")
+            ),
+            vec![],
+        ),
+        (
+            format!(
+                "/private-field?cc={}&cookie=1",
+                cc("max-age=60, private=\"set-cookie\"")
+            ),
+            vec![],
+        ),
+        (
+            format!("/auth?cc={}", cc("max-age=60")),
+            vec![("authorization", "Basic dTpw")],
+        ),
+        (
+            format!("/auth-public?cc={}", cc("public, max-age=60")),
+            vec![("authorization", "Basic dTpw")],
+        ),
+        (format!("/smaxage?cc={}", cc("s-maxage=60")), vec![]),
+        ("/expires?expires=60".to_string(), vec![]),
+        ("/nofresh".to_string(), vec![]),
+        ("/lm?lm=-36000".to_string(), vec![]),
+        ("/lm404?lm=-36000&status=404".to_string(), vec![]),
+        ("/lm410?lm=-36000&status=410".to_string(), vec![]),
+        (
+            "/lm301?lm=-36000&status=301&hdr=Location:/x".to_string(),
+            vec![],
+        ),
+        ("/lm201?lm=-36000&status=201".to_string(), vec![]),
+        (
+            "/lm302?lm=-36000&status=302&hdr=Location:/x".to_string(),
+            vec![],
+        ),
+        ("/lm500?lm=-36000&status=500".to_string(), vec![]),
+        (format!("/cc500?cc={}&status=500", cc("max-age=60")), vec![]),
+        (format!("/cc201?cc={}&status=201", cc("max-age=60")), vec![]),
+        (
+            format!(
+                "/cc206?cc={}&status=206&hdr=Content-Range:bytes 0-3/100",
+                cc("max-age=60")
+            ),
+            vec![],
+        ),
+        (format!("/cc204?cc={}&status=204", cc("max-age=60")), vec![]),
+        (format!("/vary-star?cc={}&vary=*", cc("max-age=60")), vec![]),
+        (
+            format!(
+                "/targeted?hdr=Lacquer-Cache-Control:max-age=60&cc={}",
+                cc("no-store")
+            ),
+            vec![],
+        ),
+        (
+            format!(
+                "/cdn?hdr=CDN-Cache-Control:no-store&cc={}",
+                cc("max-age=60")
+            ),
+            vec![],
+        ),
+        (
+            format!(
+                "/mustrevalidate?cc={}&etag=%22e1%22",
+                cc("max-age=0, must-revalidate")
+            ),
+            vec![],
+        ),
+        (format!("/stale?cc={}&age=100", cc("max-age=60")), vec![]),
+        (
+            format!("/tagged?cc={}&hdr=Surrogate-Key:a b", cc("max-age=60")),
+            vec![],
+        ),
+        (
+            format!("/typed?cc={}&ct=text/html", cc("max-age=60")),
+            vec![],
+        ),
+        (format!("/len?cc={}&len=10240", cc("max-age=60")), vec![]),
+        (
+            format!("/overlen?cc={}&len=10241", cc("max-age=60")),
+            vec![],
+        ),
+        (
+            format!("/cookie-req?cc={}", cc("max-age=60")),
+            vec![("cookie", "a=b")],
+        ),
+    ];
+    let cases: Vec<(&str, &[(&str, &str)])> = cases
+        .iter()
+        .map(|(path, headers)| (path.as_str(), headers.as_slice()))
+        .collect();
+    same_on_both_paths("[cache]\nmax_object_size = \"10KiB\"\n", &cases).await;
+}
+
+/// An origin's `304` to a plain GET (nothing to validate): passed on and not stored by both
+/// paths, but `Cache-Status` (and the access log) give the standard path's reason, `304 on
+/// miss`, as `status` on a direct miss.
+#[tokio::test]
+#[ignore = "bug: a 304 answering a direct miss's plain GET says `Cache-Status: ...; detail=status` where the standard path says `detail=304 on miss` (the not-stored reason differs: `on_storable_url_answer` takes the policy's reason, Pingora's miss path its own)"]
+async fn a_304_to_a_plain_get_gives_the_standard_paths_reason() {
+    let path = format!("/cc304?cc={}&status=304", q("max-age=60"));
+    same_on_both_paths("", &[(path.as_str(), &[])]).await;
+}
+
+// --- 6. variants -------------------------------------------------------------------------------
+
+/// The page in `lang`.
+fn page_in(lang: &str) -> Vec<u8> {
+    format!("<p>page in {lang}</p>\n").repeat(200).into_bytes()
+}
+
+/// Twenty-four clients at once, four languages, each with and without gzip, while the first
+/// fetches are slow; then the same again. The origin varies on `Accept-Language` (and, when it
+/// codes its answers itself, on `Accept-Encoding`); with `compress`, it sends identity and
+/// the node codes on store. Every client must get its own language, in a coding it takes.
+/// Returns the origin's request count after each round and the hits of the second.
+async fn variants_at_once(direct: bool, compress: bool) -> (usize, usize, usize) {
+    let seen = std::sync::Mutex::new(std::collections::HashSet::<String>::new());
+    let origin = TestOrigin::start(move |req| {
+        let lang = req.header("accept-language").unwrap_or("none").to_string();
+        let first = seen.lock().unwrap().insert(lang.clone());
+        let gzip_ok = req
+            .header("accept-encoding")
+            .is_some_and(|ae| ae.contains("gzip"));
+        let resp = if compress || !gzip_ok {
+            OriginResponse::ok(page_in(&lang))
+        } else {
+            OriginResponse::ok(gzip(&page_in(&lang))).header("Content-Encoding", "gzip")
+        };
+        let vary = if compress {
+            "Accept-Language"
+        } else {
+            "Accept-Language, Accept-Encoding"
+        };
+        resp.header("Cache-Control", "max-age=60")
+            .header("Content-Type", "text/html")
+            .header("Vary", vary)
+            .delay(Duration::from_millis(if first { 300 } else { 0 }))
+    });
+    let extra = if compress {
+        "[cache.compression]\nenabled = true\nmin_size = \"256\"\n"
+    } else {
+        ""
+    };
+    let (lacquer, _admin) = node(origin.addr(), direct, extra);
+    let url = lacquer.url("/greeting");
+    let mut rounds = Vec::new();
+    for _ in 0..2 {
+        let clients: Vec<_> = (0..24)
+            .map(|i| {
+                let lang = ["en", "fr", "de", "es"][i % 4];
+                let coding = ["gzip", "identity"][(i / 4) % 2];
+                let url = url.clone();
+                tokio::spawn(async move {
+                    let headers = [
+                        ("host", HOST),
+                        ("accept-language", lang),
+                        ("accept-encoding", coding),
+                    ];
+                    (lang, coding, get(&url, &headers).await)
+                })
+            })
+            .collect();
+        let mut hits = 0;
+        for client in clients {
+            let (lang, coding, resp) = client.await.unwrap();
+            assert_eq!(resp.status, 200);
+            let body = match resp.header("content-encoding").as_deref() {
+                Some("gzip") if coding == "gzip" => gunzip(&resp.body),
+                None => resp.body.to_vec(),
+                other => panic!("{lang}/{coding}: coded {other:?}"),
+            };
+            assert!(
+                body == page_in(lang),
+                "{lang}/{coding} got {:.40}",
+                String::from_utf8_lossy(&body)
+            );
+            hits += usize::from(resp.is_hit());
+        }
+        rounds.push((origin.hits(), hits));
+    }
+    (rounds[0].0, rounds[1].0, rounds[1].1)
+}
+
+#[tokio::test]
+async fn concurrent_variants_of_a_direct_miss_never_cross() {
+    let (direct, standard) = tokio::join!(
+        variants_at_once(true, false),
+        variants_at_once(false, false)
+    );
+    assert_eq!(direct, standard);
+}
+
+#[tokio::test]
+async fn concurrent_variants_of_a_direct_miss_coded_on_store_never_cross() {
+    let (direct, standard) =
+        tokio::join!(variants_at_once(true, true), variants_at_once(false, true));
+    assert_eq!(direct, standard);
+}
+
+// --- 7. two nodes sharing memcached ------------------------------------------------------------
+
+/// An origin whose first answer for each path takes 400 ms and every later one none; the body
+/// names the path and the origin's request count.
+fn slow_at_first_origin() -> TestOrigin {
+    let seen = std::sync::Mutex::new(std::collections::HashSet::<String>::new());
+    let count = AtomicUsize::new(0);
+    TestOrigin::start(move |req| {
+        let n = count.fetch_add(1, Ordering::SeqCst) + 1;
+        let first = seen.lock().unwrap().insert(req.path.clone());
+        OriginResponse::ok(format!("{} #{n}", req.path).repeat(50))
+            .header("Cache-Control", "max-age=300")
+            .delay(Duration::from_millis(if first { 400 } else { 0 }))
+    })
+}
+
+/// The first `/{prefix}/{i}` whose entry ketama places on server `wanted`, and its key.
+fn path_on(cluster: &MemcachedCluster, prefix: &str, wanted: usize) -> (String, String) {
+    (0..1000)
+        .map(|i| {
+            let path = format!("/{prefix}/{i}");
+            let key = MemcachedCluster::key_of(HOST, &path);
+            (path, key)
+        })
+        .find(|(_, key)| cluster.server_for(key) == wanted)
+        .unwrap()
+}
+
+/// `GET path` on `lacquer`, failing the test if it takes longer than only a hang would.
+async fn get_bounded(lacquer: &LacquerProcess, path: &str) -> Resp {
+    tokio::time::timeout(Duration::from_secs(8), get_page(lacquer, path))
+        .await
+        .unwrap_or_else(|_| panic!("GET {path} hung"))
+}
+
+#[tokio::test]
+async fn a_direct_miss_on_one_node_is_a_hit_on_the_other_through_memcached() {
+    let cluster = MemcachedCluster::start(2);
+    let origin = slow_at_first_origin();
+    let a = cluster.node(&origin, "a", "");
+    let b = cluster.node(&origin, "b", "");
+    // stored by a, in memcached once written (just after the answer), read by b
+    let (path, key) = path_on(&cluster, "stored", 0);
+    let first = get_bounded(&a.proxy, &path).await;
+    assert!(first.is_stored(), "{:?}", first.cache_status());
+    assert!(
+        poll_until(Duration::from_secs(5), || cluster.servers[0].holds(&key)),
+        "the direct miss's answer never reached memcached"
+    );
+    let from_b = get_bounded(&b.proxy, &path).await;
+    assert!(from_b.is_hit(), "{:?}", from_b.cache_status());
+    assert_eq!(from_b.body, first.body);
+    // b asks while a's direct miss is at the origin: b waits for a's fill (the fill lease a
+    // claimed) and reads it from memcached
+    let (path, _) = path_on(&cluster, "leased", 1);
+    let from_a = {
+        let url = a.proxy.url(&path);
+        tokio::spawn(async move { get(&url, &[("host", HOST)]).await })
+    };
+    origin_has(&origin, &path, 1).await;
+    let from_b = get_bounded(&b.proxy, &path).await;
+    let from_a = from_a.await.unwrap();
+    assert_eq!(from_a.status, 200);
+    assert_eq!(from_b.body, from_a.body);
+    assert_eq!(origin.hits_for(&path), 1, "one origin fetch for both nodes");
+    assert_eq!(
+        scrape(a.admin).await.value("lacquer_direct_misses_total"),
+        2.0
+    );
+}
+
+#[tokio::test]
+async fn a_frozen_memcached_server_never_fails_a_direct_miss() {
+    let cluster = MemcachedCluster::start(2);
+    let origin = slow_at_first_origin();
+    let a = cluster.node(&origin, "a", "");
+    let b = cluster.node(&origin, "b", "");
+    // frozen while the direct miss is at the origin: its memcached write finds it frozen
+    let (during, _) = path_on(&cluster, "during", 0);
+    let from_a = {
+        let url = a.proxy.url(&during);
+        tokio::spawn(async move {
+            tokio::time::timeout(Duration::from_secs(8), get(&url, &[("host", HOST)])).await
+        })
+    };
+    origin_has(&origin, &during, 1).await;
+    cluster.servers[0].freeze();
+    // and another node asks meanwhile, its lookups and lease on the frozen server
+    let from_b = get_bounded(&b.proxy, &during).await;
+    let from_a = from_a.await.unwrap().expect("the direct miss hung");
+    // frozen before the request: its lookups time out, it is a direct miss all the same
+    let (before, _) = path_on(&cluster, "before", 0);
+    let late = get_bounded(&a.proxy, &before).await;
+    let again = get_bounded(&a.proxy, &before).await;
+    cluster.servers[0].thaw();
+    for (what, resp) in [("a", &from_a), ("b", &from_b), ("late", &late)] {
+        assert_eq!(resp.status, 200, "{what}: {}", resp.text());
+    }
+    assert!(from_a.text().starts_with(&format!("{during} #")));
+    assert!(late.text().starts_with(&format!("{before} #")));
+    // stored here: the frozen server only costs the shared copy
+    assert!(again.is_hit(), "{:?}", again.cache_status());
+    assert_eq!(again.body, late.body);
+}
+
+// --- 8. HTTP/2 clients -------------------------------------------------------------------------
+
+/// Streams of one h2c connection (the authority is the node's address: a `Host` beside it
+/// is refused): misses of five URLs, each asked twice at once, all slow at
+/// first; one more stream cancelled in the middle of its body. Every answer whole, one origin
+/// request per URL, the cancelled URL answered afterwards; as on the standard path.
+async fn h2c_misses(direct: bool) -> Vec<(u16, Vec<(String, String)>, Vec<u8>)> {
+    let seen = std::sync::Mutex::new(std::collections::HashSet::<String>::new());
+    let origin = TestOrigin::start(move |req| {
+        let first = seen.lock().unwrap().insert(req.path.clone());
+        let ms = if first { 60 } else { 0 };
+        OriginResponse::ok(Body::Paced {
+            chunks: paced_chunks(8, 3000),
+            interval: Duration::from_millis(ms),
+        })
+        .header("Cache-Control", "max-age=60")
+        .header("X-Path", req.path.clone())
+        .delay(Duration::from_millis(ms * 2))
+    });
+    let (lacquer, _admin) = node(origin.addr(), direct, "");
+    let client = h2c_client();
+    // the cancelled one: its head and first bytes, then the stream is reset
+    let cancelled = {
+        let url = lacquer.url("/h2/cancelled");
+        let client = client.clone();
+        tokio::spawn(async move {
+            let mut resp = client.get(&url).send().await.unwrap();
+            assert_eq!(resp.version(), reqwest::Version::HTTP_2);
+            let status = resp.status();
+            let chunk = resp.chunk().await;
+            assert!(
+                matches!(&chunk, Ok(Some(c)) if !c.is_empty()),
+                "{status} {chunk:?}"
+            );
+            drop(resp);
+        })
+    };
+    let streams: Vec<_> = (0..10)
+        .map(|i| {
+            let url = lacquer.url(&format!("/h2/{}", i % 5));
+            let client = client.clone();
+            tokio::spawn(async move { send(&client, "GET", &url, &[], None).await.unwrap() })
+        })
+        .collect();
+    cancelled.await.unwrap();
+    let mut answers = Vec::new();
+    for (i, stream) in streams.into_iter().enumerate() {
+        let resp = stream.await.unwrap();
+        assert_eq!(resp.version, reqwest::Version::HTTP_2);
+        assert_eq!(resp.status, 200);
+        assert_eq!(
+            resp.header("x-path").as_deref(),
+            Some(format!("/h2/{}", i % 5).as_str())
+        );
+        assert_eq!(resp.body.as_ref(), paced_body(8, 3000).as_slice());
+        answers.push(seen_h2(&resp));
+    }
+    for i in 0..5 {
+        assert_eq!(origin.hits_for(&format!("/h2/{i}")), 1, "/h2/{i}");
+    }
+    let after = tokio::time::timeout(
+        Duration::from_secs(8),
+        send(&client, "GET", &lacquer.url("/h2/cancelled"), &[], None),
+    )
+    .await
+    .expect("the cancelled stream's URL hung")
+    .unwrap();
+    assert_eq!(after.status, 200);
+    assert_eq!(after.body.as_ref(), paced_body(8, 3000).as_slice());
+    answers.sort();
+    answers
+}
+
+/// [`seen`], without `Cache-Status` (a stream may have been the fetching one or a waiter).
+fn seen_h2(resp: &Resp) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let (status, mut fields, body) = seen(resp);
+    fields.retain(|(name, _)| name != "cache-status");
+    (status, fields, body)
+}
+
+#[tokio::test]
+async fn h2c_streams_doing_direct_misses_are_answered_as_on_the_standard_path() {
+    let (direct, standard) = tokio::join!(h2c_misses(true), h2c_misses(false));
+    assert_eq!(direct, standard);
+}
+
+// --- 9. a reload while direct misses are in flight ---------------------------------------------
+
+/// Direct misses streaming while the config is reloaded (SIGHUP) twice, direct misses turned
+/// off and on again: each answered whole, the waiters on their locks too, and every URL then
+/// stored and served.
+#[tokio::test]
+async fn a_reload_while_direct_misses_stream_cuts_nothing() {
+    let seen = std::sync::Mutex::new(std::collections::HashSet::<String>::new());
+    let origin = TestOrigin::start(move |req| {
+        let first = seen.lock().unwrap().insert(req.path.clone());
+        let ms = if first { 100 } else { 0 };
+        OriginResponse::ok(Body::Paced {
+            chunks: paced_chunks(8, 2000),
+            interval: Duration::from_millis(ms),
+        })
+        .header("Cache-Control", "max-age=60")
+        .delay(Duration::from_millis(ms * 2))
+    });
+    let config =
+        |direct: bool| format!("[log]\naccess = \"off\"\n[proxy]\ndirect_misses = {direct}\n");
+    let (lacquer, admin) = LacquerProcess::start_with_admin(|port, admin| {
+        format!(
+            "{}[admin]\nlisten = \"127.0.0.1:{admin}\"\n",
+            simple_config(port, origin.addr(), &config(true))
+        )
+    });
+    let requests: Vec<_> = (0..12)
+        .map(|i| {
+            // two requests per URL: one fetches, the other waits on its lock
+            let url = lacquer.url(&format!("/reloaded/{}", i % 6));
+            tokio::spawn(async move { get(&url, &[("host", HOST)]).await })
+        })
+        .collect();
+    for i in 0..6 {
+        origin_has(&origin, &format!("/reloaded/{i}"), 1).await;
+    }
+    let rewrite = |direct: bool| {
+        let text = std::fs::read_to_string(lacquer.config_path().unwrap()).unwrap();
+        let from = format!("direct_misses = {}", !direct);
+        lacquer.write_config(&text.replace(&from, &format!("direct_misses = {direct}")));
+        assert!(lacquer.signal("HUP"));
+    };
+    rewrite(false);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    rewrite(true);
+    for request in requests {
+        let resp = request.await.unwrap();
+        assert_eq!(resp.status, 200);
+        assert_eq!(resp.body.as_ref(), paced_body(8, 2000).as_slice());
+    }
+    for i in 0..6 {
+        let path = format!("/reloaded/{i}");
+        assert_eq!(origin.hits_for(&path), 1, "{path}");
+        let resp = get_bounded(&lacquer, &path).await;
+        assert!(resp.is_hit(), "{path}: {:?}", resp.cache_status());
+    }
+    // and the reloaded node still does direct misses
+    let before = scrape(admin).await.value("lacquer_direct_misses_total");
+    assert_eq!(get_bounded(&lacquer, "/reloaded/new").await.status, 200);
+    let mut after = before;
+    for _ in 0..100 {
+        after = scrape(admin).await.value("lacquer_direct_misses_total");
+        if after > before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(after, before + 1.0);
+    assert!(
+        wait_for_log(&lacquer, "reload", Duration::from_secs(5)),
+        "{}",
+        lacquer.stderr_log()
+    );
+}
+
+/// Chunked answers (no length announced) just under, at and just over `max_object_size`, and
+/// sized ones the same: relayed whole, and stored exactly when within the limit, as the
+/// standard path stores them. (The standard path itself fails a chunked answer found over the
+/// limit while relayed: "Fail to cache response: response too large", the client cut or
+/// answered 500; it is left out of the comparison.)
+#[tokio::test]
+async fn answers_around_the_size_limit_are_stored_as_on_the_standard_path() {
+    const LIMIT: usize = 10 * 1024;
+    let handler = |req: &RecordedRequest| {
+        let len: usize = req.path.rsplit('/').next().unwrap().parse().unwrap();
+        let body = vec![b'z'; len];
+        let resp = if req.path.starts_with("/chunked/") {
+            OriginResponse::chunked([body[..len / 2].to_vec(), body[len / 2..].to_vec()])
+        } else {
+            OriginResponse::ok(body)
+        };
+        resp.header("Cache-Control", "max-age=60")
+    };
+    let origins = [TestOrigin::start(handler), TestOrigin::start(handler)];
+    let extra = "[cache]\nmax_object_size = \"10KiB\"\n";
+    let (direct, _) = node(origins[0].addr(), true, extra);
+    let (standard, _) = node(origins[1].addr(), false, extra);
+    for framing in ["chunked", "sized"] {
+        for len in [LIMIT - 1, LIMIT, LIMIT + 1] {
+            let path = format!("/{framing}/{len}");
+            for (lacquer, origin, direct) in [
+                (&direct, &origins[0], true),
+                (&standard, &origins[1], false),
+            ] {
+                if !direct && framing == "chunked" && len > LIMIT {
+                    continue;
+                }
+                for _ in 0..2 {
+                    let resp = get_page(lacquer, &path).await;
+                    assert_eq!(resp.status, 200, "{path}, direct {direct}");
+                    assert_eq!(
+                        resp.body.len(),
+                        len,
+                        "{path}, direct {direct}: relayed whole"
+                    );
+                }
+                let stored = origin.hits_for(&path) == 1;
+                assert_eq!(stored, len <= LIMIT, "{path}, direct {direct}: stored");
+            }
+        }
+    }
+}
