@@ -305,7 +305,7 @@ impl LacquerProxy {
             Some(meta) => {
                 // the client gets the head as stored, as the standard path serves its miss
                 // from the fill (the policy removed what must not be stored or served)
-                head = Box::new(stored_head(&meta));
+                head = stored_head(&meta, head);
                 let key = ctx.key.get(session.req_header());
                 let span = Span::inactive().handle();
                 match self.storage.get_miss_handler(key, &meta, &span).await {
@@ -336,7 +336,17 @@ impl LacquerProxy {
         send_unframed_body_chunked(session, &mut head, end)?;
         self.finish_forwarded_head(session, &mut head, ctx, phase, ttl)
             .await?;
-        session.write_response_header(head, end).await?;
+        // a client that goes away while the answer is being stored does not end the fill: the
+        // requests streaming it (the lock let them go when it started) get it whole, and it is
+        // stored, as Pingora's miss ignores a downstream error while it caches; the error is
+        // the request's once the fill is done
+        let mut client_gone = None;
+        if let Err(e) = session.write_response_header(head, end).await {
+            if fill.is_none() {
+                return Err(e);
+            }
+            client_gone = Some(e);
+        }
         let mut ended = end;
         while !ended {
             let mut data = match first.take() {
@@ -359,8 +369,20 @@ impl LacquerProxy {
                     fill = None;
                 }
             }
+            if let Some(e) = client_gone.take() {
+                if fill.is_none() {
+                    return Err(e);
+                }
+                client_gone = Some(e);
+                continue;
+            }
             self.response_body_filter(session, &mut data, ended, ctx)?;
-            session.write_response_body(data, ended).await?;
+            if let Err(e) = session.write_response_body(data, ended).await {
+                if fill.is_none() {
+                    return Err(e);
+                }
+                client_gone = Some(e);
+            }
         }
         if let Some(writing) = fill {
             // finished before the answer's last bytes are flushed (Pingora's `finish`), so the
@@ -368,6 +390,9 @@ impl LacquerProxy {
             if let Err(e) = writing.miss.finish().await {
                 log::warn!("storing the answer to a request forwarded directly failed: {e}");
             }
+        }
+        if let Some(e) = client_gone {
+            return Err(e);
         }
         if let Some(stream) = upstream.reuse().await {
             self.idle_upstream
@@ -512,6 +537,14 @@ impl LacquerProxy {
         ctx: &mut RequestCtx,
         miss: bool,
     ) -> (CachePhase, Option<CacheMeta>) {
+        if miss && head.status == StatusCode::NOT_MODIFIED {
+            // a 304 with nothing stored to validate is passed on unjudged, as the standard
+            // path's miss passes it on (Pingora's reason)
+            return (
+                CachePhase::Disabled(NoCacheReason::Custom("304 on miss")),
+                None,
+            );
+        }
         let req = session.req_header();
         let decision = live.policy.response_decision_with(
             req,
@@ -554,9 +587,16 @@ impl LacquerProxy {
 
 /// The head a stored miss is served with: the stored head, as Pingora's `cache_hit_header`
 /// makes it for a miss served from its fill (HTTP/1.1, chunked when no length is known; no
-/// `Age`, the origin was asked).
-fn stored_head(meta: &CacheMeta) -> ResponseHeader {
-    let mut head = meta.response_header_copy();
+/// `Age`, the origin was asked). The stored head is the relayed one less the fields the policy
+/// removed (`private="..."`, `no-cache="..."`): when it removed none, the relayed head is kept
+/// rather than copied.
+fn stored_head(meta: &CacheMeta, relayed: Box<ResponseHeader>) -> Box<ResponseHeader> {
+    let stored = meta.response_header();
+    let mut head = if stored.headers.len() == relayed.headers.len() {
+        relayed
+    } else {
+        Box::new(meta.response_header_copy())
+    };
     head.set_version(Version::HTTP_11);
     let no_body = matches!(head.status.as_u16(), 204 | 304);
     if !no_body
