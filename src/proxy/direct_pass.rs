@@ -281,13 +281,6 @@ impl LacquerProxy {
             mut head,
             mut first,
         } = answered;
-        if head.status == StatusCode::SWITCHING_PROTOCOLS {
-            let e = Error::explain(
-                ErrorType::InvalidHTTPHeader,
-                "101 Switching Protocols to a request that asked for no upgrade",
-            );
-            return Err(e.into_up());
-        }
         // the first bytes are in hand: no body to follow the head only when there were none
         let end = upstream.is_body_done() && first.is_none();
         self.upstream_response_filter(session, &mut head, ctx)
@@ -340,23 +333,19 @@ impl LacquerProxy {
         // requests streaming it (the lock let them go when it started) get it whole, and it is
         // stored, as Pingora's miss ignores a downstream error while it caches; the error is
         // the request's once the fill is done
-        let mut client_gone = None;
-        if let Err(e) = session.write_response_header(head, end).await {
-            if fill.is_none() {
-                return Err(e);
-            }
-            client_gone = Some(e);
-        }
+        let mut client_gone = session.write_response_header(head, end).await.err();
         let mut ended = end;
         while !ended {
+            if client_gone.is_some() && fill.is_none() {
+                break;
+            }
             let mut data = match first.take() {
                 Some(chunk) => Some(chunk),
                 None => upstream.read_body_bytes().await.map_err(|e| e.into_up())?,
             };
             ended = upstream.is_body_done();
             if data.is_none() && !ended {
-                let e = Error::explain(ErrorType::ConnectionClosed, "origin's body ended early");
-                return Err(e.into_up());
+                return Err(body_ended_early().into_up());
             }
             self.upstream_response_body_filter(session, &mut data, ended, ctx)?;
             if let (Some(writing), Some(chunk)) = (&mut fill, &data) {
@@ -369,20 +358,12 @@ impl LacquerProxy {
                     fill = None;
                 }
             }
-            if let Some(e) = client_gone.take() {
-                if fill.is_none() {
-                    return Err(e);
-                }
-                client_gone = Some(e);
+            if client_gone.is_some() {
+                // only the fill still wants the body
                 continue;
             }
             self.response_body_filter(session, &mut data, ended, ctx)?;
-            if let Err(e) = session.write_response_body(data, ended).await {
-                if fill.is_none() {
-                    return Err(e);
-                }
-                client_gone = Some(e);
-            }
+            client_gone = session.write_response_body(data, ended).await.err();
         }
         if let Some(writing) = fill {
             // finished before the answer's last bytes are flushed (Pingora's `finish`), so the
@@ -503,11 +484,7 @@ impl LacquerProxy {
             match upstream.read_body_bytes().await {
                 Ok(Some(chunk)) => Some(chunk),
                 Ok(None) if upstream.is_body_done() => None,
-                Ok(None) => {
-                    let e =
-                        Error::explain(ErrorType::ConnectionClosed, "origin's body ended early");
-                    return Ok(Err(failed(e)));
-                }
+                Ok(None) => return Ok(Err(failed(body_ended_early()))),
                 Err(e) => return Ok(Err(failed(e))),
             }
         };
@@ -527,8 +504,8 @@ impl LacquerProxy {
     /// variant fills the URL's primary slot). A remembered URL's request was a pass's, so its
     /// answer is stored only without `Vary` or a `Content-Encoding`; with either, the next
     /// request, no longer remembered, stores what it gets. Returns the cache phase the standard
-    /// path would be in now, and the head to store. An answer announcing a length over the
-    /// largest object stored is not stored, as the standard path's miss decides it.
+    /// path would be in now, and the head to store (an answer announcing a length over the
+    /// largest object stored is refused by the policy, as on the standard path).
     fn on_storable_url_answer(
         &self,
         live: &LiveSettings,
@@ -563,15 +540,6 @@ impl LacquerProxy {
                     meta.set_variance_key(variance);
                 }
                 ctx.seen.storable = true;
-                let announced = head
-                    .headers
-                    .get(header::CONTENT_LENGTH)
-                    .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
-                    .and_then(|v| v.trim().parse::<usize>().ok());
-                if announced.is_some_and(|len| len > live.policy.max_object_size()) {
-                    let reason = NoCacheReason::ResponseTooLarge;
-                    return (CachePhase::Disabled(reason), None);
-                }
                 (CachePhase::Miss, Some(meta))
             }
             RespCacheable::Cacheable(_) => {
@@ -607,6 +575,11 @@ fn stored_head(meta: &CacheMeta, relayed: Box<ResponseHeader>) -> Box<ResponseHe
         let _ = head.insert_header(header::TRANSFER_ENCODING, "chunked");
     }
     head
+}
+
+/// The origin closed the connection before the body its head announced had all arrived.
+fn body_ended_early() -> Box<Error> {
+    Error::explain(ErrorType::ConnectionClosed, "origin's body ended early")
 }
 
 /// A copy of the response head `upstream` has just read.

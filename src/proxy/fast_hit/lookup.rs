@@ -16,7 +16,7 @@
 use crate::policy::vary;
 use crate::proxy::cache_key;
 use crate::storage::fill_lease::Sighting;
-use crate::storage::memory::{CompleteObject, MemoryTier};
+use crate::storage::memory::{CompleteObject, MemoryTier, NoCompleteObject};
 use crate::storage::object::StoredMeta;
 use crate::storage::tiered::TieredStorage;
 use pingora_cache::key::{CacheHashKey, HashBinary};
@@ -52,13 +52,12 @@ pub fn in_memory(
     primary_bin: HashBinary,
     now: SystemTime,
 ) -> Lookup {
-    let Some(primary) = memory.complete_object(primary_bin) else {
+    let primary = match memory.complete_object(primary_bin) {
+        Ok(primary) => primary,
         // a fill in flight is streamed by the standard path's lookup: not absent (a direct miss
         // would fetch it a second time once the filling request has let its lock go)
-        if memory.is_filling(primary_bin) {
-            return Lookup::Decline;
-        }
-        return Lookup::Absent;
+        Err(NoCompleteObject::Filling) => return Lookup::Decline,
+        Err(NoCompleteObject::Absent) => return Lookup::Absent,
     };
     let hit = match primary.meta().variance {
         None => primary,
@@ -70,7 +69,7 @@ pub fn in_memory(
                 primary
             } else {
                 match memory.complete_object(cache_key::variant_bin(primary_bin, wanted)) {
-                    Some(variant) if variant_is_current(variant.meta(), primary.meta(), wanted) => {
+                    Ok(variant) if variant_is_current(variant.meta(), primary.meta(), wanted) => {
                         variant
                     }
                     _ => return Lookup::Decline,

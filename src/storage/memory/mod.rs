@@ -95,6 +95,15 @@ pub struct MemoryTier {
     bans: Option<&'static BanList>,
 }
 
+/// Why [`MemoryTier::complete_object`] has no object to give.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoCompleteObject {
+    /// A fill of it is in flight (a lookup of the standard path streams it).
+    Filling,
+    /// Nothing is stored under the key, or nothing this node still trusts.
+    Absent,
+}
+
 fn key_of(hash: [u8; 16]) -> u128 {
     u128::from_be_bytes(hash)
 }
@@ -143,18 +152,16 @@ impl MemoryTier {
     }
 
     /// The complete object stored under `key` for the proxy's hit fast path, if there is one and
-    /// no fill of it is in flight. Freshness and variance are the caller's to judge.
-    pub fn complete_object(&self, key: [u8; 16]) -> Option<CompleteObject> {
+    /// no fill of it is in flight; else which of the two it is. Freshness and variance are the
+    /// caller's to judge.
+    pub fn complete_object(&self, key: [u8; 16]) -> Result<CompleteObject, NoCompleteObject> {
         let key = key_of(key);
         if self.fills.is_filling(key) {
-            return None;
+            return Err(NoCompleteObject::Filling);
         }
-        self.trusted_object(key).map(CompleteObject::new)
-    }
-
-    /// Whether a fill of `key` is in flight (a lookup of the standard path streams it).
-    pub fn is_filling(&self, key: [u8; 16]) -> bool {
-        self.fills.is_filling(key_of(key))
+        self.trusted_object(key)
+            .map(CompleteObject::new)
+            .ok_or(NoCompleteObject::Absent)
     }
 
     /// The partial object stored for the URL whose primary key hash is `primary`, unless this node
@@ -639,7 +646,7 @@ mod tests {
         assert_eq!(partial.span.content_range(), "bytes 0-4/10");
         // no complete-object lookup finds it
         assert!(tier.lookup(&key, &span).await.unwrap().is_none());
-        assert!(tier.complete_object(primary).is_none());
+        assert!(tier.complete_object(primary).is_err());
         // a purge of the URL takes it too
         let outcome = tier
             .purge(
