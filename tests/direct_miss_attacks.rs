@@ -586,25 +586,18 @@ async fn heads_ranges_and_conditionals_during_a_slow_direct_miss_share_its_one_f
 /// clock-relative `Last-Modified` and `Expires`, with the TTL in
 /// `Cache-Status` left out: a second may pass between the two nodes' answers), body.
 fn seen(resp: &Resp) -> (u16, Vec<(String, String)>, Vec<u8>) {
-    let mut fields: Vec<(String, String)> = resp
-        .headers
-        .iter()
-        // relative to the origin's clock: a second may turn between the two nodes' answers
-        .filter(|(name, _)| !matches!(name.as_str(), "date" | "age" | "last-modified" | "expires"))
-        .map(|(name, value)| {
-            let mut value = value.to_str().unwrap_or("?").to_string();
-            if name.as_str() == "cache-status" {
-                value = value
-                    .split("; ")
-                    .filter(|param| !param.starts_with("ttl="))
-                    .collect::<Vec<_>>()
-                    .join("; ");
-            }
-            (name.to_string(), value)
-        })
-        .collect();
-    fields.sort();
-    (resp.status, fields, resp.body.to_vec())
+    // relative to the origin's clock: a second may turn between the two nodes' answers
+    let (status, mut fields, body) = resp.seen_except(&["date", "age", "last-modified", "expires"]);
+    for (name, value) in &mut fields {
+        if name == "cache-status" {
+            *value = value
+                .split("; ")
+                .filter(|param| !param.starts_with("ttl="))
+                .collect::<Vec<_>>()
+                .join("; ");
+        }
+    }
+    (status, fields, body)
 }
 
 /// Two GETs of each path, on a node with direct misses and one without, each in front of its
@@ -624,16 +617,7 @@ async fn same_on_both_paths(extra: &str, cases: &[(&str, &[(&str, &str)])]) {
             let asked: Vec<Vec<(String, String)>> = origin
                 .requests_for(path)
                 .iter()
-                .map(|req| {
-                    let mut fields: Vec<_> = req
-                        .headers
-                        .iter()
-                        .filter(|(name, _)| !matches!(name.as_str(), "host" | "x-forwarded-host"))
-                        .cloned()
-                        .collect();
-                    fields.sort();
-                    fields
-                })
+                .map(|req| req.sorted_fields_except(&["host", "x-forwarded-host"]))
                 .collect();
             seen_by.push((seen(&first), seen(&second), asked));
         }
@@ -1113,14 +1097,7 @@ async fn a_reload_while_direct_misses_stream_cuts_nothing() {
     // and the reloaded node still does direct misses
     let before = scrape(admin).await.value("lacquer_direct_misses_total");
     assert_eq!(get_bounded(&lacquer, "/reloaded/new").await.status, 200);
-    let mut after = before;
-    for _ in 0..100 {
-        after = scrape(admin).await.value("lacquer_direct_misses_total");
-        if after > before {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let after = value_when(admin, "lacquer_direct_misses_total", before + 1.0).await;
     assert_eq!(after, before + 1.0);
     assert!(
         wait_for_log(&lacquer, "reload", Duration::from_secs(5)),

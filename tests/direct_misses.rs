@@ -20,32 +20,6 @@ fn node(origin: std::net::SocketAddr, direct: bool, extra: &str) -> (LacquerProc
     )
 }
 
-/// `series` from `/metrics`, once it reads `expected` or 5 s have passed (a request is counted
-/// when it is logged, just after its answer went out).
-async fn metric(admin: u16, series: &str, expected: f64) -> f64 {
-    let mut value = scrape(admin).await.value(series);
-    for _ in 0..100 {
-        if value == expected {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        value = scrape(admin).await.value(series);
-    }
-    value
-}
-
-/// What a client sees of an answer, minus `Date`.
-fn seen(resp: &Resp) -> (u16, Vec<(String, String)>, Vec<u8>) {
-    let mut fields: Vec<(String, String)> = resp
-        .headers
-        .iter()
-        .filter(|(name, _)| name.as_str() != "date")
-        .map(|(name, value)| (name.to_string(), value.to_str().unwrap_or("?").to_string()))
-        .collect();
-    fields.sort();
-    (resp.status, fields, resp.body.to_vec())
-}
-
 #[tokio::test]
 async fn a_direct_miss_is_stored_and_answered_as_the_standard_paths_miss() {
     let origins = [scripted_origin(), scripted_origin()];
@@ -63,7 +37,7 @@ async fn a_direct_miss_is_stored_and_answered_as_the_standard_paths_miss() {
             let again = get(&lacquer.url(path), &[]).await;
             assert!(again.is_hit(), "{:?}", again.cache_status());
             assert_eq!(again.body, first.body, "the stored body is the relayed one");
-            here.push(seen(&first));
+            here.push(first.seen_except(&["date"]));
         }
         assert_eq!(origin.hits(), 2, "one origin request per URL");
         answers.push(here);
@@ -72,20 +46,13 @@ async fn a_direct_miss_is_stored_and_answered_as_the_standard_paths_miss() {
     // what the origin was asked: the same request (the coding the cache wants, the forwarding
     // fields), whichever path asked
     let asked = |origin: &TestOrigin| {
-        let mut fields: Vec<(String, String)> = origin.requests_for(&page)[0]
-            .headers
-            .iter()
-            // the node's own address differs
-            .filter(|(name, _)| !matches!(name.as_str(), "host" | "x-forwarded-host"))
-            .cloned()
-            .collect();
-        fields.sort();
-        fields
+        // the node's own address differs
+        origin.requests_for(&page)[0].sorted_fields_except(&["host", "x-forwarded-host"])
     };
     assert_eq!(asked(&origins[0]), asked(&origins[1]));
     let series = "lacquer_direct_misses_total";
-    assert_eq!(metric(direct_admin, series, 2.0).await, 2.0);
-    assert_eq!(metric(standard_admin, series, 0.0).await, 0.0);
+    assert_eq!(value_when(direct_admin, series, 2.0).await, 2.0);
+    assert_eq!(value_when(standard_admin, series, 0.0).await, 0.0);
 }
 
 #[tokio::test]
@@ -113,7 +80,10 @@ async fn concurrent_misses_of_one_url_make_one_origin_request() {
         "the others waited for the first one's fill"
     );
     // the first went direct; the others found its lock taken and waited in the standard path
-    assert_eq!(metric(admin, "lacquer_direct_misses_total", 1.0).await, 1.0);
+    assert_eq!(
+        value_when(admin, "lacquer_direct_misses_total", 1.0).await,
+        1.0
+    );
 }
 
 #[tokio::test]

@@ -28,28 +28,13 @@ fn node(origin: SocketAddr, direct: bool, extra: &str) -> (LacquerProcess, u16) 
 /// `lacquer_direct_passes_total`, once it reads `expected` or 5 s have passed (a request is
 /// counted when it is logged, just after its answer went out).
 async fn direct_passes(admin: u16, expected: f64) -> f64 {
-    let mut value = scrape(admin).await.value("lacquer_direct_passes_total");
-    for _ in 0..100 {
-        if value == expected {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        value = scrape(admin).await.value("lacquer_direct_passes_total");
-    }
-    value
+    value_when(admin, "lacquer_direct_passes_total", expected).await
 }
 
 /// What a client sees of an answer, minus what differs between any two answers (`Date`, the
 /// origin's request count).
 fn seen(resp: &Resp) -> (u16, Vec<(String, String)>, Vec<u8>) {
-    let mut fields: Vec<(String, String)> = resp
-        .headers
-        .iter()
-        .filter(|(name, _)| !matches!(name.as_str(), "date" | "x-origin-count"))
-        .map(|(name, value)| (name.to_string(), value.to_str().unwrap_or("?").to_string()))
-        .collect();
-    fields.sort();
-    (resp.status, fields, resp.body.to_vec())
+    resp.seen_except(&["date", "x-origin-count"])
 }
 
 #[tokio::test]

@@ -22,6 +22,20 @@ pub async fn scrape(admin_port: u16) -> Scrape {
     Scrape { text }
 }
 
+/// The value of `series` once it reads `expected`, or after 5 s the last value read: a
+/// request is counted when it is logged, just after its answer went out.
+pub async fn value_when(admin_port: u16, series: &str, expected: f64) -> f64 {
+    let mut value = scrape(admin_port).await.value(series);
+    for _ in 0..100 {
+        if value == expected {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        value = scrape(admin_port).await.value(series);
+    }
+    value
+}
+
 impl Scrape {
     /// The value of the sample written exactly `series` (name and labels as exported, e.g.
     /// `lacquer_requests_total{cache="hit",tier="memory"}`); panics when there is none.

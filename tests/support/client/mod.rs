@@ -29,6 +29,20 @@ pub struct Resp {
 }
 
 impl Resp {
+    /// What a client sees of this answer, for comparing two nodes' answers: the status, the
+    /// fields (names as `HeaderMap` gives them, lowercase) other than `skip`, sorted, and the
+    /// body.
+    pub fn seen_except(&self, skip: &[&str]) -> (u16, Vec<(String, String)>, Vec<u8>) {
+        let mut fields: Vec<(String, String)> = self
+            .headers
+            .iter()
+            .filter(|(name, _)| !skip.contains(&name.as_str()))
+            .map(|(name, value)| (name.to_string(), value.to_str().unwrap_or("?").to_string()))
+            .collect();
+        fields.sort();
+        (self.status, fields, self.body.to_vec())
+    }
+
     /// First value of header `name` (case-insensitive), lossily as UTF-8.
     pub fn header(&self, name: &str) -> Option<String> {
         self.headers

@@ -22,6 +22,19 @@ pub struct RecordedRequest {
 }
 
 impl RecordedRequest {
+    /// The fields other than those named exactly `skip`, sorted: what two nodes asked an origin,
+    /// compared without the fields that name each node.
+    pub fn sorted_fields_except(&self, skip: &[&str]) -> Vec<(String, String)> {
+        let mut fields: Vec<(String, String)> = self
+            .headers
+            .iter()
+            .filter(|(name, _)| !skip.contains(&name.as_str()))
+            .cloned()
+            .collect();
+        fields.sort();
+        fields
+    }
+
     /// First value of header `name` (case-insensitive), if present.
     pub fn header(&self, name: &str) -> Option<&str> {
         field(&self.headers, name)
