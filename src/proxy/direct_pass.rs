@@ -42,11 +42,12 @@
 //! (502, 504) and the client connection is closed.
 //!
 //! A miss asks the origin as the standard path's miss does (`Accept-Encoding` for the coding
-//! stored, compression on store), and stores a storable answer whole once it has been relayed
-//! (Pingora streams it into the storage as it relays): the lock is released then (`Done`: the
-//! waiters look it up again), at once when the answer turns out not to be storable (`GiveUp`:
-//! they fetch for themselves), or, when the request fails or its client leaves, as a transient
-//! error (one of them fetches in its place).
+//! stored, compression on store), and streams a storable answer into the storage's miss
+//! handler as it relays it. The lock is released when that fill starts (`Done`: the waiters
+//! look the URL up again and stream the fill, as over Pingora's own miss), at once when the
+//! answer turns out not to be storable (`GiveUp`: they fetch for themselves), or, when the
+//! request fails before its fill starts, as a transient error (one of them fetches in its
+//! place). A client that leaves once the fill has started does not end it.
 //!
 //! Known differences: an idle origin connection is checked when taken rather than watched (see
 //! `idle_connections`), the `Accept-Encoding` a remembered URL's request carries is the client's
