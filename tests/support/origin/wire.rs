@@ -314,7 +314,7 @@ async fn write_response(
     let send_body = !is_head && !bodiless_status;
 
     if !has_field(&headers, "date") {
-        headers.push(("Date".into(), http_date(SystemTime::now())));
+        headers.push(("Date".into(), http_date(next_whole_second())));
     }
     let own_framing =
         has_field(&headers, "content-length") || has_field(&headers, "transfer-encoding");
@@ -433,4 +433,22 @@ async fn write_chunks(
         stream.write_all(b"0\r\n\r\n").await?;
     }
     Ok(())
+}
+
+/// Now, rounded up to the next whole second: the default `Date` of a scripted answer.
+///
+/// An HTTP date has whole seconds, so a `Date` of *now* truncated makes the answer look up to a
+/// second old when it arrives (its apparent age, RFC 9111 §4.2.3). A `max-age=1` answer could then
+/// be stale a millisecond after it was stored, and a test that expects the next request to hit
+/// would pass or fail on where in the second it ran. Rounded up, the apparent age is zero and the
+/// lifetime is the one the test scripted; tests of apparent age script `date=` themselves.
+fn next_whole_second() -> SystemTime {
+    let now = SystemTime::now();
+    let since_epoch = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    let whole = std::time::Duration::from_secs(
+        since_epoch.as_secs() + u64::from(since_epoch.subsec_nanos() > 0),
+    );
+    SystemTime::UNIX_EPOCH + whole
 }
