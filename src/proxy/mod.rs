@@ -689,7 +689,7 @@ impl ProxyHttp for LacquerProxy {
         if let Some(ae) =
             compression::upstream_accept_encoding(&live.config.cache.compression, cache_enabled)
         {
-            upstream_request.insert_header(http::header::ACCEPT_ENCODING, ae)?;
+            upstream_request.insert_header(headers::ACCEPT_ENCODING, ae)?;
         }
         partial_content::on_upstream_request(&ctx.partial, upstream_request)?;
         let client_fields = forwarding::on_upstream_request(
@@ -706,7 +706,7 @@ impl ProxyHttp for LacquerProxy {
         );
         if live.config.proxy.via {
             let version = session.req_header().version;
-            upstream_request.append_header(http::header::VIA, live.via.for_version(version))?;
+            upstream_request.append_header(headers::VIA, live.via.for_version(version))?;
         }
         if !upstream_request.headers.contains_key(http::header::HOST) {
             let host = upstream_request

@@ -4,13 +4,11 @@
 //! ([`write_lines`]): the same names, in the same case, with the same values either way.
 
 use super::cache_status::CacheStatus;
+use super::headers;
 use crate::config::cache::Announce;
 use crate::lifecycle::live::LiveSettings;
 use pingora_error::Result;
 use pingora_http::ResponseHeader;
-
-/// The name `Cache-Status` is written with (as Pingora writes a name given as text).
-const CACHE_STATUS: &str = "cache-status";
 
 /// Whether `Cache-Status` is announced, and if so whether a hit names its tier.
 pub fn announced(live: &LiveSettings) -> Option<bool> {
@@ -30,10 +28,10 @@ pub fn add_to_head(
 ) -> Result<()> {
     if let Some(with_tier) = announced(live) {
         let value = status.header_value(&live.config.cache.status_name, with_tier);
-        head.insert_header(CACHE_STATUS, value)?;
+        head.insert_header(headers::CACHE_STATUS, value)?;
     }
     if live.config.proxy.via {
-        head.append_header(http::header::VIA, live.via.for_version(version))?;
+        head.append_header(headers::VIA, live.via.for_version(version))?;
     }
     Ok(())
 }
@@ -48,13 +46,14 @@ pub fn write_lines(
     out: &mut String,
 ) {
     if let Some(with_tier) = announced(live) {
-        out.push_str(CACHE_STATUS);
+        out.push_str(headers::CACHE_STATUS.1);
         out.push_str(": ");
         status.write_header_value(&live.config.cache.status_name, with_tier, out);
         out.push_str("\r\n");
     }
     if live.config.proxy.via {
-        out.push_str("via: ");
+        out.push_str(headers::VIA.1);
+        out.push_str(": ");
         // rendered from `proxy.via_name`, checked to be an HTTP token at load: ASCII
         out.push_str(
             live.via

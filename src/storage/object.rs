@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::HeaderValue;
 use pingora_cache::key::HashBinary;
 use pingora_cache::CacheMeta;
-use pingora_http::ResponseHeader;
+use pingora_http::{CaseHeaderName, ResponseHeader};
 use std::time::SystemTime;
 
 /// Fixed per-object bookkeeping charged to the memory budget on top of header and body bytes
@@ -45,8 +45,11 @@ pub fn with_room_for_hit_fields(header: &ResponseHeader) -> ResponseHeader {
     // Pingora parses a response head into slices of its read buffer (4 KiB or more), which a
     // clone would keep alive for as long as the object is stored
     if header.has_case() {
-        for (name, value) in header.case_header_iter() {
-            let _ = roomy.append_header(Bytes::copy_from_slice(name.as_slice()), owned(value));
+        // the two maps list the fields in the same order: each name is taken as the header map
+        // keys it (not parsed again from its case) and its case copied
+        for ((name, value), (case, _)) in header.headers.iter().zip(header.case_header_iter()) {
+            let case = CaseHeaderName::from_slice(case.as_slice());
+            let _ = roomy.append_header((name.clone(), case), owned(value));
         }
     } else {
         for (name, value) in header.headers.iter() {

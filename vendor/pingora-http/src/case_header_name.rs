@@ -38,6 +38,19 @@ impl CaseHeaderName {
 /// A trait that converts into case-sensitive header names.
 pub trait IntoCaseHeaderName {
     fn into_case_header_name(self) -> CaseHeaderName;
+
+    /// LACQUER PATCH (names parsed once): the name as the header map keys it and as it is
+    /// written. Text is parsed into a [`HeaderName`]; a [`HeaderName`] is used as it is, where
+    /// it used to be written out as text and parsed back (an allocation and a parse for every
+    /// field a proxy adds).
+    fn into_header_names(self) -> Result<(HeaderName, CaseHeaderName), header::InvalidHeaderName>
+    where
+        Self: Sized,
+    {
+        let case = self.into_case_header_name();
+        let name = HeaderName::from_bytes(case.as_slice())?;
+        Ok((name, case))
+    }
 }
 
 impl IntoCaseHeaderName for CaseHeaderName {
@@ -62,11 +75,50 @@ impl IntoCaseHeaderName for HeaderName {
     fn into_case_header_name(self) -> CaseHeaderName {
         CaseHeaderName(titled_header_name(&self))
     }
+
+    // LACQUER PATCH (names parsed once)
+    fn into_header_names(self) -> Result<(HeaderName, CaseHeaderName), header::InvalidHeaderName> {
+        let case = CaseHeaderName(titled_header_name(&self));
+        Ok((self, case))
+    }
 }
 
 impl IntoCaseHeaderName for &HeaderName {
     fn into_case_header_name(self) -> CaseHeaderName {
         CaseHeaderName(titled_header_name(self))
+    }
+
+    // LACQUER PATCH (names parsed once)
+    fn into_header_names(self) -> Result<(HeaderName, CaseHeaderName), header::InvalidHeaderName> {
+        let case = CaseHeaderName(titled_header_name(self));
+        Ok((self.clone(), case))
+    }
+}
+
+/// LACQUER PATCH (names parsed once): a name with the text to write it as, both known in
+/// advance (a proxy's own fields): neither parsed nor copied. The text must be the name in some
+/// case.
+impl IntoCaseHeaderName for (HeaderName, &'static str) {
+    fn into_case_header_name(self) -> CaseHeaderName {
+        CaseHeaderName(Bytes::from_static(self.1.as_bytes()))
+    }
+
+    fn into_header_names(self) -> Result<(HeaderName, CaseHeaderName), header::InvalidHeaderName> {
+        debug_assert!(self.0.as_str().eq_ignore_ascii_case(self.1));
+        Ok((self.0, CaseHeaderName(Bytes::from_static(self.1.as_bytes()))))
+    }
+}
+
+/// LACQUER PATCH (names parsed once): a name with the case it is written in, both taken from
+/// another head: not parsed again.
+impl IntoCaseHeaderName for (HeaderName, CaseHeaderName) {
+    fn into_case_header_name(self) -> CaseHeaderName {
+        self.1
+    }
+
+    fn into_header_names(self) -> Result<(HeaderName, CaseHeaderName), header::InvalidHeaderName> {
+        debug_assert!(self.0.as_str().as_bytes().eq_ignore_ascii_case(self.1.as_slice()));
+        Ok(self)
     }
 }
 

@@ -42,7 +42,8 @@ pub mod authority;
 use authority::{raw_target_authority, RawTargetAuthority};
 
 mod case_header_name;
-use case_header_name::CaseHeaderName;
+// LACQUER PATCH (names parsed once): public, so that a name and its case can be added together
+pub use case_header_name::CaseHeaderName;
 pub use case_header_name::IntoCaseHeaderName;
 
 pub mod prelude {
@@ -259,6 +260,16 @@ impl RequestHeader {
         self.header_name_map.is_some()
     }
 
+    /// LACQUER PATCH (room for added fields): room for `additional` more fields in the header
+    /// map and, when the head has one, its case map, grown once now rather than as each field
+    /// is added. Never fails: past the maps' size limit it makes no room.
+    pub fn reserve_fields(&mut self, additional: usize) {
+        let _ = self.base.headers.try_reserve(additional);
+        if let Some(map) = self.header_name_map.as_mut() {
+            let _ = map.try_reserve(additional);
+        }
+    }
+
     /// LACQUER PATCH (case map on demand): gives a head built without case
     /// ([Self::build_no_case]) its case-preserving name map, so that it is written in HTTP/1 with
     /// the names as `original` says: called with each field's name and the index of the value
@@ -273,7 +284,9 @@ impl RequestHeader {
         if self.header_name_map.is_some() {
             return;
         }
-        let mut map = CaseMap::with_capacity(self.base.headers.len());
+        // LACQUER PATCH (room for added fields): as much room as the value map has, so that
+        // the fields a proxy adds next grow neither map
+        let mut map = CaseMap::with_capacity(self.base.headers.capacity());
         let mut previous: Option<&HeaderName> = None;
         let mut nth = 0;
         for (name, _) in self.base.headers.iter() {
@@ -880,10 +893,9 @@ fn append_header_value<T>(
     name: impl IntoCaseHeaderName,
     value: T,
 ) -> Result<bool> {
-    let case_header_name = name.into_case_header_name();
-    let header_name: HeaderName = case_header_name
-        .as_slice()
-        .try_into()
+    // LACQUER PATCH (names parsed once)
+    let (header_name, case_header_name) = name
+        .into_header_names()
         .or_err(InvalidHTTPHeader, "invalid header name")?;
     // store the original case in the map
     if let Some(name_map) = name_map {
@@ -909,10 +921,9 @@ fn insert_header_value<T>(
     name: impl IntoCaseHeaderName,
     value: T,
 ) -> Result<()> {
-    let case_header_name = name.into_case_header_name();
-    let header_name: HeaderName = case_header_name
-        .as_slice()
-        .try_into()
+    // LACQUER PATCH (names parsed once)
+    let (header_name, case_header_name) = name
+        .into_header_names()
         .or_err(InvalidHTTPHeader, "invalid header name")?;
     if let Some(name_map) = name_map {
         // store the original case in the map

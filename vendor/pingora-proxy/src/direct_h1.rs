@@ -23,6 +23,10 @@ use pingora_core::upstreams::peer::HttpPeer;
 use pingora_error::Result;
 use pingora_http::RequestHeader;
 
+/// LACQUER PATCH (room for added fields): the fields a request forwarded by a proxy has room
+/// for beyond its own.
+pub const FIELDS_A_PROXY_ADDS: usize = 6;
+
 /// A request head on its way to an HTTP/1 upstream, between the two halves of its preparation.
 pub struct H1UpstreamRequest {
     /// The head: the client's, with its field names' case, hop-by-hop fields removed.
@@ -36,6 +40,10 @@ pub struct H1UpstreamRequest {
 /// session.
 pub fn h1_upstream_request(session: &Session, peer: &HttpPeer) -> Result<H1UpstreamRequest> {
     let mut head = session.req_header().clone();
+    // room for the fields a proxy adds to the request it forwards (`Via`, `X-Forwarded-*`...),
+    // made before the case map is built so that both maps have it: added one by one, they grew
+    // (rehashed) both maps two or three times per request
+    head.reserve_fields(FIELDS_A_PROXY_ADDS);
     session.downstream_session.restore_header_case(&mut head);
     let downstream_had_host = head.headers.contains_key(http::header::HOST);
     head.set_version(Version::HTTP_11);

@@ -31,6 +31,11 @@ use crate::protocols::http::HttpTask;
 use crate::protocols::{Digest, SocketAddr, Stream, UniqueID, UniqueIDType};
 use crate::utils::{BufRef, KVRef};
 
+/// LACQUER PATCH (room for added fields): the fields a response head read from an upstream has
+/// room for beyond its own, so that a proxy adding its fields to the answer does not grow the
+/// head's two header maps (a rehash of each per answer).
+pub const FIELDS_A_PROXY_ADDS: usize = 4;
+
 /// The HTTP 1.x client session
 pub struct HttpSession {
     buf: Bytes,
@@ -334,9 +339,12 @@ impl HttpSession {
                         // while header_refs doesn't as it is still empty
                         let _num_headers = populate_headers(base, &mut header_refs, resp.headers);
 
+                        // LACQUER PATCH (room for added fields): room for the fields a proxy
+                        // adds to an answer it relays (`Via`, `Age`, `Cache-Status`...), which
+                        // otherwise grow (rehash) both header maps of nearly every answer
                         let mut response_header = match ResponseHeader::build(
                             resp.code.unwrap(),
-                            Some(resp.headers.len()),
+                            Some(resp.headers.len() + FIELDS_A_PROXY_ADDS),
                         ) {
                             Ok(header) => Box::new(header),
                             Err(e) => return self.fail_response_header_read(e),
