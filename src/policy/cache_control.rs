@@ -80,7 +80,7 @@ impl Known {
 
 impl<'a> ResponseDirectives<'a> {
     /// The directives of field `name` (lowercase) in `resp`, every line in order.
-    pub fn of(resp: &'a ResponseHeader, name: &str) -> Self {
+    pub fn of(resp: &'a ResponseHeader, name: &http::HeaderName) -> Self {
         let mut directives = ResponseDirectives::default();
         for line in resp.headers.get_all(name) {
             directives.add_line(line.as_bytes());
@@ -344,7 +344,7 @@ mod tests {
 
     /// Every answer of the scan against Pingora's parser, for one response.
     fn assert_same_as_pingora(resp: &ResponseHeader, what: &str) {
-        let ours = ResponseDirectives::of(resp, "cache-control");
+        let ours = ResponseDirectives::of(resp, &http::header::CACHE_CONTROL);
         let theirs = CacheControl::from_resp_headers(resp);
         let theirs = theirs.as_ref();
         let check = |name: &str, ours: bool, theirs: bool| {
@@ -439,20 +439,20 @@ mod tests {
     #[test]
     fn the_usual_fields() {
         let r = with_lines(&[b"public, max-age=3600, stale-while-revalidate=30"]);
-        let d = ResponseDirectives::of(&r, "cache-control");
+        let d = ResponseDirectives::of(&r, &http::header::CACHE_CONTROL);
         assert!(d.public() && !d.private() && !d.no_store());
         assert_eq!(d.stale_while_revalidate(), Some(Ok(30)));
         assert_eq!(d.stale_if_error(), None);
         let r = with_lines(&[b"No-Store"]);
-        assert!(ResponseDirectives::of(&r, "cache-control").no_store());
-        let d = ResponseDirectives::of(&r, "cdn-cache-control");
+        assert!(ResponseDirectives::of(&r, &http::header::CACHE_CONTROL).no_store());
+        let d = ResponseDirectives::of(&r, &http::HeaderName::from_static("cdn-cache-control"));
         assert!(!d.no_store() && !d.public());
     }
 
     #[test]
     fn field_lists_and_last_occurrences() {
         let r = with_lines(&[b"private=\"set-cookie, x-user\", max-age=60"]);
-        let d = ResponseDirectives::of(&r, "cache-control");
+        let d = ResponseDirectives::of(&r, &http::header::CACHE_CONTROL);
         assert!(!d.private());
         let mut stripped = r.clone();
         d.strip_private_headers(&mut stripped);
@@ -461,9 +461,9 @@ mod tests {
         assert!(stripped.headers.contains_key("etag"));
         // the last occurrence decides between the two forms
         let r = with_lines(&[b"private", b"private=x-user"]);
-        assert!(!ResponseDirectives::of(&r, "cache-control").private());
+        assert!(!ResponseDirectives::of(&r, &http::header::CACHE_CONTROL).private());
         let r = with_lines(&[b"no-cache=x-user, no-cache"]);
-        assert!(ResponseDirectives::of(&r, "cache-control").no_cache());
+        assert!(ResponseDirectives::of(&r, &http::header::CACHE_CONTROL).no_cache());
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //!
 //! Directive names are matched case-insensitively (§5.2).
 
+use http::HeaderName;
 use pingora_http::ResponseHeader;
 
 /// The largest delta-seconds value kept; larger ones clamp to it (RFC 9111 §1.2.2).
@@ -26,7 +27,11 @@ pub enum DeltaSeconds {
 }
 
 /// The first occurrence of directive `name` (lowercase) in the field `field` of `resp`.
-pub fn first_directive(resp: &ResponseHeader, field: &str, name: &str) -> Option<DeltaSeconds> {
+pub fn first_directive(
+    resp: &ResponseHeader,
+    field: &HeaderName,
+    name: &str,
+) -> Option<DeltaSeconds> {
     for line in resp.headers.get_all(field) {
         let Ok(line) = line.to_str() else { continue };
         for directive in split_directives(line) {
@@ -53,24 +58,28 @@ fn parse(value: Option<&str>) -> DeltaSeconds {
     }
 }
 
-/// Splits a field value at commas that are not inside a quoted string.
-fn split_directives(line: &str) -> Vec<&str> {
-    let mut parts = Vec::new();
-    let (mut start, mut quoted, mut escaped) = (0, false, false);
-    for (i, c) in line.char_indices() {
-        match c {
-            _ if escaped => escaped = false,
-            '\\' if quoted => escaped = true,
-            '"' => quoted = !quoted,
-            ',' if !quoted => {
-                parts.push(&line[start..i]);
-                start = i + 1;
+/// Splits a field value at commas that are not inside a quoted string (read as it is split: no
+/// list is built, and the search stops at the directive asked for).
+fn split_directives(line: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(line);
+    std::iter::from_fn(move || {
+        let text = rest?;
+        let (mut quoted, mut escaped) = (false, false);
+        for (i, b) in text.bytes().enumerate() {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' if quoted => escaped = true,
+                b'"' => quoted = !quoted,
+                b',' if !quoted => {
+                    rest = Some(&text[i + 1..]);
+                    return Some(&text[..i]);
+                }
+                _ => {}
             }
-            _ => {}
         }
-    }
-    parts.push(&line[start..]);
-    parts
+        rest = None;
+        Some(text)
+    })
 }
 
 #[cfg(test)]
@@ -80,7 +89,7 @@ mod tests {
 
     fn max_age(lines: &[&str]) -> Option<DeltaSeconds> {
         let headers: Vec<_> = lines.iter().map(|l| ("cache-control", *l)).collect();
-        first_directive(&resp(&headers), "cache-control", "max-age")
+        first_directive(&resp(&headers), &http::header::CACHE_CONTROL, "max-age")
     }
 
     #[test]

@@ -64,7 +64,7 @@ pub enum FreshnessSource {
 pub struct FreshnessRules<'a> {
     /// The field whose `s-maxage` / `max-age` govern: `Cache-Control` or the targeted field
     /// (RFC 9213) that replaced it.
-    pub cache_control_field: &'a str,
+    pub cache_control_field: &'a http::HeaderName,
     /// Fraction of `Date - Last-Modified` granted heuristically.
     pub heuristic_fraction: f64,
     /// Cap on heuristic freshness.
@@ -216,7 +216,7 @@ mod tests {
     use crate::policy::test_headers::response as resp;
 
     const RULES: FreshnessRules = FreshnessRules {
-        cache_control_field: "cache-control",
+        cache_control_field: &http::header::CACHE_CONTROL,
         heuristic_fraction: 0.1,
         heuristic_max: Duration::from_secs(86400),
         default_ttl: None,

@@ -135,7 +135,7 @@ impl CachePolicy {
         if !storable_status(resp.status) {
             return uncacheable(REASON_STATUS);
         }
-        let (cc, targeted) = self.targeted.cache_control(resp);
+        let (cc, governing_field, targeted) = self.targeted.cache_control(resp);
         // must-understand: store only statuses we understand, and then ignore no-store
         // (RFC 9111 §5.2.2.3)
         let must_understand = cc.must_understand();
@@ -164,7 +164,7 @@ impl CachePolicy {
             return uncacheable(REASON_TOO_LARGE);
         }
         let rules = FreshnessRules {
-            cache_control_field: self.targeted.governing_field(resp),
+            cache_control_field: governing_field,
             heuristic_fraction: self.heuristic_fraction,
             heuristic_max: self.heuristic_max,
             default_ttl: self.default_ttl,

@@ -31,7 +31,16 @@ pub const FIELDS_ADDED_PER_HIT: usize = 4;
 /// and Pingora's case-preserving name map) on every hit: measured, ~860 instructions per hit for
 /// a typical 9-field response. The copy is cloned once more before it is returned, which drops the
 /// spare entry capacity and keeps only the larger index table (a few dozen bytes per map).
+///
+/// A head that has the room already (one read from an origin has it: pingora-core patch 0019)
+/// is cloned, which keeps its index table and trims its entries, and its fields given memory of
+/// their own: about 5,000 instructions less per stored answer than the rebuild.
 pub fn with_room_for_hit_fields(header: &ResponseHeader) -> ResponseHeader {
+    if header.room_for_fields() >= FIELDS_ADDED_PER_HIT {
+        let mut copy = header.clone();
+        copy.own_field_bytes();
+        return copy;
+    }
     let hint = Some(header.headers.len() + FIELDS_ADDED_PER_HIT);
     let build = if header.has_case() {
         ResponseHeader::build
@@ -289,6 +298,62 @@ mod tests {
             origin.append_header(format!("X-Field-{i}"), "v").unwrap();
         }
         let stored = with_room_for_hit_fields(&origin);
+        let mut hit = stored.clone();
+        let capacity = hit.headers.capacity();
+        for name in ["Age", "Cache-Status", "Via", "Content-Length"] {
+            hit.insert_header(name, "1").unwrap();
+        }
+        assert_eq!(hit.headers.capacity(), capacity);
+    }
+
+    #[test]
+    fn a_head_with_room_is_copied_with_fields_of_its_own() {
+        // as Pingora reads a head: values (and case names) are slices of one read buffer, and
+        // the maps have room for four more fields (pingora-core patch 0019)
+        let buffer = Bytes::from(
+            b"Content-Type: text/html\r\nX-Custom-Thing: 1\r\nLink: </a.css>\r\nLink: </b.js>\r\n"
+                .repeat(64),
+        );
+        let mut origin = ResponseHeader::build(200, Some(4 + FIELDS_ADDED_PER_HIT)).unwrap();
+        for (name, value) in [
+            (0..12, 14..23),
+            (25..39, 41..42),
+            (44..48, 50..58),
+            (60..64, 66..73),
+        ] {
+            let value = HeaderValue::from_maybe_shared(buffer.slice(value)).unwrap();
+            origin.append_header(buffer.slice(name), value).unwrap();
+        }
+        assert!(origin.room_for_fields() >= FIELDS_ADDED_PER_HIT);
+        let stored = with_room_for_hit_fields(&origin);
+        let wire = |h: &ResponseHeader| {
+            let mut buf = Vec::new();
+            h.header_to_h1_wire(&mut buf);
+            String::from_utf8(buf).unwrap()
+        };
+        assert_eq!(wire(&stored), wire(&origin));
+        let inside = |p: *const u8| buffer.as_ptr_range().contains(&p);
+        assert!(origin
+            .headers
+            .values()
+            .any(|v| inside(v.as_bytes().as_ptr())));
+        assert!(
+            stored
+                .headers
+                .values()
+                .all(|v| !inside(v.as_bytes().as_ptr())),
+            "a stored value still points into the read buffer"
+        );
+        assert!(origin
+            .case_header_iter()
+            .any(|(n, _)| inside(n.as_slice().as_ptr())));
+        assert!(
+            stored
+                .case_header_iter()
+                .all(|(n, _)| !inside(n.as_slice().as_ptr())),
+            "a stored name still points into the read buffer"
+        );
+        assert!(wire(&stored).contains("X-Custom-Thing: 1\r\n"));
         let mut hit = stored.clone();
         let capacity = hit.headers.capacity();
         for name in ["Age", "Cache-Status", "Via", "Content-Length"] {

@@ -654,6 +654,36 @@ impl ResponseHeader {
         self.header_name_map.is_some()
     }
 
+    /// LACQUER PATCH (owned field bytes): gives every field value and case-preserving name its
+    /// own memory. A head read from a connection holds slices of the buffer it was read into;
+    /// a copy kept long (a stored answer) would keep that whole buffer alive. Unlike rebuilding
+    /// the head field by field, this keeps the maps as they are: their room, order and case.
+    pub fn own_field_bytes(&mut self) {
+        for value in self.base.headers.values_mut() {
+            let sensitive = value.is_sensitive();
+            if let Ok(mut owned) = HeaderValue::from_bytes(value.as_bytes()) {
+                owned.set_sensitive(sensitive);
+                *value = owned;
+            }
+        }
+        if let Some(map) = self.header_name_map.as_mut() {
+            for name in map.values_mut() {
+                *name = CaseHeaderName::from_slice(name.as_slice());
+            }
+        }
+    }
+
+    /// LACQUER PATCH (owned field bytes): how many fields of new names can be added before one
+    /// of the head's maps (values, and the names' case when kept) grows.
+    pub fn room_for_fields(&self) -> usize {
+        let room = |capacity: usize, keys: usize| capacity.saturating_sub(keys);
+        let values = room(self.base.headers.capacity(), self.base.headers.keys_len());
+        match &self.header_name_map {
+            Some(map) => values.min(room(map.capacity(), map.keys_len())),
+            None => values,
+        }
+    }
+
     pub fn map<F: FnMut(HeaderNameVariant, &HeaderValue) -> Result<()>>(
         &self,
         mut f: F,
