@@ -926,13 +926,21 @@ async fn a_frozen_memcached_server_never_fails_a_direct_miss() {
     let b = cluster.node(&origin, "b", "");
     // frozen while the direct miss is at the origin: its memcached write finds it frozen
     let (during, _) = path_on(&cluster, "during", 0);
-    let from_a = {
+    let mut from_a = {
         let url = a.proxy.url(&during);
         tokio::spawn(async move {
             tokio::time::timeout(Duration::from_secs(8), get(&url, &[("host", HOST)])).await
         })
     };
-    origin_has(&origin, &during, 1).await;
+    // a request that fails before the origin sees it says how (a CI run once saw only "the
+    // origin never got request 1", the client's panic held in its task)
+    tokio::select! {
+        _ = origin_has(&origin, &during, 1) => {}
+        ended = &mut from_a => panic!(
+            "the direct miss ended before the origin saw it: {:?}",
+            ended.map(|r| r.map(|resp| (resp.status, resp.cache_status())))
+        ),
+    }
     cluster.servers[0].freeze();
     // and another node asks meanwhile, its lookups and lease on the frozen server
     let from_b = get_bounded(&b.proxy, &during).await;
