@@ -226,9 +226,9 @@ impl CachePolicy {
         resp: &ResponseHeader,
         request_time: SystemTime,
     ) -> RespCacheable {
-        let targeted = self.targeted.governing(resp).is_some();
+        let (governing_field, targeted) = self.targeted.governing_field(resp);
         let explicit_only = FreshnessRules {
-            cache_control_field: self.targeted.governing_field(resp),
+            cache_control_field: governing_field,
             heuristic_fraction: 0.0,
             heuristic_max: Duration::ZERO,
             default_ttl: None,

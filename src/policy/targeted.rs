@@ -66,20 +66,18 @@ impl TargetedFields {
         &'s self,
         resp: &'r ResponseHeader,
     ) -> (ResponseDirectives<'r>, &'s HeaderName, bool) {
-        match self.governing(resp) {
-            Some(name) => (ResponseDirectives::of(resp, name), name, true),
-            None => (
-                ResponseDirectives::of(resp, &CACHE_CONTROL),
-                &CACHE_CONTROL,
-                false,
-            ),
-        }
+        let (field, targeted) = self.governing_field(resp);
+        (ResponseDirectives::of(resp, field), field, targeted)
     }
 
-    /// The name of the field whose directives govern this cache for `resp`: the
-    /// [`governing`](Self::governing) targeted field, else `cache-control`.
-    pub fn governing_field<'a>(&'a self, resp: &ResponseHeader) -> &'a HeaderName {
-        self.governing(resp).unwrap_or(&CACHE_CONTROL)
+    /// The name of the field whose directives govern this cache for `resp` (the
+    /// [`governing`](Self::governing) targeted field, else `cache-control`), and whether it is a
+    /// targeted field.
+    pub fn governing_field<'a>(&'a self, resp: &ResponseHeader) -> (&'a HeaderName, bool) {
+        match self.governing(resp) {
+            Some(name) => (name, true),
+            None => (&CACHE_CONTROL, false),
+        }
     }
 }
 
@@ -105,7 +103,7 @@ mod tests {
 
     /// The `max-age` the freshness computation reads for `r`: from the governing field.
     fn max_age_read(fields: &TargetedFields, r: &ResponseHeader) -> Option<DeltaSeconds> {
-        first_directive(r, fields.governing_field(r), "max-age")
+        first_directive(r, fields.governing_field(r).0, "max-age")
     }
 
     #[test]

@@ -673,6 +673,16 @@ impl ResponseHeader {
         }
     }
 
+    /// LACQUER PATCH (owned field bytes): room for `additional` more fields in both maps, grown
+    /// once now, as [`RequestHeader::reserve_fields`] does. Never fails: past the maps' size
+    /// limit it makes no room.
+    pub fn reserve_fields(&mut self, additional: usize) {
+        let _ = self.base.headers.try_reserve(additional);
+        if let Some(map) = self.header_name_map.as_mut() {
+            let _ = map.try_reserve(additional);
+        }
+    }
+
     /// LACQUER PATCH (owned field bytes): how many fields of new names can be added before one
     /// of the head's maps (values, and the names' case when kept) grows.
     pub fn room_for_fields(&self) -> usize {
