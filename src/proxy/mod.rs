@@ -437,7 +437,7 @@ impl ProxyHttp for LacquerProxy {
             Box::pin(pre_serialised.send(session, ours)).await?;
             return Ok(true);
         }
-        let mut head = answer.head();
+        let mut head = answer.head(!session.downstream_session.is_http2());
         self.finish_response_head(&live, &mut head, session.req_header(), status, ctx)?;
         answer.send(session, head).await?;
         Ok(true)

@@ -64,7 +64,7 @@ impl Answer {
             .unwrap_or(0);
         let ttl = freshness::remaining_secs(meta.fresh_until, now);
         if let Some(coding) = compression::needs_decoding(req, &meta.header) {
-            let mut head = response_head(&hit, age);
+            let mut head = response_head(&hit, age, true);
             let plain = decode_for_client(coding, &hit, req, primary, &mut head, copies)?;
             return Some(Answer {
                 hit,
@@ -96,11 +96,13 @@ impl Answer {
     }
 
     /// The head to send: the stored one with `Age` and framing (or rewritten for the decoded
-    /// body), for the proxy to complete and [`Self::send`].
-    pub fn head(&mut self) -> Box<ResponseHeader> {
+    /// body), for the proxy to complete and [`Self::send`]. Without `keep_case` (an HTTP/2
+    /// client, whose field names go out in lowercase anyway) the stored names' case is not
+    /// copied: half the maps to clone and to add to.
+    pub fn head(&mut self, keep_case: bool) -> Box<ResponseHeader> {
         match &mut self.body {
             AnswerBody::Decoded(head @ Some(_), _) => head.take().expect("matched Some"),
-            _ => response_head(&self.hit, self.age),
+            _ => response_head(&self.hit, self.age, keep_case),
         }
     }
 
@@ -214,9 +216,15 @@ fn decode_for_client(
 }
 
 /// Builds the response head for a fast hit: the stored head, `Age` (RFC 9111 §4), and the body's
-/// `Content-Length` when the stored head has none.
-fn response_head(hit: &CompleteObject, age: u64) -> Box<ResponseHeader> {
-    let mut head = Box::new(hit.meta().header.clone());
+/// `Content-Length` when the stored head has none; with the stored names' case when `keep_case`.
+fn response_head(hit: &CompleteObject, age: u64, keep_case: bool) -> Box<ResponseHeader> {
+    let stored = &hit.meta().header;
+    let mut head = Box::new(if keep_case {
+        stored.clone()
+    } else {
+        // no case map: `From<Parts>` builds the case-less variant
+        ResponseHeader::from(stored.as_owned_parts())
+    });
     let _ = head.insert_header(header::AGE, age);
     head.set_version(http::Version::HTTP_11);
     let no_body = matches!(head.status.as_u16(), 204 | 304);

@@ -21,6 +21,7 @@ use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
 use http::header::HeaderName;
 use http::uri::PathAndQuery;
+use http::response::Parts as RespParts;
 use http::{header, HeaderMap, Response, StatusCode};
 use log::{debug, warn};
 use pingora_http::{RequestHeader, ResponseHeader};
@@ -647,20 +648,28 @@ impl HttpSession {
 
         // remove other h1 hop headers that cannot be present in H2
         // https://httpwg.org/specs/rfc7540.html#n-connection-specific-header-fields
-        header.remove_header(&header::TRANSFER_ENCODING);
-        header.remove_header(&header::CONNECTION);
-        header.remove_header(&header::UPGRADE);
-        header.remove_header(&HeaderName::from_static("keep-alive"));
-        header.remove_header(&HeaderName::from_static("proxy-connection"));
+        // LACQUER PATCH (h2 head moved): one pass over the names finds whether any is present
+        // (most heads have none); five hashed removals from both maps did that before
+        if header.headers.keys().any(is_connection_specific) {
+            header.remove_header(&header::TRANSFER_ENCODING);
+            header.remove_header(&header::CONNECTION);
+            header.remove_header(&header::UPGRADE);
+            header.remove_header(&HeaderName::from_static("keep-alive"));
+            header.remove_header(&HeaderName::from_static("proxy-connection"));
+        }
 
-        let resp = Response::from_parts(header.as_owned_parts(), ());
+        // LACQUER PATCH (h2 head moved): the fields are moved into the frame, not cloned; the
+        // head kept as the response written has the status only (HTTP/2 has no reason phrase),
+        // as the HTTP/1 session's `write_serialized_response` keeps
+        let written = ResponseHeader::build_no_case(header.status, Some(0))?;
+        let resp = Response::from_parts(RespParts::from(*header), ());
 
         let body_writer = self.send_response.send_response(resp, end).or_err(
             ErrorType::WriteError,
             "while writing h2 response to downstream",
         )?;
 
-        self.response_written = Some(header);
+        self.response_written = Some(Box::new(written));
         self.send_response_body = Some(body_writer);
         self.ended = self.ended || end;
         Ok(())
@@ -958,6 +967,16 @@ impl HttpSession {
     pub fn client_addr(&self) -> Option<&SocketAddr> {
         self.digest.socket_digest.as_ref().map(|d| d.peer_addr())?
     }
+}
+
+/// LACQUER PATCH (h2 head moved): whether `name` is one of the HTTP/1 connection-specific fields
+/// an HTTP/2 response must not carry (RFC 9113 §8.2.2), which `write_response_header` removes.
+fn is_connection_specific(name: &HeaderName) -> bool {
+    *name == header::TRANSFER_ENCODING
+        || *name == header::CONNECTION
+        || *name == header::UPGRADE
+        || name.as_str() == "keep-alive"
+        || name.as_str() == "proxy-connection"
 }
 
 #[cfg(test)]
