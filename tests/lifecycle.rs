@@ -219,14 +219,15 @@ fn slow_download(chunks: usize) -> (TestOrigin, Vec<u8>) {
     (origin, whole)
 }
 
-/// Starts the download through `node`, waits until its first bytes arrived, sends SIGTERM, and
-/// returns what the client then received, whole or cut. With `while_in_flight`, runs it once
-/// SIGTERM is sent, before reading the rest.
+/// Starts the download through `node` with `client`, waits until its first bytes arrived, sends
+/// SIGTERM, and returns what the client then received, whole or cut. With `while_in_flight`,
+/// runs it once SIGTERM is sent, before reading the rest.
 async fn download_across_sigterm(
     node: &mut LacquerProcess,
+    client: reqwest::Client,
     while_in_flight: impl FnOnce(&mut LacquerProcess),
 ) -> Result<Vec<u8>, String> {
-    let mut response = http_client()
+    let mut response = client
         .get(node.url("/download"))
         .send()
         .await
@@ -258,7 +259,7 @@ async fn sigterm_stops_accepting_and_lets_a_slow_download_finish() {
         "shutdown_timeout = \"30s\"\ngrace_period = \"1s\"\n[log]\naccess = \"off\"\n",
     );
     let port = node.port();
-    let received = download_across_sigterm(&mut node, |node| {
+    let received = download_across_sigterm(&mut node, http_client(), |node| {
         // the listener closes while the download goes on
         assert!(
             poll_until(Duration::from_secs(10), || !port_accepts(port)),
@@ -280,6 +281,31 @@ async fn sigterm_stops_accepting_and_lets_a_slow_download_finish() {
     assert!(node.stderr_log().contains("drained after"));
 }
 
+/// The same over HTTP/2, whose streams are processed in their connection's task: the stream
+/// streaming its body goes on to the end after SIGTERM, and the process then exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_a_slow_h2_download_finish() {
+    let (origin, whole) = slow_download(20);
+    let mut node = LacquerProcess::start_simple(
+        origin.addr(),
+        "shutdown_timeout = \"30s\"\ngrace_period = \"1s\"\n[log]\naccess = \"off\"\n",
+    );
+    let received = download_across_sigterm(&mut node, h2c_client(), |node| {
+        assert!(
+            node.is_running(),
+            "the process exited with a download in flight"
+        );
+    })
+    .await;
+    assert_eq!(received.map(|b| b.len()), Ok(whole.len()));
+    let status = node.wait_exit(Duration::from_secs(30));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}; stderr:\n{}",
+        node.stderr_log()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_cuts_what_is_still_running_at_shutdown_timeout() {
     // 6 s of body, 1 s allowed: the process does not wait for it
@@ -288,7 +314,7 @@ async fn sigterm_cuts_what_is_still_running_at_shutdown_timeout() {
         origin.addr(),
         "shutdown_timeout = \"1s\"\n[log]\naccess = \"off\"\n",
     );
-    let received = download_across_sigterm(&mut node, |_| {}).await;
+    let received = download_across_sigterm(&mut node, http_client(), |_| {}).await;
     let status = node.wait_exit(Duration::from_secs(30));
     assert!(status.is_some_and(|s| s.success()), "{status:?}");
     assert!(

@@ -333,3 +333,176 @@ async fn cancelled_h2_requests_for_a_cached_page_never_reach_the_origin() {
         "a cancelled request for a cached page reached the origin"
     );
 }
+
+/// An origin for the HTTP/2 stream tests: a request for a path starting `/held` is answered only
+/// once `release` is set, or not at all if the proxy closes the connection first (counted in
+/// `abandoned`); every other request is answered at once with a `max-age=600` page naming its
+/// path. `held` counts the held requests received.
+struct HoldingOrigin {
+    origin: RawOrigin,
+    held: Arc<AtomicUsize>,
+    abandoned: Arc<AtomicUsize>,
+    release: Arc<std::sync::atomic::AtomicBool>,
+}
+
+fn holding_origin() -> HoldingOrigin {
+    use std::io::{Read, Write};
+    let held = Arc::new(AtomicUsize::new(0));
+    let abandoned = Arc::new(AtomicUsize::new(0));
+    let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (h, a, r) = (held.clone(), abandoned.clone(), release.clone());
+    let origin = RawOrigin::answering(move |head, stream| {
+        let path = head.split_whitespace().nth(1).unwrap_or("").to_string();
+        if path.starts_with("/held") {
+            h.fetch_add(1, Ordering::SeqCst);
+            stream
+                .set_read_timeout(Some(Duration::from_millis(20)))
+                .unwrap();
+            let until = std::time::Instant::now() + Duration::from_secs(30);
+            let mut byte = [0u8; 1];
+            loop {
+                if r.load(Ordering::SeqCst) || std::time::Instant::now() > until {
+                    break;
+                }
+                match stream.read(&mut byte) {
+                    // the proxy closed the connection: the request was given up
+                    Ok(0) => {
+                        a.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
+                    _ => continue,
+                }
+            }
+        }
+        let body = format!("page {path}");
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nCache-Control: max-age=600\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = stream.write_all(answer.as_bytes());
+        let _ = stream.flush();
+    });
+    HoldingOrigin {
+        origin,
+        held,
+        abandoned,
+        release,
+    }
+}
+
+/// An h2 client connection to `addr`, its driver spawned.
+async fn h2_connection(
+    addr: std::net::SocketAddr,
+) -> (
+    h2::client::SendRequest<bytes::Bytes>,
+    tokio::task::JoinHandle<()>,
+) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (sender, connection) = h2::client::handshake(tcp).await.unwrap();
+    let driver = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    (sender, driver)
+}
+
+/// Sends a GET for `url` on `sender` and reads the whole answer: status and body.
+async fn h2_get(sender: &mut h2::client::SendRequest<bytes::Bytes>, url: &str) -> (u16, String) {
+    let request = http::Request::get(url).body(()).expect("a valid request");
+    let mut ready = sender.clone().ready().await.unwrap();
+    let (response, _) = ready.send_request(request, true).unwrap();
+    let response = response.await.unwrap();
+    let status = response.status().as_u16();
+    let mut body = response.into_body();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        let _ = body.flow_control().release_capacity(chunk.len());
+        bytes.extend_from_slice(&chunk);
+    }
+    (status, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+async fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(std::time::Instant::now() < until, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The streams of one HTTP/2 connection are processed side by side in its task: one waiting on
+/// a slow origin holds up none of the others, hits or misses, sent before or after it.
+#[tokio::test]
+async fn an_h2_stream_waiting_on_its_origin_holds_up_no_other_stream() {
+    let origin = holding_origin();
+    let lacquer = LacquerProcess::start_simple(origin.origin.addr, "[log]\naccess = \"off\"");
+    let (mut sender, driver) = h2_connection(lacquer.addr()).await;
+    let cached = lacquer.url("/cached");
+    assert_eq!(h2_get(&mut sender, &cached).await.0, 200);
+
+    // a request the origin holds, on the same connection as everything after it
+    let held_url = lacquer.url("/held/1");
+    let mut held_sender = sender.clone();
+    let held = tokio::spawn(async move { h2_get(&mut held_sender, &held_url).await });
+    wait_until("the origin got the held request", || {
+        origin.held.load(Ordering::SeqCst) == 1
+    })
+    .await;
+
+    // while it waits: a hit and two misses, all answered
+    let waiting = async {
+        let hit = h2_get(&mut sender.clone(), &cached).await;
+        let miss = h2_get(&mut sender.clone(), &lacquer.url("/miss/1")).await;
+        let other = h2_get(&mut sender.clone(), &lacquer.url("/miss/2")).await;
+        (hit, miss, other)
+    };
+    let (hit, miss, other) = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the other streams were held up by the one waiting on its origin");
+    assert_eq!(hit, (200, "page /cached".to_string()));
+    assert_eq!(miss, (200, "page /miss/1".to_string()));
+    assert_eq!(other, (200, "page /miss/2".to_string()));
+    assert!(!held.is_finished(), "the held request was answered early");
+
+    origin.release.store(true, Ordering::SeqCst);
+    let answer = tokio::time::timeout(Duration::from_secs(20), held)
+        .await
+        .expect("the held request was never answered")
+        .unwrap();
+    assert_eq!(answer, (200, "page /held/1".to_string()));
+    driver.abort();
+}
+
+/// A client that drops its HTTP/2 connection while streams wait on the origin: each of them is
+/// given up (the origin sees its connections closed, nothing waits for it), and the proxy goes on
+/// serving other connections.
+#[tokio::test]
+async fn an_h2_connection_dropped_with_streams_waiting_gives_them_up() {
+    let origin = holding_origin();
+    let lacquer = LacquerProcess::start_simple(origin.origin.addr, "[log]\naccess = \"off\"");
+    let (sender, driver) = h2_connection(lacquer.addr()).await;
+    let mut in_flight = Vec::new();
+    for i in 0..5 {
+        let url = lacquer.url(&format!("/held/{i}"));
+        let mut sender = sender.clone();
+        in_flight.push(tokio::spawn(async move { h2_get(&mut sender, &url).await }));
+    }
+    wait_until("the origin got the five held requests", || {
+        origin.held.load(Ordering::SeqCst) == 5
+    })
+    .await;
+    driver.abort();
+    drop(sender);
+    for request in in_flight {
+        request.abort();
+    }
+    wait_until("the proxy gave up the five origin requests", || {
+        origin.abandoned.load(Ordering::SeqCst) == 5
+    })
+    .await;
+
+    let (mut other, other_driver) = h2_connection(lacquer.addr()).await;
+    let answer = h2_get(&mut other, &lacquer.url("/after")).await;
+    assert_eq!(answer, (200, "page /after".to_string()));
+    other_driver.abort();
+}

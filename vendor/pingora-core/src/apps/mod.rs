@@ -18,6 +18,7 @@ pub mod http_app;
 
 use crate::server::ShutdownWatch;
 use async_trait::async_trait;
+use futures::FutureExt;
 use bytes::BytesMut;
 use log::{debug, error};
 use std::any::Any;
@@ -438,7 +439,9 @@ async fn serve_h2<T>(
     let app = app.clone();
     let shutdown_for_session = shutdown.clone();
     let h2_idle_timeout = app.server_options().and_then(|o| o.h2_idle_timeout);
-    server::accept_downstream_sessions(
+    // LACQUER PATCH (h2 streams in the connection's task): each stream is processed in this
+    // task (see `serve_downstream_sessions`), a panic contained to its stream as a task's was
+    server::serve_downstream_sessions(
         h2_conn,
         digest,
         shutdown.clone(),
@@ -446,14 +449,21 @@ async fn serve_h2<T>(
         |h2_stream, guard| {
             let app = app.clone();
             let shutdown = shutdown_for_session.clone();
-            pingora_runtime::current_handle().spawn(async move {
+            let session = async move {
                 // hold `guard` for the session's lifetime so the accept
                 // loop's idle timeout sees this connection as busy.
                 let _guard = guard;
                 // Note, `PersistentSettings` not currently relevant for h2
                 app.process_new_http(ServerSession::new_http2(h2_stream), &shutdown)
                     .await;
-            });
+            };
+            std::panic::AssertUnwindSafe(session)
+                .catch_unwind()
+                .map(|ended| {
+                    if ended.is_err() {
+                        error!("an HTTP/2 stream's processing panicked; its stream is reset");
+                    }
+                })
         },
     )
     .await;

@@ -15,7 +15,8 @@
 //! HTTP/2 server session
 
 use bytes::Bytes;
-use futures::Future;
+use futures::stream::FuturesUnordered;
+use futures::{Future, StreamExt};
 use h2::server;
 use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
@@ -131,28 +132,66 @@ pub async fn handshake(io: Stream, options: Option<H2Options>) -> Result<H2Conne
 /// that bound during drain.
 // TODO: add a per-connection drain timeout to bound how long a single
 // misbehaving client can keep this task alive after GOAWAY.
+// LACQUER PATCH (h2 streams in the connection's task): only this module's tests call it now
+#[cfg(test)]
 pub(crate) async fn accept_downstream_sessions<F>(
+    conn: H2Connection<Stream>,
+    digest: Arc<Digest>,
+    shutdown: ShutdownWatch,
+    idle_timeout: Option<Duration>,
+    mut on_session: F,
+) where
+    F: FnMut(HttpSession, StreamGuard),
+{
+    // LACQUER PATCH (h2 streams in the connection's task): the published loop, for callers
+    // that spawn a task per session, on top of `serve_downstream_sessions`
+    serve_downstream_sessions(conn, digest, shutdown, idle_timeout, move |session, guard| {
+        on_session(session, guard);
+        std::future::ready(())
+    })
+    .await
+}
+
+/// LACQUER PATCH (h2 streams in the connection's task): [`accept_downstream_sessions`]'s loop,
+/// but each accepted stream's processing, the future `on_session` returns, runs in this
+/// future (the connection's task) instead of a task of its own.
+///
+/// A spawned task per stream cost a task's allocation, scheduling and wake-ups per request, and
+/// split one batch of requests into several writes: the connection's task, woken by the first
+/// stream that queued an answer, flushed it alone while the others were still running. Here
+/// every stream accepted from what was read runs first, then the connection is polled again and
+/// writes all their answers at once. One connection's streams share its worker thread (as
+/// nginx's and HAProxy's do); a panic in one stream's future is the caller's to contain.
+///
+/// When the loop ends, the connection is dropped (its streams see the error) and the sessions
+/// still in flight run to their end.
+pub(crate) async fn serve_downstream_sessions<F, Fut>(
     mut conn: H2Connection<Stream>,
     digest: Arc<Digest>,
     mut shutdown: ShutdownWatch,
     idle_timeout: Option<Duration>,
     mut on_session: F,
 ) where
-    F: FnMut(HttpSession, StreamGuard),
+    F: FnMut(HttpSession, StreamGuard) -> Fut,
+    Fut: Future<Output = ()>,
 {
     let mut shutdown_initiated = false;
     // Per-connection budget for malformed streams (see MAX_MALFORMED_STREAMS_PER_CONN).
     let mut malformed_streams = 0usize;
     // In-flight sessions, decremented by the `StreamGuard` given to `on_session`.
     let active = Arc::new(ActiveSessions::new());
+    let mut sessions: FuturesUnordered<Fut> = FuturesUnordered::new();
     loop {
         let h2_stream = if shutdown_initiated {
-            HttpSession::from_h2_conn_with_malformed_budget(
-                &mut conn,
-                digest.clone(),
-                &mut malformed_streams,
-            )
-            .await
+            tokio::select! {
+                biased;
+                h2_stream = HttpSession::from_h2_conn_with_malformed_budget(
+                    &mut conn,
+                    digest.clone(),
+                    &mut malformed_streams,
+                ) => h2_stream,
+                _ = run_ready_sessions(&mut sessions) => continue,
+            }
         } else {
             tokio::select! {
                 // Poll the shutdown signal first so a concurrent signal is
@@ -164,11 +203,14 @@ pub(crate) async fn accept_downstream_sessions<F>(
                     shutdown_initiated = true;
                     continue;
                 }
+                // Polled before the sessions: it writes what they queued and
+                // accepts every stream already read before any of them runs.
                 h2_stream = HttpSession::from_h2_conn_with_malformed_budget(
                     &mut conn,
                     digest.clone(),
                     &mut malformed_streams,
                 ) => h2_stream,
+                _ = run_ready_sessions(&mut sessions) => continue,
                 // Any accepted stream cancels this future. The next iteration
                 // waits for all active streams to finish before starting a fresh
                 // idle period.
@@ -185,18 +227,39 @@ pub(crate) async fn accept_downstream_sessions<F>(
                 // It is common for the client to just disconnect TCP without
                 // properly closing H2. So we don't log the errors here
                 debug!("H2 error when accepting new stream {e}");
-                return;
+                break;
             }
             // None means the connection is ready to be closed
-            Ok(None) => return,
+            Ok(None) => break,
             // The offending stream was already answered or reset; keep the
             // connection alive and continue accepting sibling streams.
             Ok(Some(H2Accept::Rejected)) => continue,
             Ok(Some(H2Accept::Session(session))) => {
-                on_session(session, active.start_session());
+                sessions.push(on_session(session, active.start_session()));
             }
         }
     }
+    // nothing polls the connection any more: dropped, it fails what its streams still wait for
+    drop(conn);
+    while sessions.next().await.is_some() {}
+}
+
+/// LACQUER PATCH (h2 streams in the connection's task): polls `sessions` until none is ready;
+/// ready when at least one ended (the connection is then polled again, to write what they
+/// queued), pending otherwise (what they queued wakes the connection's task).
+async fn run_ready_sessions<Fut: Future<Output = ()>>(sessions: &mut FuturesUnordered<Fut>) {
+    std::future::poll_fn(|cx| {
+        let mut ended = false;
+        while let Poll::Ready(Some(())) = sessions.poll_next_unpin(cx) {
+            ended = true;
+        }
+        if ended {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await
 }
 
 /// Tracks one in-flight downstream H2 session for [`accept_downstream_sessions`].
