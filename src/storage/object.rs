@@ -46,6 +46,21 @@ pub fn with_room_for_hit_fields(header: &ResponseHeader) -> ResponseHeader {
     copy.clone()
 }
 
+/// Removes the transfer framing an origin's head carried (`Transfer-Encoding`, and with it every
+/// `Content-Length`, which it overrides: RFC 9112 §6.3) from a head about to be stored.
+///
+/// A stored body is the decoded payload, whole: its framing on the way out is decided per answer
+/// from its length. Kept, an origin's `Transfer-Encoding: chunked` went out on every HTTP/1.1
+/// fast hit beside the `Content-Length` the hit adds for a head without one: a message framed
+/// two ways, which a front proxy trusting the length reads as the end of the answer plus the
+/// start of another (response splitting; `tests/h2_attacks.rs`).
+pub fn drop_transfer_framing(head: &mut ResponseHeader) {
+    if head.headers.contains_key(http::header::TRANSFER_ENCODING) {
+        head.remove_header(&http::header::TRANSFER_ENCODING);
+        head.remove_header(&http::header::CONTENT_LENGTH);
+    }
+}
+
 /// Copies an incoming chunk into a buffer of exactly its size, so a stored body owns exactly the
 /// memory it is charged for and never pins a larger network read buffer behind a small slice.
 pub fn owned_chunk(data: &[u8]) -> Bytes {
@@ -98,7 +113,11 @@ impl StoredMeta {
             stale_while_revalidate_sec: meta.stale_while_revalidate_sec(),
             stale_if_error_sec: meta.stale_if_error_sec(),
             variance: meta.variance(),
-            header: with_room_for_hit_fields(meta.response_header()),
+            header: {
+                let mut head = with_room_for_hit_fields(meta.response_header());
+                drop_transfer_framing(&mut head);
+                head
+            },
             wire_head: KeptWireHead::default(),
         }
     }
@@ -235,6 +254,34 @@ mod tests {
             out.extend_from_slice(&b);
         }
         out
+    }
+
+    /// An origin's transfer framing never reaches the stored head: `Transfer-Encoding` goes with
+    /// every `Content-Length` beside it (which it overrides); a head framed by length alone keeps it.
+    #[test]
+    fn a_stored_head_drops_the_origins_transfer_framing() {
+        let stored = |fields: &[(&str, &str)]| {
+            let mut origin = ResponseHeader::build(200, None).unwrap();
+            for (name, value) in fields {
+                origin.append_header(name.to_string(), *value).unwrap();
+            }
+            origin.append_header("Cache-Control", "max-age=60").unwrap();
+            let now = SystemTime::now();
+            let meta = CacheMeta::new(now, now, 0, 0, origin);
+            StoredMeta::from_meta(&meta).header
+        };
+        let chunked = stored(&[("Transfer-Encoding", "chunked")]);
+        assert!(!chunked.headers.contains_key("transfer-encoding"));
+        assert!(!chunked.headers.contains_key("content-length"));
+        let both = stored(&[("Content-Length", "5"), ("Transfer-Encoding", "chunked")]);
+        assert!(!both.headers.contains_key("transfer-encoding"));
+        assert!(!both.headers.contains_key("content-length"));
+        let by_length = stored(&[("Content-Length", "5")]);
+        assert_eq!(by_length.headers.get("content-length").unwrap(), "5");
+        assert_eq!(
+            by_length.headers.get("cache-control").unwrap(),
+            "max-age=60"
+        );
     }
 
     #[test]
