@@ -186,6 +186,11 @@ fn invalid_values_name_the_key_and_reason() {
             "not a duration",
         ),
         (
+            "upstream = \"127.0.0.1:1\"\n[server]\nsend_timeout = \"0s\"",
+            "server.send_timeout",
+            "greater than zero",
+        ),
+        (
             "upstream = \"127.0.0.1:1\"\n[cache.partial]\nenabled = \"yes\"",
             "expected a boolean",
             "line 3",

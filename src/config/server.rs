@@ -31,6 +31,8 @@ pub struct ServerSection {
     pub max_connections: Option<i64>,
     /// How long an HTTP/2 client connection with no request in flight is kept, e.g. "60s".
     pub h2_idle_timeout: Option<String>,
+    /// How long one write of an answer to a client may wait for the client, e.g. "60s".
+    pub send_timeout: Option<String>,
     /// The Unix socket a hand-over passes the listening sockets through (`lacquer --upgrade`).
     pub upgrade_sock: Option<String>,
 }
@@ -51,6 +53,11 @@ pub struct ClientLimits {
     pub max_connections: usize,
     /// `server.h2_idle_timeout`: an HTTP/2 connection with no stream in flight is closed after it.
     pub h2_idle_timeout: Duration,
+    /// `server.send_timeout`: a write of an answer that a client leaves waiting this long (it
+    /// reads nothing, or holds its HTTP/2 window shut) fails, and its answer is cut, so a client
+    /// cannot hold a connection, or a cache fill other clients are streaming, without limit
+    /// (nginx's `send_timeout`). Applied per request, so a reload changes it.
+    pub send_timeout: Duration,
 }
 
 /// The largest `server.max_header_size`: the request head is buffered whole, per connection.
@@ -221,11 +228,17 @@ fn client_limits(server: &ServerSection) -> Result<ClientLimits, ConfigError> {
         &server.h2_idle_timeout,
         Duration::from_secs(60),
     )?;
+    let send_timeout = check::positive_duration(
+        "server.send_timeout",
+        &server.send_timeout,
+        Duration::from_secs(60),
+    )?;
     Ok(ClientLimits {
         header_read_timeout,
         max_header_size,
         max_request_line,
         max_connections,
         h2_idle_timeout,
+        send_timeout,
     })
 }

@@ -368,6 +368,8 @@ impl ProxyHttp for LacquerProxy {
             Err(why) => return Box::pin(request_head::refuse(session, why)).await,
         };
         let live = self.live.load();
+        // every write of the answer, hit or forwarded, waits at most this long for the client
+        session.set_write_timeout(Some(live.config.client_limits.send_timeout));
         if forwarding::is_https(session, &live.config.proxy.trusted_proxies) {
             ctx.key.set_https();
         }
