@@ -711,14 +711,19 @@ impl HttpSession {
 
         // remove other h1 hop headers that cannot be present in H2
         // https://httpwg.org/specs/rfc7540.html#n-connection-specific-header-fields
-        // LACQUER PATCH (h2 head moved): one pass over the names finds whether any is present
-        // (most heads have none); five hashed removals from both maps did that before
+        // LACQUER PATCH (h2 head moved): one pass over the names says whether any is present
+        // (most heads have none); only those present are then removed. Five hashed removals
+        // from both maps did that before
         if header.headers.keys().any(is_connection_specific) {
-            header.remove_header(&header::TRANSFER_ENCODING);
-            header.remove_header(&header::CONNECTION);
-            header.remove_header(&header::UPGRADE);
-            header.remove_header(&HeaderName::from_static("keep-alive"));
-            header.remove_header(&HeaderName::from_static("proxy-connection"));
+            let present: Vec<HeaderName> = header
+                .headers
+                .keys()
+                .filter(|name| is_connection_specific(name))
+                .cloned()
+                .collect();
+            for name in &present {
+                header.remove_header(name);
+            }
         }
 
         // LACQUER PATCH (h2 head moved): the fields are moved into the frame, not cloned; the
