@@ -932,6 +932,27 @@ fn h2_fields(answer: &Answer) -> Vec<(String, String)> {
 
 /// `GET path` over HTTP/1.1 (with the `Host` an h2 client's `:authority` gives, so the cache key
 /// is the same) read to the connection's close; the one answer there must be.
+/// A GET of `url` over h2 on `sender` (`fields` added), checked as [`assert_hop_answer`] does.
+async fn h2_hop_answer(
+    sender: &h2::client::SendRequest<Bytes>,
+    url: &str,
+    fields: &[(&str, &str)],
+    what: &str,
+) -> Answer {
+    let answer = bounded(what, h2_send(sender, "GET", url, fields))
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+    assert_hop_answer(answer.status, &h2_fields(&answer), &answer.body, what);
+    answer
+}
+
+/// A GET of `path` over HTTP/1.1 ([`h1_get`]), checked as [`assert_hop_answer`] does.
+fn h1_hop_answer(lacquer: &LacquerProcess, path: &str, what: &str) -> RawResponse {
+    let answer = h1_get(lacquer, path);
+    assert_hop_answer(answer.status, &answer.headers, &answer.body, what);
+    answer
+}
+
 fn h1_get(lacquer: &LacquerProcess, path: &str) -> RawResponse {
     let ask = format!(
         "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n",
@@ -990,10 +1011,7 @@ async fn connection_specific_fields_from_the_origin_never_reach_an_h2_client() {
             ("h2 standard-path hit", standard_hit),
         ] {
             let what = format!("{config}: {what}");
-            let answer = bounded(&what, h2_send(&sender, "GET", &url, fields))
-                .await
-                .unwrap_or_else(|e| panic!("{what}: {e:?}"));
-            assert_hop_answer(answer.status, &h2_fields(&answer), &answer.body, &what);
+            let answer = h2_hop_answer(&sender, &url, fields, &what).await;
             let status = answer
                 .fields
                 .get("cache-status")
@@ -1008,37 +1026,20 @@ async fn connection_specific_fields_from_the_origin_never_reach_an_h2_client() {
             .await
             .unwrap_or_else(|e| panic!("{config}: h2 HEAD: {e:?}"));
         assert_eq!((head.status, head.body.len()), (200, 0));
-        let h1 = h1_get(&lacquer, "/hop/h2-first");
-        assert_hop_answer(
-            h1.status,
-            &h1.headers,
-            &h1.body,
+        h1_hop_answer(
+            &lacquer,
+            "/hop/h2-first",
             &format!("{config}: HTTP/1.1 hit"),
         );
         assert_eq!(origin.heads_for("/hop/h2-first"), 1, "{config}");
 
         // HTTP/1.1 first (miss, hit), then h2 (hit)
         for what in ["HTTP/1.1 miss", "HTTP/1.1 hit"] {
-            let h1 = h1_get(&lacquer, "/hop/h1-first");
-            assert_hop_answer(
-                h1.status,
-                &h1.headers,
-                &h1.body,
-                &format!("{config}: {what}"),
-            );
+            h1_hop_answer(&lacquer, "/hop/h1-first", &format!("{config}: {what}"));
         }
-        let answer = bounded(
-            "h2 hit",
-            h2_send(&sender, "GET", &lacquer.url("/hop/h1-first"), &[]),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{config}: h2 hit: {e:?}"));
-        assert_hop_answer(
-            answer.status,
-            &h2_fields(&answer),
-            &answer.body,
-            &format!("{config}: h2 hit after HTTP/1.1"),
-        );
+        let url = lacquer.url("/hop/h1-first");
+        let what = format!("{config}: h2 hit after HTTP/1.1");
+        h2_hop_answer(&sender, &url, &[], &what).await;
         assert_eq!(origin.heads_for("/hop/h1-first"), 1, "{config}");
         driver.abort();
     }
@@ -1062,21 +1063,14 @@ async fn an_http1_hit_of_a_chunked_answer_is_framed_one_way_only() {
     let (sender, driver) = h2_plain(lacquer.addr()).await;
     let mut seen = Vec::new();
     for what in ["HTTP/1.1 miss", "HTTP/1.1 hit"] {
-        let answer = h1_get(&lacquer, "/hop/framing-h1");
-        assert_hop_answer(answer.status, &answer.headers, &answer.body, what);
+        let answer = h1_hop_answer(&lacquer, "/hop/framing-h1", what);
         seen.push((what, framing_fields(&answer)));
     }
     let miss = h2_send(&sender, "GET", &lacquer.url("/hop/framing-h2"), &[])
         .await
         .unwrap();
     assert_eq!(miss.status, 200);
-    let answer = h1_get(&lacquer, "/hop/framing-h2");
-    assert_hop_answer(
-        answer.status,
-        &answer.headers,
-        &answer.body,
-        "HTTP/1.1 hit after h2",
-    );
+    let answer = h1_hop_answer(&lacquer, "/hop/framing-h2", "HTTP/1.1 hit after h2");
     seen.push(("HTTP/1.1 hit after an h2 miss", framing_fields(&answer)));
     for (what, framing) in &seen {
         assert_eq!(
