@@ -422,12 +422,12 @@ async fn h2_get(sender: &mut h2::client::SendRequest<bytes::Bytes>, url: &str) -
     (status, String::from_utf8_lossy(&bytes).into_owned())
 }
 
+/// Waits (up to 20 s, else the test fails naming `what`) until `done` holds.
 async fn wait_until(what: &str, done: impl Fn() -> bool) {
-    let until = std::time::Instant::now() + Duration::from_secs(20);
-    while !done() {
-        assert!(std::time::Instant::now() < until, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    assert!(
+        poll_until_async(Duration::from_secs(20), done).await,
+        "never: {what}"
+    );
 }
 
 /// The streams of one HTTP/2 connection are processed side by side in its task: one waiting on
