@@ -962,6 +962,61 @@ async fn a_frozen_memcached_server_never_fails_a_direct_miss() {
 
 // --- 8. HTTP/2 clients -------------------------------------------------------------------------
 
+/// HTTP/2 streams, processed in their connection's task (pingora-core 0021), on a node one of
+/// whose memcached servers is frozen: ten misses at once on one connection, half of them keyed
+/// on the frozen server (their lookups and leases time out), all answered 200 from the origin,
+/// and each then a hit. A frozen server costs a stream its shared copy, never its answer or its
+/// neighbours'.
+#[tokio::test]
+async fn h2_streams_on_a_node_with_a_frozen_memcached_server_are_all_answered() {
+    let cluster = MemcachedCluster::start(2);
+    let origin = slow_at_first_origin();
+    let a = cluster.node(&origin, "a", "");
+    // h2c: the authority is the node's address, and the key is built from it
+    let authority = format!("127.0.0.1:{}", a.proxy.port());
+    let on = |wanted: usize| -> Vec<String> {
+        (0..1000)
+            .map(|i| format!("/h2-frozen/{i}"))
+            .filter(|path| {
+                cluster.server_for(&MemcachedCluster::key_of(&authority, path)) == wanted
+            })
+            .take(5)
+            .collect()
+    };
+    let paths: Vec<String> = on(0).into_iter().chain(on(1)).collect();
+    assert_eq!(paths.len(), 10);
+    cluster.servers[0].freeze();
+    let client = h2c_client();
+    let answers = futures_util::future::join_all(paths.iter().map(|path| {
+        let (client, url) = (client.clone(), a.proxy.url(path));
+        async move {
+            tokio::time::timeout(
+                Duration::from_secs(10),
+                send(&client, "GET", &url, &[], None),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("GET {url} hung"))
+            .unwrap_or_else(|e| panic!("GET {url}: {e:?}"))
+        }
+    }))
+    .await;
+    for (path, answer) in paths.iter().zip(&answers) {
+        assert_eq!(answer.version, http::Version::HTTP_2);
+        assert_eq!(answer.status, 200, "{path}: {}", answer.text());
+        assert!(answer.text().starts_with(&format!("{path} #")), "{path}");
+    }
+    for path in &paths {
+        let again = send(&client, "GET", &a.proxy.url(path), &[], None)
+            .await
+            .unwrap();
+        assert!(again.is_hit(), "{path}: {:?}", again.cache_status());
+    }
+    cluster.servers[0].thaw();
+    for path in &paths {
+        assert_eq!(origin.heads_for(path), 1, "{path}");
+    }
+}
+
 /// Streams of one h2c connection (the authority is the node's address: a `Host` beside it
 /// is refused): misses of five URLs, each asked twice at once, all slow at
 /// first; one more stream cancelled in the middle of its body. Every answer whole, one origin
