@@ -2,7 +2,7 @@
 //! on drop, with a text-protocol side door to plant values and read its stats.
 
 use super::child::{read_lossy, send_signal, OwnedChild, StartFailure};
-use super::net::{free_port, local_addr};
+use super::net::{local_addr, process_listens_on, unassigned_port};
 use super::temp_dir::TempDir;
 use std::collections::HashMap;
 use std::fs::File;
@@ -40,14 +40,15 @@ pub struct MemcachedProcess {
 }
 
 impl MemcachedProcess {
-    /// Starts memcached on a free port and waits until it accepts connections.
-    /// Retries with another port if the chosen one turned out taken.
+    /// Starts memcached on a free port and waits until it accepts connections there.
+    /// Retries with another port if the chosen one turned out taken (by a server of another
+    /// test, which may have bound it first and will leave with its test).
     pub fn start() -> MemcachedProcess {
         let mut last = String::new();
         for _ in 0..3 {
             let mut m = MemcachedProcess {
                 child: OwnedChild::default(),
-                port: free_port(),
+                port: unassigned_port(),
                 dir: TempDir::new("memcached-test"),
             };
             match m.spawn_and_wait() {
@@ -87,7 +88,21 @@ impl MemcachedProcess {
             .child
             .wait_until_listening(self.port, MEMCACHED_START_TIMEOUT)
         {
-            Ok(()) => Ok(()),
+            Ok(())
+                if self
+                    .child
+                    .pid()
+                    .is_some_and(|pid| process_listens_on(pid, self.port)) =>
+            {
+                Ok(())
+            }
+            Ok(()) => {
+                self.child.kill();
+                Err(format!(
+                    "port {} accepts, but another process listens there",
+                    self.port
+                ))
+            }
             Err(StartFailure::Exited(status)) => Err(format!(
                 "memcached exited with {status} before accepting on port {}: {}",
                 self.port,

@@ -19,13 +19,28 @@ pub struct Memcached {
 }
 
 impl Memcached {
-    /// Starts a server on a free port and waits until it accepts connections.
+    /// Starts a server on a free port and waits until it is the one that answers there; picks
+    /// another port when a server of another test took the chosen one first.
     pub fn start() -> Memcached {
-        Memcached::start_on(free_port())
+        let mut last = String::new();
+        for _ in 0..3 {
+            match Memcached::spawn(unassigned_port()) {
+                Ok(server) => return server,
+                Err(e) => last = e,
+            }
+        }
+        panic!("{last}");
     }
 
-    /// Starts a server on `port` (a restart, when a killed one used it).
+    /// Starts a server on `port` (a restart, where a killed one listened).
     pub fn start_on(port: u16) -> Memcached {
+        Memcached::spawn(port).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Spawns memcached on `port` and waits until the server answering there reports this
+    /// process's pid. Accepting a connection is not enough: a killed server's port is free, and
+    /// another test's server may bind it first, then leave with the test.
+    fn spawn(port: u16) -> Result<Memcached, String> {
         let child = Command::new("memcached")
             // `-u root` only matters when run as root, where memcached demands -u.
             .args([
@@ -40,18 +55,28 @@ impl Memcached {
             ])
             .args(["-u", "root"])
             .stdout(Stdio::null())
+            .stderr(Stdio::null())
             .spawn()
             .expect("memcached binary (apt-get install -y memcached)");
         let mut server = Memcached { child, port };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        loop {
             if let Some(status) = server.child.try_wait().unwrap() {
-                panic!("memcached exited early: {status}");
+                return Err(format!("memcached on port {port} exited early: {status}"));
             }
-            assert!(Instant::now() < deadline, "memcached did not start");
-            std::thread::sleep(Duration::from_millis(20));
+            match served_pid(port) {
+                Some(pid) if pid == server.child.id() => return Ok(server),
+                Some(other) => {
+                    return Err(format!(
+                        "port {port} is served by memcached pid {other}, not ours"
+                    ))
+                }
+                None if Instant::now() >= deadline => {
+                    return Err(format!("memcached did not start on port {port}"))
+                }
+                None => std::thread::sleep(Duration::from_millis(20)),
+            }
         }
-        server
     }
 
     /// Where the server listens.
@@ -115,10 +140,43 @@ pub fn servers_at(addrs: impl IntoIterator<Item = SocketAddr>) -> Vec<ClusterSer
         .collect()
 }
 
-/// A loopback port nothing listens on right now.
-pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
+/// A loopback port nothing listens on right now, from below the kernel's ephemeral range: the
+/// kernel never hands such a port to a `bind(:0)` or to an outgoing connection, so only another
+/// test's pick can collide with it (and [`Memcached::start`] then picks again).
+pub fn unassigned_port() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    // 10,000-32,767: above system services, below Linux's default ephemeral range (32,768-)
+    const LOW: u64 = 10_000;
+    const SPAN: u64 = 22_000;
+    for _ in 0..100 {
+        // a RandomState's keys are random per process and differ from call to call
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        let port = (LOW + h.finish() % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port below the ephemeral range");
+}
+
+/// The pid that the memcached answering on `port` reports (`stats`), or `None` while nothing
+/// answers there.
+fn served_pid(port: u16) -> Option<u32> {
+    use std::io::{BufRead, BufReader, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(b"stats\r\n").ok()?;
+    for line in BufReader::new(stream).lines() {
+        let line = line.ok()?;
+        if let Some(pid) = line.strip_prefix("STAT pid ") {
+            return pid.trim().parse().ok();
+        }
+        if line == "END" {
+            return None;
+        }
+    }
+    None
 }
 
 /// A loopback address that refuses connections: bound but never listening,
