@@ -25,19 +25,23 @@ fn open_idle(lacquer: &LacquerProcess, n: usize) -> Vec<RawConn> {
 /// Memory the connections freed goes back to the system once they close, though the process is
 /// idle after (with the default `memory_return_delay`; with `"1h"` this fails, RSS stays where
 /// the open connections took it): the connections hold 64 KiB read buffers each (so their memory
-/// stands out from the process's own), and at least half of what they took must leave.
+/// stands out from the process's own), and three quarters of what they took must leave.
 ///
-/// Not all of it, reliably: a buffer freed on one worker thread that another worker allocated
-/// goes on that worker's list of remote frees, which only it processes, when it next allocates;
-/// a worker that stays asleep keeps those pages. Runs here returned from 60 % to all of it
-/// (`src/allocator.rs`).
+/// On one worker thread. With two, a buffer freed on one worker that the other allocated goes on
+/// that worker's list of remote frees, which only it processes, when it next allocates; a worker
+/// that stays asleep keeps those pages, and runs returned anything from 41 % to all of it
+/// (`src/allocator.rs`). That gap is the allocator's and is documented there; this test checks
+/// what `memory_return_delay` promises, which one worker shows every time.
 #[test]
 fn memory_of_closed_connections_is_returned_while_idle() {
     let origin = scripted_origin();
-    let lacquer = LacquerProcess::start_simple(
-        origin.addr(),
-        "[server]\nread_buffer = \"64KiB\"\n[log]\naccess = \"off\"",
-    );
+    let lacquer = LacquerProcess::start_on_free_port(|port| {
+        format!(
+            "listen = [\"127.0.0.1:{port}\"]\nupstream = \"{}\"\nthreads = 1\n\
+             [server]\nread_buffer = \"64KiB\"\n[log]\naccess = \"off\"\n",
+            origin.addr()
+        )
+    });
     open_idle(&lacquer, 1); // the page is cached, the pools are warm
     let before = rss_bytes(lacquer.pid());
     let conns = open_idle(&lacquer, 1000);
@@ -50,10 +54,9 @@ fn memory_of_closed_connections_is_returned_while_idle() {
     );
     drop(conns);
     // the proxy sees the connections close, frees their buffers and then does nothing at all;
-    // at least half of what they took must leave the process (three quarters was asked before,
-    // against the 60 % the remote frees below can leave: a CI run returned 74 % and failed)
+    // three quarters of what they took must leave the process
     let returned = poll_until(Duration::from_secs(30), || {
-        rss_bytes(lacquer.pid()) < before + grown / 2
+        rss_bytes(lacquer.pid()) < before + grown / 4
     });
     let now = rss_bytes(lacquer.pid());
     assert!(
