@@ -572,8 +572,11 @@ async fn a_connection_window_held_shut_still_gets_heads_and_bodiless_answers() {
 /// connection and one request per URL, after each purge or expiry). Now a write that waits
 /// `server.send_timeout` (default 60 s; 2 s here) for its client fails: the attacker's stream is
 /// cut, the fill goes on without it (as when a client leaves), and the others get the page
-/// whole. The fill is still held up for up to `send_timeout`: streaming a fill at the origin's
-/// pace whatever its first client does would take a fill decoupled from that client's writes.
+/// whole. On the direct path the fill no longer waits for the stream at all: it is read at the
+/// origin's pace and the stream's copy is queued (`src/proxy/fill_relay.rs`; the others get the
+/// page at once, see `direct_miss_attacks.rs` section 10). On the standard path an HTTP/2
+/// stream still holds the fill up for up to `send_timeout`: Pingora's proxy task API, which
+/// decouples the fill from an HTTP/1 client's writes, has no HTTP/2 form yet.
 async fn a_fill_started_by_a_client_that_never_reads(direct_misses: bool) {
     let origin = AttackOrigin::start();
     let lacquer = LacquerProcess::start_simple(

@@ -47,7 +47,9 @@
 //! look the URL up again and stream the fill, as over Pingora's own miss), at once when the
 //! answer turns out not to be storable (`GiveUp`: they fetch for themselves), or, when the
 //! request fails before its fill starts, as a transient error (one of them fetches in its
-//! place). A client that leaves once the fill has started does not end it.
+//! place). A client that leaves once the fill has started does not end it, and one that stops
+//! reading does not slow it down: a stored answer's body is relayed by [`super::fill_relay`],
+//! which reads it at the origin's pace and queues the client's copy.
 //!
 //! Known differences: an idle origin connection is checked when taken rather than watched (see
 //! `idle_connections`), the `Accept-Encoding` a remembered URL's request carries is the client's
@@ -55,13 +57,13 @@
 //! storable is stored in the coding the client asked for), and a remembered URL's storable
 //! answer with `Vary` or a `Content-Encoding` is stored by the URL's next request instead.
 
+use super::fill_relay::{Fill, Relayed};
 use super::{client_ip, LacquerProxy, RequestCtx};
 use crate::lifecycle::live::LiveSettings;
 use crate::policy::{freshness, vary};
 use bytes::{Bytes, BytesMut};
 use http::{header, Method, StatusCode, Version};
 use pingora_cache::lock::{CacheKeyLockImpl, LockStatus, Locked, WritePermit};
-use pingora_cache::storage::MissHandler;
 use pingora_cache::trace::Span;
 use pingora_cache::{CacheKey, CacheMeta, CachePhase, NoCacheReason, RespCacheable};
 use pingora_core::protocols::http::v1::client::HttpSession as UpstreamSession;
@@ -125,14 +127,6 @@ struct AttemptFailure {
     connecting: bool,
     /// Over a connection taken from the idle pool.
     reused: bool,
-}
-
-/// The storing of a storable answer, written into the storage's miss handler as it is relayed
-/// (requests for the URL that arrive meanwhile stream it from there, as from the standard
-/// path's fill).
-struct Fill {
-    miss: MissHandler,
-    len: usize,
 }
 
 /// An attempt that got a final response head.
@@ -280,7 +274,7 @@ impl LacquerProxy {
         let Answered {
             mut upstream,
             mut head,
-            mut first,
+            first,
         } = answered;
         // the first bytes are in hand: no body to follow the head only when there were none
         let end = upstream.is_body_done() && first.is_none();
@@ -295,7 +289,7 @@ impl LacquerProxy {
         let ttl = storable
             .as_ref()
             .map(|meta| freshness::remaining_secs(meta.fresh_until(), SystemTime::now()));
-        let mut fill = match storable {
+        let fill = match storable {
             Some(meta) => {
                 // the client gets the head as stored, as the standard path serves its miss
                 // from the fill (the policy removed what must not be stored or served)
@@ -303,7 +297,11 @@ impl LacquerProxy {
                 let key = ctx.key.get(session.req_header());
                 let span = Span::inactive().handle();
                 match self.storage.get_miss_handler(key, &meta, &span).await {
-                    Ok(miss) => Some(Fill { miss, len: 0 }),
+                    Ok(miss) => Some(Fill {
+                        miss,
+                        len: 0,
+                        limit: live.policy.max_object_size(),
+                    }),
                     Err(e) => {
                         log::warn!("storing the answer to a request forwarded directly: {e}");
                         None
@@ -334,46 +332,33 @@ impl LacquerProxy {
         // requests streaming it (the lock let them go when it started) get it whole, and it is
         // stored, as Pingora's miss ignores a downstream error while it caches; the error is
         // the request's once the fill is done
-        let mut client_gone = session.write_response_header(head, end).await.err();
-        let mut ended = end;
-        while !ended {
-            if client_gone.is_some() && fill.is_none() {
-                break;
+        let client_gone = session.write_response_header(head, end).await.err();
+        let relayed = match fill {
+            Some(fill) if !end => {
+                // boxed: only a stored answer's relay carries the two halves' state
+                Box::pin(self.relay_while_filling(
+                    session,
+                    ctx,
+                    &mut upstream,
+                    fill,
+                    first,
+                    client_gone,
+                ))
+                .await
             }
-            let mut data = match first.take() {
-                Some(chunk) => Some(chunk),
-                None => upstream.read_body_bytes().await.map_err(|e| e.into_up())?,
-            };
-            ended = upstream.is_body_done();
-            if data.is_none() && !ended {
-                return Err(body_ended_early().into_up());
-            }
-            self.upstream_response_body_filter(session, &mut data, ended, ctx)?;
-            if let (Some(writing), Some(chunk)) = (&mut fill, &data) {
-                writing.len += chunk.len();
-                // over the size limit (with no length announced), the fill is abandoned: its
-                // readers are told it failed, never given a truncated body
-                let written = writing.len <= live.policy.max_object_size()
-                    && writing.miss.write_body(chunk.clone(), false).await.is_ok();
-                if !written {
-                    fill = None;
+            fill => {
+                if let Some(writing) = fill {
+                    // an empty body: stored as soon as the head is out
+                    writing.finish().await;
                 }
+                self.relay(session, ctx, &mut upstream, first, end, client_gone)
+                    .await
             }
-            if client_gone.is_some() {
-                // only the fill still wants the body
-                continue;
-            }
-            self.response_body_filter(session, &mut data, ended, ctx)?;
-            client_gone = session.write_response_body(data, ended).await.err();
+        };
+        if let Some(e) = relayed.upstream_failed {
+            return Err(e);
         }
-        if let Some(writing) = fill {
-            // finished before the answer's last bytes are flushed (Pingora's `finish`), so the
-            // client's next request finds it complete, as after the standard path's miss
-            if let Err(e) = writing.miss.finish().await {
-                log::warn!("storing the answer to a request forwarded directly failed: {e}");
-            }
-        }
-        if let Some(e) = client_gone {
+        if let Some(e) = relayed.client_failed {
             return Err(e);
         }
         if let Some(stream) = upstream.reuse().await {
@@ -381,6 +366,49 @@ impl LacquerProxy {
                 .put(peer.reuse_hash(), stream, peer.options.idle_timeout);
         }
         Ok(true)
+    }
+
+    /// Relays the rest of an answer that is not being stored (`first`, then what `upstream`
+    /// sends), chunk by chunk at the client's pace: no one else waits for it.
+    async fn relay(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+        upstream: &mut UpstreamSession,
+        mut first: Option<Bytes>,
+        end: bool,
+        client_gone: Option<Box<Error>>,
+    ) -> Relayed {
+        let mut relayed = Relayed {
+            upstream_failed: None,
+            client_failed: client_gone,
+        };
+        let mut ended = end;
+        while !ended && relayed.client_failed.is_none() {
+            let read = match first.take() {
+                Some(chunk) => Ok(Some(chunk)),
+                None => upstream.read_body_bytes().await.map_err(|e| e.into_up()),
+            };
+            ended = upstream.is_body_done();
+            let data = match read {
+                Ok(None) if !ended => Err(body_ended_early().into_up()),
+                Ok(mut data) => self.on_upstream_body(ctx, &mut data, ended).map(|()| data),
+                Err(e) => Err(e),
+            };
+            let mut data = match data {
+                Ok(data) => data,
+                Err(e) => {
+                    relayed.upstream_failed = Some(e);
+                    break;
+                }
+            };
+            let written = match self.on_downstream_body(ctx, &mut data, ended) {
+                Ok(()) => session.write_response_body(data, ended).await,
+                Err(e) => Err(e),
+            };
+            relayed.client_failed = written.err();
+        }
+        relayed
     }
 
     /// One attempt on `peer`: a connection (an idle one, or a new one), the request, the
@@ -579,7 +607,7 @@ fn stored_head(meta: &CacheMeta, relayed: Box<ResponseHeader>) -> Box<ResponseHe
 }
 
 /// The origin closed the connection before the body its head announced had all arrived.
-fn body_ended_early() -> Box<Error> {
+pub(super) fn body_ended_early() -> Box<Error> {
     Error::explain(ErrorType::ConnectionClosed, "origin's body ended early")
 }
 

@@ -42,6 +42,7 @@ pub mod cache_key;
 pub mod cache_status;
 pub mod direct_pass;
 pub mod fast_hit;
+pub mod fill_relay;
 pub mod forwarding;
 pub mod headers;
 pub mod hit_for_miss;
@@ -181,6 +182,41 @@ pub struct LacquerProxy {
 }
 
 impl LacquerProxy {
+    /// `upstream_response_body_filter`'s work, which needs no session: the direct path's fill
+    /// relay runs it in a half that has none ([`fill_relay`]).
+    fn on_upstream_body(
+        &self,
+        ctx: &mut RequestCtx,
+        body: &mut Option<bytes::Bytes>,
+        end_of_stream: bool,
+    ) -> Result<()> {
+        let live = self.live.load();
+        live.upstream.on_body(&ctx.upstream)?;
+        post_reuse::on_upstream_body(
+            &mut ctx.post_reuse,
+            body,
+            end_of_stream,
+            live.policy.max_object_size(),
+        );
+        compression::on_upstream_body(&mut ctx.compression, body, end_of_stream)?;
+        if let Some(partial) = &self.partial {
+            partial.on_upstream_body(&mut ctx.partial, body, end_of_stream);
+        }
+        Ok(())
+    }
+
+    /// `response_body_filter`'s work, which needs no session (as [`Self::on_upstream_body`]).
+    fn on_downstream_body(
+        &self,
+        ctx: &mut RequestCtx,
+        body: &mut Option<bytes::Bytes>,
+        end_of_stream: bool,
+    ) -> Result<()> {
+        compression::on_downstream_body(&mut ctx.compression, body, end_of_stream)?;
+        partial_content::on_downstream_body(&mut ctx.partial, body);
+        Ok(())
+    }
+
     /// Builds the proxy around already created storage (shared with the admin endpoint): the
     /// memory tier, and the tiered store in front of memcached when one is configured.
     pub fn new(
@@ -422,6 +458,11 @@ impl ProxyHttp for LacquerProxy {
                 // boxed: the exchange's state stays out of every other request's future
                 return Box::pin(self.forward_pass(&live, session, ctx, pass)).await;
             }
+            // the standard path writes an HTTP/1 client's answer as cancel-safe proxy tasks
+            // while it goes on reading the origin: a client that stops reading a miss does not
+            // pace the fill others stream (HTTP/2 has no such API in Pingora yet; direct misses
+            // have `fill_relay` for both)
+            session.set_proxy_tasks_enabled(true);
             return Ok(false);
         };
         let status = answer.cache_status();
@@ -820,18 +861,7 @@ impl ProxyHttp for LacquerProxy {
         end_of_stream: bool,
         ctx: &mut Self::CTX,
     ) -> Result<Option<std::time::Duration>> {
-        let live = self.live.load();
-        live.upstream.on_body(&ctx.upstream)?;
-        post_reuse::on_upstream_body(
-            &mut ctx.post_reuse,
-            body,
-            end_of_stream,
-            live.policy.max_object_size(),
-        );
-        compression::on_upstream_body(&mut ctx.compression, body, end_of_stream)?;
-        if let Some(partial) = &self.partial {
-            partial.on_upstream_body(&mut ctx.partial, body, end_of_stream);
-        }
+        self.on_upstream_body(ctx, body, end_of_stream)?;
         Ok(None)
     }
 
@@ -901,8 +931,7 @@ impl ProxyHttp for LacquerProxy {
         end_of_stream: bool,
         ctx: &mut Self::CTX,
     ) -> Result<Option<std::time::Duration>> {
-        compression::on_downstream_body(&mut ctx.compression, body, end_of_stream)?;
-        partial_content::on_downstream_body(&mut ctx.partial, body);
+        self.on_downstream_body(ctx, body, end_of_stream)?;
         Ok(None)
     }
 

@@ -1,0 +1,270 @@
+//! The body of a direct miss that is being stored, relayed so that the fill goes at the origin's
+//! pace, not at the pace of the client that asked first.
+//!
+//! Other requests for the URL stream the fill as it is written (the cache lock lets them go when
+//! it starts). If the origin's body were read only as fast as the first client took it, one
+//! client that stops reading (a slow-read attack, a phone in a tunnel) would hold back every
+//! request streaming the fill, for as long as `server.send_timeout` lets its writes wait. So two
+//! halves run side by side in the request's task:
+//!
+//! - the **reader** reads the origin's body, runs the upstream body filters, writes each chunk
+//!   into the fill and queues it for the client, without waiting for the client;
+//! - the **writer** takes the queued chunks, runs the downstream body filters and writes them to
+//!   the client as fast as it takes them.
+//!
+//! The queue holds the same `Bytes` the fill keeps, so reading ahead costs no memory beyond the
+//! object being stored (at most `cache.max_object_size`). When the fill is abandoned (the body
+//! outgrew that limit), nothing keeps the body any more, and the reader stays at most
+//! [`READ_AHEAD`] bytes ahead of the client again. A client that goes away does not end the
+//! fill; a failure of the origin's body ends both halves, as before, and abandons the fill.
+//!
+//! A body that is not being stored is relayed chunk by chunk in `direct_pass` itself: there no
+//! one else waits for it.
+
+use super::direct_pass::body_ended_early;
+use super::{LacquerProxy, RequestCtx};
+use bytes::Bytes;
+use pingora_cache::storage::MissHandler;
+use pingora_core::protocols::http::v1::client::HttpSession as UpstreamSession;
+use pingora_error::Error;
+use pingora_proxy::Session;
+use std::collections::VecDeque;
+use std::sync::{Mutex, MutexGuard};
+use tokio::sync::Notify;
+
+/// How far the reader may run ahead of the client once nothing is being stored.
+pub const READ_AHEAD: usize = 256 * 1024;
+
+/// The storing of a storable answer, written into the storage's miss handler as it is relayed
+/// (requests for the URL that arrive meanwhile stream it from there, as from the standard
+/// path's fill).
+pub(super) struct Fill {
+    pub(super) miss: MissHandler,
+    /// Bytes written so far.
+    pub(super) len: usize,
+    /// `cache.max_object_size` when the fill started: past it, the fill is abandoned.
+    pub(super) limit: usize,
+}
+
+impl Fill {
+    /// Writes the next chunk; `false` when the fill is to be abandoned: over the size limit
+    /// (with no length announced), or the storage failed. Its readers are then told it failed,
+    /// never given a truncated body.
+    async fn write(&mut self, chunk: &Bytes) -> bool {
+        self.len += chunk.len();
+        self.len <= self.limit && self.miss.write_body(chunk.clone(), false).await.is_ok()
+    }
+
+    /// Completes the stored object (a failure is logged: the answer itself is not affected).
+    pub(super) async fn finish(self) {
+        if let Err(e) = self.miss.finish().await {
+            log::warn!("storing the answer to a request forwarded directly failed: {e}");
+        }
+    }
+}
+
+/// How the relay ended, for the request's result.
+#[derive(Default)]
+pub(super) struct Relayed {
+    /// The origin's body (or its storing) failed: the request's error; the fill is abandoned.
+    pub(super) upstream_failed: Option<Box<Error>>,
+    /// The client went away or could not be written to (its answer is cut short; the fill went
+    /// on without it).
+    pub(super) client_failed: Option<Box<Error>>,
+}
+
+/// What the two halves share. Locked only between their awaits: they run in one task, so the
+/// lock is never contended (a `Mutex` rather than a `RefCell` only because the request's future
+/// must be `Send`).
+#[derive(Default)]
+struct Shared {
+    /// Chunks read and not yet given to the client, with whether each is the last.
+    queue: VecDeque<(Option<Bytes>, bool)>,
+    /// Bytes in `queue`.
+    queued: usize,
+    /// The reader is done: the whole body is queued, or it failed.
+    reading_done: bool,
+    relayed: Relayed,
+}
+
+impl LacquerProxy {
+    /// Relays the rest of the body (`first`, then what `upstream` sends) to the client while
+    /// writing it into `fill` (see the module doc), and finishes the fill as soon as the body's
+    /// end is read: the requests streaming it, and the client's next request, find it complete
+    /// while the client may still be taking its copy.
+    pub(super) async fn relay_while_filling(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+        upstream: &mut UpstreamSession,
+        fill: Fill,
+        first: Option<Bytes>,
+        client_gone: Option<Box<Error>>,
+    ) -> Relayed {
+        if first.is_some() && upstream.is_body_done() {
+            return self
+                .store_then_write(session, ctx, fill, first, client_gone)
+                .await;
+        }
+        let mut fill = Some(fill);
+        let shared = Mutex::new(Shared {
+            relayed: Relayed {
+                upstream_failed: None,
+                client_failed: client_gone,
+            },
+            ..Shared::default()
+        });
+        let ctx = Mutex::new(ctx);
+        let (chunk_queued, chunk_taken) = (Notify::new(), Notify::new());
+        let reader = async {
+            let mut first = first;
+            loop {
+                // with nothing stored any more, only the client wants the body: keep its pace
+                while fill.is_none() && {
+                    let s = lock(&shared);
+                    s.relayed.client_failed.is_none() && s.queued > READ_AHEAD
+                } {
+                    chunk_taken.notified().await;
+                }
+                if fill.is_none() && lock(&shared).relayed.client_failed.is_some() {
+                    break;
+                }
+                let read = match first.take() {
+                    Some(chunk) => Ok(Some(chunk)),
+                    None => upstream.read_body_bytes().await.map_err(|e| e.into_up()),
+                };
+                let ended = upstream.is_body_done();
+                let failed = match read {
+                    Ok(None) if !ended => Err(body_ended_early().into_up()),
+                    Ok(mut data) => {
+                        let filtered = self.on_upstream_body(&mut lock_ctx(&ctx), &mut data, ended);
+                        filtered.map(|()| data)
+                    }
+                    Err(e) => Err(e),
+                };
+                let data = match failed {
+                    Ok(data) => data,
+                    Err(e) => {
+                        let mut s = lock(&shared);
+                        s.relayed.upstream_failed = Some(e);
+                        // the answer is cut short: the client gets no more of it
+                        s.queue.clear();
+                        s.queued = 0;
+                        break;
+                    }
+                };
+                if let (Some(writing), Some(chunk)) = (fill.as_mut(), &data) {
+                    if !writing.write(chunk).await {
+                        fill = None;
+                    }
+                }
+                {
+                    let mut s = lock(&shared);
+                    if s.relayed.client_failed.is_none() {
+                        s.queued += data.as_ref().map_or(0, Bytes::len);
+                        s.queue.push_back((data, ended));
+                        chunk_queued.notify_one();
+                    }
+                }
+                if ended {
+                    if let Some(writing) = fill.take() {
+                        writing.finish().await;
+                    }
+                    break;
+                }
+            }
+            lock(&shared).reading_done = true;
+            chunk_queued.notify_one();
+        };
+        let writer = async {
+            if lock(&shared).relayed.client_failed.is_some() {
+                return;
+            }
+            loop {
+                let next = {
+                    let mut s = lock(&shared);
+                    let next = s.queue.pop_front();
+                    if let Some((data, _)) = &next {
+                        s.queued -= data.as_ref().map_or(0, Bytes::len);
+                        chunk_taken.notify_one();
+                    } else if s.reading_done {
+                        return;
+                    }
+                    next
+                };
+                let Some((mut data, ended)) = next else {
+                    chunk_queued.notified().await;
+                    continue;
+                };
+                // the lock is let go before the write's await (the reader takes it meanwhile)
+                let filtered = self.on_downstream_body(&mut lock_ctx(&ctx), &mut data, ended);
+                let written = match filtered {
+                    Ok(()) => session.write_response_body(data, ended).await,
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = written {
+                    let mut s = lock(&shared);
+                    s.relayed.client_failed = Some(e);
+                    s.queue.clear();
+                    s.queued = 0;
+                    chunk_taken.notify_one();
+                    return;
+                }
+                if ended {
+                    return;
+                }
+            }
+        };
+        tokio::join!(reader, writer);
+        shared
+            .into_inner()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .relayed
+    }
+
+    /// The whole body already in hand (most small answers arrive with their head): stored and
+    /// finished first, then written to the client, with no need for two halves.
+    async fn store_then_write(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+        mut fill: Fill,
+        mut data: Option<Bytes>,
+        client_gone: Option<Box<Error>>,
+    ) -> Relayed {
+        let mut relayed = Relayed {
+            upstream_failed: None,
+            client_failed: client_gone,
+        };
+        if let Err(e) = self.on_upstream_body(ctx, &mut data, true) {
+            relayed.upstream_failed = Some(e);
+            return relayed;
+        }
+        let stored = match &data {
+            Some(chunk) => fill.write(chunk).await,
+            None => true,
+        };
+        if stored {
+            fill.finish().await;
+        }
+        if relayed.client_failed.is_none() {
+            relayed.client_failed = match self.on_downstream_body(ctx, &mut data, true) {
+                Ok(()) => session.write_response_body(data, true).await.err(),
+                Err(e) => Some(e),
+            };
+        }
+        relayed
+    }
+}
+
+/// The shared state, locked for a few synchronous steps (see [`Shared`]).
+fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    shared
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The request's context, locked for one synchronous filter call (see [`Shared`]).
+fn lock_ctx<'a, 'c>(ctx: &'a Mutex<&'c mut RequestCtx>) -> MutexGuard<'a, &'c mut RequestCtx> {
+    ctx.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
