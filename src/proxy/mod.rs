@@ -458,10 +458,9 @@ impl ProxyHttp for LacquerProxy {
                 // boxed: the exchange's state stays out of every other request's future
                 return Box::pin(self.forward_pass(&live, session, ctx, pass)).await;
             }
-            // the standard path writes an HTTP/1 client's answer as cancel-safe proxy tasks
-            // while it goes on reading the origin: a client that stops reading a miss does not
-            // pace the fill others stream (HTTP/2 has no such API in Pingora yet; direct misses
-            // have `fill_relay` for both)
+            // the standard path writes the answer as cancel-safe proxy tasks while it goes on
+            // reading the origin: a client that stops reading a miss does not pace the fill
+            // others stream (HTTP/2 sessions: pingora-core 0022; direct misses: `fill_relay`)
             session.set_proxy_tasks_enabled(true);
             return Ok(false);
         };

@@ -918,7 +918,8 @@ impl Session {
             Self::H1(s) => s.proxy_tasks_enabled(),
             Self::Subrequest(s) => s.proxy_tasks_enabled(),
             Self::Custom(s) => s.proxy_tasks_enabled(),
-            Self::H2(_) => false,
+            // LACQUER PATCH (h2 proxy tasks)
+            Self::H2(s) => s.proxy_tasks_enabled(),
         }
     }
 
@@ -928,7 +929,8 @@ impl Session {
             Self::H1(s) => s.set_proxy_tasks_enabled(enabled),
             Self::Subrequest(s) => s.set_proxy_tasks_enabled(enabled),
             Self::Custom(s) => s.set_proxy_tasks_enabled(enabled),
-            Self::H2(_) => {}
+            // LACQUER PATCH (h2 proxy tasks)
+            Self::H2(s) => s.set_proxy_tasks_enabled(enabled),
         }
     }
 
@@ -977,7 +979,8 @@ impl Session {
     pub fn send_downstream_proxy_task(&mut self, task: HttpTask) {
         match self {
             Self::H1(s) => s.send_proxy_task(task),
-            Self::H2(_) => panic!("H2 proxy task API not yet implemented"),
+            // LACQUER PATCH (h2 proxy tasks)
+            Self::H2(s) => s.send_proxy_task(task),
             Self::Subrequest(s) => s.send_proxy_task(task),
             Self::Custom(s) => s.send_proxy_task(task),
         }
@@ -989,7 +992,8 @@ impl Session {
     pub fn has_pending_downstream_proxy_tasks(&self) -> bool {
         match self {
             Self::H1(s) => s.has_pending_proxy_tasks(),
-            Self::H2(_) => false, // TODO: implement for H2
+            // LACQUER PATCH (h2 proxy tasks)
+            Self::H2(s) => s.has_pending_proxy_tasks(),
             Self::Subrequest(s) => s.has_pending_proxy_tasks(),
             Self::Custom(s) => s.has_pending_proxy_tasks(),
         }
@@ -1006,7 +1010,8 @@ impl Session {
     pub async fn write_downstream_proxy_tasks(&mut self) -> Result<bool> {
         match self {
             Self::H1(s) => s.write_proxy_tasks().await,
-            Self::H2(_) => panic!("H2 proxy task API not yet implemented"),
+            // LACQUER PATCH (h2 proxy tasks)
+            Self::H2(s) => s.write_proxy_tasks().await,
             Self::Subrequest(s) => s.write_proxy_tasks().await,
             Self::Custom(s) => s.write_proxy_tasks().await,
         }

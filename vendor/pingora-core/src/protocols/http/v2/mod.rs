@@ -25,7 +25,8 @@ use h2::SendStream;
 pub mod client;
 pub mod server;
 
-async fn reserve_and_send(
+// LACQUER PATCH (h2 proxy tasks): also used by the server session's proxy tasks
+pub(crate) async fn reserve_and_send(
     writer: &mut SendStream<Bytes>,
     remaining: &mut Bytes,
     end: bool,

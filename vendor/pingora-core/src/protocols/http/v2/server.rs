@@ -355,6 +355,11 @@ pub struct HttpSession {
     pub write_timeout: Option<Duration>,
     // How long to wait when draining (discarding) request body
     total_drain_timeout: Option<Duration>,
+    // LACQUER PATCH (h2 proxy tasks): the cancel-safe proxy task API, as the HTTP/1 session has
+    // it: answer tasks queued, then written by `write_proxy_tasks`, which a proxy can poll
+    // beside its reads of the origin (a stalled stream no longer stalls a cache fill)
+    proxy_tasks_enabled: bool,
+    proxy_tasks: std::collections::VecDeque<HttpTask>,
 }
 
 /// The outcome of accepting the next event on an HTTP/2 downstream connection.
@@ -563,6 +568,8 @@ impl HttpSession {
             digest,
             write_timeout: None,
             total_drain_timeout: None,
+            proxy_tasks_enabled: false,
+            proxy_tasks: std::collections::VecDeque::new(),
         })))
     }
 
@@ -829,6 +836,101 @@ impl HttpSession {
         // When send_response_body is dropped, an RST_STREAM will be sent
 
         Ok(())
+    }
+
+    /// LACQUER PATCH (h2 proxy tasks): whether the cancel-safe proxy task API is on.
+    pub fn proxy_tasks_enabled(&self) -> bool {
+        self.proxy_tasks_enabled
+    }
+
+    /// LACQUER PATCH (h2 proxy tasks): turns the cancel-safe proxy task API on or off.
+    pub fn set_proxy_tasks_enabled(&mut self, enabled: bool) {
+        self.proxy_tasks_enabled = enabled;
+    }
+
+    /// LACQUER PATCH (h2 proxy tasks): queues an answer task for [`Self::write_proxy_tasks`].
+    pub fn send_proxy_task(&mut self, task: HttpTask) {
+        self.proxy_tasks.push_back(task);
+    }
+
+    /// LACQUER PATCH (h2 proxy tasks): whether queued tasks are not all written yet.
+    pub fn has_pending_proxy_tasks(&self) -> bool {
+        !self.proxy_tasks.is_empty()
+    }
+
+    /// LACQUER PATCH (h2 proxy tasks): writes the queued tasks as [`Self::response_duplex_vec`]
+    /// writes its own; `Ok(true)` when the answer ended. Cancel-safe: a task leaves the queue
+    /// only once written, and a body's bytes leave its task as they are handed to the stream
+    /// (a wait for flow-control window, the only await, hands over nothing), so a call dropped
+    /// mid-way is resumed by the next one without losing or repeating a byte.
+    pub async fn write_proxy_tasks(&mut self) -> Result<bool> {
+        let mut end_stream = false;
+        while let Some(task) = self.proxy_tasks.front_mut() {
+            let ended = match task {
+                HttpTask::Body(Some(data), end) if !data.is_empty() && !self.ended => {
+                    let end = *end;
+                    let Some(writer) = self.send_response_body.as_mut() else {
+                        return Error::e_explain(
+                            ErrorType::H2Error,
+                            "try to send body before header is sent",
+                        )
+                        .map_err(|e| e.into_down());
+                    };
+                    let before = data.len();
+                    let sent = match self.write_timeout {
+                        Some(t) => match timeout(t, super::reserve_and_send(writer, data, end)).await
+                        {
+                            Ok(res) => res,
+                            Err(_) => Error::e_explain(
+                                ErrorType::WriteTimedout,
+                                format!("writing body, timeout: {t:?}"),
+                            ),
+                        },
+                        None => super::reserve_and_send(writer, data, end).await,
+                    };
+                    self.body_sent += before - data.len();
+                    sent.map_err(|e| e.into_down())?;
+                    if !data.is_empty() {
+                        continue;
+                    }
+                    self.ended = self.ended || end;
+                    self.proxy_tasks.pop_front();
+                    end
+                }
+                _ => {
+                    // every other task is written at once, as response_duplex_vec writes it
+                    let Some(task) = self.proxy_tasks.pop_front() else {
+                        break;
+                    };
+                    match task {
+                        HttpTask::Header(header, end) => {
+                            self.write_response_header(header, end)
+                                .map_err(|e| e.into_down())?;
+                            end
+                        }
+                        HttpTask::Body(_, end) => end,
+                        HttpTask::UpgradedBody(..) => {
+                            return Error::e_explain(
+                                ErrorType::InternalError,
+                                "upgraded body on h2 server session",
+                            );
+                        }
+                        HttpTask::Trailer(Some(trailers)) => {
+                            self.write_trailers(*trailers)?;
+                            true
+                        }
+                        HttpTask::Trailer(None) | HttpTask::Done => true,
+                        HttpTask::Failed(e) => return Err(e),
+                    }
+                }
+            };
+            end_stream = end_stream || ended;
+        }
+        if end_stream {
+            // no-op if finished already
+            self.finish().map_err(|e| e.into_down())?;
+        }
+        Ok(end_stream)
     }
 
     pub async fn response_duplex_vec(&mut self, tasks: Vec<HttpTask>) -> Result<bool> {
