@@ -1427,3 +1427,52 @@ async fn a_stalled_client_of_an_answer_too_large_to_store_holds_a_bounded_read_a
     .unwrap();
     assert!(head[..n].starts_with(b"HTTP/1.1 200"));
 }
+
+/// Many stalled clients, each starting a different large miss: what the node holds for them all
+/// together is bounded (`fill_relay::ReadAheadBudget`, half of `cache.memory_size`), not one
+/// object per stalled client. Six clients that read nothing, six 40 MB pages, a 64 MiB cache:
+/// without the budget the node held a copy of every page for its client.
+#[tokio::test]
+async fn many_stalled_clients_on_many_large_misses_hold_a_bounded_read_ahead() {
+    const MIB: u64 = 1 << 20;
+    const LEN: usize = 40 << 20;
+    let origin = TestOrigin::start(|req: &RecordedRequest| {
+        let seed = req.path.len() as u8;
+        OriginResponse::ok(Body::Generated { len: LEN, seed }).header("Cache-Control", "max-age=60")
+    });
+    let (lacquer, _admin) = node(
+        origin.addr(),
+        true,
+        "[server]\nsend_timeout = \"10m\"\n\
+         [cache]\nmemory_size = \"64MiB\"\nmax_object_size = \"48MiB\"\n",
+    );
+    let before = rss_bytes(lacquer.pid());
+    let mut stalled = Vec::new();
+    for i in 0..6 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut conn = socket.connect(lacquer.addr()).await.unwrap();
+        let path = format!("/many/{}", "x".repeat(i + 1));
+        tokio::io::AsyncWriteExt::write_all(
+            &mut conn,
+            format!("GET {path} HTTP/1.1\r\nHost: {HOST}\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+        origin_has(&origin, &path, 1).await;
+        stalled.push(conn);
+    }
+    // reading 240 MB from loopback takes a second or two; watch longer
+    let mut peak = 0;
+    for _ in 0..40 {
+        peak = peak.max(rss_bytes(lacquer.pid()));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let grown = peak.saturating_sub(before);
+    assert!(
+        grown < 200 * MIB,
+        "RSS grew by {} MiB for six clients that read nothing",
+        grown / MIB
+    );
+    drop(stalled);
+}

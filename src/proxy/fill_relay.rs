@@ -12,10 +12,13 @@
 //! - the **writer** takes the queued chunks, runs the downstream body filters and writes them to
 //!   the client as fast as it takes them.
 //!
-//! The queue holds the same `Bytes` the fill keeps, so reading ahead costs no memory beyond the
-//! object being stored (at most `cache.max_object_size`). When the fill is abandoned (the body
-//! outgrew that limit), nothing keeps the body any more, and the reader stays at most
-//! [`READ_AHEAD`] bytes ahead of the client again. A client that goes away does not end the
+//! What a slow client has not taken yet is held for it (the storage keeps its own copy), at most
+//! the object (`cache.max_object_size`) per relay and, across all relays at once, what the
+//! [`ReadAheadBudget`] allows (half of `cache.memory_size`): an attacker opening many stalled
+//! connections on many large misses cannot make the node hold more than that. Past the budget,
+//! or when the fill is abandoned (the body outgrew its size limit, so nothing but the client
+//! wants it), the reader stays at most [`READ_AHEAD`] bytes ahead of its client, as before: the
+//! fill then goes at the client's pace again, for at most `server.send_timeout`. A client that goes away does not end the
 //! fill; a failure of the origin's body ends both halves, as before, and abandons the fill.
 //!
 //! A body that is not being stored is relayed chunk by chunk in `direct_pass` itself: there no
@@ -29,11 +32,39 @@ use pingora_core::protocols::http::v1::client::HttpSession as UpstreamSession;
 use pingora_error::Error;
 use pingora_proxy::Session;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 
-/// How far the reader may run ahead of the client once nothing is being stored.
+/// How far the reader may run ahead of the client once nothing is being stored, or once the
+/// [`ReadAheadBudget`] is spent.
 pub const READ_AHEAD: usize = 256 * 1024;
+
+/// The bytes all relays together hold for clients slower than their fill, and the most they
+/// may hold before each goes back to its client's pace (beyond its own [`READ_AHEAD`]).
+pub struct ReadAheadBudget {
+    held: AtomicUsize,
+    limit: usize,
+}
+
+impl ReadAheadBudget {
+    /// A budget of `limit` bytes, for the process's lifetime (shared by every request).
+    pub fn leak(limit: usize) -> &'static ReadAheadBudget {
+        Box::leak(Box::new(ReadAheadBudget {
+            held: AtomicUsize::new(0),
+            limit,
+        }))
+    }
+
+    /// Bytes held now, across all relays.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    fn spent(&self) -> bool {
+        self.held() > self.limit
+    }
+}
 
 /// The storing of a storable answer, written into the storage's miss handler as it is relayed
 /// (requests for the URL that arrive meanwhile stream it from there, as from the standard
@@ -76,15 +107,45 @@ pub(super) struct Relayed {
 /// What the two halves share. Locked only between their awaits: they run in one task, so the
 /// lock is never contended (a `Mutex` rather than a `RefCell` only because the request's future
 /// must be `Send`).
-#[derive(Default)]
 struct Shared {
     /// Chunks read and not yet given to the client, with whether each is the last.
     queue: VecDeque<(Option<Bytes>, bool)>,
-    /// Bytes in `queue`.
+    /// Bytes in `queue`, counted in `budget` too.
     queued: usize,
+    budget: &'static ReadAheadBudget,
     /// The reader is done: the whole body is queued, or it failed.
     reading_done: bool,
     relayed: Relayed,
+}
+
+impl Shared {
+    fn push(&mut self, data: Option<Bytes>, ended: bool) {
+        let len = data.as_ref().map_or(0, Bytes::len);
+        self.queued += len;
+        self.budget.held.fetch_add(len, Ordering::Relaxed);
+        self.queue.push_back((data, ended));
+    }
+
+    fn pop(&mut self) -> Option<(Option<Bytes>, bool)> {
+        let next = self.queue.pop_front()?;
+        let len = next.0.as_ref().map_or(0, Bytes::len);
+        self.queued -= len;
+        self.budget.held.fetch_sub(len, Ordering::Relaxed);
+        Some(next)
+    }
+
+    fn clear(&mut self) {
+        self.queue.clear();
+        self.budget.held.fetch_sub(self.queued, Ordering::Relaxed);
+        self.queued = 0;
+    }
+}
+
+impl Drop for Shared {
+    /// A relay dropped mid-way (its client's connection closed under it) gives its bytes back.
+    fn drop(&mut self) {
+        self.clear();
+    }
 }
 
 impl LacquerProxy {
@@ -108,21 +169,27 @@ impl LacquerProxy {
         }
         let mut fill = Some(fill);
         let shared = Mutex::new(Shared {
+            queue: VecDeque::new(),
+            queued: 0,
+            budget: self.read_ahead,
+            reading_done: false,
             relayed: Relayed {
                 upstream_failed: None,
                 client_failed: client_gone,
             },
-            ..Shared::default()
         });
         let ctx = Mutex::new(ctx);
         let (chunk_queued, chunk_taken) = (Notify::new(), Notify::new());
         let reader = async {
             let mut first = first;
             loop {
-                // with nothing stored any more, only the client wants the body: keep its pace
-                while fill.is_none() && {
+                // with nothing stored any more, only the client wants the body, and past the
+                // budget no one may hold more for it: keep its pace
+                while {
                     let s = lock(&shared);
-                    s.relayed.client_failed.is_none() && s.queued > READ_AHEAD
+                    s.relayed.client_failed.is_none()
+                        && s.queued > READ_AHEAD
+                        && (fill.is_none() || s.budget.spent())
                 } {
                     chunk_taken.notified().await;
                 }
@@ -148,8 +215,7 @@ impl LacquerProxy {
                         let mut s = lock(&shared);
                         s.relayed.upstream_failed = Some(e);
                         // the answer is cut short: the client gets no more of it
-                        s.queue.clear();
-                        s.queued = 0;
+                        s.clear();
                         break;
                     }
                 };
@@ -161,8 +227,7 @@ impl LacquerProxy {
                 {
                     let mut s = lock(&shared);
                     if s.relayed.client_failed.is_none() {
-                        s.queued += data.as_ref().map_or(0, Bytes::len);
-                        s.queue.push_back((data, ended));
+                        s.push(data, ended);
                         chunk_queued.notify_one();
                     }
                 }
@@ -183,9 +248,8 @@ impl LacquerProxy {
             loop {
                 let next = {
                     let mut s = lock(&shared);
-                    let next = s.queue.pop_front();
-                    if let Some((data, _)) = &next {
-                        s.queued -= data.as_ref().map_or(0, Bytes::len);
+                    let next = s.pop();
+                    if next.is_some() {
                         chunk_taken.notify_one();
                     } else if s.reading_done {
                         return;
@@ -205,8 +269,7 @@ impl LacquerProxy {
                 if let Err(e) = written {
                     let mut s = lock(&shared);
                     s.relayed.client_failed = Some(e);
-                    s.queue.clear();
-                    s.queued = 0;
+                    s.clear();
                     chunk_taken.notify_one();
                     return;
                 }
@@ -216,10 +279,10 @@ impl LacquerProxy {
             }
         };
         tokio::join!(reader, writer);
-        shared
+        let mut shared = shared
             .into_inner()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .relayed
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        std::mem::take(&mut shared.relayed)
     }
 
     /// The whole body already in hand (most small answers arrive with their head): stored and

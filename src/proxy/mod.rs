@@ -179,6 +179,8 @@ pub struct LacquerProxy {
     idle_upstream: &'static IdleConnections,
     /// Makes the new origin connections of passes forwarded directly.
     upstream_connector: TransportConnector,
+    /// What direct misses hold for clients slower than their fill ([`fill_relay`]).
+    read_ahead: &'static fill_relay::ReadAheadBudget,
 }
 
 impl LacquerProxy {
@@ -264,6 +266,7 @@ impl LacquerProxy {
                 config.upstream_keepalive_pool,
             ))),
             upstream_connector: TransportConnector::new(None),
+            read_ahead: fill_relay::ReadAheadBudget::leak(config.cache.memory_size / 2),
         }
     }
 
