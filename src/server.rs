@@ -200,6 +200,7 @@ fn serve(
         requests: proxy.metrics(),
         decoded_copies: proxy.decoded_copies(),
         live: live.clone(),
+        read_ahead: proxy.read_ahead(),
     };
     if let Some(checks) = &config.balancer.health_check {
         let checker = HealthChecker::new(replicas.clone(), checks.clone());

@@ -1234,7 +1234,7 @@ async fn stalled_reader_and_follower(direct: bool) {
         OriginResponse::ok(Body::Generated { len: LEN, seed: 7 })
             .header("Cache-Control", "max-age=60")
     });
-    let (lacquer, _admin) = node(
+    let (lacquer, admin) = node(
         origin.addr(),
         direct,
         "[server]\nsend_timeout = \"10m\"\n[cache]\nmax_object_size = \"64MiB\"\n",
@@ -1261,6 +1261,16 @@ async fn stalled_reader_and_follower(direct: bool) {
         follower.body.len()
     );
     assert_eq!(origin.hits(), 1, "the second client streamed the one fill");
+    // on the direct path, what the first client has not taken is held for it, and shown
+    let held = scrape(admin).await.value("lacquer_read_ahead_bytes");
+    if direct {
+        assert!(
+            held >= (LEN / 2) as f64,
+            "{held} bytes held for the stalled client"
+        );
+    } else {
+        assert_eq!(held, 0.0);
+    }
 
     // the first client, reading at last, gets the whole page too
     let answer = tokio::time::timeout(Duration::from_secs(60), async {
@@ -1283,6 +1293,7 @@ async fn stalled_reader_and_follower(direct: bool) {
     let body_at = find(&answer, b"\r\n\r\n").unwrap() + 4;
     assert!(answer[body_at..] == generated_bytes(LEN, 7));
     assert!(get_page(&lacquer, path).await.is_hit());
+    assert_eq!(scrape(admin).await.value("lacquer_read_ahead_bytes"), 0.0);
 }
 
 #[tokio::test]

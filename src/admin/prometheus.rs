@@ -7,7 +7,7 @@
 //!
 //! * requests: `requests_total{cache,tier}`, `response_body_bytes_total{cache}`,
 //!   `request_duration_seconds{cache}` (histogram), `coalesced_requests_total`,
-//!   `purge_requests_total{result}`;
+//!   `purge_requests_total{result}`, `read_ahead_bytes` (cache fills held for slow clients);
 //! * memory tier: `memory_bytes`, `memory_limit_bytes`, `memory_objects`,
 //!   `memory_evictions_total`, `memory_fills_in_flight`, `decoded_copies_total{result}`;
 //! * memcached: `memcached_{hits,misses,rejected,writes,write_failures,ejections}_total`,
@@ -261,6 +261,12 @@ impl Collector for NodeCollector {
                     ],
                 )?;
             }
+            f.gauge(
+                "read_ahead_bytes",
+                "Bytes of cache fills held for clients slower than the fill (at most half of \
+                 cache.memory_size in all).",
+                gauge_of(proxy.read_ahead.held()),
+            )?;
             if let Some(fairness) = &proxy.live.load().fairness {
                 f.gauge(
                     "fairness_queued",

@@ -8,6 +8,7 @@ use crate::compression::decoded_copies::DecodedCopies;
 use crate::invalidation::Invalidator;
 use crate::lifecycle::live::Live;
 use crate::observe::metrics::RequestMetrics;
+use crate::proxy::fill_relay::ReadAheadBudget;
 use crate::storage::memory::MemoryTier;
 use crate::storage::tiered::TieredStorage;
 use crate::upstream::replicas::Replicas;
@@ -22,6 +23,8 @@ pub struct ProxyCounters {
     pub decoded_copies: Option<&'static DecodedCopies>,
     /// The settings a reload replaces, for what lives there (the fairness queue).
     pub live: Arc<Live>,
+    /// What cache fills hold for clients slower than the fill.
+    pub read_ahead: &'static ReadAheadBudget,
 }
 
 /// The components the admin listener reads.

@@ -344,6 +344,11 @@ impl LacquerProxy {
         self.metrics
     }
 
+    /// What direct misses hold for clients slower than their fill (for `/metrics`).
+    pub fn read_ahead(&self) -> &'static fill_relay::ReadAheadBudget {
+        self.read_ahead
+    }
+
     /// The decoded copies of small gzip bodies, when kept (for `/metrics`).
     pub fn decoded_copies(&self) -> Option<&'static DecodedCopies> {
         self.fast_hit.as_ref().and_then(FastHit::decoded_copies)
