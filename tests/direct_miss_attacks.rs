@@ -1487,3 +1487,64 @@ async fn many_stalled_clients_on_many_large_misses_hold_a_bounded_read_ahead() {
     );
     drop(stalled);
 }
+
+/// `server.send_timeout` is read per request, so a reload changes it for the requests that come
+/// after (docs/lifecycle.md). A node started with ten minutes, reloaded to one second: a client
+/// that then starts a large miss and reads nothing is cut (what the node held for it is let
+/// go), and, reading at last, gets less than the page and the end of the connection.
+#[tokio::test]
+async fn a_reloaded_send_timeout_applies_to_the_next_requests() {
+    const LEN: usize = 24 << 20;
+    let origin = TestOrigin::start(|_| {
+        OriginResponse::ok(Body::Generated { len: LEN, seed: 3 })
+            .header("Cache-Control", "max-age=60")
+    });
+    let (lacquer, admin) = node(
+        origin.addr(),
+        true,
+        "[server]\nsend_timeout = \"10m\"\n[cache]\nmax_object_size = \"64MiB\"\n",
+    );
+    let text = std::fs::read_to_string(lacquer.config_path().unwrap()).unwrap();
+    lacquer.write_config(&text.replace("send_timeout = \"10m\"", "send_timeout = \"1s\""));
+    assert!(lacquer.signal("HUP"));
+    assert!(
+        wait_for_log(&lacquer, "reload", Duration::from_secs(10)),
+        "{}",
+        lacquer.stderr_log()
+    );
+
+    let stalled = tokio::net::TcpSocket::new_v4().unwrap();
+    stalled.set_recv_buffer_size(4096).unwrap();
+    let mut stalled = stalled.connect(lacquer.addr()).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(
+        &mut stalled,
+        format!("GET /timed HTTP/1.1\r\nHost: {HOST}\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    // held for the client while it reads nothing, then let go when its write times out
+    let mut seen_held = false;
+    let mut cut = false;
+    for _ in 0..300 {
+        let held = scrape(admin).await.value("lacquer_read_ahead_bytes");
+        seen_held |= held > 0.0;
+        if seen_held && held == 0.0 {
+            cut = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(seen_held && cut, "held {seen_held}, cut {cut}");
+    let mut answer = Vec::new();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::io::AsyncReadExt::read_to_end(&mut stalled, &mut answer),
+    )
+    .await
+    .expect("the connection was not closed")
+    .ok();
+    assert!(answer.starts_with(b"HTTP/1.1 200"));
+    assert!(answer.len() < LEN, "the whole page came");
+    // the fill went on without the client: the page is stored
+    assert!(get_page(&lacquer, "/timed").await.is_hit());
+}
