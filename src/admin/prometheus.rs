@@ -263,8 +263,8 @@ impl Collector for NodeCollector {
             }
             f.gauge(
                 "read_ahead_bytes",
-                "Bytes of cache fills held for clients slower than the fill (at most half of \
-                 cache.memory_size in all).",
+                "Bytes of cache fills held, or reserved, for clients slower than the fill (at \
+                 most half of cache.memory_size in all).",
                 gauge_of(proxy.read_ahead.held()),
             )?;
             if let Some(fairness) = &proxy.live.load().fairness {

@@ -15,7 +15,10 @@
 //! What a slow client has not taken yet is held for it (the storage keeps its own copy), at most
 //! the object (`cache.max_object_size`) per relay and, across all relays at once, what the
 //! [`ReadAheadBudget`] allows (half of `cache.memory_size`): an attacker opening many stalled
-//! connections on many large misses cannot make the node hold more than that. Past the budget,
+//! connections on many large misses cannot make the node hold more than that. The standard
+//! path's requests draw on the same budget: each one whose answer may run ahead of its client
+//! (Pingora's proxy tasks) reserves a whole object's worth while it lasts ([`Reservation`]);
+//! when the budget has no room, its fill keeps its client's pace. Past the budget,
 //! or when the fill is abandoned (the body outgrew its size limit, so nothing but the client
 //! wants it), the reader stays at most [`READ_AHEAD`] bytes ahead of its client, as before: the
 //! fill then goes at the client's pace again, for at most `server.send_timeout`. A client that goes away does not end the
@@ -45,6 +48,8 @@ pub const READ_AHEAD: usize = 256 * 1024;
 pub struct ReadAheadBudget {
     held: AtomicUsize,
     limit: usize,
+    /// Woken when the budget goes from spent to not: relays paused by it resume.
+    given_back: Notify,
 }
 
 impl ReadAheadBudget {
@@ -53,6 +58,7 @@ impl ReadAheadBudget {
         Box::leak(Box::new(ReadAheadBudget {
             held: AtomicUsize::new(0),
             limit,
+            given_back: Notify::new(),
         }))
     }
 
@@ -63,6 +69,57 @@ impl ReadAheadBudget {
 
     fn spent(&self) -> bool {
         self.held() > self.limit
+    }
+
+    fn take(&self, bytes: usize) {
+        self.held.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Gives `bytes` back; the relays the budget paused are woken when it has room again.
+    fn give_back(&self, bytes: usize) {
+        let before = self.held.fetch_sub(bytes, Ordering::Relaxed);
+        if before > self.limit && before - bytes <= self.limit {
+            self.given_back.notify_waiters();
+        }
+    }
+
+    /// Reserves `bytes` while the budget has room for them, for a request of the standard path
+    /// whose answer may be read ahead of its client: its fill goes on at the origin's pace while
+    /// the client's reader of it keeps what the client has not taken, up to the whole object.
+    /// `None` when the budget has no room: that request's fill keeps its client's pace.
+    pub fn reserve(&'static self, bytes: usize) -> Option<Reservation> {
+        let mut held = self.held();
+        loop {
+            if held.saturating_add(bytes) > self.limit {
+                return None;
+            }
+            match self.held.compare_exchange_weak(
+                held,
+                held + bytes,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    return Some(Reservation {
+                        budget: self,
+                        bytes,
+                    })
+                }
+                Err(now) => held = now,
+            }
+        }
+    }
+}
+
+/// Bytes of the [`ReadAheadBudget`] held for one request, given back when it ends (dropped).
+pub struct Reservation {
+    budget: &'static ReadAheadBudget,
+    bytes: usize,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.budget.give_back(self.bytes);
     }
 }
 
@@ -122,7 +179,7 @@ impl Shared {
     fn push(&mut self, data: Option<Bytes>, ended: bool) {
         let len = data.as_ref().map_or(0, Bytes::len);
         self.queued += len;
-        self.budget.held.fetch_add(len, Ordering::Relaxed);
+        self.budget.take(len);
         self.queue.push_back((data, ended));
     }
 
@@ -130,13 +187,13 @@ impl Shared {
         let next = self.queue.pop_front()?;
         let len = next.0.as_ref().map_or(0, Bytes::len);
         self.queued -= len;
-        self.budget.held.fetch_sub(len, Ordering::Relaxed);
+        self.budget.give_back(len);
         Some(next)
     }
 
     fn clear(&mut self) {
         self.queue.clear();
-        self.budget.held.fetch_sub(self.queued, Ordering::Relaxed);
+        self.budget.give_back(self.queued);
         self.queued = 0;
     }
 }
@@ -185,13 +242,24 @@ impl LacquerProxy {
             loop {
                 // with nothing stored any more, only the client wants the body, and past the
                 // budget no one may hold more for it: keep its pace
-                while {
-                    let s = lock(&shared);
-                    s.relayed.client_failed.is_none()
-                        && s.queued > READ_AHEAD
-                        && (fill.is_none() || s.budget.spent())
-                } {
-                    chunk_taken.notified().await;
+                loop {
+                    // registered before the check, so a budget given back meanwhile wakes it
+                    let given_back = self.read_ahead.given_back.notified();
+                    tokio::pin!(given_back);
+                    given_back.as_mut().enable();
+                    let paused = {
+                        let s = lock(&shared);
+                        s.relayed.client_failed.is_none()
+                            && s.queued > READ_AHEAD
+                            && (fill.is_none() || s.budget.spent())
+                    };
+                    if !paused {
+                        break;
+                    }
+                    tokio::select! {
+                        _ = chunk_taken.notified() => {}
+                        _ = given_back => {}
+                    }
                 }
                 if fill.is_none() && lock(&shared).relayed.client_failed.is_some() {
                     break;
@@ -238,6 +306,9 @@ impl LacquerProxy {
                     break;
                 }
             }
+            // a fill not finished by now is abandoned at once (the origin failed): the requests
+            // streaming it learn so now, not when this request's client is done
+            fill = None;
             lock(&shared).reading_done = true;
             chunk_queued.notify_one();
         };

@@ -146,6 +146,9 @@ pub struct RequestCtx {
     /// The cache was enabled without the lock: the URL answered uncacheable last time
     /// ([`hit_for_miss`]).
     lock_skipped: bool,
+    /// The read-ahead budget this standard-path request holds, its answer written as proxy
+    /// tasks ([`fill_relay::Reservation`]); given back when the request ends.
+    read_ahead: Option<fill_relay::Reservation>,
 }
 
 /// Lacquer's implementation of Pingora's [`ProxyHttp`].
@@ -402,6 +405,7 @@ impl ProxyHttp for LacquerProxy {
             _in_flight: self.in_flight.start(),
             upgrade: UpgradeRequest::None,
             lock_skipped: false,
+            read_ahead: None,
         }
     }
 
@@ -467,9 +471,12 @@ impl ProxyHttp for LacquerProxy {
                 return Box::pin(self.forward_pass(&live, session, ctx, pass)).await;
             }
             // the standard path writes the answer as cancel-safe proxy tasks while it goes on
-            // reading the origin: a client that stops reading a miss does not pace the fill
-            // others stream (HTTP/2 sessions: pingora-core 0022; direct misses: `fill_relay`)
-            session.set_proxy_tasks_enabled(true);
+            // reading the origin, so that a client that stops reading a miss does not pace the
+            // fill others stream (HTTP/2 sessions: pingora-core 0022; direct misses:
+            // `fill_relay`); the client's reader of the fill may then keep a whole object for
+            // it, so only while the read-ahead budget has room for one
+            ctx.read_ahead = self.read_ahead.reserve(live.policy.max_object_size());
+            session.set_proxy_tasks_enabled(ctx.read_ahead.is_some());
             return Ok(false);
         };
         let status = answer.cache_status();
