@@ -265,7 +265,7 @@ impl Collector for NodeCollector {
                 "read_ahead_bytes",
                 "Bytes of cache fills held, or reserved, for clients slower than the fill (at \
                  most half of cache.memory_size in all).",
-                gauge_of(proxy.read_ahead.held()),
+                gauge_of(proxy.read_ahead.iter().map(|budget| budget.held()).sum()),
             )?;
             if let Some(fairness) = &proxy.live.load().fairness {
                 f.gauge(

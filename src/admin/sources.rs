@@ -23,8 +23,9 @@ pub struct ProxyCounters {
     pub decoded_copies: Option<&'static DecodedCopies>,
     /// The settings a reload replaces, for what lives there (the fairness queue).
     pub live: Arc<Live>,
-    /// What cache fills hold for clients slower than the fill.
-    pub read_ahead: &'static ReadAheadBudget,
+    /// What cache fills hold for clients slower than the fill (direct misses; the standard
+    /// path's reservations).
+    pub read_ahead: [&'static ReadAheadBudget; 2],
 }
 
 /// The components the admin listener reads.

@@ -14,11 +14,13 @@
 //!
 //! What a slow client has not taken yet is held for it (the storage keeps its own copy), at most
 //! the object (`cache.max_object_size`) per relay and, across all relays at once, what the
-//! [`ReadAheadBudget`] allows (half of `cache.memory_size`): an attacker opening many stalled
-//! connections on many large misses cannot make the node hold more than that. The standard
-//! path's requests draw on the same budget: each one whose answer may run ahead of its client
-//! (Pingora's proxy tasks) reserves a whole object's worth while it lasts ([`Reservation`]);
-//! when the budget has no room, its fill keeps its client's pace. Past the budget,
+//! [`ReadAheadBudget`] allows (a quarter of `cache.memory_size`): an attacker opening many
+//! stalled connections on many large misses cannot make the node hold more than that. The
+//! standard path's misses have a budget of their own, of the same size (so neither starves the
+//! other): each one whose answer may run ahead of its client (Pingora's proxy tasks, turned on in
+//! `cache_miss`) reserves a whole object's worth while it lasts ([`Reservation`]); when that
+//! budget has no room, its fill keeps its client's pace. Hits reserve nothing: they read nothing
+//! ahead of their client. Past the budget,
 //! or when the fill is abandoned (the body outgrew its size limit, so nothing but the client
 //! wants it), the reader stays at most [`READ_AHEAD`] bytes ahead of its client, as before: the
 //! fill then goes at the client's pace again, for at most `server.send_timeout`. A client that goes away does not end the

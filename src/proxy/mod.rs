@@ -184,6 +184,9 @@ pub struct LacquerProxy {
     upstream_connector: TransportConnector,
     /// What direct misses hold for clients slower than their fill ([`fill_relay`]).
     read_ahead: &'static fill_relay::ReadAheadBudget,
+    /// What the standard path's misses reserve for clients slower than their fill, a whole
+    /// object each (see `cache_miss`); apart from `read_ahead`, so neither starves the other.
+    standard_read_ahead: &'static fill_relay::ReadAheadBudget,
 }
 
 impl LacquerProxy {
@@ -269,7 +272,8 @@ impl LacquerProxy {
                 config.upstream_keepalive_pool,
             ))),
             upstream_connector: TransportConnector::new(None),
-            read_ahead: fill_relay::ReadAheadBudget::leak(config.cache.memory_size / 2),
+            read_ahead: fill_relay::ReadAheadBudget::leak(config.cache.memory_size / 4),
+            standard_read_ahead: fill_relay::ReadAheadBudget::leak(config.cache.memory_size / 4),
         }
     }
 
@@ -348,8 +352,8 @@ impl LacquerProxy {
     }
 
     /// What direct misses hold for clients slower than their fill (for `/metrics`).
-    pub fn read_ahead(&self) -> &'static fill_relay::ReadAheadBudget {
-        self.read_ahead
+    pub fn read_ahead(&self) -> [&'static fill_relay::ReadAheadBudget; 2] {
+        [self.read_ahead, self.standard_read_ahead]
     }
 
     /// The decoded copies of small gzip bodies, when kept (for `/metrics`).
@@ -470,13 +474,6 @@ impl ProxyHttp for LacquerProxy {
                 // boxed: the exchange's state stays out of every other request's future
                 return Box::pin(self.forward_pass(&live, session, ctx, pass)).await;
             }
-            // the standard path writes the answer as cancel-safe proxy tasks while it goes on
-            // reading the origin, so that a client that stops reading a miss does not pace the
-            // fill others stream (HTTP/2 sessions: pingora-core 0022; direct misses:
-            // `fill_relay`); the client's reader of the fill may then keep a whole object for
-            // it, so only while the read-ahead budget has room for one
-            ctx.read_ahead = self.read_ahead.reserve(live.policy.max_object_size());
-            session.set_proxy_tasks_enabled(ctx.read_ahead.is_some());
             return Ok(false);
         };
         let status = answer.cache_status();
@@ -498,6 +495,20 @@ impl ProxyHttp for LacquerProxy {
         self.finish_response_head(&live, &mut head, session.req_header(), status, ctx)?;
         answer.send(session, head).await?;
         Ok(true)
+    }
+
+    fn cache_miss(&self, session: &mut Session, ctx: &mut Self::CTX) {
+        session.cache.cache_miss();
+        // the miss's client is served from its fill: with its answer written as cancel-safe
+        // proxy tasks, the fill goes on at the origin's pace while the client's writes wait, so
+        // a client that stops reading does not pace the fill others stream (HTTP/2 sessions:
+        // pingora-core 0022; direct misses have `fill_relay`). Its reader of the fill may then
+        // keep a whole object for it: only while the budget has room for one
+        if ctx.read_ahead.is_none() {
+            let object = self.live.load().policy.max_object_size();
+            ctx.read_ahead = self.standard_read_ahead.reserve(object);
+        }
+        session.set_proxy_tasks_enabled(ctx.read_ahead.is_some());
     }
 
     fn request_cache_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<()> {

@@ -360,6 +360,9 @@ pub struct HttpSession {
     // beside its reads of the origin (a stalled stream no longer stalls a cache fill)
     proxy_tasks_enabled: bool,
     proxy_tasks: std::collections::VecDeque<HttpTask>,
+    // when the body write waiting for window gives up: kept across the calls a proxy cancels
+    // (each time its origin sends more), reset when bytes go out, as `write_timeout` says
+    proxy_write_deadline: Option<tokio::time::Instant>,
 }
 
 /// The outcome of accepting the next event on an HTTP/2 downstream connection.
@@ -570,6 +573,7 @@ impl HttpSession {
             total_drain_timeout: None,
             proxy_tasks_enabled: false,
             proxy_tasks: std::collections::VecDeque::new(),
+            proxy_write_deadline: None,
         })))
     }
 
@@ -878,16 +882,24 @@ impl HttpSession {
                     };
                     let before = data.len();
                     let sent = match self.write_timeout {
-                        Some(t) => match timeout(t, super::reserve_and_send(writer, data, end)).await
-                        {
-                            Ok(res) => res,
-                            Err(_) => Error::e_explain(
-                                ErrorType::WriteTimedout,
-                                format!("writing body, timeout: {t:?}"),
-                            ),
-                        },
+                        Some(t) => {
+                            let deadline = *self
+                                .proxy_write_deadline
+                                .get_or_insert_with(|| tokio::time::Instant::now() + t);
+                            let send = super::reserve_and_send(writer, data, end);
+                            match tokio::time::timeout_at(deadline, send).await {
+                                Ok(res) => res,
+                                Err(_) => Error::e_explain(
+                                    ErrorType::WriteTimedout,
+                                    format!("writing body, timeout: {t:?}"),
+                                ),
+                            }
+                        }
                         None => super::reserve_and_send(writer, data, end).await,
                     };
+                    if data.len() < before {
+                        self.proxy_write_deadline = None;
+                    }
                     self.body_sent += before - data.len();
                     sent.map_err(|e| e.into_down())?;
                     if !data.is_empty() {
