@@ -385,18 +385,17 @@ impl LacquerProxy {
         };
         let mut ended = end;
         while !ended && relayed.client_failed.is_none() {
-            let read = match first.take() {
-                Some(chunk) => Ok(Some(chunk)),
-                None => upstream.read_body_bytes().await.map_err(|e| e.into_up()),
-            };
-            ended = upstream.is_body_done();
-            let data = match read {
-                Ok(None) if !ended => Err(body_ended_early().into_up()),
-                Ok(mut data) => self.on_upstream_body(ctx, &mut data, ended).map(|()| data),
-                Err(e) => Err(e),
-            };
-            let mut data = match data {
-                Ok(data) => data,
+            let chunk = next_chunk(upstream, &mut first)
+                .await
+                .and_then(|(mut data, end)| {
+                    self.on_upstream_body(ctx, &mut data, end)
+                        .map(|()| (data, end))
+                });
+            let mut data = match chunk {
+                Ok((data, end)) => {
+                    ended = end;
+                    data
+                }
                 Err(e) => {
                     relayed.upstream_failed = Some(e);
                     break;
@@ -607,8 +606,25 @@ fn stored_head(meta: &CacheMeta, relayed: Box<ResponseHeader>) -> Box<ResponseHe
 }
 
 /// The origin closed the connection before the body its head announced had all arrived.
-pub(super) fn body_ended_early() -> Box<Error> {
+fn body_ended_early() -> Box<Error> {
     Error::explain(ErrorType::ConnectionClosed, "origin's body ended early")
+}
+
+/// The next chunk of the origin's body (`first`, when the head's read brought one) and whether
+/// it is the last; a body the origin's connection cut short is an error.
+pub(super) async fn next_chunk(
+    upstream: &mut UpstreamSession,
+    first: &mut Option<Bytes>,
+) -> Result<(Option<Bytes>, bool)> {
+    let data = match first.take() {
+        Some(chunk) => Some(chunk),
+        None => upstream.read_body_bytes().await.map_err(|e| e.into_up())?,
+    };
+    let ended = upstream.is_body_done();
+    if data.is_none() && !ended {
+        return Err(body_ended_early().into_up());
+    }
+    Ok((data, ended))
 }
 
 /// A copy of the response head `upstream` has just read.

@@ -29,7 +29,7 @@
 //! A body that is not being stored is relayed chunk by chunk in `direct_pass` itself: there no
 //! one else waits for it.
 
-use super::direct_pass::body_ended_early;
+use super::direct_pass::next_chunk;
 use super::{LacquerProxy, RequestCtx};
 use bytes::Bytes;
 use pingora_cache::storage::MissHandler;
@@ -266,21 +266,13 @@ impl LacquerProxy {
                 if fill.is_none() && lock(&shared).relayed.client_failed.is_some() {
                     break;
                 }
-                let read = match first.take() {
-                    Some(chunk) => Ok(Some(chunk)),
-                    None => upstream.read_body_bytes().await.map_err(|e| e.into_up()),
-                };
-                let ended = upstream.is_body_done();
-                let failed = match read {
-                    Ok(None) if !ended => Err(body_ended_early().into_up()),
-                    Ok(mut data) => {
-                        let filtered = self.on_upstream_body(&mut lock_ctx(&ctx), &mut data, ended);
-                        filtered.map(|()| data)
-                    }
-                    Err(e) => Err(e),
-                };
-                let data = match failed {
-                    Ok(data) => data,
+                let chunk = next_chunk(upstream, &mut first).await;
+                let filtered = chunk.and_then(|(mut data, ended)| {
+                    self.on_upstream_body(&mut lock_ctx(&ctx), &mut data, ended)
+                        .map(|()| (data, ended))
+                });
+                let (data, ended) = match filtered {
+                    Ok(chunk) => chunk,
                     Err(e) => {
                         let mut s = lock(&shared);
                         s.relayed.upstream_failed = Some(e);
