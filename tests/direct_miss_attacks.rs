@@ -1219,6 +1219,21 @@ async fn answers_around_the_size_limit_are_stored_as_on_the_standard_path() {
 
 // --- 10. a client that stops reading ----------------------------------------------------------
 
+/// A client that sends `GET path` and then reads nothing, with a 4 KiB receive buffer: the
+/// node's writes to it stall as soon as the socket buffers between them are full.
+async fn stalled_get(addr: SocketAddr, path: &str) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(
+        &mut stream,
+        format!("GET {path} HTTP/1.1\r\nHost: {HOST}\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    stream
+}
+
 /// A client asks for a large uncached page and then reads nothing (a slow-read attack, or a
 /// phone that went into a tunnel); a second client asks for the same page meanwhile. The fill
 /// must go on at the origin's pace, not the first client's: the second client gets the whole page
@@ -1240,15 +1255,7 @@ async fn stalled_reader_and_follower(direct: bool) {
         "[server]\nsend_timeout = \"10m\"\n[cache]\nmax_object_size = \"64MiB\"\n",
     );
     let path = "/large";
-    let stalled = tokio::net::TcpSocket::new_v4().unwrap();
-    stalled.set_recv_buffer_size(4096).unwrap();
-    let mut stalled = stalled.connect(lacquer.addr()).await.unwrap();
-    tokio::io::AsyncWriteExt::write_all(
-        &mut stalled,
-        format!("GET {path} HTTP/1.1\r\nHost: {HOST}\r\n\r\n").as_bytes(),
-    )
-    .await
-    .unwrap();
+    let mut stalled = stalled_get(lacquer.addr(), path).await;
     origin_has(&origin, path, 1).await;
 
     let follower = tokio::time::timeout(Duration::from_secs(60), get_page(&lacquer, path))
@@ -1406,15 +1413,7 @@ async fn a_stalled_client_of_an_answer_too_large_to_store_holds_a_bounded_read_a
         "[server]\nsend_timeout = \"10m\"\n[cache]\nmax_object_size = \"8MiB\"\n",
     );
     let before = rss_bytes(lacquer.pid());
-    let stalled = tokio::net::TcpSocket::new_v4().unwrap();
-    stalled.set_recv_buffer_size(4096).unwrap();
-    let mut stalled = stalled.connect(lacquer.addr()).await.unwrap();
-    tokio::io::AsyncWriteExt::write_all(
-        &mut stalled,
-        format!("GET /huge HTTP/1.1\r\nHost: {HOST}\r\n\r\n").as_bytes(),
-    )
-    .await
-    .unwrap();
+    let mut stalled = stalled_get(lacquer.addr(), "/huge").await;
     origin_has(&origin, "/huge", 1).await;
     // reading the whole body into memory takes well under a second on loopback; watch longer
     let mut peak = 0;
@@ -1461,16 +1460,8 @@ async fn many_stalled_clients_on_many_large_misses_hold_a_bounded_read_ahead() {
     let before = rss_bytes(lacquer.pid());
     let mut stalled = Vec::new();
     for i in 0..6 {
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        socket.set_recv_buffer_size(4096).unwrap();
-        let mut conn = socket.connect(lacquer.addr()).await.unwrap();
         let path = format!("/many/{}", "x".repeat(i + 1));
-        tokio::io::AsyncWriteExt::write_all(
-            &mut conn,
-            format!("GET {path} HTTP/1.1\r\nHost: {HOST}\r\n\r\n").as_bytes(),
-        )
-        .await
-        .unwrap();
+        let conn = stalled_get(lacquer.addr(), &path).await;
         origin_has(&origin, &path, 1).await;
         stalled.push(conn);
     }
@@ -1514,15 +1505,7 @@ async fn a_reloaded_send_timeout_applies_to_the_next_requests() {
         lacquer.stderr_log()
     );
 
-    let stalled = tokio::net::TcpSocket::new_v4().unwrap();
-    stalled.set_recv_buffer_size(4096).unwrap();
-    let mut stalled = stalled.connect(lacquer.addr()).await.unwrap();
-    tokio::io::AsyncWriteExt::write_all(
-        &mut stalled,
-        format!("GET /timed HTTP/1.1\r\nHost: {HOST}\r\n\r\n").as_bytes(),
-    )
-    .await
-    .unwrap();
+    let mut stalled = stalled_get(lacquer.addr(), "/timed").await;
     // held for the client while it reads nothing, then let go when its write times out
     let mut seen_held = false;
     let mut cut = false;

@@ -1398,6 +1398,18 @@ async fn stalled_clients_of_distinct_pages(direct: bool, fields: &str) -> u64 {
     peak.saturating_sub(before)
 }
 
+/// Runs [`stalled_clients_of_distinct_pages`] and checks what the node held against
+/// [`HELD_BOUND`].
+async fn held_is_bounded(direct: bool, fields: &str) {
+    let grown = stalled_clients_of_distinct_pages(direct, fields).await;
+    assert!(
+        grown < HELD_BOUND,
+        "RSS grew by {} MiB (bound {} MiB)",
+        grown / MIB,
+        HELD_BOUND / MIB
+    );
+}
+
 /// What the node may hold for [`stalled_clients_of_distinct_pages`]: the memory tier (32 MiB),
 /// the read-ahead budgets (half of it), 4 MiB per client (a fill that goes at its client's pace
 /// holds what the client's socket buffers took) and 24 MiB for everything else; not a whole
@@ -1408,13 +1420,7 @@ const HELD_BOUND: u64 = 32 * MIB + 16 * MIB + HELD_CLIENTS as u64 * 4 * MIB + 24
 /// budget (`fill_relay::ReadAheadBudget`).
 #[tokio::test]
 async fn direct_miss_stalled_clients_of_distinct_pages_hold_bounded_memory() {
-    let grown = stalled_clients_of_distinct_pages(true, "").await;
-    assert!(
-        grown < HELD_BOUND,
-        "RSS grew by {} MiB (bound {} MiB)",
-        grown / MIB,
-        HELD_BOUND / MIB
-    );
+    held_is_bounded(true, "").await;
 }
 
 /// The same on the standard path (`direct_misses = false`): with proxy tasks the fill goes on
@@ -1424,13 +1430,7 @@ async fn direct_miss_stalled_clients_of_distinct_pages_hold_bounded_memory() {
 /// budget. (Failed before the standard path drew on the budget: 196 MiB.)
 #[tokio::test]
 async fn standard_miss_stalled_clients_of_distinct_pages_hold_bounded_memory() {
-    let grown = stalled_clients_of_distinct_pages(false, "").await;
-    assert!(
-        grown < HELD_BOUND,
-        "RSS grew by {} MiB (bound {} MiB)",
-        grown / MIB,
-        HELD_BOUND / MIB
-    );
+    held_is_bounded(false, "").await;
 }
 
 /// And with direct misses on (the default): a `Range` header is enough to take the standard
@@ -1438,13 +1438,7 @@ async fn standard_miss_stalled_clients_of_distinct_pages_hold_bounded_memory() {
 /// the budget: 199 MiB.)
 #[tokio::test]
 async fn ranged_stalled_clients_of_distinct_pages_hold_bounded_memory() {
-    let grown = stalled_clients_of_distinct_pages(true, "Range: bytes=0-\r\n").await;
-    assert!(
-        grown < HELD_BOUND,
-        "RSS grew by {} MiB (bound {} MiB)",
-        grown / MIB,
-        HELD_BOUND / MIB
-    );
+    held_is_bounded(true, "Range: bytes=0-\r\n").await;
 }
 
 // --- 10. the read-ahead budget, spent and given back ---------------------------------------------
