@@ -1043,7 +1043,7 @@ async fn h2_streams_stalled_and_reading_on_one_connection_direct_misses() {
 
 // --- 6. a slow but steady reader of a large miss ------------------------------------------------
 
-const STEADY_LEN: usize = 8 << 20;
+const STEADY_LEN: usize = 2 << 20;
 
 /// A client reads a large miss slowly but steadily (16 KiB each 10 ms) over HTTP/1 or HTTP/2
 /// while the origin sends it faster, in pieces: each piece that arrives interrupts the slow
@@ -1580,9 +1580,9 @@ async fn stalled_conditional_hits_do_not_make_a_direct_miss_fill_wait_for_its_cl
 
 // --- 12. server.send_timeout for a client that reads nothing while the origin sends -------------
 
-/// A client reads nothing for 5 s (an HTTP/2 stream granting no window beyond its first 64 KiB,
-/// or an HTTP/1 client with a small receive buffer) while the origin sends a storable answer (8
-/// MiB at once, then a 64 KiB piece each 300 ms, 7.5 s in all); `server.send_timeout` is 2 s. A
+/// A client reads nothing for 2.5 s (an HTTP/2 stream granting no window beyond its first 64
+/// KiB, or an HTTP/1 client with a small receive buffer) while the origin sends a storable answer
+/// (8 MiB at once, then a 64 KiB piece each 150 ms, 3.75 s in all); `server.send_timeout` is 1 s. A
 /// write that waited that long fails: the node gives the client up, and when it reads at last it
 /// gets no more than a cut body (the fill goes on without it). On the standard path every piece from the origin
 /// interrupts the proxy task's write; the wait must not start over each time, or `send_timeout`
@@ -1596,7 +1596,7 @@ async fn a_client_reading_nothing_is_given_up_at_send_timeout(direct: bool, h2: 
     let origin = TestOrigin::start(move |_req| {
         OriginResponse::ok(Body::Paced {
             chunks: pieces.clone(),
-            interval: Duration::from_millis(300),
+            interval: Duration::from_millis(150),
         })
         .header("Cache-Control", "max-age=60")
     });
@@ -1604,7 +1604,7 @@ async fn a_client_reading_nothing_is_given_up_at_send_timeout(direct: bool, h2: 
         origin.addr(),
         &format!(
             "[log]\naccess = \"off\"\n[proxy]\ndirect_misses = {direct}\n\
-             [server]\nsend_timeout = \"2s\"\n{ROOMY}"
+             [server]\nsend_timeout = \"1s\"\n{ROOMY}"
         ),
     );
     let path = "/trickle";
@@ -1616,19 +1616,19 @@ async fn a_client_reading_nothing_is_given_up_at_send_timeout(direct: bool, h2: 
         let mut body = response.into_body();
         h2_window_filled(&mut body, "the stalled stream").await;
         // more than twice send_timeout with the window shut, the origin sending all along
-        tokio::time::sleep(Duration::from_secs(5)).await;
+        tokio::time::sleep(Duration::from_millis(2500)).await;
         let got = bounded("the stream's end", h2_body(&mut body, None)).await;
         driver.abort();
         got.ok().map(|body| body.len())
     } else {
         let mut client = H1Client::get(lacquer.addr(), path, "").await;
         assert!(poll_until_async(BOUND, || origin.heads_for(path) >= 1).await);
-        tokio::time::sleep(Duration::from_secs(5)).await;
+        tokio::time::sleep(Duration::from_millis(2500)).await;
         let answer = bounded("the answer's end", client.answer(false)).await;
         answer.complete.then_some(answer.body.len())
     };
     if let Some(len) = got {
-        panic!("a write that waited 5 s (send_timeout 2 s) did not fail: {len} bytes, whole");
+        panic!("a write that waited 2.5 s (send_timeout 1 s) did not fail: {len} bytes, whole");
     }
 }
 
