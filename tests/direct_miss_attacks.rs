@@ -11,7 +11,8 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 use support::*;
 
@@ -1531,4 +1532,147 @@ async fn a_reloaded_send_timeout_applies_to_the_next_requests() {
     assert!(answer.len() < LEN, "the whole page came");
     // the fill went on without the client: the page is stored
     assert!(get_page(&lacquer, "/timed").await.is_hit());
+}
+
+/// The origin of [`given_up_client_sees_the_end_while_the_fill_goes_on`]: a storable answer of
+/// 8 MiB at once, then [`TRICKLE_PIECES`] pieces of 64 KiB 160 ms apart (8 s in all), with a
+/// `Content-Length`; `done` is set once the last piece is written.
+fn trickling_origin(done: Arc<AtomicBool>) -> RawOrigin {
+    RawOrigin::answering(move |_head, stream| {
+        let piece = vec![b't'; 64 << 10];
+        let len = (8 << 20) + TRICKLE_PIECES * piece.len();
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nCache-Control: max-age=60\r\n\
+             Content-Type: application/octet-stream\r\n\r\n"
+        );
+        let sent = stream.write_all(head.as_bytes()).is_ok()
+            && stream.write_all(&vec![b't'; 8 << 20]).is_ok()
+            && (0..TRICKLE_PIECES).all(|_| {
+                std::thread::sleep(Duration::from_millis(160));
+                stream.write_all(&piece).is_ok()
+            });
+        if sent {
+            done.store(true, Ordering::SeqCst);
+        }
+        // the connection is kept until the node has read it all
+        let _ = stream.read(&mut [0u8; 1]);
+    })
+}
+
+const TRICKLE_PIECES: usize = 50;
+
+/// A client that reads nothing is given up when a write to it has waited `server.send_timeout`
+/// (here 1 s), while the fill it started goes on. It must see its answer end then (HTTP/1: the
+/// connection closed after what was already sent; HTTP/2: the stream reset), not stall until the
+/// fill ends. Checked by order, not by time: when the client, reading at last 2.5 s in, comes to
+/// the end of its answer, the origin is still sending (it sends for 8 s). Before, the client
+/// was closed only when its request ended with the fill (an HTTP/2 stream on the standard path
+/// excepted: pingora-core 0022's write deadline already reset it). And the fill, going on without
+/// it, still stores the page.
+async fn given_up_client_sees_the_end_while_the_fill_goes_on(direct: bool, h2: bool) {
+    let done = Arc::new(AtomicBool::new(false));
+    let origin = trickling_origin(done.clone());
+    let (lacquer, _admin) = node(
+        origin.addr,
+        direct,
+        "[server]\nsend_timeout = \"1s\"\n[cache]\nmax_object_size = \"64MiB\"\n",
+    );
+    let path = "/given-up";
+    let ended_early = if h2 {
+        let tcp = tokio::net::TcpStream::connect(lacquer.addr())
+            .await
+            .unwrap();
+        let (sender, connection) = h2::client::handshake(tcp).await.unwrap();
+        let driver = tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        let request = http::Request::get(lacquer.url(path)).body(()).unwrap();
+        let (response, _) = sender
+            .ready()
+            .await
+            .unwrap()
+            .send_request(request, true)
+            .unwrap();
+        let response = tokio::time::timeout(Duration::from_secs(10), response)
+            .await
+            .expect("the head")
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        // no window released for 2.5 s: the node's write waits, then fails at send_timeout
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let mut body = response.into_body();
+        let mut got = 0;
+        let ended = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                match body.data().await {
+                    Some(Ok(chunk)) => {
+                        got += chunk.len();
+                        let _ = body.flow_control().release_capacity(chunk.len());
+                    }
+                    Some(Err(_)) | None => return,
+                }
+            }
+        })
+        .await;
+        assert!(ended.is_ok(), "the stream neither ended nor was reset");
+        assert!(got < (8 << 20), "{got} bytes: the whole answer came");
+        let ended_early = !done.load(Ordering::SeqCst);
+        driver.abort();
+        ended_early
+    } else {
+        let mut stalled = stalled_get(lacquer.addr(), path).await;
+        assert!(poll_until_async(Duration::from_secs(10), || !origin.heads().is_empty()).await);
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(
+            Duration::from_secs(30),
+            tokio::io::AsyncReadExt::read_to_end(&mut stalled, &mut answer),
+        )
+        .await;
+        assert!(read.is_ok(), "the connection was never closed");
+        let ended_early = !done.load(Ordering::SeqCst);
+        assert!(answer.starts_with(b"HTTP/1.1 200"));
+        assert!(answer.len() < (8 << 20), "the whole answer came");
+        ended_early
+    };
+    assert!(
+        ended_early,
+        "the given-up client's answer ended only once the origin had sent everything"
+    );
+    // the fill went on without the client, and stored the page
+    assert!(poll_until_async(Duration::from_secs(30), || done.load(Ordering::SeqCst)).await);
+    let (url, fields): (String, &[(&str, &str)]) = if h2 {
+        (lacquer.url(path), &[])
+    } else {
+        (lacquer.url(path), &[("host", HOST)])
+    };
+    let mut stored = false;
+    for _ in 0..50 {
+        if get(&url, fields).await.is_hit() {
+            stored = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(stored, "the page was not stored");
+}
+
+#[tokio::test]
+async fn a_given_up_h1_client_of_a_direct_miss_sees_its_answer_end_while_the_fill_goes_on() {
+    given_up_client_sees_the_end_while_the_fill_goes_on(true, false).await;
+}
+
+#[tokio::test]
+async fn a_given_up_h1_client_of_a_standard_miss_sees_its_answer_end_while_the_fill_goes_on() {
+    given_up_client_sees_the_end_while_the_fill_goes_on(false, false).await;
+}
+
+#[tokio::test]
+async fn a_given_up_h2_stream_of_a_direct_miss_sees_its_answer_end_while_the_fill_goes_on() {
+    given_up_client_sees_the_end_while_the_fill_goes_on(true, true).await;
+}
+
+#[tokio::test]
+async fn a_given_up_h2_stream_of_a_standard_miss_sees_its_answer_end_while_the_fill_goes_on() {
+    given_up_client_sees_the_end_while_the_fill_goes_on(false, true).await;
 }

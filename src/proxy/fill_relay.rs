@@ -24,7 +24,9 @@
 //! or when the fill is abandoned (the body outgrew its size limit, so nothing but the client
 //! wants it), the reader stays at most [`READ_AHEAD`] bytes ahead of its client, as before: the
 //! fill then goes at the client's pace again, for at most `server.send_timeout`. A client that goes away does not end the
-//! fill; a failure of the origin's body ends both halves, as before, and abandons the fill.
+//! fill; a failure of the origin's body ends both halves, as before, and abandons the fill. A
+//! client whose write failed (given up at `send_timeout`) is ended at once, its connection shut
+//! down or its HTTP/2 stream reset, rather than left silent until the fill ends.
 //!
 //! A body that is not being stored is relayed chunk by chunk in `direct_pass` itself: there no
 //! one else waits for it.
@@ -332,6 +334,9 @@ impl LacquerProxy {
                     Err(e) => Err(e),
                 };
                 if let Err(e) = written {
+                    // nothing more is written to it: it sees the end of what it was sent now,
+                    // not a stall until the fill ends (vendored pingora-core 0023)
+                    session.downstream_session.abort();
                     let mut s = lock(&shared);
                     s.relayed.client_failed = Some(e);
                     s.clear();

@@ -600,6 +600,8 @@ where
                                 }
                                 // This will not be treated as a final error, but we should signal to
                                 // downstream session regardless
+                                // LACQUER PATCH (a failed client ended at once): nothing more is written to it
+                                session.downstream_session.abort();
                                 session.downstream_session.on_proxy_failure(e);
                                 continue;
                            } else {
@@ -728,6 +730,8 @@ where
                                 }
                                 // This will not be treated as a final error, but we should signal to
                                 // downstream session regardless
+                                // LACQUER PATCH (a failed client ended at once): nothing more is written to it
+                                session.downstream_session.abort();
                                 session.downstream_session.on_proxy_failure(e);
                                 continue;
                             } else {
@@ -790,6 +794,8 @@ where
                                     }
                                     // This will not be treated as a final error, but we should signal to
                                     // downstream session regardless
+                                    // LACQUER PATCH (a failed client ended at once): nothing more is written to it
+                                    session.downstream_session.abort();
                                     session.downstream_session.on_proxy_failure(e);
                                 } else {
                                     return Err(e);

@@ -599,6 +599,8 @@ where
                                 }
                                 // This will not be treated as a final error, but we should signal to
                                 // downstream session regardless
+                                // LACQUER PATCH (a failed client ended at once): nothing more is written to it
+                                session.downstream_session.abort();
                                 session.downstream_session.on_proxy_failure(e);
                                 continue;
                            } else {
@@ -638,6 +640,8 @@ where
                             }
                             // This will not be treated as a final error, but we should signal to
                             // downstream session anyway.
+                            // LACQUER PATCH (a failed client ended at once): nothing more is written to it
+                            session.downstream_session.abort();
                             session.downstream_session.on_proxy_failure(e);
                         },
                         Err(e) => {
@@ -737,6 +741,8 @@ where
                                 }
                                 // This will not be treated as a final error, but we should signal to
                                 // downstream session regardless
+                                // LACQUER PATCH (a failed client ended at once): nothing more is written to it
+                                session.downstream_session.abort();
                                 session.downstream_session.on_proxy_failure(e);
                                 continue;
                             } else {
@@ -797,6 +803,8 @@ where
                                             self.inner.request_summary(session, ctx)
                                         );
                                     }
+                                    // LACQUER PATCH (a failed client ended at once): nothing more is written to it
+                                    session.downstream_session.abort();
                                     session.downstream_session.on_proxy_failure(e);
                                 } else {
                                     return Err(e);

@@ -111,6 +111,22 @@ impl SocketDigest {
         }
     }
 
+    // LACQUER PATCH (a failed client ended at once)
+    /// Shuts the connection down both ways now (`shutdown(2)`), whatever the stream above it
+    /// still buffers: what the kernel already holds is sent, then the end of the connection.
+    /// The descriptor stays open (and owned by its stream) until the stream is dropped.
+    #[cfg(unix)]
+    pub fn shutdown_now(&self) -> std::io::Result<()> {
+        // SAFETY: shutdown(2) takes no pointer; on the descriptor this digest was made for,
+        // which the stream it came from still owns
+        let rc = unsafe { libc::shutdown(self.raw_fd, libc::SHUT_RDWR) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+
     /// Return the kernel socket cookie for this connection.
     ///
     /// This is backed by Linux's `SO_COOKIE` socket option. On other Unix

@@ -304,6 +304,19 @@ impl Session {
     ///
     /// If caching the downstream failure may be independent of (and precede) an upstream error in
     /// which case this function may be called more than once.
+    // LACQUER PATCH (a failed client ended at once)
+    /// Ends this client's connection (HTTP/1: shut down both ways, without flushing what is
+    /// buffered) or stream (HTTP/2: reset) now, for a client given up while its request goes
+    /// on without it (a cache fill finishing after the client's write failed or timed out):
+    /// the client then sees the end of what it was sent, not a stall until the request ends.
+    pub fn abort(&mut self) {
+        match self {
+            Self::H1(s) => s.abort(),
+            Self::H2(s) => s.shutdown(),
+            Self::Subrequest(_) | Self::Custom(_) => {}
+        }
+    }
+
     pub fn on_proxy_failure(&mut self, e: Box<Error>) {
         match self {
             Self::H1(_) | Self::H2(_) | Self::Custom(_) => {

@@ -1679,6 +1679,16 @@ impl HttpSession {
         let _ = self.underlying_stream.shutdown().await;
     }
 
+    // LACQUER PATCH (a failed client ended at once): see `ServerSession::abort`
+    /// Ends the connection now, without flushing what is buffered, and never reuses it.
+    pub fn abort(&mut self) {
+        self.set_keepalive(None);
+        #[cfg(unix)]
+        if let Some(digest) = self.underlying_stream.get_socket_digest() {
+            let _ = digest.shutdown_now();
+        }
+    }
+
     /// Set the server keepalive timeout.
     /// `None`: disable keepalive, this session cannot be reused.
     /// `Some(0)`: reusing this session is allowed and there is no timeout.
