@@ -30,6 +30,10 @@ use tokio::net::TcpStream;
 /// Longer than any case takes when nothing hangs, far shorter than `server.send_timeout`.
 const BOUND: Duration = Duration::from_secs(40);
 
+/// The unreleased bytes ([`h2_wait_unreleased`]) that show the node has sent a stream its whole
+/// stream window (64 KiB, nothing released): its writes now wait for the client.
+const WINDOW_FILLED: usize = 60 << 10;
+
 /// A node in front of `origin` with direct misses on or off, writes to a client that reads
 /// nothing waiting ten minutes, and room for objects of up to 64 MiB; `extra` is appended (its
 /// own sections). Returns the node and its admin port.
@@ -289,88 +293,6 @@ impl H1Client {
     }
 }
 
-// --- HTTP/2 clients ----------------------------------------------------------------------------
-
-/// An h2c connection whose connection window is large (64 MiB), so that streams whose client
-/// reads nothing hold only their own 64 KiB stream windows, never the other streams' room.
-async fn h2_connect(
-    addr: SocketAddr,
-) -> (h2::client::SendRequest<Bytes>, tokio::task::JoinHandle<()>) {
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let mut builder = h2::client::Builder::new();
-    builder.initial_connection_window_size(64 << 20);
-    let (sender, connection) = builder.handshake(tcp).await.unwrap();
-    let driver = tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    (sender, driver)
-}
-
-/// Sends `GET url` with `fields` on `sender`; returns the response's future and the request's
-/// stream (to reset it).
-async fn h2_request(
-    sender: &h2::client::SendRequest<Bytes>,
-    method: &str,
-    url: &str,
-    fields: &[(&str, &str)],
-) -> (h2::client::ResponseFuture, h2::SendStream<Bytes>) {
-    let mut builder = http::Request::builder().method(method).uri(url);
-    for (name, value) in fields {
-        builder = builder.header(*name, *value);
-    }
-    let mut ready = sender.clone().ready().await.unwrap();
-    ready.send_request(builder.body(()).unwrap(), true).unwrap()
-}
-
-/// Reads an h2 body to its end, releasing window as it goes; with `pace`, window is released
-/// that many bytes at a time, a pause before each (what is received but not yet released stays
-/// under one step, so the stream's window never shuts).
-async fn h2_body(
-    body: &mut h2::RecvStream,
-    pace: Option<(usize, Duration)>,
-) -> Result<Vec<u8>, h2::Error> {
-    let mut bytes = Vec::new();
-    let mut unreleased = 0;
-    while let Some(chunk) = body.data().await {
-        let chunk = chunk?;
-        bytes.extend_from_slice(&chunk);
-        match pace {
-            Some((step, pause)) => {
-                unreleased += chunk.len();
-                while unreleased >= step {
-                    tokio::time::sleep(pause).await;
-                    let _ = body.flow_control().release_capacity(step);
-                    unreleased -= step;
-                }
-            }
-            None => {
-                let _ = body.flow_control().release_capacity(chunk.len());
-            }
-        }
-    }
-    Ok(bytes)
-}
-
-/// A whole h2 answer: status, fields, body.
-async fn h2_answer(
-    response: h2::client::ResponseFuture,
-    pace: Option<(usize, Duration)>,
-) -> Result<(u16, http::HeaderMap, Vec<u8>), h2::Error> {
-    let (parts, mut body) = response.await?.into_parts();
-    let body = h2_body(&mut body, pace).await?;
-    Ok((parts.status.as_u16(), parts.headers, body))
-}
-
-/// Waits until the node has sent `body` its whole stream window (64 KiB, nothing released): its
-/// writes now wait for the client.
-async fn h2_window_filled(body: &mut h2::RecvStream, what: &str) {
-    let full = 60 << 10;
-    assert!(
-        poll_until_async(BOUND, || body.flow_control().used_capacity() >= full).await,
-        "{what}: the window never filled"
-    );
-}
-
 // --- origins -----------------------------------------------------------------------------------
 
 /// An origin answering every path with a storable generated page of `len` bytes (seed from the
@@ -464,7 +386,7 @@ async fn origin_dies_while_the_first_client_stalls(direct: bool, staller: Stalle
     match staller {
         Staller::H1 => h1_staller = Some(H1Client::get(addr, path, "").await),
         Staller::H2 => {
-            let (sender, driver) = h2_connect(addr).await;
+            let (sender, driver) = h2_connect_wide(addr).await;
             let (response, _stream) = h2_request(&sender, "GET", &url, &[]).await;
             let response = bounded("the stalled stream's head", response)
                 .await
@@ -516,7 +438,7 @@ async fn origin_dies_while_the_first_client_stalls(direct: bool, staller: Stalle
         Staller::H2 => {
             let (_sender, driver, response, _stream) = h2_staller.take().unwrap();
             let mut body = response.into_body();
-            let got = bounded("the stalled stream's body", h2_body(&mut body, None)).await;
+            let got = bounded("the stalled stream's body", h2_read_body(&mut body, None)).await;
             match got {
                 Ok(bytes) => panic!(
                     "the stalled stream's cut body ({} bytes) ended",
@@ -593,14 +515,14 @@ async fn stalled_client_leaves_mid_fill(direct: bool, leaving: Leaving) {
     match leaving {
         Leaving::H1Reset => h1 = Some(H1Client::get(addr, path, "").await),
         Leaving::H2StreamReset | Leaving::H2ConnectionDrop => {
-            let (sender, driver) = h2_connect(addr).await;
+            let (sender, driver) = h2_connect_wide(addr).await;
             let (response, stream) = h2_request(&sender, "GET", &url, &[]).await;
             let response = bounded("the stalled stream's head", response)
                 .await
                 .unwrap();
             assert_eq!(response.status(), 200);
             let mut body = response.into_body();
-            h2_window_filled(&mut body, "the stalled stream").await;
+            h2_wait_unreleased(&mut body, WINDOW_FILLED, BOUND, "the stalled stream").await;
             h2 = Some((sender, driver, body, stream));
         }
     }
@@ -652,7 +574,8 @@ async fn stalled_client_leaves_mid_fill(direct: bool, leaving: Leaving) {
         // the connection whose stream was reset answers a next stream whole (a miss, then a hit)
         for (other, what) in [("/leaving2", "a miss"), (path, "a hit")] {
             let (response, _stream) = h2_request(&sender, "GET", &lacquer.url(other), &[]).await;
-            let (status, _, body) = bounded(what, h2_answer(response, None)).await.unwrap();
+            let H2Answer { status, body, .. } =
+                bounded(what, h2_read_answer(response, None)).await.unwrap();
             assert_eq!(status, 200, "{what}");
             assert_page(&body, LEAVING_LEN, seed_of(other), what);
         }
@@ -869,13 +792,17 @@ async fn ranged_and_conditional_misses(h2: bool) {
         let (path, status, span) = (ask.path, ask.status, ask.span);
         slow.push(tokio::spawn(async move {
             let (got_status, body) = if h2 {
-                let (sender, driver) = h2_connect(addr).await;
+                let (sender, driver) = h2_connect_wide(addr).await;
                 let fields: Vec<(&str, &str)> = fields
                     .iter()
                     .map(|(k, v)| (k.as_str(), v.as_str()))
                     .collect();
                 let (response, _stream) = h2_request(&sender, "GET", &url, &fields).await;
-                let (got_status, _, body) = h2_answer(response, Some(SLOW_PACE)).await.unwrap();
+                let H2Answer {
+                    status: got_status,
+                    body,
+                    ..
+                } = h2_read_answer(response, Some(SLOW_PACE)).await.unwrap();
                 driver.abort();
                 (got_status, body)
             } else {
@@ -945,7 +872,7 @@ async fn mixed_streams_on_one_connection(direct: bool) {
         get(&url(warm), &[]).await;
         assert!(get(&url(warm), &[]).await.is_hit(), "{warm} stored");
     }
-    let (sender, driver) = h2_connect(lacquer.addr()).await;
+    let (sender, driver) = h2_connect_wide(lacquer.addr()).await;
     const OTHER: &[(&str, &str)] = &[("if-none-match", "\"another\"")];
     // (path, fields, method, expected status, span)
     type Stream = (
@@ -982,7 +909,7 @@ async fn mixed_streams_on_one_connection(direct: bool) {
         let response = bounded("a stalled stream's head", response).await.unwrap();
         assert_eq!(response.status().as_u16(), status, "stalled {path}");
         let mut body = response.into_body();
-        h2_window_filled(&mut body, path).await;
+        h2_wait_unreleased(&mut body, WINDOW_FILLED, BOUND, path).await;
         held.push((path, span, body, stream));
     }
     let mut readers = Vec::new();
@@ -992,7 +919,9 @@ async fn mixed_streams_on_one_connection(direct: bool) {
         readers.push((
             what,
             tokio::spawn(async move {
-                let (got, _, body) = h2_answer(response, None).await.unwrap();
+                let H2Answer {
+                    status: got, body, ..
+                } = h2_read_answer(response, None).await.unwrap();
                 assert_eq!(got, status, "{method} {path} {fields:?}");
                 assert_eq!(body.len(), span.1, "{method} {path} {fields:?}: length");
                 assert_eq!(
@@ -1014,7 +943,7 @@ async fn mixed_streams_on_one_connection(direct: bool) {
     for (path, span, mut body, _stream) in held {
         let got = bounded(
             "a stalled stream, reading at last",
-            h2_body(&mut body, None),
+            h2_read_body(&mut body, None),
         )
         .await
         .unwrap();
@@ -1061,9 +990,10 @@ async fn slow_steady_reader(direct: bool, h2: bool) {
         let url = url.clone();
         tokio::spawn(async move {
             if h2 {
-                let (sender, driver) = h2_connect(addr).await;
+                let (sender, driver) = h2_connect_wide(addr).await;
                 let (response, _stream) = h2_request(&sender, "GET", &url, &[]).await;
-                let (status, _, body) = h2_answer(response, Some(pace)).await.unwrap();
+                let H2Answer { status, body, .. } =
+                    h2_read_answer(response, Some(pace)).await.unwrap();
                 driver.abort();
                 (status, body)
             } else {
@@ -1193,7 +1123,7 @@ async fn bodiless_answers_keep_the_connection(direct: bool, h2: bool) {
         );
     };
     if h2 {
-        let (sender, driver) = h2_connect(addr).await;
+        let (sender, driver) = h2_connect_wide(addr).await;
         let run = |steps: Vec<Step>| {
             let sender = sender.clone();
             let lacquer_url = lacquer.url("");
@@ -1202,9 +1132,10 @@ async fn bodiless_answers_keep_the_connection(direct: bool, h2: bool) {
                     let (method, path, fields, _, _) = step;
                     let url = format!("{}{}", lacquer_url.trim_end_matches('/'), path);
                     let (response, _stream) = h2_request(&sender, method, &url, fields).await;
-                    let (status, _, body) = bounded("an h2 answer", h2_answer(response, None))
-                        .await
-                        .unwrap();
+                    let H2Answer { status, body, .. } =
+                        bounded("an h2 answer", h2_read_answer(response, None))
+                            .await
+                            .unwrap();
                     check(&step, status, &body);
                 }
             }
@@ -1609,15 +1540,15 @@ async fn a_client_reading_nothing_is_given_up_at_send_timeout(direct: bool, h2: 
     );
     let path = "/trickle";
     let got = if h2 {
-        let (sender, driver) = h2_connect(lacquer.addr()).await;
+        let (sender, driver) = h2_connect_wide(lacquer.addr()).await;
         let (response, _stream) = h2_request(&sender, "GET", &lacquer.url(path), &[]).await;
         let response = bounded("the head", response).await.unwrap();
         assert_eq!(response.status(), 200);
         let mut body = response.into_body();
-        h2_window_filled(&mut body, "the stalled stream").await;
+        h2_wait_unreleased(&mut body, WINDOW_FILLED, BOUND, "the stalled stream").await;
         // more than twice send_timeout with the window shut, the origin sending all along
         tokio::time::sleep(Duration::from_millis(2500)).await;
-        let got = bounded("the stream's end", h2_body(&mut body, None)).await;
+        let got = bounded("the stream's end", h2_read_body(&mut body, None)).await;
         driver.abort();
         got.ok().map(|body| body.len())
     } else {

@@ -316,90 +316,6 @@ fn chunked_length(data: &[u8]) -> Option<usize> {
     }
 }
 
-/// An h2 client connection to `addr` made by `builder`, its driver spawned.
-async fn h2_connect(
-    addr: SocketAddr,
-    builder: &h2::client::Builder,
-) -> (h2::client::SendRequest<Bytes>, tokio::task::JoinHandle<()>) {
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (sender, connection) = builder.handshake(tcp).await.unwrap();
-    let driver = tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    (sender, driver)
-}
-
-/// [`h2_connect`] with the h2 crate's defaults.
-async fn h2_plain(
-    addr: SocketAddr,
-) -> (h2::client::SendRequest<Bytes>, tokio::task::JoinHandle<()>) {
-    h2_connect(addr, &h2::client::Builder::new()).await
-}
-
-fn request(method: &str, url: &str, fields: &[(&str, &str)]) -> http::Request<()> {
-    let mut builder = http::Request::builder().method(method).uri(url);
-    for (name, value) in fields {
-        builder = builder.header(*name, *value);
-    }
-    builder.body(()).expect("a valid request")
-}
-
-/// A whole answer as an h2 client got it.
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    fields: http::HeaderMap,
-    body: Vec<u8>,
-}
-
-impl Answer {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
-/// Reads a body to its end, releasing its window as it goes.
-async fn read_body(body: &mut h2::RecvStream) -> Result<Vec<u8>, h2::Error> {
-    let mut bytes = Vec::new();
-    while let Some(chunk) = body.data().await {
-        let chunk = chunk?;
-        let _ = body.flow_control().release_capacity(chunk.len());
-        bytes.extend_from_slice(&chunk);
-    }
-    Ok(bytes)
-}
-
-/// Reads the answer `response` promises, whole.
-async fn read_answer(response: h2::client::ResponseFuture) -> Result<Answer, h2::Error> {
-    let response = response.await?;
-    let (parts, mut body) = response.into_parts();
-    let body = read_body(&mut body).await?;
-    Ok(Answer {
-        status: parts.status.as_u16(),
-        fields: parts.headers,
-        body,
-    })
-}
-
-/// Sends a request without a body on `sender` and reads its answer.
-async fn h2_send(
-    sender: &h2::client::SendRequest<Bytes>,
-    method: &str,
-    url: &str,
-    fields: &[(&str, &str)],
-) -> Result<Answer, h2::Error> {
-    let mut ready = sender.clone().ready().await?;
-    let (response, _) = ready.send_request(request(method, url, fields), true)?;
-    read_answer(response).await
-}
-
-/// `GET url` on `sender`, which must be answered within [`BOUND`].
-async fn h2_get(sender: &h2::client::SendRequest<Bytes>, url: &str) -> Answer {
-    bounded(&format!("GET {url}"), h2_send(sender, "GET", url, &[]))
-        .await
-        .unwrap_or_else(|e| panic!("GET {url}: {e:?}"))
-}
-
 /// `future`'s output, or a failure naming `what` if only a hang explains its wait.
 async fn bounded<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
     match tokio::time::timeout(BOUND, future).await {
@@ -414,19 +330,6 @@ async fn wait_until(what: &str, done: impl Fn() -> bool) {
         poll_until_async(BOUND, done).await,
         "never happened within {BOUND:?}: {what}"
     );
-}
-
-/// Waits until `body` holds `n` bytes its client has not read (the proxy sent that much and,
-/// when `n` is the window, waits for more room).
-async fn window_filled(body: &mut h2::RecvStream, n: usize, what: &str) {
-    let until = std::time::Instant::now() + BOUND;
-    while body.flow_control().used_capacity() < n {
-        assert!(
-            std::time::Instant::now() < until,
-            "{what}: never got {n} bytes within {BOUND:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 fn no_access_log(origin: &AttackOrigin) -> LacquerProcess {
@@ -453,52 +356,57 @@ async fn a_stream_whose_window_stays_shut_holds_up_no_other_stream() {
     let lacquer = no_access_log(&origin);
     let big = lacquer.url("/big/window");
     let cached = lacquer.url("/cached/window");
-    let (warm, warm_driver) = h2_plain(lacquer.addr()).await;
-    assert_big(&h2_get(&warm, &big).await.body, "the first /big");
-    assert_eq!(h2_get(&warm, &cached).await.status, 200);
+    let (warm, warm_driver) = h2_connect_default(lacquer.addr()).await;
+    assert_big(&h2_get(&warm, &big, BOUND).await.body, "the first /big");
+    assert_eq!(h2_get(&warm, &cached, BOUND).await.status, 200);
     warm_driver.abort();
 
     // a connection window large enough that one stalled stream cannot shut it
     let mut builder = h2::client::Builder::new();
     builder.initial_connection_window_size(16 << 20);
-    let (sender, driver) = h2_connect(lacquer.addr(), &builder).await;
+    let (sender, driver) = h2_connect_with(lacquer.addr(), &builder).await;
     let mut ready = sender.clone().ready().await.unwrap();
-    let (stalled, _) = ready.send_request(request("GET", &big, &[]), true).unwrap();
+    let (stalled, _) = ready
+        .send_request(h2_request_head("GET", &big, &[]), true)
+        .unwrap();
     let stalled = bounded("the stalled hit's head", stalled).await.unwrap();
     assert_eq!(stalled.status(), 200);
     let mut stalled = stalled.into_body();
     // the proxy has filled the stream's window and waits for more
-    window_filled(&mut stalled, 65_535, "the stalled stream").await;
+    h2_wait_unreleased(&mut stalled, 65_535, BOUND, "the stalled stream").await;
     assert!(!stalled.is_end_stream());
 
-    let hit = h2_get(&sender, &cached).await;
+    let hit = h2_get(&sender, &cached, BOUND).await;
     assert_eq!(
         (hit.status, hit.text()),
         (200, "page /cached/window".into())
     );
-    let miss = h2_get(&sender, &lacquer.url("/miss/window")).await;
+    let miss = h2_get(&sender, &lacquer.url("/miss/window"), BOUND).await;
     assert_eq!(
         (miss.status, miss.text()),
         (200, "page /miss/window".into())
     );
-    let pass = h2_get(&sender, &lacquer.url("/nostore/window")).await;
+    let pass = h2_get(&sender, &lacquer.url("/nostore/window"), BOUND).await;
     assert_eq!(
         (pass.status, pass.text()),
         (200, "private /nostore/window".into())
     );
     let head = bounded(
         "HEAD of the stalled page",
-        h2_send(&sender, "HEAD", &big, &[]),
+        h2_fetch(&sender, "HEAD", &big, &[]),
     )
     .await
     .unwrap();
     assert_eq!((head.status, head.body.len()), (200, 0));
-    let other_big = h2_get(&sender, &big).await;
+    let other_big = h2_get(&sender, &big, BOUND).await;
     assert_big(&other_big.body, "a second stream of the stalled page");
 
-    let body = bounded("the stalled stream, read at last", read_body(&mut stalled))
-        .await
-        .unwrap();
+    let body = bounded(
+        "the stalled stream, read at last",
+        h2_read_body(&mut stalled, None),
+    )
+    .await
+    .unwrap();
     assert_big(&body, "the stalled stream");
     assert_eq!(origin.heads_for("/big/window"), 1);
     driver.abort();
@@ -516,25 +424,27 @@ async fn a_connection_window_held_shut_still_gets_heads_and_bodiless_answers() {
     let lacquer = no_access_log(&origin);
     let big = lacquer.url("/big/connection");
     let cached = lacquer.url("/cached/connection");
-    let (sender, driver) = h2_plain(lacquer.addr()).await;
-    assert_big(&h2_get(&sender, &big).await.body, "the first /big");
-    assert_eq!(h2_get(&sender, &cached).await.status, 200);
+    let (sender, driver) = h2_connect_default(lacquer.addr()).await;
+    assert_big(&h2_get(&sender, &big, BOUND).await.body, "the first /big");
+    assert_eq!(h2_get(&sender, &cached, BOUND).await.status, 200);
 
     let mut ready = sender.clone().ready().await.unwrap();
-    let (stalled, _) = ready.send_request(request("GET", &big, &[]), true).unwrap();
+    let (stalled, _) = ready
+        .send_request(h2_request_head("GET", &big, &[]), true)
+        .unwrap();
     let mut stalled = bounded("the stalled hit's head", stalled)
         .await
         .unwrap()
         .into_body();
-    window_filled(&mut stalled, 65_535, "the stalled stream").await;
+    h2_wait_unreleased(&mut stalled, 65_535, BOUND, "the stalled stream").await;
 
-    let head = bounded("a HEAD", h2_send(&sender, "HEAD", &cached, &[]))
+    let head = bounded("a HEAD", h2_fetch(&sender, "HEAD", &cached, &[]))
         .await
         .unwrap();
     assert_eq!((head.status, head.body.len()), (200, 0));
     let validated = bounded(
         "a conditional GET",
-        h2_send(&sender, "GET", &cached, &[("if-none-match", "\"v1\"")]),
+        h2_fetch(&sender, "GET", &cached, &[("if-none-match", "\"v1\"")]),
     )
     .await
     .unwrap();
@@ -542,7 +452,7 @@ async fn a_connection_window_held_shut_still_gets_heads_and_bodiless_answers() {
     // a GET gets its head; its body cannot come while the window is shut
     let mut ready = sender.clone().ready().await.unwrap();
     let (waiting, _) = ready
-        .send_request(request("GET", &cached, &[]), true)
+        .send_request(h2_request_head("GET", &cached, &[]), true)
         .unwrap();
     let waiting = bounded("the head of a GET behind the shut window", waiting)
         .await
@@ -551,11 +461,14 @@ async fn a_connection_window_held_shut_still_gets_heads_and_bodiless_answers() {
 
     drop(stalled);
     let mut waiting = waiting.into_body();
-    let body = bounded("the body, once the window opened", read_body(&mut waiting))
-        .await
-        .unwrap();
+    let body = bounded(
+        "the body, once the window opened",
+        h2_read_body(&mut waiting, None),
+    )
+    .await
+    .unwrap();
     assert_eq!(body, b"page /cached/connection");
-    assert_big(&h2_get(&sender, &big).await.body, "/big afterwards");
+    assert_big(&h2_get(&sender, &big, BOUND).await.body, "/big afterwards");
     assert_eq!(origin.heads_for("/big/connection"), 1);
     driver.abort();
 }
@@ -586,21 +499,23 @@ async fn a_fill_started_by_a_client_that_never_reads(direct_misses: bool) {
     let big = lacquer.url("/big/fill");
     let mut builder = h2::client::Builder::new();
     builder.initial_window_size(0);
-    let (attacker, attacker_driver) = h2_connect(lacquer.addr(), &builder).await;
+    let (attacker, attacker_driver) = h2_connect_with(lacquer.addr(), &builder).await;
     let mut ready = attacker.clone().ready().await.unwrap();
-    let (stalled, _) = ready.send_request(request("GET", &big, &[]), true).unwrap();
+    let (stalled, _) = ready
+        .send_request(h2_request_head("GET", &big, &[]), true)
+        .unwrap();
     let stalled = bounded("the stalled miss's head", stalled).await.unwrap();
     assert_eq!(stalled.status(), 200);
     assert_eq!(origin.heads_for("/big/fill"), 1);
 
-    let (other, other_driver) = h2_plain(lacquer.addr()).await;
-    let answer = h2_get(&other, &big).await;
+    let (other, other_driver) = h2_connect_default(lacquer.addr()).await;
+    let answer = h2_get(&other, &big, BOUND).await;
     assert_big(&answer.body, "another client's /big");
     let by_h1 = bounded("an HTTP/1.1 client's /big", get(&big, &[])).await;
     assert_big(&by_h1.body, "an HTTP/1.1 client's /big");
     // the stalled stream was cut (it can never have had its body), the page stored whole
     let mut stalled = stalled.into_body();
-    let cut = bounded("the stalled stream's end", read_body(&mut stalled)).await;
+    let cut = bounded("the stalled stream's end", h2_read_body(&mut stalled, None)).await;
     assert!(cut.is_err(), "the stalled stream was not cut");
     let again = bounded("a later /big", get(&big, &[])).await;
     assert!(again.is_hit(), "{:?}", again.cache_status());
@@ -636,7 +551,7 @@ async fn rapid_reset(addr: SocketAddr, url: String, streams: usize) -> usize {
             Ok(h2) => h2,
             Err(_) => break,
         };
-        match h2.send_request(request("GET", &url, &[]), true) {
+        match h2.send_request(h2_request_head("GET", &url, &[]), true) {
             Ok((response, mut stream)) => {
                 stream.send_reset(h2::Reason::CANCEL);
                 drop(response);
@@ -664,11 +579,11 @@ async fn a_rapid_reset_flood_leaves_the_proxy_serving_and_the_origin_alone() {
     let lacquer = no_access_log(&origin);
     let (cached, uncached) = ("/cached/flood", "/nostore/flood");
     let (cached_url, uncached_url) = (lacquer.url(cached), lacquer.url(uncached));
-    let (clean, clean_driver) = h2_plain(lacquer.addr()).await;
-    assert_eq!(h2_get(&clean, &cached_url).await.status, 200);
+    let (clean, clean_driver) = h2_connect_default(lacquer.addr()).await;
+    assert_eq!(h2_get(&clean, &cached_url, BOUND).await.status, 200);
     // asked once, the uncached page is remembered as such: later requests are passes
-    assert_eq!(h2_get(&clean, &uncached_url).await.status, 200);
-    assert_eq!(h2_get(&clean, &uncached_url).await.status, 200);
+    assert_eq!(h2_get(&clean, &uncached_url, BOUND).await.status, 200);
+    assert_eq!(h2_get(&clean, &uncached_url, BOUND).await.status, 200);
     let uncached_before = origin.heads_for(uncached);
 
     let floods: Vec<_> = (0..CONNECTIONS)
@@ -681,25 +596,25 @@ async fn a_rapid_reset_flood_leaves_the_proxy_serving_and_the_origin_alone() {
         })
         .collect();
     // a well-behaved client, during the flood, on its old connection and on a new one
-    let during = h2_get(&clean, &cached_url).await;
+    let during = h2_get(&clean, &cached_url, BOUND).await;
     assert_eq!(
         (during.status, during.text()),
         (200, "page /cached/flood".into())
     );
-    let (fresh, fresh_driver) = h2_plain(lacquer.addr()).await;
-    assert_eq!(h2_get(&fresh, &uncached_url).await.status, 200);
+    let (fresh, fresh_driver) = h2_connect_default(lacquer.addr()).await;
+    assert_eq!(h2_get(&fresh, &uncached_url, BOUND).await.status, 200);
     let mut opened = [0, 0];
     for (c, flood) in floods.into_iter().enumerate() {
         opened[c % 2] += bounded("a flooding client", flood).await.unwrap();
     }
     assert!(opened[0] > 0 && opened[1] > 0, "no stream was opened");
 
-    let after = h2_get(&clean, &cached_url).await;
+    let after = h2_get(&clean, &cached_url, BOUND).await;
     assert_eq!(
         (after.status, after.text()),
         (200, "page /cached/flood".into())
     );
-    let miss = h2_get(&fresh, &lacquer.url("/miss/after-flood")).await;
+    let miss = h2_get(&fresh, &lacquer.url("/miss/after-flood"), BOUND).await;
     assert_eq!(miss.status, 200);
     assert_eq!(
         origin.heads_for(cached),
@@ -731,8 +646,8 @@ async fn a_hundred_streams_on_a_hanging_origin_then_the_client_leaves() {
     let origin = AttackOrigin::start();
     let lacquer = no_access_log(&origin);
     let cached = lacquer.url("/cached/hundred");
-    let (sender, driver) = h2_plain(lacquer.addr()).await;
-    assert_eq!(h2_get(&sender, &cached).await.status, 200);
+    let (sender, driver) = h2_connect_default(lacquer.addr()).await;
+    assert_eq!(h2_get(&sender, &cached, BOUND).await.status, 200);
     assert_eq!(sender.current_max_send_streams(), 100);
 
     let mut held = Vec::new();
@@ -740,7 +655,7 @@ async fn a_hundred_streams_on_a_hanging_origin_then_the_client_leaves() {
         let sender = sender.clone();
         let url = lacquer.url(&format!("/held/{i}"));
         held.push(tokio::spawn(async move {
-            h2_send(&sender, "GET", &url, &[]).await
+            h2_fetch(&sender, "GET", &url, &[]).await
         }));
     }
     wait_until("the origin got the 100 held requests", || {
@@ -749,10 +664,10 @@ async fn a_hundred_streams_on_a_hanging_origin_then_the_client_leaves() {
     .await;
     let extra_sender = sender.clone();
     let extra_url = cached.clone();
-    let extra = tokio::spawn(async move { h2_send(&extra_sender, "GET", &extra_url, &[]).await });
+    let extra = tokio::spawn(async move { h2_fetch(&extra_sender, "GET", &extra_url, &[]).await });
 
-    let (other, other_driver) = h2_plain(lacquer.addr()).await;
-    let answer = h2_get(&other, &cached).await;
+    let (other, other_driver) = h2_connect_default(lacquer.addr()).await;
+    let answer = h2_get(&other, &cached, BOUND).await;
     assert_eq!(
         (answer.status, answer.text()),
         (200, "page /cached/hundred".into())
@@ -784,7 +699,7 @@ async fn a_hundred_streams_on_a_hanging_origin_then_the_client_leaves() {
     })
     .await;
     assert_eq!(origin.held(), 100);
-    let answer = h2_get(&other, &lacquer.url("/miss/hundred")).await;
+    let answer = h2_get(&other, &lacquer.url("/miss/hundred"), BOUND).await;
     assert_eq!(answer.status, 200);
     other_driver.abort();
 }
@@ -805,7 +720,7 @@ async fn start_upload(
     };
     let mut ready = sender.clone().ready().await.unwrap();
     let (response, mut body) = ready
-        .send_request(request("POST", url, fields), false)
+        .send_request(h2_request_head("POST", url, fields), false)
         .unwrap();
     body.send_data(Bytes::from(vec![b'x'; sent]), sent == total)
         .unwrap();
@@ -822,8 +737,8 @@ async fn an_upload_stalled_mid_body_holds_up_no_other_stream() {
     let origin = AttackOrigin::start();
     let lacquer = no_access_log(&origin);
     let cached = lacquer.url("/cached/upload");
-    let (sender, driver) = h2_plain(lacquer.addr()).await;
-    assert_eq!(h2_get(&sender, &cached).await.status, 200);
+    let (sender, driver) = h2_connect_default(lacquer.addr()).await;
+    assert_eq!(h2_get(&sender, &cached, BOUND).await.status, 200);
 
     let (sized, mut sized_body) =
         start_upload(&sender, &lacquer.url("/upload/sized"), 5000, 1000, true).await;
@@ -836,18 +751,20 @@ async fn an_upload_stalled_mid_body_holds_up_no_other_stream() {
     })
     .await;
 
-    let hit = h2_get(&sender, &cached).await;
+    let hit = h2_get(&sender, &cached, BOUND).await;
     assert_eq!(
         (hit.status, hit.text()),
         (200, "page /cached/upload".into())
     );
-    let miss = h2_get(&sender, &lacquer.url("/miss/upload")).await;
+    let miss = h2_get(&sender, &lacquer.url("/miss/upload"), BOUND).await;
     assert_eq!(
         (miss.status, miss.text()),
         (200, "page /miss/upload".into())
     );
     let (whole, _) = start_upload(&sender, &lacquer.url("/upload/whole"), 300, 300, true).await;
-    let whole = bounded("a whole upload", read_answer(whole)).await.unwrap();
+    let whole = bounded("a whole upload", h2_read_answer(whole, None))
+        .await
+        .unwrap();
     assert_eq!((whole.status, whole.text()), (200, "got 300".into()));
 
     cut_body.send_reset(h2::Reason::CANCEL);
@@ -863,11 +780,11 @@ async fn an_upload_stalled_mid_body_holds_up_no_other_stream() {
     streamed_body
         .send_data(Bytes::from(vec![b'x'; 4000]), true)
         .unwrap();
-    let sized = bounded("the sized upload", read_answer(sized))
+    let sized = bounded("the sized upload", h2_read_answer(sized, None))
         .await
         .unwrap();
     assert_eq!((sized.status, sized.text()), (200, "got 5000".into()));
-    let streamed = bounded("the streamed upload", read_answer(streamed))
+    let streamed = bounded("the streamed upload", h2_read_answer(streamed, None))
         .await
         .unwrap();
     assert_eq!((streamed.status, streamed.text()), (200, "got 5000".into()));
@@ -922,7 +839,7 @@ fn assert_hop_answer(status: u16, fields: &[(String, String)], body: &[u8], what
 }
 
 /// An h2 answer's fields as (name, value) pairs.
-fn h2_fields(answer: &Answer) -> Vec<(String, String)> {
+fn h2_fields(answer: &H2Answer) -> Vec<(String, String)> {
     answer
         .fields
         .iter()
@@ -938,8 +855,8 @@ async fn h2_hop_answer(
     url: &str,
     fields: &[(&str, &str)],
     what: &str,
-) -> Answer {
-    let answer = bounded(what, h2_send(sender, "GET", url, fields))
+) -> H2Answer {
+    let answer = bounded(what, h2_fetch(sender, "GET", url, fields))
         .await
         .unwrap_or_else(|e| panic!("{what}: {e:?}"));
     assert_hop_answer(answer.status, &h2_fields(&answer), &answer.body, what);
@@ -999,7 +916,7 @@ async fn connection_specific_fields_from_the_origin_never_reach_an_h2_client() {
             origin.addr(),
             &format!("[log]\naccess = \"off\"\n[proxy]\ndirect_misses = {direct_misses}\n"),
         );
-        let (sender, driver) = h2_plain(lacquer.addr()).await;
+        let (sender, driver) = h2_connect_default(lacquer.addr()).await;
         let config = format!("direct_misses = {direct_misses}");
 
         // h2 first (miss, hit, a hit on the standard path, HEAD), then HTTP/1.1 (hit)
@@ -1022,7 +939,7 @@ async fn connection_specific_fields_from_the_origin_never_reach_an_h2_client() {
                 "{what}: {status:?}"
             );
         }
-        let head = bounded("h2 HEAD", h2_send(&sender, "HEAD", &url, &[]))
+        let head = bounded("h2 HEAD", h2_fetch(&sender, "HEAD", &url, &[]))
             .await
             .unwrap_or_else(|e| panic!("{config}: h2 HEAD: {e:?}"));
         assert_eq!((head.status, head.body.len()), (200, 0));
@@ -1060,13 +977,13 @@ async fn connection_specific_fields_from_the_origin_never_reach_an_h2_client() {
 async fn an_http1_hit_of_a_chunked_answer_is_framed_one_way_only() {
     let origin = AttackOrigin::start();
     let lacquer = no_access_log(&origin);
-    let (sender, driver) = h2_plain(lacquer.addr()).await;
+    let (sender, driver) = h2_connect_default(lacquer.addr()).await;
     let mut seen = Vec::new();
     for what in ["HTTP/1.1 miss", "HTTP/1.1 hit"] {
         let answer = h1_hop_answer(&lacquer, "/hop/framing-h1", what);
         seen.push((what, framing_fields(&answer)));
     }
-    let miss = h2_send(&sender, "GET", &lacquer.url("/hop/framing-h2"), &[])
+    let miss = h2_fetch(&sender, "GET", &lacquer.url("/hop/framing-h2"), &[])
         .await
         .unwrap();
     assert_eq!(miss.status, 200);
@@ -1092,13 +1009,16 @@ async fn an_http1_hit_of_a_chunked_answer_is_framed_one_way_only() {
 async fn streams_reset_while_the_origin_works_on_them() {
     let origin = AttackOrigin::start();
     let lacquer = no_access_log(&origin);
-    let (sender, driver) = h2_plain(lacquer.addr()).await;
+    let (sender, driver) = h2_connect_default(lacquer.addr()).await;
 
     let (pass, mut pass_body) =
         start_upload(&sender, &lacquer.url("/held/nostore-post"), 1, 1, true).await;
     let mut ready = sender.clone().ready().await.unwrap();
     let (miss, mut miss_stream) = ready
-        .send_request(request("GET", &lacquer.url("/held/miss"), &[]), true)
+        .send_request(
+            h2_request_head("GET", &lacquer.url("/held/miss"), &[]),
+            true,
+        )
         .unwrap();
     wait_until("the origin got both held requests", || origin.held() == 2).await;
     pass_body.send_reset(h2::Reason::CANCEL);
@@ -1112,19 +1032,19 @@ async fn streams_reset_while_the_origin_works_on_them() {
     let slow = lacquer.url("/slow/reset");
     let mut ready = sender.clone().ready().await.unwrap();
     let (filling, mut filling_stream) = ready
-        .send_request(request("GET", &slow, &[]), true)
+        .send_request(h2_request_head("GET", &slow, &[]), true)
         .unwrap();
     let filling = bounded("the slow miss's head", filling).await.unwrap();
     assert_eq!(filling.status(), 200);
     let mut filling = filling.into_body();
-    window_filled(&mut filling, 1, "the slow miss").await;
+    h2_wait_unreleased(&mut filling, 1, BOUND, "the slow miss").await;
     filling_stream.send_reset(h2::Reason::CANCEL);
     drop(filling);
-    let hit = h2_get(&sender, &lacquer.url("/cached/reset")).await;
+    let hit = h2_get(&sender, &lacquer.url("/cached/reset"), BOUND).await;
     assert_eq!(hit.status, 200);
     origin.release("/slow/reset");
 
-    let again = h2_get(&sender, &slow).await;
+    let again = h2_get(&sender, &slow, BOUND).await;
     assert_eq!(again.status, 200);
     assert_eq!(again.body.len(), 2 * SLOW_HALF);
     assert_eq!(generated_mismatch(&again.body, SLOW_SEED, 0), None);
@@ -1363,14 +1283,17 @@ async fn sigterm_lets_waiting_h2_streams_finish_and_closes_idle_connections() {
         origin.addr(),
         "shutdown_timeout = \"120s\"\ngrace_period = \"1s\"\n[log]\naccess = \"off\"\n",
     );
-    let (idle, idle_driver) = h2_plain(node.addr()).await;
-    assert_eq!(h2_get(&idle, &node.url("/cached/term")).await.status, 200);
-    let (busy, busy_driver) = h2_plain(node.addr()).await;
+    let (idle, idle_driver) = h2_connect_default(node.addr()).await;
+    assert_eq!(
+        h2_get(&idle, &node.url("/cached/term"), BOUND).await.status,
+        200
+    );
+    let (busy, busy_driver) = h2_connect_default(node.addr()).await;
     let waiting: Vec<_> = (0..3)
         .map(|i| {
             let busy = busy.clone();
             let url = node.url(&format!("/held/term-{i}"));
-            tokio::spawn(async move { h2_send(&busy, "GET", &url, &[]).await })
+            tokio::spawn(async move { h2_fetch(&busy, "GET", &url, &[]).await })
         })
         .collect();
     wait_until("the origin got the three held requests", || {
@@ -1436,7 +1359,7 @@ async fn the_access_log_records_each_h2_answer_s_status() {
             log_path.display()
         ),
     );
-    let (sender, driver) = h2_plain(lacquer.addr()).await;
+    let (sender, driver) = h2_connect_default(lacquer.addr()).await;
     let page = "/cached/log";
     let asked: [Asked; 8] = [
         ("GET", page, &[], 200, 16, "miss"),
@@ -1449,7 +1372,7 @@ async fn the_access_log_records_each_h2_answer_s_status() {
         ("GET", "/big/log", &[], 200, BIG, "miss"),
     ];
     for (method, path, fields, status, bytes, _) in &asked {
-        let answer = bounded(path, h2_send(&sender, method, &lacquer.url(path), fields))
+        let answer = bounded(path, h2_fetch(&sender, method, &lacquer.url(path), fields))
             .await
             .unwrap();
         assert_eq!(
@@ -1458,7 +1381,7 @@ async fn the_access_log_records_each_h2_answer_s_status() {
             "{method} {path}"
         );
     }
-    let big = h2_get(&sender, &lacquer.url("/big/log")).await;
+    let big = h2_get(&sender, &lacquer.url("/big/log"), BOUND).await;
     assert_big(&big.body, "the /big hit");
 
     let mut lines: Vec<serde_json::Value> = Vec::new();
@@ -1527,13 +1450,15 @@ async fn streams_reset_by_the_hundred_while_the_origin_holds_them_are_all_given_
     let mut connections = Vec::new();
     let mut streams = Vec::new();
     for c in 0..CONNECTIONS {
-        let (sender, driver) = h2_plain(lacquer.addr()).await;
+        let (sender, driver) = h2_connect_default(lacquer.addr()).await;
         for i in 0..STREAMS {
             let url = lacquer.url(&format!("/held/flood-{c}-{i}"));
             let (response, body) = match i % 2 {
                 0 => {
                     let mut ready = sender.clone().ready().await.unwrap();
-                    ready.send_request(request("GET", &url, &[]), true).unwrap()
+                    ready
+                        .send_request(h2_request_head("GET", &url, &[]), true)
+                        .unwrap()
                 }
                 _ => start_upload(&sender, &url, 1, 1, true).await,
             };
@@ -1555,7 +1480,7 @@ async fn streams_reset_by_the_hundred_while_the_origin_holds_them_are_all_given_
     .await;
     for (c, (sender, driver)) in connections.into_iter().enumerate() {
         let url = lacquer.url(&format!("/cached/flood-{c}"));
-        let answer = h2_get(&sender, &url).await;
+        let answer = h2_get(&sender, &url, BOUND).await;
         assert_eq!(
             (answer.status, answer.text()),
             (200, format!("page /cached/flood-{c}"))
@@ -1578,19 +1503,21 @@ async fn the_h2_idle_timeout_spares_streams_in_flight_then_closes_the_connection
     let big = lacquer.url("/big/idle");
     let mut builder = h2::client::Builder::new();
     builder.initial_connection_window_size(16 << 20);
-    let (sender, driver) = h2_connect(lacquer.addr(), &builder).await;
-    assert_big(&h2_get(&sender, &big).await.body, "the first /big");
+    let (sender, driver) = h2_connect_with(lacquer.addr(), &builder).await;
+    assert_big(&h2_get(&sender, &big, BOUND).await.body, "the first /big");
 
     let mut ready = sender.clone().ready().await.unwrap();
-    let (stalled, _) = ready.send_request(request("GET", &big, &[]), true).unwrap();
+    let (stalled, _) = ready
+        .send_request(h2_request_head("GET", &big, &[]), true)
+        .unwrap();
     let mut stalled = bounded("the stalled hit's head", stalled)
         .await
         .unwrap()
         .into_body();
-    window_filled(&mut stalled, 65_535, "the stalled stream").await;
+    h2_wait_unreleased(&mut stalled, 65_535, BOUND, "the stalled stream").await;
     let held_sender = sender.clone();
     let held_url = lacquer.url("/held/idle");
-    let held = tokio::spawn(async move { h2_send(&held_sender, "GET", &held_url, &[]).await });
+    let held = tokio::spawn(async move { h2_fetch(&held_sender, "GET", &held_url, &[]).await });
     wait_until("the origin got the held request", || origin.held() == 1).await;
 
     // three idle timeouts, with two streams in flight
@@ -1599,7 +1526,7 @@ async fn the_h2_idle_timeout_spares_streams_in_flight_then_closes_the_connection
         !driver.is_finished(),
         "the connection was closed with streams in flight"
     );
-    let body = bounded("the stalled stream", read_body(&mut stalled))
+    let body = bounded("the stalled stream", h2_read_body(&mut stalled, None))
         .await
         .unwrap();
     assert_big(&body, "the stalled stream");
@@ -1627,18 +1554,21 @@ async fn a_connection_dropped_mid_fill_lets_the_fill_finish_and_gives_up_the_res
     let origin = AttackOrigin::start();
     let lacquer = no_access_log(&origin);
     let slow = lacquer.url("/slow/dropped");
-    let (sender, driver) = h2_plain(lacquer.addr()).await;
+    let (sender, driver) = h2_connect_default(lacquer.addr()).await;
     let mut ready = sender.clone().ready().await.unwrap();
     let (filling, _) = ready
-        .send_request(request("GET", &slow, &[]), true)
+        .send_request(h2_request_head("GET", &slow, &[]), true)
         .unwrap();
     let filling = bounded("the slow miss's head", filling).await.unwrap();
     assert_eq!(filling.status(), 200);
     let mut filling = filling.into_body();
-    window_filled(&mut filling, 1, "the slow miss").await;
+    h2_wait_unreleased(&mut filling, 1, BOUND, "the slow miss").await;
     let mut ready = sender.clone().ready().await.unwrap();
     let (waiting, _) = ready
-        .send_request(request("GET", &lacquer.url("/held/dropped"), &[]), true)
+        .send_request(
+            h2_request_head("GET", &lacquer.url("/held/dropped"), &[]),
+            true,
+        )
         .unwrap();
     wait_until("the origin got the held request", || origin.held() == 1).await;
 
@@ -1649,8 +1579,8 @@ async fn a_connection_dropped_mid_fill_lets_the_fill_finish_and_gives_up_the_res
     })
     .await;
     origin.release("/slow/dropped");
-    let (other, other_driver) = h2_plain(lacquer.addr()).await;
-    let again = h2_get(&other, &slow).await;
+    let (other, other_driver) = h2_connect_default(lacquer.addr()).await;
+    let again = h2_get(&other, &slow, BOUND).await;
     assert_eq!(again.status, 200);
     assert_eq!(again.body.len(), 2 * SLOW_HALF);
     assert_eq!(generated_mismatch(&again.body, SLOW_SEED, 0), None);

@@ -390,38 +390,6 @@ fn holding_origin() -> HoldingOrigin {
     }
 }
 
-/// An h2 client connection to `addr`, its driver spawned.
-async fn h2_connection(
-    addr: std::net::SocketAddr,
-) -> (
-    h2::client::SendRequest<bytes::Bytes>,
-    tokio::task::JoinHandle<()>,
-) {
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (sender, connection) = h2::client::handshake(tcp).await.unwrap();
-    let driver = tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    (sender, driver)
-}
-
-/// Sends a GET for `url` on `sender` and reads the whole answer: status and body.
-async fn h2_get(sender: &mut h2::client::SendRequest<bytes::Bytes>, url: &str) -> (u16, String) {
-    let request = http::Request::get(url).body(()).expect("a valid request");
-    let mut ready = sender.clone().ready().await.unwrap();
-    let (response, _) = ready.send_request(request, true).unwrap();
-    let response = response.await.unwrap();
-    let status = response.status().as_u16();
-    let mut body = response.into_body();
-    let mut bytes = Vec::new();
-    while let Some(chunk) = body.data().await {
-        let chunk = chunk.unwrap();
-        let _ = body.flow_control().release_capacity(chunk.len());
-        bytes.extend_from_slice(&chunk);
-    }
-    (status, String::from_utf8_lossy(&bytes).into_owned())
-}
-
 /// Waits (up to 20 s, else the test fails naming `what`) until `done` holds.
 async fn wait_until(what: &str, done: impl Fn() -> bool) {
     assert!(
@@ -436,14 +404,14 @@ async fn wait_until(what: &str, done: impl Fn() -> bool) {
 async fn an_h2_stream_waiting_on_its_origin_holds_up_no_other_stream() {
     let origin = holding_origin();
     let lacquer = LacquerProcess::start_simple(origin.origin.addr, "[log]\naccess = \"off\"");
-    let (mut sender, driver) = h2_connection(lacquer.addr()).await;
+    let (sender, driver) = h2_connect_default(lacquer.addr()).await;
     let cached = lacquer.url("/cached");
-    assert_eq!(h2_get(&mut sender, &cached).await.0, 200);
+    assert_eq!(h2_get_text(&sender, &cached).await.0, 200);
 
     // a request the origin holds, on the same connection as everything after it
     let held_url = lacquer.url("/held/1");
-    let mut held_sender = sender.clone();
-    let held = tokio::spawn(async move { h2_get(&mut held_sender, &held_url).await });
+    let held_sender = sender.clone();
+    let held = tokio::spawn(async move { h2_get_text(&held_sender, &held_url).await });
     wait_until("the origin got the held request", || {
         origin.held.load(Ordering::SeqCst) == 1
     })
@@ -451,9 +419,9 @@ async fn an_h2_stream_waiting_on_its_origin_holds_up_no_other_stream() {
 
     // while it waits: a hit and two misses, all answered
     let waiting = async {
-        let hit = h2_get(&mut sender.clone(), &cached).await;
-        let miss = h2_get(&mut sender.clone(), &lacquer.url("/miss/1")).await;
-        let other = h2_get(&mut sender.clone(), &lacquer.url("/miss/2")).await;
+        let hit = h2_get_text(&sender, &cached).await;
+        let miss = h2_get_text(&sender, &lacquer.url("/miss/1")).await;
+        let other = h2_get_text(&sender, &lacquer.url("/miss/2")).await;
         (hit, miss, other)
     };
     let (hit, miss, other) = tokio::time::timeout(Duration::from_secs(20), waiting)
@@ -480,12 +448,14 @@ async fn an_h2_stream_waiting_on_its_origin_holds_up_no_other_stream() {
 async fn an_h2_connection_dropped_with_streams_waiting_gives_them_up() {
     let origin = holding_origin();
     let lacquer = LacquerProcess::start_simple(origin.origin.addr, "[log]\naccess = \"off\"");
-    let (sender, driver) = h2_connection(lacquer.addr()).await;
+    let (sender, driver) = h2_connect_default(lacquer.addr()).await;
     let mut in_flight = Vec::new();
     for i in 0..5 {
         let url = lacquer.url(&format!("/held/{i}"));
-        let mut sender = sender.clone();
-        in_flight.push(tokio::spawn(async move { h2_get(&mut sender, &url).await }));
+        let sender = sender.clone();
+        in_flight.push(tokio::spawn(
+            async move { h2_get_text(&sender, &url).await },
+        ));
     }
     wait_until("the origin got the five held requests", || {
         origin.held.load(Ordering::SeqCst) == 5
@@ -501,8 +471,8 @@ async fn an_h2_connection_dropped_with_streams_waiting_gives_them_up() {
     })
     .await;
 
-    let (mut other, other_driver) = h2_connection(lacquer.addr()).await;
-    let answer = h2_get(&mut other, &lacquer.url("/after")).await;
+    let (other, other_driver) = h2_connect_default(lacquer.addr()).await;
+    let answer = h2_get_text(&other, &lacquer.url("/after")).await;
     assert_eq!(answer, (200, "page /after".to_string()));
     other_driver.abort();
 }

@@ -11,6 +11,8 @@
 //!   query-string [`scripted_origin`], balancer [`Replica`]s and socket-level [`RawOrigin`]s.
 //! - [`client`]: what the tests send: reqwest helpers ([`get`], [`Resp`]) and a raw-socket
 //!   client ([`raw_request`], [`RawConn`]).
+//! - [`h2`]: raw HTTP/2 clients on the `h2` crate, for windows, resets and unread streams
+//!   ([`h2_connect_wide`], [`h2_request`], [`h2_read_answer`], [`H2Answer`]).
 //! - [`django_site`]: the Django test site under gunicorn ([`DjangoSite`]), a real application.
 //! - [`generated`]: deterministic bodies to stream and verify at any offset.
 //! - [`gzip`], [`coding`] (brotli, zstd), [`http_date`]: codings and dates the origin scripts and
@@ -36,6 +38,9 @@ pub mod django_site;
 pub mod fields;
 pub mod generated;
 pub mod gzip;
+// Private, unlike the others: `use support::*` would otherwise bring a module named `h2` into
+// the tests, shadowing the `h2` crate they use directly. Its items are re-exported below.
+mod h2;
 pub mod http_date;
 pub mod lacquer_process;
 pub mod load;
@@ -48,6 +53,7 @@ pub mod temp_dir;
 pub mod tls;
 pub mod websocket;
 
+pub use self::h2::*;
 pub use assertions::*;
 pub use child::{read_lossy, rss_bytes, run_with_timeout, send_signal, stderr_text, OwnedChild};
 pub use client::*;
