@@ -34,7 +34,7 @@ pub fn on_request_end(
             .map(|ip| ip.to_string())
             .unwrap_or_else(|| "-".into()),
         method: req.method.as_str(),
-        uri: req.uri.to_string(),
+        uri: logged_target(&req.uri, req.version),
         version: version_str(req.version),
         status,
         bytes: session.body_bytes_sent(),
@@ -48,6 +48,17 @@ pub fn on_request_end(
     });
 }
 
+/// The request target as an HTTP/1 request line carries it, which is what nginx's `$request`
+/// and Varnish's `%r` log for every protocol: an HTTP/2 request's head is built by Pingora in
+/// absolute form from its pseudo-fields (`http://authority/path`), so its path and query (its
+/// `:path`) are logged; an HTTP/1 target as the client sent it (an absolute form stays one).
+fn logged_target(uri: &http::Uri, version: http::Version) -> String {
+    match (version, uri.path_and_query()) {
+        (http::Version::HTTP_2, Some(target)) => target.as_str().to_string(),
+        _ => uri.to_string(),
+    }
+}
+
 /// The protocol as the combined log format writes it.
 fn version_str(version: http::Version) -> &'static str {
     match version {
@@ -56,5 +67,29 @@ fn version_str(version: http::Version) -> &'static str {
         http::Version::HTTP_3 => "HTTP/3.0",
         http::Version::HTTP_09 => "HTTP/0.9",
         _ => "HTTP/1.1",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::logged_target;
+    use http::{Uri, Version};
+
+    #[test]
+    fn an_h2_request_is_logged_with_its_path_and_query_an_h1_one_as_sent() {
+        let absolute: Uri = "http://example.com:8080/a/b?x=1&y".parse().unwrap();
+        assert_eq!(logged_target(&absolute, Version::HTTP_2), "/a/b?x=1&y");
+        assert_eq!(
+            logged_target(&absolute, Version::HTTP_11),
+            "http://example.com:8080/a/b?x=1&y"
+        );
+        let origin_form: Uri = "/a?x".parse().unwrap();
+        assert_eq!(logged_target(&origin_form, Version::HTTP_11), "/a?x");
+        assert_eq!(logged_target(&origin_form, Version::HTTP_2), "/a?x");
+        let authority: Uri = "example.com:443".parse().unwrap();
+        assert_eq!(
+            logged_target(&authority, Version::HTTP_2),
+            "example.com:443"
+        );
     }
 }
