@@ -276,6 +276,11 @@ impl LacquerProxy {
                 let (data, ended) = match filtered {
                     Ok(chunk) => chunk,
                     Err(e) => {
+                        // the origin's connection is closed now, not when the client's request
+                        // ends (it may be stalled for up to send_timeout)
+                        if let Some(socket) = upstream.stream().get_socket_digest() {
+                            let _ = socket.shutdown_now();
+                        }
                         let mut s = lock(&shared);
                         s.relayed.upstream_failed = Some(e);
                         // the answer is cut short: the client gets no more of it
