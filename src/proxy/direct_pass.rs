@@ -63,6 +63,7 @@ use crate::lifecycle::live::LiveSettings;
 use crate::policy::{freshness, vary};
 use bytes::{Bytes, BytesMut};
 use http::{header, Method, StatusCode, Version};
+use pingora_cache::key::CacheHashKey;
 use pingora_cache::lock::{CacheKeyLockImpl, LockStatus, Locked, WritePermit};
 use pingora_cache::trace::Span;
 use pingora_cache::{CacheKey, CacheMeta, CachePhase, NoCacheReason, RespCacheable};
@@ -207,6 +208,19 @@ impl LacquerProxy {
         if pass == Pass::Miss {
             let key = ctx.key.get(session.req_header());
             match self.cache_lock.lock(key, false) {
+                // stored, or its fill started, since the fast path found nothing: the filling
+                // request lets its lock go when its fill starts, and a memcached lookup that
+                // waited (a slow or frozen server, up to its op_timeout) left that window open.
+                // The standard path streams the fill or serves the object
+                Locked::Write(permit)
+                    if self
+                        .fast_hit
+                        .as_ref()
+                        .is_some_and(|fast| fast.stored_or_filling(key.primary_bin())) =>
+                {
+                    self.cache_lock.release(key, permit, LockStatus::Done);
+                    return Ok(false);
+                }
                 Locked::Write(permit) => {
                     fill_lock = Some(FillLock {
                         lock: self.cache_lock,

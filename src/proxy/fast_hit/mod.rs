@@ -33,7 +33,7 @@ use super::RequestCtx;
 use crate::compression::decoded_copies::DecodedCopies;
 use crate::policy::CachePolicy;
 use crate::storage::fill_lease::AfterSharedMiss;
-use crate::storage::memory::{CompleteObject, MemoryTier};
+use crate::storage::memory::{CompleteObject, MemoryTier, NoCompleteObject};
 use crate::storage::tier::Tier;
 use crate::storage::tiered::TieredStorage;
 use answer::Answer;
@@ -97,6 +97,15 @@ impl FastHit {
             decoded_copies,
             uncacheable,
         }
+    }
+
+    /// Whether the memory tier holds the URL whose primary hash is `primary`, or is filling it:
+    /// a direct miss checks again once it holds the URL's cache lock (`direct_pass`).
+    pub fn stored_or_filling(&self, primary: pingora_cache::key::HashBinary) -> bool {
+        !matches!(
+            self.memory.complete_object(primary),
+            Err(NoCompleteObject::Absent)
+        )
     }
 
     /// The decoded copies of small gzip bodies, when kept (for `/metrics`).
