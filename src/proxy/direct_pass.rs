@@ -23,7 +23,9 @@
 //! without validators, `Range`, request directives or credentials), unless partial objects are
 //! kept, when no other request holds the URL's cache lock ([`Pass::Miss`]: it takes the lock,
 //! as the standard path's miss would, and a request that finds it taken waits in the standard
-//! path). And only an HTTP/1 or HTTP/2 client's request without `Upgrade` or `Expect`, whose
+//! path; one that gets the lock but finds the URL stored or filling in the memory tier by then,
+//! its memcached lookup having waited while another request's fill started, leaves it to the
+//! standard path too). And only an HTTP/1 or HTTP/2 client's request without `Upgrade` or `Expect`, whose
 //! body is empty or a `Content-Length` of at most [`BUFFERED_BODY_MAX`] (read whole first, so a
 //! failed attempt can be replayed as the standard path replays its retry buffer), with no
 //! embedding program's phase hooks. Everything else takes the standard path, as do all requests
