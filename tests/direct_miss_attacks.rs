@@ -1223,16 +1223,9 @@ async fn answers_around_the_size_limit_are_stored_as_on_the_standard_path() {
 /// A client that sends `GET path` and then reads nothing, with a 4 KiB receive buffer: the
 /// node's writes to it stall as soon as the socket buffers between them are full.
 async fn stalled_get(addr: SocketAddr, path: &str) -> tokio::net::TcpStream {
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(4096).unwrap();
-    let mut stream = socket.connect(addr).await.unwrap();
-    tokio::io::AsyncWriteExt::write_all(
-        &mut stream,
-        format!("GET {path} HTTP/1.1\r\nHost: {HOST}\r\n\r\n").as_bytes(),
-    )
-    .await
-    .unwrap();
-    stream
+    StallingClient::stalled(addr, HOST, path)
+        .await
+        .into_stream()
 }
 
 /// A client asks for a large uncached page and then reads nothing (a slow-read attack, or a

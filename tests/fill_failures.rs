@@ -23,8 +23,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// Longer than any case takes when nothing hangs, far shorter than `server.send_timeout`.
 const BOUND: Duration = Duration::from_secs(40);
@@ -83,11 +81,6 @@ async fn bounded<T>(what: &str, future: impl std::future::Future<Output = T>) ->
     }
 }
 
-/// Position of `needle` in `hay`.
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
 /// The seed of the generated page at `path`: its last byte.
 fn seed_of(path: &str) -> u8 {
     *path.as_bytes().last().unwrap()
@@ -106,7 +99,7 @@ fn assert_page(body: &[u8], len: usize, seed: u8, what: &str) {
 /// An answer read by an HTTP/1 client is the whole page, or a cut one that says so: a `200` whose
 /// body, reported complete, is the page; or, cut (the connection ended before the framing's end),
 /// the page's first bytes. Returns whether it was whole.
-fn assert_whole_or_cut(answer: &H1Answer, len: usize, seed: u8, what: &str) -> bool {
+fn assert_whole_or_cut(answer: &StallingAnswer, len: usize, seed: u8, what: &str) -> bool {
     if answer.status == 0 {
         // the connection ended before any head: an error, not a wrong page
         assert!(answer.body.is_empty());
@@ -135,16 +128,6 @@ fn assert_whole_or_cut(answer: &H1Answer, len: usize, seed: u8, what: &str) -> b
     false
 }
 
-/// The value of field `name` in a raw response head.
-fn head_field(head: &str, name: &str) -> Option<String> {
-    head.lines().skip(1).find_map(|line| {
-        let (k, v) = line.split_once(':')?;
-        k.trim()
-            .eq_ignore_ascii_case(name)
-            .then(|| v.trim().to_string())
-    })
-}
-
 /// `GET path` with `Host: HOST` on a fresh reqwest client (transport errors returned).
 async fn try_get_page(node: &LacquerProcess, path: &str) -> Result<Resp, reqwest::Error> {
     try_get(&node.url(path), &[("host", HOST)]).await
@@ -164,200 +147,6 @@ async fn get_page_of(node: &LacquerProcess, path: &str, len: usize, seed: u8, wh
     assert_eq!(resp.status, 200, "{what}: {}", resp.text());
     assert_page(&resp.body, len, seed, what);
     resp
-}
-
-// --- a raw HTTP/1 client -----------------------------------------------------------------------
-
-/// One answer as a raw HTTP/1 client read it.
-#[derive(Debug)]
-struct H1Answer {
-    /// The head, up to and without its blank line (empty when none arrived).
-    head: String,
-    status: u16,
-    /// The body, de-chunked.
-    body: Vec<u8>,
-    /// The body ended as its framing says; `false`: the connection ended first.
-    complete: bool,
-}
-
-/// A raw HTTP/1 client connection. With a small receive buffer (4 KiB, [`H1Client::stalled`])
-/// a client that reads nothing leaves the node's writes waiting once the socket buffers are
-/// full; with the system's, it reads at once ([`H1Client::eager`]).
-struct H1Client {
-    stream: TcpStream,
-    buf: Vec<u8>,
-    eof: bool,
-}
-
-impl H1Client {
-    async fn connect(addr: SocketAddr, recv_buffer: Option<u32>) -> H1Client {
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        if let Some(size) = recv_buffer {
-            socket.set_recv_buffer_size(size).unwrap();
-        }
-        let stream = socket.connect(addr).await.unwrap();
-        H1Client {
-            stream,
-            buf: Vec::new(),
-            eof: false,
-        }
-    }
-
-    /// Connects with a 4 KiB receive buffer and sends `GET path` (then reads nothing until told).
-    async fn stalled(addr: SocketAddr, path: &str) -> H1Client {
-        let mut client = H1Client::connect(addr, Some(4096)).await;
-        client.send_get(path).await;
-        client
-    }
-
-    /// Connects and sends `GET path`, to read the answer at once.
-    async fn eager(addr: SocketAddr, path: &str) -> H1Client {
-        let mut client = H1Client::connect(addr, None).await;
-        client.send_get(path).await;
-        client
-    }
-
-    async fn send_get(&mut self, path: &str) {
-        let text = format!("GET {path} HTTP/1.1\r\nHost: {HOST}\r\n\r\n");
-        self.stream.write_all(text.as_bytes()).await.unwrap();
-    }
-
-    /// Reads more; `false` at the connection's end (a close, a reset, or [`BOUND`] of silence).
-    async fn fill(&mut self) -> bool {
-        if self.eof {
-            return false;
-        }
-        let mut chunk = vec![0u8; 64 << 10];
-        match tokio::time::timeout(BOUND, self.stream.read(&mut chunk)).await {
-            Ok(Ok(n)) if n > 0 => {
-                self.buf.extend_from_slice(&chunk[..n]);
-                true
-            }
-            _ => {
-                self.eof = true;
-                false
-            }
-        }
-    }
-
-    /// Until the buffer holds `n` bytes; `false` if the connection ended first.
-    async fn need(&mut self, n: usize) -> bool {
-        while self.buf.len() < n {
-            if !self.fill().await {
-                return false;
-            }
-        }
-        true
-    }
-
-    /// The next CRLF-ended line (without its CRLF), taken from the buffer.
-    async fn line(&mut self) -> Option<String> {
-        loop {
-            if let Some(at) = find(&self.buf, b"\r\n") {
-                let line = String::from_utf8_lossy(&self.buf[..at]).into_owned();
-                self.buf.drain(..at + 2);
-                return Some(line);
-            }
-            if !self.fill().await {
-                return None;
-            }
-        }
-    }
-
-    /// Reads until a response head is in the buffer; `false` if the connection ended first.
-    async fn until_head(&mut self) -> bool {
-        while find(&self.buf, b"\r\n\r\n").is_none() {
-            if !self.fill().await {
-                return false;
-            }
-        }
-        true
-    }
-
-    /// Reads the next final answer to a GET (interim ones skipped).
-    async fn answer(&mut self) -> H1Answer {
-        loop {
-            let answer = self.one_answer().await;
-            if !(100..200).contains(&answer.status) {
-                return answer;
-            }
-        }
-    }
-
-    async fn one_answer(&mut self) -> H1Answer {
-        let mut answer = H1Answer {
-            head: String::new(),
-            status: 0,
-            body: Vec::new(),
-            complete: false,
-        };
-        loop {
-            if let Some(at) = find(&self.buf, b"\r\n\r\n") {
-                answer.head = String::from_utf8_lossy(&self.buf[..at]).into_owned();
-                self.buf.drain(..at + 4);
-                break;
-            }
-            if !self.fill().await {
-                return answer;
-            }
-        }
-        answer.status = answer
-            .head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        if (100..200).contains(&answer.status) || matches!(answer.status, 204 | 304) {
-            answer.complete = true;
-            return answer;
-        }
-        let chunked = head_field(&answer.head, "transfer-encoding")
-            .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
-        let length = head_field(&answer.head, "content-length").and_then(|v| v.parse().ok());
-        if chunked {
-            loop {
-                let Some(size_line) = self.line().await else {
-                    return answer;
-                };
-                let size = usize::from_str_radix(size_line.split(';').next().unwrap().trim(), 16)
-                    .unwrap_or_else(|_| panic!("a bad chunk-size line: {size_line:?}"));
-                if size == 0 {
-                    // no trailers expected: the blank line ends the body
-                    match self.line().await {
-                        Some(blank) if blank.is_empty() => answer.complete = true,
-                        _ => {}
-                    }
-                    return answer;
-                }
-                if !self.need(size + 2).await {
-                    let have = self.buf.len().min(size);
-                    answer.body.extend_from_slice(&self.buf[..have]);
-                    return answer;
-                }
-                answer.body.extend_from_slice(&self.buf[..size]);
-                assert_eq!(
-                    &self.buf[size..size + 2],
-                    b"\r\n",
-                    "a chunk not ended by CRLF"
-                );
-                self.buf.drain(..size + 2);
-            }
-        }
-        match length {
-            Some(length) => {
-                answer.complete = self.need(length).await;
-                let have = self.buf.len().min(length);
-                answer.body = self.buf.drain(..have).collect();
-            }
-            None => {
-                // delimited by the close
-                while self.fill().await {}
-                answer.body = std::mem::take(&mut self.buf);
-                answer.complete = true;
-            }
-        }
-        answer
-    }
 }
 
 // --- origins -----------------------------------------------------------------------------------
@@ -590,7 +379,7 @@ async fn frozen_memcached_during_a_stalled_fill(direct: bool, freeze: Freeze) {
         memcached.freeze();
     }
     let path = "/big1";
-    let mut stalled = H1Client::stalled(addr, path).await;
+    let mut stalled = StallingClient::stalled(addr, HOST, path).await;
     fill_started(admin).await;
     if freeze == Freeze::DuringTheFill {
         memcached.freeze();
@@ -624,7 +413,7 @@ async fn frozen_memcached_during_a_stalled_fill(direct: bool, freeze: Freeze) {
     assert_eq!(origin.hits_for(path), 1, "the large page was stored");
 
     // the first client, reading at last: the whole page
-    let answer = bounded("the first client's answer", stalled.answer()).await;
+    let answer = bounded("the first client's answer", stalled.answer(false)).await;
     assert!(
         answer.complete,
         "the first client's answer was cut after {} bytes ({})",
@@ -729,14 +518,14 @@ async fn follower_slowed_by_a_frozen_memcached(direct: bool) {
     memcached.freeze();
 
     let path = "/slow-head1";
-    let mut stalled = H1Client::stalled(addr, path).await;
+    let mut stalled = StallingClient::stalled(addr, HOST, path).await;
     assert!(
         poll_until_async(BOUND, || origin.heads_for(path) >= 1).await,
         "the origin never got the first client's miss"
     );
     let follower = get_whole(&lacquer, path, BIG_LEN, "the second client's page").await;
     let fetches = origin.hits_for(path);
-    let answer = bounded("the first client's answer", stalled.answer()).await;
+    let answer = bounded("the first client's answer", stalled.answer(false)).await;
     memcached.thaw();
     assert!(answer.complete && answer.status == 200, "{}", answer.head);
     assert_page(
@@ -805,13 +594,13 @@ async fn origin_hangs_while_the_first_client_stalls(direct: bool, sized: bool) {
     );
     let addr = lacquer.addr();
     let path = "/hanging";
-    let mut stalled = H1Client::stalled(addr, path).await;
+    let mut stalled = StallingClient::stalled(addr, HOST, path).await;
     let half = half_sent(&log).await;
 
-    let mut follower = H1Client::eager(addr, path).await;
+    let mut follower = StallingClient::eager(addr, HOST, path).await;
     let answer = bounded(
         "the second client's answer (the node never gave up on the silent origin)",
-        follower.answer(),
+        follower.answer(false),
     )
     .await;
     let follower_ended = half.elapsed();
@@ -832,7 +621,7 @@ async fn origin_hangs_while_the_first_client_stalls(direct: bool, sized: bool) {
     .await;
 
     // the first client, reading at last: cut (nothing more will come)
-    let first = bounded("the first client's answer", stalled.answer()).await;
+    let first = bounded("the first client's answer", stalled.answer(false)).await;
     assert_eq!(first.status, 200, "{}", first.head);
     assert!(
         !first.complete,
@@ -945,13 +734,13 @@ async fn sigterm_while_a_stalled_client_holds_a_fill(direct: bool, pace: Pace) {
     );
     let addr = lacquer.addr();
     let path = "/big3";
-    let mut stalled = H1Client::stalled(addr, path).await;
+    let mut stalled = StallingClient::stalled(addr, HOST, path).await;
     assert!(poll_until_async(BOUND, || origin.heads_for(path) >= 1).await);
     let (has_head, head_seen) = tokio::sync::oneshot::channel();
     let follower = tokio::spawn(async move {
-        let mut client = H1Client::eager(addr, path).await;
+        let mut client = StallingClient::eager(addr, HOST, path).await;
         let _ = has_head.send(client.until_head().await);
-        client.answer().await
+        client.answer(false).await
     });
     assert!(
         bounded("the second client's head", head_seen)
@@ -970,7 +759,7 @@ async fn sigterm_while_a_stalled_client_holds_a_fill(direct: bool, pace: Pace) {
         .await
         .unwrap();
     let whole = assert_whole_or_cut(&answer, BIG_LEN, seed_of(path), "the second client");
-    let first = bounded("the first client's answer", stalled.answer()).await;
+    let first = bounded("the first client's answer", stalled.answer(false)).await;
     let first_whole = assert_whole_or_cut(&first, BIG_LEN, seed_of(path), "the first client");
     let log = lacquer.stderr_log();
     eprintln!(
@@ -1033,7 +822,7 @@ async fn sigterm_while_the_only_client_of_a_silent_fill_stalls(direct: bool) {
         },
     );
     let path = "/silent";
-    let mut stalled = H1Client::stalled(lacquer.addr(), path).await;
+    let mut stalled = StallingClient::stalled(lacquer.addr(), HOST, path).await;
     half_sent(&log).await;
     let signalled = Instant::now();
     assert!(lacquer.signal("TERM"));
@@ -1042,7 +831,7 @@ async fn sigterm_while_the_only_client_of_a_silent_fill_stalls(direct: bool) {
         took < SHUTDOWN_TIMEOUT + EXIT_MARGIN,
         "the drain took {took:?} (shutdown_timeout {SHUTDOWN_TIMEOUT:?}, read_timeout 60 s)"
     );
-    let answer = bounded("the client's answer", stalled.answer()).await;
+    let answer = bounded("the client's answer", stalled.answer(false)).await;
     assert_eq!(answer.status, 200, "{}", answer.head);
     assert!(
         !answer.complete,
@@ -1095,7 +884,7 @@ async fn hand_over_while_a_stalled_client_holds_a_fill(direct: bool) {
     );
     let addr = old.addr();
     let path = "/big4";
-    let mut stalled = H1Client::stalled(addr, path).await;
+    let mut stalled = StallingClient::stalled(addr, HOST, path).await;
     assert!(poll_until_async(BOUND, || origin.heads_for(path) >= 1).await);
     let started = Instant::now();
     let successor = tokio::task::block_in_place(|| old.hand_over(&sock));
@@ -1113,7 +902,7 @@ async fn hand_over_while_a_stalled_client_holds_a_fill(direct: bool) {
         "the new process stored the page: {:?}",
         stored.cache_status()
     );
-    let first = bounded("the first client's answer", stalled.answer()).await;
+    let first = bounded("the first client's answer", stalled.answer(false)).await;
     let first_whole = assert_whole_or_cut(&first, BIG_LEN, seed_of(path), "the first client");
     eprintln!(
         "hand-over with a stalled fill (direct_misses = {direct}): handed over in \

@@ -24,8 +24,6 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// Longer than any case takes when nothing hangs, far shorter than `server.send_timeout`.
 const BOUND: Duration = Duration::from_secs(40);
@@ -63,11 +61,6 @@ async fn bounded<T>(what: &str, future: impl std::future::Future<Output = T>) ->
     }
 }
 
-/// Position of `needle` in `hay`.
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
 /// Waits until `heads()` counts at least `n` (at most [`BOUND`]).
 async fn wait_heads(what: &str, n: usize, heads: impl Fn() -> usize) {
     assert!(
@@ -101,196 +94,6 @@ fn head_field(head: &str, name: &str) -> Option<String> {
             .eq_ignore_ascii_case(name)
             .then(|| v.trim().to_string())
     })
-}
-
-// --- a raw HTTP/1 client -----------------------------------------------------------------------
-
-/// One answer as a raw HTTP/1 client read it.
-#[derive(Debug)]
-struct H1Answer {
-    /// The head, up to and without its blank line (empty when none arrived).
-    head: String,
-    status: u16,
-    /// The body, de-chunked.
-    body: Vec<u8>,
-    /// The body ended as its framing says; `false`: the connection ended first.
-    complete: bool,
-}
-
-/// A raw HTTP/1 client connection, its receive buffer small (4 KiB), so that a client that reads
-/// nothing leaves the node's writes waiting once the socket buffers are full. Reads either at
-/// once or at a pace (`pace`: at most that many bytes per read, a pause before each).
-struct H1Client {
-    stream: TcpStream,
-    buf: Vec<u8>,
-    eof: bool,
-    pace: Option<(usize, Duration)>,
-}
-
-impl H1Client {
-    async fn connect(addr: SocketAddr) -> H1Client {
-        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        socket.set_recv_buffer_size(4096).unwrap();
-        let stream = socket.connect(addr).await.unwrap();
-        H1Client {
-            stream,
-            buf: Vec::new(),
-            eof: false,
-            pace: None,
-        }
-    }
-
-    /// Connects and sends `GET path` with `Host: <addr>` and `fields` (lines ending in CRLF).
-    async fn get(addr: SocketAddr, path: &str, fields: &str) -> H1Client {
-        let mut client = H1Client::connect(addr).await;
-        client.send_get(addr, path, fields).await;
-        client
-    }
-
-    async fn send_get(&mut self, addr: SocketAddr, path: &str, fields: &str) {
-        self.send(&format!(
-            "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{fields}\r\n"
-        ))
-        .await;
-    }
-
-    async fn send(&mut self, text: &str) {
-        self.stream.write_all(text.as_bytes()).await.unwrap();
-    }
-
-    /// Reads more; `false` at the connection's end (a close, a reset, or [`BOUND`] of silence).
-    async fn fill(&mut self) -> bool {
-        if self.eof {
-            return false;
-        }
-        let mut chunk = vec![0u8; 64 << 10];
-        let want = match self.pace {
-            Some((most, pause)) => {
-                tokio::time::sleep(pause).await;
-                most.min(chunk.len())
-            }
-            None => chunk.len(),
-        };
-        match tokio::time::timeout(BOUND, self.stream.read(&mut chunk[..want])).await {
-            Ok(Ok(n)) if n > 0 => {
-                self.buf.extend_from_slice(&chunk[..n]);
-                true
-            }
-            _ => {
-                self.eof = true;
-                false
-            }
-        }
-    }
-
-    /// Until the buffer holds `n` bytes; `false` if the connection ended first.
-    async fn need(&mut self, n: usize) -> bool {
-        while self.buf.len() < n {
-            if !self.fill().await {
-                return false;
-            }
-        }
-        true
-    }
-
-    /// The next CRLF-ended line (without its CRLF), taken from the buffer.
-    async fn line(&mut self) -> Option<String> {
-        loop {
-            if let Some(at) = find(&self.buf, b"\r\n") {
-                let line = String::from_utf8_lossy(&self.buf[..at]).into_owned();
-                self.buf.drain(..at + 2);
-                return Some(line);
-            }
-            if !self.fill().await {
-                return None;
-            }
-        }
-    }
-
-    /// Reads the next final answer (interim ones skipped); `head_only`: it answers a HEAD.
-    async fn answer(&mut self, head_only: bool) -> H1Answer {
-        loop {
-            let answer = self.one_answer(head_only).await;
-            if !(100..200).contains(&answer.status) {
-                return answer;
-            }
-        }
-    }
-
-    async fn one_answer(&mut self, head_only: bool) -> H1Answer {
-        let mut answer = H1Answer {
-            head: String::new(),
-            status: 0,
-            body: Vec::new(),
-            complete: false,
-        };
-        loop {
-            if let Some(at) = find(&self.buf, b"\r\n\r\n") {
-                answer.head = String::from_utf8_lossy(&self.buf[..at]).into_owned();
-                self.buf.drain(..at + 4);
-                break;
-            }
-            if !self.fill().await {
-                return answer;
-            }
-        }
-        answer.status = answer
-            .head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        if head_only || (100..200).contains(&answer.status) || matches!(answer.status, 204 | 304) {
-            answer.complete = true;
-            return answer;
-        }
-        let chunked = head_field(&answer.head, "transfer-encoding")
-            .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
-        let length = head_field(&answer.head, "content-length").and_then(|v| v.parse().ok());
-        if chunked {
-            loop {
-                let Some(size_line) = self.line().await else {
-                    return answer;
-                };
-                let size = usize::from_str_radix(size_line.split(';').next().unwrap().trim(), 16)
-                    .unwrap_or_else(|_| panic!("a bad chunk-size line: {size_line:?}"));
-                if size == 0 {
-                    // no trailers expected: the blank line ends the body
-                    match self.line().await {
-                        Some(blank) if blank.is_empty() => answer.complete = true,
-                        _ => {}
-                    }
-                    return answer;
-                }
-                if !self.need(size + 2).await {
-                    let have = self.buf.len().min(size);
-                    answer.body.extend_from_slice(&self.buf[..have]);
-                    return answer;
-                }
-                answer.body.extend_from_slice(&self.buf[..size]);
-                assert_eq!(
-                    &self.buf[size..size + 2],
-                    b"\r\n",
-                    "a chunk not ended by CRLF"
-                );
-                self.buf.drain(..size + 2);
-            }
-        }
-        match length {
-            Some(length) => {
-                answer.complete = self.need(length).await;
-                let have = self.buf.len().min(length);
-                answer.body = self.buf.drain(..have).collect();
-            }
-            None => {
-                // delimited by the close
-                while self.fill().await {}
-                answer.body = std::mem::take(&mut self.buf);
-                answer.complete = true;
-            }
-        }
-        answer
-    }
 }
 
 // --- origins -----------------------------------------------------------------------------------
@@ -384,7 +187,7 @@ async fn origin_dies_while_the_first_client_stalls(direct: bool, staller: Stalle
     let mut h1_staller = None;
     let mut h2_staller = None;
     match staller {
-        Staller::H1 => h1_staller = Some(H1Client::get(addr, path, "").await),
+        Staller::H1 => h1_staller = Some(StallingClient::get(addr, path, "").await),
         Staller::H2 => {
             let (sender, driver) = h2_connect_wide(addr).await;
             let (response, _stream) = h2_request(&sender, "GET", &url, &[]).await;
@@ -513,7 +316,7 @@ async fn stalled_client_leaves_mid_fill(direct: bool, leaving: Leaving) {
     let mut h1 = None;
     let mut h2 = None;
     match leaving {
-        Leaving::H1Reset => h1 = Some(H1Client::get(addr, path, "").await),
+        Leaving::H1Reset => h1 = Some(StallingClient::get(addr, path, "").await),
         Leaving::H2StreamReset | Leaving::H2ConnectionDrop => {
             let (sender, driver) = h2_connect_wide(addr).await;
             let (response, stream) = h2_request(&sender, "GET", &url, &[]).await;
@@ -678,7 +481,7 @@ async fn stalled_identity_client_of_a_coded_fill(direct: bool, coding: Coding) {
     let addr = lacquer.addr();
     let path = "/coded";
     let url = lacquer.url(path);
-    let mut stalled = H1Client::get(addr, path, "").await;
+    let mut stalled = StallingClient::get(addr, path, "").await;
     assert!(poll_until_async(BOUND, || origin.heads_for(path) >= 1).await);
     tokio::time::sleep(Duration::from_millis(200)).await;
 
@@ -810,7 +613,7 @@ async fn ranged_and_conditional_misses(h2: bool) {
                     .iter()
                     .map(|(k, v)| format!("{k}: {v}\r\n"))
                     .collect();
-                let mut client = H1Client::get(addr, path, &lines).await;
+                let mut client = StallingClient::get(addr, path, &lines).await;
                 client.pace = Some(SLOW_PACE);
                 let answer = client.answer(false).await;
                 assert!(answer.complete, "{path}: the slow client's answer was cut");
@@ -997,7 +800,7 @@ async fn slow_steady_reader(direct: bool, h2: bool) {
                 driver.abort();
                 (status, body)
             } else {
-                let mut client = H1Client::get(addr, path, "").await;
+                let mut client = StallingClient::get(addr, path, "").await;
                 client.pace = Some(pace);
                 let answer = client.answer(false).await;
                 assert!(answer.complete, "the slow client's answer was cut");
@@ -1145,7 +948,7 @@ async fn bodiless_answers_keep_the_connection(direct: bool, h2: bool) {
         run(steps_after.to_vec()).await;
         driver.abort();
     } else {
-        let mut client = H1Client::connect(addr).await;
+        let mut client = StallingClient::connect(addr).await;
         for (i, steps) in [steps_before.to_vec(), steps_after.to_vec()]
             .into_iter()
             .enumerate()
@@ -1228,7 +1031,7 @@ async fn pipelined_behind_a_stalled_miss(direct: bool) {
     });
     let lacquer = node(origin.addr(), direct, ROOMY);
     let addr = lacquer.addr();
-    let mut client = H1Client::connect(addr).await;
+    let mut client = StallingClient::connect(addr).await;
     client
         .send(&format!(
             "GET /big1 HTTP/1.1\r\nHost: {addr}\r\n\r\n\
@@ -1301,7 +1104,7 @@ async fn stalled_clients_of_distinct_pages(direct: bool, fields: &str) -> u64 {
     let mut clients = Vec::new();
     for i in 1..=HELD_CLIENTS {
         let path = format!("/held?{i}");
-        clients.push((path.clone(), H1Client::get(addr, &path, fields).await));
+        clients.push((path.clone(), StallingClient::get(addr, &path, fields).await));
     }
     assert!(poll_until_async(BOUND, || origin.hits() > HELD_CLIENTS).await);
     // until the node's memory stops growing (the fills that go on are done), 20 s at most
@@ -1398,7 +1201,7 @@ async fn a_fill_paused_by_a_spent_budget_resumes_when_the_budget_is_given_back()
     let held = || async { scrape(admin).await.value("lacquer_read_ahead_bytes") };
     let mut spenders = Vec::new();
     for i in 1..=4 {
-        spenders.push(H1Client::get(addr, &format!("/spend{i}"), "").await);
+        spenders.push(StallingClient::get(addr, &format!("/spend{i}"), "").await);
     }
     // a quarter of the 64 MiB memory tier (the standard path's reservations have the other)
     let budget = 16.0 * MIB as f64;
@@ -1410,7 +1213,7 @@ async fn a_fill_paused_by_a_spent_budget_resumes_when_the_budget_is_given_back()
     bounded("the budget spent", spent).await;
 
     let paused_path = "/paused5";
-    let _paused = H1Client::get(addr, paused_path, "").await;
+    let _paused = StallingClient::get(addr, paused_path, "").await;
     assert!(poll_until_async(BOUND, || origin.heads_for(paused_path) >= 1).await);
     tokio::time::sleep(Duration::from_millis(500)).await;
 
@@ -1470,12 +1273,12 @@ async fn stalled_conditional_hits_then_a_stalled_miss(victim_fields: &str) {
     assert!(get(&lacquer.url(stored), &[]).await.is_hit());
     let mut hits = Vec::new();
     for _ in 0..10 {
-        hits.push(H1Client::get(addr, stored, "If-None-Match: \"other\"\r\n").await);
+        hits.push(StallingClient::get(addr, stored, "If-None-Match: \"other\"\r\n").await);
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let path = "/fresh2";
-    let _victim = H1Client::get(addr, path, victim_fields).await;
+    let _victim = StallingClient::get(addr, path, victim_fields).await;
     assert!(poll_until_async(BOUND, || origin.heads_for(path) >= 1).await);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let follower = bounded(
@@ -1552,7 +1355,7 @@ async fn a_client_reading_nothing_is_given_up_at_send_timeout(direct: bool, h2: 
         driver.abort();
         got.ok().map(|body| body.len())
     } else {
-        let mut client = H1Client::get(lacquer.addr(), path, "").await;
+        let mut client = StallingClient::get(lacquer.addr(), path, "").await;
         assert!(poll_until_async(BOUND, || origin.heads_for(path) >= 1).await);
         tokio::time::sleep(Duration::from_millis(2500)).await;
         let answer = bounded("the answer's end", client.answer(false)).await;

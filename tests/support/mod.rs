@@ -9,8 +9,10 @@
 //! - [`cluster`]: several memcached servers and the nodes that share them ([`MemcachedCluster`]).
 //! - [`origin`]: origins the proxy fetches from: the programmable [`TestOrigin`], the
 //!   query-string [`scripted_origin`], balancer [`Replica`]s and socket-level [`RawOrigin`]s.
-//! - [`client`]: what the tests send: reqwest helpers ([`get`], [`Resp`]) and a raw-socket
-//!   client ([`raw_request`], [`RawConn`]).
+//! - [`client`]: what the tests send: reqwest helpers ([`get`], [`Resp`]), a raw-socket
+//!   client ([`raw_request`], [`RawConn`]) and a raw HTTP/1 client that stops reading or reads
+//!   at a pace, its answers read whole and checked for completeness ([`StallingClient`],
+//!   [`StallingAnswer`]).
 //! - [`h2`]: raw HTTP/2 clients on the `h2` crate, for windows, resets and unread streams
 //!   ([`h2_connect_wide`], [`h2_request`], [`h2_read_answer`], [`H2Answer`]).
 //! - [`django_site`]: the Django test site under gunicorn ([`DjangoSite`]), a real application.

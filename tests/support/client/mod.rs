@@ -3,10 +3,14 @@
 //! proxy sent, with accessors for the fields the cache tests check (`Cache-Status`, `Age`).
 //!
 //! [`raw`] speaks HTTP/1.x over a bare socket, for malformed requests, keep-alive and framing.
+//! [`stalling`] is a raw HTTP/1 client that can stop reading or read at a pace, for what the
+//! proxy does while a client holds its answer unread.
 
 pub mod raw;
+pub mod stalling;
 
 pub use raw::*;
+pub use stalling::{StallingAnswer, StallingClient};
 
 use bytes::Bytes;
 use reqwest::header::HeaderMap;
