@@ -38,8 +38,12 @@ pub fn lacquer_bin() -> PathBuf {
 }
 
 /// An example program of this package (`examples/NAME.rs`), built for the profile the tests
-/// run under: `cargo test --all-targets` builds examples with the tests; a run of one test alone
-/// builds it here.
+/// run under. (`cargo test --all-targets` builds examples as test harnesses, so the program is
+/// always built here.) The build must reuse what `cargo test --workspace` built: it is made
+/// with `--workspace` (the dependencies' features resolved as there) and without the variables
+/// cargo sets for a test (`CARGO_MANIFEST_DIR`, `CARGO_PKG_*`, `OUT_DIR`...), which build
+/// scripts such as ring's watch. Otherwise it rebuilt a third of the dependency tree (47 s of
+/// CI), and the next `cargo test` rebuilt it back.
 pub fn example_bin(name: &str) -> PathBuf {
     let test_exe = std::env::current_exe().expect("the test binary's path");
     // target/<profile>/deps/<test> -> target/<profile>/examples/<name>
@@ -49,11 +53,21 @@ pub fn example_bin(name: &str) -> PathBuf {
         .expect("a test binary lives in target/<profile>/deps");
     let bin = profile_dir.join("examples").join(name);
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut args = vec!["build", "--quiet", "--example", name];
+    let mut args = vec!["build", "--quiet", "--workspace", "--example", name];
     if profile_dir.ends_with("release") {
         args.push("--release");
     }
-    let status = Command::new(cargo)
+    let mut build = Command::new(cargo);
+    for (key, _) in std::env::vars_os() {
+        let key_text = key.to_string_lossy();
+        if SET_FOR_TESTS.contains(&key_text.as_ref())
+            || key_text.starts_with("CARGO_PKG_")
+            || key_text.starts_with("CARGO_BIN_EXE_")
+        {
+            build.env_remove(&key);
+        }
+    }
+    let status = build
         .args(&args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .status()
@@ -62,6 +76,20 @@ pub fn example_bin(name: &str) -> PathBuf {
     assert!(bin.exists(), "{} not built", bin.display());
     bin
 }
+
+/// Variables cargo sets for a test process (beside `CARGO_PKG_*` and `CARGO_BIN_EXE_*`), not
+/// passed on to a nested cargo ([`example_bin`]).
+const SET_FOR_TESTS: [&str; 9] = [
+    "CARGO_MANIFEST_DIR",
+    "CARGO_MANIFEST_PATH",
+    "CARGO_MANIFEST_LINKS",
+    "CARGO_CRATE_NAME",
+    "CARGO_BIN_NAME",
+    "CARGO_PRIMARY_PACKAGE",
+    "CARGO_TARGET_TMPDIR",
+    "CARGO_RUSTC_CURRENT_DIR",
+    "OUT_DIR",
+];
 
 /// A running `lacquer` process; killed (SIGKILL) on drop.
 pub struct LacquerProcess {
