@@ -1324,21 +1324,9 @@ async fn h2_stream_granting_no_window_and_follower(direct: bool) {
         "[server]\nsend_timeout = \"10m\"\n[cache]\nmax_object_size = \"64MiB\"\n",
     );
     let path = "/large-h2";
-    let tcp = tokio::net::TcpStream::connect(lacquer.addr())
-        .await
-        .unwrap();
-    let (sender, connection) = h2::client::handshake(tcp).await.unwrap();
-    let driver = tokio::spawn(async move {
-        let _ = connection.await;
-    });
     // h2c: the authority is the node's address
-    let request = http::Request::get(lacquer.url(path)).body(()).unwrap();
-    let (response, _) = sender
-        .ready()
-        .await
-        .unwrap()
-        .send_request(request, true)
-        .unwrap();
+    let (sender, driver) = h2_connect_default(lacquer.addr()).await;
+    let (response, _stream) = h2_request(&sender, "GET", &lacquer.url(path), &[]).await;
     let response = tokio::time::timeout(Duration::from_secs(10), response)
         .await
         .expect("the stalled stream's head")
@@ -1572,20 +1560,8 @@ async fn given_up_client_sees_the_end_while_the_fill_goes_on(direct: bool, h2: b
     );
     let path = "/given-up";
     let ended_early = if h2 {
-        let tcp = tokio::net::TcpStream::connect(lacquer.addr())
-            .await
-            .unwrap();
-        let (sender, connection) = h2::client::handshake(tcp).await.unwrap();
-        let driver = tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        let request = http::Request::get(lacquer.url(path)).body(()).unwrap();
-        let (response, _) = sender
-            .ready()
-            .await
-            .unwrap()
-            .send_request(request, true)
-            .unwrap();
+        let (sender, driver) = h2_connect_default(lacquer.addr()).await;
+        let (response, _stream) = h2_request(&sender, "GET", &lacquer.url(path), &[]).await;
         let response = tokio::time::timeout(Duration::from_secs(10), response)
             .await
             .expect("the head")
