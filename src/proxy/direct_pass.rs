@@ -25,11 +25,11 @@
 //! as the standard path's miss would, and a request that finds it taken waits in the standard
 //! path; one that gets the lock but finds the URL stored or filling in the memory tier by then,
 //! its memcached lookup having waited while another request's fill started, leaves it to the
-//! standard path too). And only an HTTP/1 or HTTP/2 client's request without `Upgrade` or `Expect`, whose
-//! body is empty or a `Content-Length` of at most [`BUFFERED_BODY_MAX`] (read whole first, so a
-//! failed attempt can be replayed as the standard path replays its retry buffer), with no
-//! embedding program's phase hooks. Everything else takes the standard path, as do all requests
-//! with `proxy.direct_passes = false`.
+//! standard path too). And only an HTTP/1 or HTTP/2 client's request without `Upgrade` or
+//! `Expect`, whose body is empty or a `Content-Length` of at most [`BUFFERED_BODY_MAX`] (read
+//! whole first, so a failed attempt can be replayed as the standard path replays its retry
+//! buffer), with no embedding program's phase hooks. Everything else takes the standard path,
+//! as do all requests with `proxy.direct_passes = false`.
 //!
 //! What the standard path does is done here by the same functions, in its order: the client's
 //! fairness slot, the backend choice, each failed attempt reported to passive health and retried
