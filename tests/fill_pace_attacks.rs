@@ -69,31 +69,11 @@ async fn wait_heads(what: &str, n: usize, heads: impl Fn() -> usize) {
     );
 }
 
-/// A body is the generated page of `len` bytes and seed `seed`, or a failure naming `what`.
-fn assert_page(body: &[u8], len: usize, seed: u8, what: &str) {
-    assert_eq!(body.len(), len, "{what}: length");
-    assert_eq!(
-        generated_mismatch(body, seed, 0),
-        None,
-        "{what}: the bytes differ"
-    );
-}
-
 /// Whether the last `Cache-Status` entry of a head says `hit`.
 fn head_says_hit(head: &str) -> bool {
     head.lines()
         .rfind(|line| line.to_ascii_lowercase().starts_with("cache-status:"))
         .is_some_and(|line| line.split(';').skip(1).any(|p| p.trim() == "hit"))
-}
-
-/// The value of field `name` in a raw response head.
-fn head_field(head: &str, name: &str) -> Option<String> {
-    head.lines().skip(1).find_map(|line| {
-        let (k, v) = line.split_once(':')?;
-        k.trim()
-            .eq_ignore_ascii_case(name)
-            .then(|| v.trim().to_string())
-    })
 }
 
 // --- origins -----------------------------------------------------------------------------------
@@ -211,7 +191,7 @@ async fn origin_dies_while_the_first_client_stalls(direct: bool, staller: Stalle
     match &follower {
         Ok(resp) => {
             assert_eq!(resp.status, 200);
-            assert_page(
+            assert_generated_page(
                 &resp.body,
                 DYING_LEN,
                 3,
@@ -229,14 +209,7 @@ async fn origin_dies_while_the_first_client_stalls(direct: bool, staller: Stalle
         Staller::H1 => {
             let mut client = h1_staller.take().unwrap();
             let answer = bounded("the first client's answer", client.answer(false)).await;
-            assert_eq!(answer.status, 200, "{}", answer.head);
-            assert!(
-                !answer.complete,
-                "the first client's cut body ({} bytes) was reported complete",
-                answer.body.len()
-            );
-            assert!(answer.body.len() <= DYING_CUT);
-            assert_eq!(generated_mismatch(&answer.body, 3, 0), None);
+            answer.assert_cut_start(3, DYING_CUT, "the first client's answer");
         }
         Staller::H2 => {
             let (_sender, driver, response, _stream) = h2_staller.take().unwrap();
@@ -256,14 +229,14 @@ async fn origin_dies_while_the_first_client_stalls(direct: bool, staller: Stalle
     // nothing cut was stored: the next request gets the whole page, fetched again
     let next = bounded("the next request", get(&url, &[])).await;
     assert_eq!(next.status, 200);
-    assert_page(&next.body, DYING_LEN, 3, "the next request's page");
+    assert_generated_page(&next.body, DYING_LEN, 3, "the next request's page");
     assert_eq!(origin.heads().len(), 2, "one fetch after the failed one");
     let after = bounded("the request after", get(&url, &[])).await;
     assert!(
         after.is_hit(),
         "the whole page is stored once fetched whole"
     );
-    assert_page(&after.body, DYING_LEN, 3, "the stored page");
+    assert_generated_page(&after.body, DYING_LEN, 3, "the stored page");
 }
 
 #[tokio::test]
@@ -358,7 +331,7 @@ async fn stalled_client_leaves_mid_fill(direct: bool, leaving: Leaving) {
         .unwrap()
         .expect("the second client's page was cut");
     assert_eq!(follower.status, 200);
-    assert_page(
+    assert_generated_page(
         &follower.body,
         LEAVING_LEN,
         seed,
@@ -370,7 +343,7 @@ async fn stalled_client_leaves_mid_fill(direct: bool, leaving: Leaving) {
         "the page was stored: {:?}",
         next.cache_status()
     );
-    assert_page(&next.body, LEAVING_LEN, seed, "the stored page");
+    assert_generated_page(&next.body, LEAVING_LEN, seed, "the stored page");
     assert_eq!(origin.hits_for(path), 1, "one fetch, streamed by both");
 
     if let Some((sender, driver)) = kept_connection {
@@ -380,7 +353,7 @@ async fn stalled_client_leaves_mid_fill(direct: bool, leaving: Leaving) {
             let H2Answer { status, body, .. } =
                 bounded(what, h2_read_answer(response, None)).await.unwrap();
             assert_eq!(status, 200, "{what}");
-            assert_page(&body, LEAVING_LEN, seed_of(other), what);
+            assert_generated_page(&body, LEAVING_LEN, seed_of(other), what);
         }
         driver.abort();
     }
@@ -512,7 +485,7 @@ async fn stalled_identity_client_of_a_coded_fill(direct: bool, coding: Coding) {
     let answer = bounded("the stalled client's answer", stalled.answer(false)).await;
     assert!(answer.complete, "the stalled client's answer was cut");
     assert_eq!(answer.status, 200);
-    assert!(head_field(&answer.head, "content-encoding").is_none());
+    assert!(answer.field("content-encoding").is_none());
     assert!(
         answer.body == page.as_slice(),
         "the stalled client got {} bytes, not the page",
@@ -631,7 +604,7 @@ async fn ranged_and_conditional_misses(h2: bool) {
     for ask in &asks {
         assert!(poll_until_async(BOUND, || origin.heads_for(ask.path) >= 1).await);
         let plain = bounded("a plain client", get(&lacquer.url(ask.path), &[])).await;
-        assert_page(&plain.body, SLOW_LEN, seed_of(ask.path), ask.path);
+        assert_generated_page(&plain.body, SLOW_LEN, seed_of(ask.path), ask.path);
     }
     for reader in slow {
         bounded("a slow client", reader).await.unwrap();
@@ -810,16 +783,16 @@ async fn slow_steady_reader(direct: bool, h2: bool) {
     };
     assert!(poll_until_async(BOUND, || origin.heads_for(path) >= 1).await);
     let same = bounded("a client of the same page", get(&url, &[])).await;
-    assert_page(&same.body, STEADY_LEN, seed_of(path), "the same page");
+    assert_generated_page(&same.body, STEADY_LEN, seed_of(path), "the same page");
     let other = bounded(
         "a client of another page",
         get(&lacquer.url("/steady2"), &[]),
     )
     .await;
-    assert_page(&other.body, STEADY_LEN, seed_of("/steady2"), "another page");
+    assert_generated_page(&other.body, STEADY_LEN, seed_of("/steady2"), "another page");
     let (status, body) = bounded("the slow client", slow).await.unwrap();
     assert_eq!(status, 200);
-    assert_page(&body, STEADY_LEN, seed_of(path), "the slow client's page");
+    assert_generated_page(&body, STEADY_LEN, seed_of(path), "the slow client's page");
     assert_eq!(origin.hits_for(path), 1);
 }
 
@@ -979,7 +952,7 @@ async fn bodiless_answers_keep_the_connection(direct: bool, h2: bool) {
         let last = bounded("the last h1 answer", client.answer(false)).await;
         assert_eq!(last.status, 200);
         assert!(head_says_hit(&last.head), "{}", last.head);
-        assert_page(
+        assert_generated_page(
             &last.body,
             BODILESS_LEN,
             seed_of("/head1"),
@@ -1041,7 +1014,7 @@ async fn pipelined_behind_a_stalled_miss(direct: bool) {
         .await;
     assert!(poll_until_async(BOUND, || origin.heads_for("/big1") >= 1).await);
     let follower = bounded("the second client's page", get(&lacquer.url("/big1"), &[])).await;
-    assert_page(
+    assert_generated_page(
         &follower.body,
         PIPELINED_LEN,
         seed_of("/big1"),
@@ -1060,7 +1033,7 @@ async fn pipelined_behind_a_stalled_miss(direct: bool) {
             answer.body.len()
         );
         assert_eq!(answer.status, 200, "{path}: {}", answer.head);
-        assert_page(&answer.body, len, seed_of(path), path);
+        assert_generated_page(&answer.body, len, seed_of(path), path);
     }
     assert_eq!(origin.hits_for("/big1"), 1);
 }
@@ -1127,7 +1100,7 @@ async fn stalled_clients_of_distinct_pages(direct: bool, fields: &str) -> u64 {
             "{path}: {}",
             answer.head
         );
-        assert_page(&answer.body, HELD_LEN, seed_of(&path), &path);
+        assert_generated_page(&answer.body, HELD_LEN, seed_of(&path), &path);
     }
     peak.saturating_sub(before)
 }
@@ -1235,7 +1208,7 @@ async fn a_fill_paused_by_a_spent_budget_resumes_when_the_budget_is_given_back()
     .await;
     let follower = follower.unwrap_or_else(|e| panic!("the second client's page: {e:?}"));
     assert_eq!(follower.status, 200);
-    assert_page(
+    assert_generated_page(
         &follower.body,
         HELD_LEN,
         seed_of(paused_path),
@@ -1269,7 +1242,7 @@ async fn stalled_conditional_hits_then_a_stalled_miss(victim_fields: &str) {
     let addr = lacquer.addr();
     let stored = "/stored1";
     let first = get(&lacquer.url(stored), &[]).await;
-    assert_page(&first.body, COND_LEN, seed_of(stored), stored);
+    assert_generated_page(&first.body, COND_LEN, seed_of(stored), stored);
     assert!(get(&lacquer.url(stored), &[]).await.is_hit());
     let mut hits = Vec::new();
     for _ in 0..10 {
@@ -1288,7 +1261,7 @@ async fn stalled_conditional_hits_then_a_stalled_miss(victim_fields: &str) {
     .await
     .unwrap_or_else(|e| panic!("the second client's page: {e:?}"));
     assert_eq!(follower.status, 200);
-    assert_page(
+    assert_generated_page(
         &follower.body,
         COND_LEN,
         seed_of(path),
@@ -1298,7 +1271,7 @@ async fn stalled_conditional_hits_then_a_stalled_miss(victim_fields: &str) {
     for mut hit in hits {
         let answer = bounded("a conditional hit", hit.answer(false)).await;
         assert!(answer.complete && answer.status == 200, "{}", answer.head);
-        assert_page(&answer.body, COND_LEN, seed_of(stored), "a conditional hit");
+        assert_generated_page(&answer.body, COND_LEN, seed_of(stored), "a conditional hit");
     }
 }
 

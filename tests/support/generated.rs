@@ -78,3 +78,14 @@ pub fn generated_mismatch(data: &[u8], seed: u8, offset: usize) -> Option<usize>
     }
     None
 }
+
+/// Asserts that `body` is the generated page of `len` bytes and seed `seed` (its length, then
+/// its bytes), a failure naming `what`.
+pub fn assert_generated_page(body: &[u8], len: usize, seed: u8, what: &str) {
+    assert_eq!(body.len(), len, "{what}: length");
+    assert_eq!(
+        generated_mismatch(body, seed, 0),
+        None,
+        "{what}: the bytes differ"
+    );
+}

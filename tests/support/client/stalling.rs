@@ -8,6 +8,7 @@
 //! Unlike [`super::raw`], it is async (tokio) and never waits for a quiet connection: it reads
 //! exactly one answer's framing, so a test can hold a request unread while it does other things.
 
+use super::super::generated::generated_mismatch;
 use std::fmt::Display;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -37,6 +38,28 @@ pub struct StallingAnswer {
     pub body: Vec<u8>,
     /// The body ended as its framing says; `false`: the connection ended first.
     pub complete: bool,
+}
+
+impl StallingAnswer {
+    /// The value of the head's field `name` (any letter case), if it has one.
+    pub fn field(&self, name: &str) -> Option<String> {
+        head_field(&self.head, name)
+    }
+
+    /// Asserts a `200` answer cut short (its connection ended before its framing did), of at
+    /// most `most` body bytes, which are the start of the generated page of `seed`
+    /// ([`crate::support::generated`]): what a client gets of a page whose origin failed or
+    /// which it was given up on.
+    pub fn assert_cut_start(&self, seed: u8, most: usize, what: &str) {
+        assert_eq!(self.status, 200, "{what}: {}", self.head);
+        assert!(
+            !self.complete,
+            "{what}: a cut body ({} bytes) was reported complete",
+            self.body.len()
+        );
+        assert!(self.body.len() <= most, "{what}: {} bytes", self.body.len());
+        assert_eq!(generated_mismatch(&self.body, seed, 0), None, "{what}");
+    }
 }
 
 /// A raw HTTP/1 client connection over tokio. Connected by [`connect`](Self::connect),
