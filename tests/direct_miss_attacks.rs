@@ -1645,3 +1645,71 @@ async fn a_given_up_h2_stream_of_a_direct_miss_sees_its_answer_end_while_the_fil
 async fn a_given_up_h2_stream_of_a_standard_miss_sees_its_answer_end_while_the_fill_goes_on() {
     given_up_client_sees_the_end_while_the_fill_goes_on(false, true).await;
 }
+
+/// The origin's connection is given back to the idle pool as soon as a direct miss has read its
+/// answer to the end, not when the client that asked has taken it all. Before, a client that
+/// reads slowly (or not at all, for up to `server.send_timeout`) kept the connection out of the
+/// pool after the fill was done, and so did a client that left mid-body (the fill went on
+/// without it, then the connection was closed): the origin's next request opened another one.
+async fn fill_done_connection_kept(client_leaves: bool) {
+    // far more than the socket buffers between the node and a client that reads nothing
+    const LEN: usize = 24 << 20;
+    let origin = TestOrigin::start(|req: &RecordedRequest| {
+        if req.path == "/large" {
+            OriginResponse::ok(Body::Generated { len: LEN, seed: 7 })
+                .header("Cache-Control", "max-age=60")
+        } else {
+            OriginResponse::ok("small").header("Cache-Control", "no-store")
+        }
+    });
+    let (lacquer, _admin) = node(
+        origin.addr(),
+        true,
+        "[server]\nsend_timeout = \"10m\"\n[cache]\nmax_object_size = \"64MiB\"\n",
+    );
+    let mut client = stalled_get(lacquer.addr(), "/large").await;
+    origin_has(&origin, "/large", 1).await;
+    let client = if client_leaves {
+        let mut some = vec![0u8; 4096];
+        let n = tokio::io::AsyncReadExt::read(&mut client, &mut some)
+            .await
+            .unwrap();
+        assert!(some[..n].starts_with(b"HTTP/1.1 200"));
+        None
+    } else {
+        Some(client)
+    };
+    // the fill completes while the client has read (nearly) nothing
+    let mut stored = false;
+    for _ in 0..100 {
+        if get_page(&lacquer, "/large").await.is_hit() {
+            stored = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(stored, "the page was not stored");
+    assert_eq!(origin.hits_for("/large"), 1);
+    assert_eq!(origin.connections(), 1);
+
+    // the origin's next request goes over the connection the fill used
+    let other = get_page(&lacquer, "/other").await;
+    assert_eq!(other.status, 200);
+    assert_eq!(other.body.as_ref(), b"small");
+    assert_eq!(
+        origin.connections(),
+        1,
+        "a new origin connection: the completed fill's stayed with its client"
+    );
+    drop(client);
+}
+
+#[tokio::test]
+async fn a_direct_miss_gives_its_origin_connection_back_when_its_fill_is_done() {
+    fill_done_connection_kept(false).await;
+}
+
+#[tokio::test]
+async fn a_direct_miss_whose_client_left_keeps_its_origin_connection_for_the_next_request() {
+    fill_done_connection_kept(true).await;
+}

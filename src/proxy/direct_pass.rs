@@ -351,11 +351,12 @@ impl LacquerProxy {
         let client_gone = session.write_response_header(head, end).await.err();
         let relayed = match fill {
             Some(fill) if !end => {
-                // boxed: only a stored answer's relay carries the two halves' state
+                // boxed: only a stored answer's relay carries the two halves' state. It keeps
+                // the origin's connection idle as soon as the body's end is read
                 Box::pin(self.relay_while_filling(
                     session,
                     ctx,
-                    &mut upstream,
+                    (upstream, &peer),
                     fill,
                     first,
                     client_gone,
@@ -367,8 +368,13 @@ impl LacquerProxy {
                     // an empty body: stored as soon as the head is out
                     writing.finish().await;
                 }
-                self.relay(session, ctx, &mut upstream, first, end, client_gone)
-                    .await
+                let relayed = self
+                    .relay(session, ctx, &mut upstream, first, end, client_gone)
+                    .await;
+                if relayed.upstream_failed.is_none() && relayed.client_failed.is_none() {
+                    self.keep_idle(upstream, &peer).await;
+                }
+                relayed
             }
         };
         if let Some(e) = relayed.upstream_failed {
@@ -377,11 +383,16 @@ impl LacquerProxy {
         if let Some(e) = relayed.client_failed {
             return Err(e);
         }
+        Ok(true)
+    }
+
+    /// Keeps the origin's connection in the idle pool for the next request to `peer`, when its
+    /// answer was read to the end and the connection may be reused; else it is closed.
+    pub(super) async fn keep_idle(&self, upstream: UpstreamSession, peer: &HttpPeer) {
         if let Some(stream) = upstream.reuse().await {
             self.idle_upstream
                 .put(peer.reuse_hash(), stream, peer.options.idle_timeout);
         }
-        Ok(true)
     }
 
     /// Relays the rest of an answer that is not being stored (`first`, then what `upstream`

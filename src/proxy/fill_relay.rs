@@ -26,7 +26,9 @@
 //! fill then goes at the client's pace again, for at most `server.send_timeout`. A client that goes away does not end the
 //! fill; a failure of the origin's body ends both halves, as before, and abandons the fill. A
 //! client whose write failed (given up at `send_timeout`) is ended at once, its connection shut
-//! down or its HTTP/2 stream reset, rather than left silent until the fill ends.
+//! down or its HTTP/2 stream reset, rather than left silent until the fill ends. The origin's
+//! connection goes back to the idle pool as soon as the body's end is read: neither a slow client
+//! nor one that left keeps it from the next request.
 //!
 //! A body that is not being stored is relayed chunk by chunk in `direct_pass` itself: there no
 //! one else waits for it.
@@ -36,6 +38,7 @@ use super::{LacquerProxy, RequestCtx};
 use bytes::Bytes;
 use pingora_cache::storage::MissHandler;
 use pingora_core::protocols::http::v1::client::HttpSession as UpstreamSession;
+use pingora_core::upstreams::peer::HttpPeer;
 use pingora_error::Error;
 use pingora_proxy::Session;
 use std::collections::VecDeque;
@@ -218,12 +221,13 @@ impl LacquerProxy {
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
-        upstream: &mut UpstreamSession,
+        (mut upstream, peer): (UpstreamSession, &HttpPeer),
         fill: Fill,
         first: Option<Bytes>,
         client_gone: Option<Box<Error>>,
     ) -> Relayed {
         if first.is_some() && upstream.is_body_done() {
+            self.keep_idle(upstream, peer).await;
             return self
                 .store_then_write(session, ctx, fill, first, client_gone)
                 .await;
@@ -268,7 +272,7 @@ impl LacquerProxy {
                 if fill.is_none() && lock(&shared).relayed.client_failed.is_some() {
                     break;
                 }
-                let chunk = next_chunk(upstream, &mut first).await;
+                let chunk = next_chunk(&mut upstream, &mut first).await;
                 let filtered = chunk.and_then(|(mut data, ended)| {
                     self.on_upstream_body(&mut lock_ctx(&ctx), &mut data, ended)
                         .map(|()| (data, ended))
@@ -301,6 +305,10 @@ impl LacquerProxy {
                     }
                 }
                 if ended {
+                    // the next request to the origin may use the connection now, not once
+                    // this request's client has taken the rest of its answer (and before the
+                    // fill is seen complete)
+                    self.keep_idle(upstream, peer).await;
                     if let Some(writing) = fill.take() {
                         writing.finish().await;
                     }
