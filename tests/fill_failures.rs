@@ -73,14 +73,6 @@ fn node(origin: SocketAddr, direct: bool, setup: Setup) -> LacquerProcess {
     )
 }
 
-/// `future`'s output, or a failure naming `what` if only a hang explains its wait.
-async fn bounded<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
-    match tokio::time::timeout(BOUND, future).await {
-        Ok(output) => output,
-        Err(_) => panic!("never happened within {BOUND:?}: {what}"),
-    }
-}
-
 /// The seed of the generated page at `path`: its last byte.
 fn seed_of(path: &str) -> u8 {
     *path.as_bytes().last().unwrap()
@@ -131,7 +123,7 @@ async fn get_whole(node: &LacquerProcess, path: &str, len: usize, what: &str) ->
 
 /// [`get_whole`] of a page generated with `seed`.
 async fn get_page_of(node: &LacquerProcess, path: &str, len: usize, seed: u8, what: &str) -> Resp {
-    let resp = bounded(what, try_get_page(node, path))
+    let resp = within(BOUND, what, try_get_page(node, path))
         .await
         .unwrap_or_else(|e| panic!("{what}: {e:?}"));
     assert_eq!(resp.status, 200, "{what}: {}", resp.text());
@@ -347,7 +339,7 @@ async fn fill_started(admin: u16) {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     };
-    bounded("the first client's fill", started).await;
+    within(BOUND, "the first client's fill", started).await;
 }
 
 /// A node over one memcached server. A client asks for a large miss (its body paced over about
@@ -403,7 +395,7 @@ async fn frozen_memcached_during_a_stalled_fill(direct: bool, freeze: Freeze) {
     assert_eq!(origin.hits_for(path), 1, "the large page was stored");
 
     // the first client, reading at last: the whole page
-    let answer = bounded("the first client's answer", stalled.answer(false)).await;
+    let answer = within(BOUND, "the first client's answer", stalled.answer(false)).await;
     assert!(
         answer.complete,
         "the first client's answer was cut after {} bytes ({})",
@@ -515,7 +507,7 @@ async fn follower_slowed_by_a_frozen_memcached(direct: bool) {
     );
     let follower = get_whole(&lacquer, path, BIG_LEN, "the second client's page").await;
     let fetches = origin.hits_for(path);
-    let answer = bounded("the first client's answer", stalled.answer(false)).await;
+    let answer = within(BOUND, "the first client's answer", stalled.answer(false)).await;
     memcached.thaw();
     assert!(answer.complete && answer.status == 200, "{}", answer.head);
     assert_generated_page(
@@ -588,7 +580,8 @@ async fn origin_hangs_while_the_first_client_stalls(direct: bool, sized: bool) {
     let half = half_sent(&log).await;
 
     let mut follower = StallingClient::eager(addr, HOST, path).await;
-    let answer = bounded(
+    let answer = within(
+        BOUND,
         "the second client's answer (the node never gave up on the silent origin)",
         follower.answer(false),
     )
@@ -611,7 +604,7 @@ async fn origin_hangs_while_the_first_client_stalls(direct: bool, sized: bool) {
     .await;
 
     // the first client, reading at last: cut (nothing more will come)
-    let first = bounded("the first client's answer", stalled.answer(false)).await;
+    let first = within(BOUND, "the first client's answer", stalled.answer(false)).await;
     first.assert_cut_start(3, HANG_CUT, "the first client's answer");
     let first_done = Instant::now();
     assert!(
@@ -726,7 +719,7 @@ async fn sigterm_while_a_stalled_client_holds_a_fill(direct: bool, pace: Pace) {
         client.answer(false).await
     });
     assert!(
-        bounded("the second client's head", head_seen)
+        within(BOUND, "the second client's head", head_seen)
             .await
             .unwrap(),
         "the second client's connection ended before its head"
@@ -738,11 +731,11 @@ async fn sigterm_while_a_stalled_client_holds_a_fill(direct: bool, pace: Pace) {
         took < SHUTDOWN_TIMEOUT + EXIT_MARGIN,
         "the drain took {took:?} (shutdown_timeout {SHUTDOWN_TIMEOUT:?})"
     );
-    let answer = bounded("the second client's answer", follower)
+    let answer = within(BOUND, "the second client's answer", follower)
         .await
         .unwrap();
     let whole = assert_whole_or_cut(&answer, BIG_LEN, seed_of(path), "the second client");
-    let first = bounded("the first client's answer", stalled.answer(false)).await;
+    let first = within(BOUND, "the first client's answer", stalled.answer(false)).await;
     let first_whole = assert_whole_or_cut(&first, BIG_LEN, seed_of(path), "the first client");
     let log = lacquer.stderr_log();
     eprintln!(
@@ -814,7 +807,7 @@ async fn sigterm_while_the_only_client_of_a_silent_fill_stalls(direct: bool) {
         took < SHUTDOWN_TIMEOUT + EXIT_MARGIN,
         "the drain took {took:?} (shutdown_timeout {SHUTDOWN_TIMEOUT:?}, read_timeout 60 s)"
     );
-    let answer = bounded("the client's answer", stalled.answer(false)).await;
+    let answer = within(BOUND, "the client's answer", stalled.answer(false)).await;
     // no bound on its length: how much the client had been sent before the drain ended
     answer.assert_cut_start(3, usize::MAX, "the client's answer");
     let stderr = lacquer.stderr_log();
@@ -880,7 +873,7 @@ async fn hand_over_while_a_stalled_client_holds_a_fill(direct: bool) {
         "the new process stored the page: {:?}",
         stored.cache_status()
     );
-    let first = bounded("the first client's answer", stalled.answer(false)).await;
+    let first = within(BOUND, "the first client's answer", stalled.answer(false)).await;
     let first_whole = assert_whole_or_cut(&first, BIG_LEN, seed_of(path), "the first client");
     eprintln!(
         "hand-over with a stalled fill (direct_misses = {direct}): handed over in \

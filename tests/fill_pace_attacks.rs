@@ -53,14 +53,6 @@ fn node_with_admin(origin: SocketAddr, direct: bool, extra: &str) -> (LacquerPro
 /// `[cache]` with room for objects of up to 64 MiB.
 const ROOMY: &str = "[cache]\nmax_object_size = \"64MiB\"\n";
 
-/// `future`'s output, or a failure naming `what` if only a hang explains its wait.
-async fn bounded<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
-    match tokio::time::timeout(BOUND, future).await {
-        Ok(output) => output,
-        Err(_) => panic!("never happened within {BOUND:?}: {what}"),
-    }
-}
-
 /// Waits until `heads()` counts at least `n` (at most [`BOUND`]).
 async fn wait_heads(what: &str, n: usize, heads: impl Fn() -> usize) {
     assert!(
@@ -171,7 +163,7 @@ async fn origin_dies_while_the_first_client_stalls(direct: bool, staller: Stalle
         Staller::H2 => {
             let (sender, driver) = h2_connect_wide(addr).await;
             let (response, _stream) = h2_request(&sender, "GET", &url, &[]).await;
-            let response = bounded("the stalled stream's head", response)
+            let response = within(BOUND, "the stalled stream's head", response)
                 .await
                 .unwrap();
             assert_eq!(response.status(), 200);
@@ -183,7 +175,8 @@ async fn origin_dies_while_the_first_client_stalls(direct: bool, staller: Stalle
 
     // the follower: an error, or the whole page; never a cut page reported complete, and never a
     // wait for the stalled client
-    let follower = bounded(
+    let follower = within(
+        BOUND,
         "the second client's answer (it waited for the client that reads nothing)",
         try_get(&url, &[]),
     )
@@ -208,13 +201,18 @@ async fn origin_dies_while_the_first_client_stalls(direct: bool, staller: Stalle
     match staller {
         Staller::H1 => {
             let mut client = h1_staller.take().unwrap();
-            let answer = bounded("the first client's answer", client.answer(false)).await;
+            let answer = within(BOUND, "the first client's answer", client.answer(false)).await;
             answer.assert_cut_start(3, DYING_CUT, "the first client's answer");
         }
         Staller::H2 => {
             let (_sender, driver, response, _stream) = h2_staller.take().unwrap();
             let mut body = response.into_body();
-            let got = bounded("the stalled stream's body", h2_read_body(&mut body, None)).await;
+            let got = within(
+                BOUND,
+                "the stalled stream's body",
+                h2_read_body(&mut body, None),
+            )
+            .await;
             match got {
                 Ok(bytes) => panic!(
                     "the stalled stream's cut body ({} bytes) ended",
@@ -227,11 +225,11 @@ async fn origin_dies_while_the_first_client_stalls(direct: bool, staller: Stalle
     }
 
     // nothing cut was stored: the next request gets the whole page, fetched again
-    let next = bounded("the next request", get(&url, &[])).await;
+    let next = within(BOUND, "the next request", get(&url, &[])).await;
     assert_eq!(next.status, 200);
     assert_generated_page(&next.body, DYING_LEN, 3, "the next request's page");
     assert_eq!(origin.heads().len(), 2, "one fetch after the failed one");
-    let after = bounded("the request after", get(&url, &[])).await;
+    let after = within(BOUND, "the request after", get(&url, &[])).await;
     assert!(
         after.is_hit(),
         "the whole page is stored once fetched whole"
@@ -293,7 +291,7 @@ async fn stalled_client_leaves_mid_fill(direct: bool, leaving: Leaving) {
         Leaving::H2StreamReset | Leaving::H2ConnectionDrop => {
             let (sender, driver) = h2_connect_wide(addr).await;
             let (response, stream) = h2_request(&sender, "GET", &url, &[]).await;
-            let response = bounded("the stalled stream's head", response)
+            let response = within(BOUND, "the stalled stream's head", response)
                 .await
                 .unwrap();
             assert_eq!(response.status(), 200);
@@ -326,7 +324,7 @@ async fn stalled_client_leaves_mid_fill(direct: bool, leaving: Leaving) {
         }
     }
 
-    let follower = bounded("the second client's page", follower)
+    let follower = within(BOUND, "the second client's page", follower)
         .await
         .unwrap()
         .expect("the second client's page was cut");
@@ -337,7 +335,7 @@ async fn stalled_client_leaves_mid_fill(direct: bool, leaving: Leaving) {
         seed,
         "the second client's page",
     );
-    let next = bounded("the next request", get(&url, &[])).await;
+    let next = within(BOUND, "the next request", get(&url, &[])).await;
     assert!(
         next.is_hit(),
         "the page was stored: {:?}",
@@ -350,8 +348,9 @@ async fn stalled_client_leaves_mid_fill(direct: bool, leaving: Leaving) {
         // the connection whose stream was reset answers a next stream whole (a miss, then a hit)
         for (other, what) in [("/leaving2", "a miss"), (path, "a hit")] {
             let (response, _stream) = h2_request(&sender, "GET", &lacquer.url(other), &[]).await;
-            let H2Answer { status, body, .. } =
-                bounded(what, h2_read_answer(response, None)).await.unwrap();
+            let H2Answer { status, body, .. } = within(BOUND, what, h2_read_answer(response, None))
+                .await
+                .unwrap();
             assert_eq!(status, 200, "{what}");
             assert_generated_page(&body, LEAVING_LEN, seed_of(other), what);
         }
@@ -458,7 +457,7 @@ async fn stalled_identity_client_of_a_coded_fill(direct: bool, coding: Coding) {
     assert!(poll_until_async(BOUND, || origin.heads_for(path) >= 1).await);
     tokio::time::sleep(Duration::from_millis(200)).await;
 
-    let identity = bounded("the identity client's page", get(&url, &[])).await;
+    let identity = within(BOUND, "the identity client's page", get(&url, &[])).await;
     assert_eq!(identity.status, 200);
     assert!(identity.header("content-encoding").is_none());
     assert!(
@@ -466,7 +465,8 @@ async fn stalled_identity_client_of_a_coded_fill(direct: bool, coding: Coding) {
         "the identity client got {} bytes, not the page",
         identity.body.len()
     );
-    let coded_resp = bounded(
+    let coded_resp = within(
+        BOUND,
         "the gzip client's page",
         get(&url, &[("accept-encoding", "gzip")]),
     )
@@ -482,7 +482,7 @@ async fn stalled_identity_client_of_a_coded_fill(direct: bool, coding: Coding) {
     );
     assert_eq!(origin.hits_for(path), 1, "one fetch for all three");
 
-    let answer = bounded("the stalled client's answer", stalled.answer(false)).await;
+    let answer = within(BOUND, "the stalled client's answer", stalled.answer(false)).await;
     assert!(answer.complete, "the stalled client's answer was cut");
     assert_eq!(answer.status, 200);
     assert!(answer.field("content-encoding").is_none());
@@ -603,11 +603,11 @@ async fn ranged_and_conditional_misses(h2: bool) {
     }
     for ask in &asks {
         assert!(poll_until_async(BOUND, || origin.heads_for(ask.path) >= 1).await);
-        let plain = bounded("a plain client", get(&lacquer.url(ask.path), &[])).await;
+        let plain = within(BOUND, "a plain client", get(&lacquer.url(ask.path), &[])).await;
         assert_generated_page(&plain.body, SLOW_LEN, seed_of(ask.path), ask.path);
     }
     for reader in slow {
-        bounded("a slow client", reader).await.unwrap();
+        within(BOUND, "a slow client", reader).await.unwrap();
     }
     for ask in &asks {
         assert_eq!(origin.hits_for(ask.path), 1, "{}: one fetch", ask.path);
@@ -682,7 +682,9 @@ async fn mixed_streams_on_one_connection(direct: bool) {
     let mut held = Vec::new();
     for (path, fields, method, status, span) in stalled {
         let (response, stream) = h2_request(&sender, method, &url(path), fields).await;
-        let response = bounded("a stalled stream's head", response).await.unwrap();
+        let response = within(BOUND, "a stalled stream's head", response)
+            .await
+            .unwrap();
         assert_eq!(response.status().as_u16(), status, "stalled {path}");
         let mut body = response.into_body();
         h2_wait_unreleased(&mut body, WINDOW_FILLED, BOUND, path).await;
@@ -709,7 +711,8 @@ async fn mixed_streams_on_one_connection(direct: bool) {
         ));
     }
     for (what, reader) in readers {
-        bounded(
+        within(
+            BOUND,
             &format!("a reading stream next to stalled ones: {what}"),
             reader,
         )
@@ -717,7 +720,8 @@ async fn mixed_streams_on_one_connection(direct: bool) {
         .unwrap();
     }
     for (path, span, mut body, _stream) in held {
-        let got = bounded(
+        let got = within(
+            BOUND,
             "a stalled stream, reading at last",
             h2_read_body(&mut body, None),
         )
@@ -782,15 +786,16 @@ async fn slow_steady_reader(direct: bool, h2: bool) {
         })
     };
     assert!(poll_until_async(BOUND, || origin.heads_for(path) >= 1).await);
-    let same = bounded("a client of the same page", get(&url, &[])).await;
+    let same = within(BOUND, "a client of the same page", get(&url, &[])).await;
     assert_generated_page(&same.body, STEADY_LEN, seed_of(path), "the same page");
-    let other = bounded(
+    let other = within(
+        BOUND,
         "a client of another page",
         get(&lacquer.url("/steady2"), &[]),
     )
     .await;
     assert_generated_page(&other.body, STEADY_LEN, seed_of("/steady2"), "another page");
-    let (status, body) = bounded("the slow client", slow).await.unwrap();
+    let (status, body) = within(BOUND, "the slow client", slow).await.unwrap();
     assert_eq!(status, 200);
     assert_generated_page(&body, STEADY_LEN, seed_of(path), "the slow client's page");
     assert_eq!(origin.hits_for(path), 1);
@@ -909,7 +914,7 @@ async fn bodiless_answers_keep_the_connection(direct: bool, h2: bool) {
                     let url = format!("{}{}", lacquer_url.trim_end_matches('/'), path);
                     let (response, _stream) = h2_request(&sender, method, &url, fields).await;
                     let H2Answer { status, body, .. } =
-                        bounded("an h2 answer", h2_read_answer(response, None))
+                        within(BOUND, "an h2 answer", h2_read_answer(response, None))
                             .await
                             .unwrap();
                     check(&step, status, &body);
@@ -940,7 +945,7 @@ async fn bodiless_answers_keep_the_connection(direct: bool, h2: bool) {
                         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{lines}\r\n"
                     ))
                     .await;
-                let answer = bounded("an h1 answer", client.answer(method == "HEAD")).await;
+                let answer = within(BOUND, "an h1 answer", client.answer(method == "HEAD")).await;
                 assert!(answer.complete, "{method} {path}: cut: {}", answer.head);
                 check(&step, answer.status, &answer.body);
             }
@@ -949,7 +954,7 @@ async fn bodiless_answers_keep_the_connection(direct: bool, h2: bool) {
         client
             .send(&format!("GET /head1 HTTP/1.1\r\nHost: {addr}\r\n\r\n"))
             .await;
-        let last = bounded("the last h1 answer", client.answer(false)).await;
+        let last = within(BOUND, "the last h1 answer", client.answer(false)).await;
         assert_eq!(last.status, 200);
         assert!(head_says_hit(&last.head), "{}", last.head);
         assert_generated_page(
@@ -1013,7 +1018,12 @@ async fn pipelined_behind_a_stalled_miss(direct: bool) {
         ))
         .await;
     assert!(poll_until_async(BOUND, || origin.heads_for("/big1") >= 1).await);
-    let follower = bounded("the second client's page", get(&lacquer.url("/big1"), &[])).await;
+    let follower = within(
+        BOUND,
+        "the second client's page",
+        get(&lacquer.url("/big1"), &[]),
+    )
+    .await;
     assert_generated_page(
         &follower.body,
         PIPELINED_LEN,
@@ -1026,7 +1036,7 @@ async fn pipelined_behind_a_stalled_miss(direct: bool) {
         ("/small2", 1000),
         ("/big1", PIPELINED_LEN),
     ] {
-        let answer = bounded("a pipelined answer", client.answer(false)).await;
+        let answer = within(BOUND, "a pipelined answer", client.answer(false)).await;
         assert!(
             answer.complete,
             "{path}: cut after {} bytes",
@@ -1093,7 +1103,7 @@ async fn stalled_clients_of_distinct_pages(direct: bool, fields: &str) -> u64 {
         peak = peak.max(now);
     }
     for (path, mut client) in clients {
-        let answer = bounded("a stalled client's page", client.answer(false)).await;
+        let answer = within(BOUND, "a stalled client's page", client.answer(false)).await;
         assert!(answer.complete, "{path}: cut");
         assert!(
             matches!(answer.status, 200 | 206),
@@ -1183,7 +1193,7 @@ async fn a_fill_paused_by_a_spent_budget_resumes_when_the_budget_is_given_back()
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     };
-    bounded("the budget spent", spent).await;
+    within(BOUND, "the budget spent", spent).await;
 
     let paused_path = "/paused5";
     let _paused = StallingClient::get(addr, paused_path, "").await;
@@ -1198,10 +1208,11 @@ async fn a_fill_paused_by_a_spent_budget_resumes_when_the_budget_is_given_back()
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     };
-    bounded("the budget given back", given_back).await;
+    within(BOUND, "the budget given back", given_back).await;
 
     let url = lacquer.url(paused_path);
-    let follower = bounded(
+    let follower = within(
+        BOUND,
         "a second client of the paused page (its fill still waits for a client that reads nothing)",
         try_get(&url, &[]),
     )
@@ -1254,7 +1265,8 @@ async fn stalled_conditional_hits_then_a_stalled_miss(victim_fields: &str) {
     let _victim = StallingClient::get(addr, path, victim_fields).await;
     assert!(poll_until_async(BOUND, || origin.heads_for(path) >= 1).await);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let follower = bounded(
+    let follower = within(
+        BOUND,
         "a second client of the page (its fill waits for a client that reads nothing)",
         try_get(&lacquer.url(path), &[]),
     )
@@ -1269,7 +1281,7 @@ async fn stalled_conditional_hits_then_a_stalled_miss(victim_fields: &str) {
     );
     // and the conditional hits were whole, once read
     for mut hit in hits {
-        let answer = bounded("a conditional hit", hit.answer(false)).await;
+        let answer = within(BOUND, "a conditional hit", hit.answer(false)).await;
         assert!(answer.complete && answer.status == 200, "{}", answer.head);
         assert_generated_page(&answer.body, COND_LEN, seed_of(stored), "a conditional hit");
     }
@@ -1318,20 +1330,20 @@ async fn a_client_reading_nothing_is_given_up_at_send_timeout(direct: bool, h2: 
     let got = if h2 {
         let (sender, driver) = h2_connect_wide(lacquer.addr()).await;
         let (response, _stream) = h2_request(&sender, "GET", &lacquer.url(path), &[]).await;
-        let response = bounded("the head", response).await.unwrap();
+        let response = within(BOUND, "the head", response).await.unwrap();
         assert_eq!(response.status(), 200);
         let mut body = response.into_body();
         h2_wait_unreleased(&mut body, WINDOW_FILLED, BOUND, "the stalled stream").await;
         // more than twice send_timeout with the window shut, the origin sending all along
         tokio::time::sleep(Duration::from_millis(2500)).await;
-        let got = bounded("the stream's end", h2_read_body(&mut body, None)).await;
+        let got = within(BOUND, "the stream's end", h2_read_body(&mut body, None)).await;
         driver.abort();
         got.ok().map(|body| body.len())
     } else {
         let mut client = StallingClient::get(lacquer.addr(), path, "").await;
         assert!(poll_until_async(BOUND, || origin.heads_for(path) >= 1).await);
         tokio::time::sleep(Duration::from_millis(2500)).await;
-        let answer = bounded("the answer's end", client.answer(false)).await;
+        let answer = within(BOUND, "the answer's end", client.answer(false)).await;
         answer.complete.then_some(answer.body.len())
     };
     if let Some(len) = got {

@@ -316,14 +316,6 @@ fn chunked_length(data: &[u8]) -> Option<usize> {
     }
 }
 
-/// `future`'s output, or a failure naming `what` if only a hang explains its wait.
-async fn bounded<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
-    match tokio::time::timeout(BOUND, future).await {
-        Ok(output) => output,
-        Err(_) => panic!("never happened within {BOUND:?}: {what}"),
-    }
-}
-
 /// Waits until `done`, for [`BOUND`] at most.
 async fn wait_until(what: &str, done: impl Fn() -> bool) {
     assert!(
@@ -364,7 +356,9 @@ async fn a_stream_whose_window_stays_shut_holds_up_no_other_stream() {
     let (stalled, _) = ready
         .send_request(h2_request_head("GET", &big, &[]), true)
         .unwrap();
-    let stalled = bounded("the stalled hit's head", stalled).await.unwrap();
+    let stalled = within(BOUND, "the stalled hit's head", stalled)
+        .await
+        .unwrap();
     assert_eq!(stalled.status(), 200);
     let mut stalled = stalled.into_body();
     // the proxy has filled the stream's window and waits for more
@@ -386,7 +380,8 @@ async fn a_stream_whose_window_stays_shut_holds_up_no_other_stream() {
         (pass.status, pass.text()),
         (200, "private /nostore/window".into())
     );
-    let head = bounded(
+    let head = within(
+        BOUND,
         "HEAD of the stalled page",
         h2_fetch(&sender, "HEAD", &big, &[]),
     )
@@ -396,7 +391,8 @@ async fn a_stream_whose_window_stays_shut_holds_up_no_other_stream() {
     let other_big = h2_get(&sender, &big, BOUND).await;
     assert_big(&other_big.body, "a second stream of the stalled page");
 
-    let body = bounded(
+    let body = within(
+        BOUND,
         "the stalled stream, read at last",
         h2_read_body(&mut stalled, None),
     )
@@ -427,17 +423,18 @@ async fn a_connection_window_held_shut_still_gets_heads_and_bodiless_answers() {
     let (stalled, _) = ready
         .send_request(h2_request_head("GET", &big, &[]), true)
         .unwrap();
-    let mut stalled = bounded("the stalled hit's head", stalled)
+    let mut stalled = within(BOUND, "the stalled hit's head", stalled)
         .await
         .unwrap()
         .into_body();
     h2_wait_unreleased(&mut stalled, 65_535, BOUND, "the stalled stream").await;
 
-    let head = bounded("a HEAD", h2_fetch(&sender, "HEAD", &cached, &[]))
+    let head = within(BOUND, "a HEAD", h2_fetch(&sender, "HEAD", &cached, &[]))
         .await
         .unwrap();
     assert_eq!((head.status, head.body.len()), (200, 0));
-    let validated = bounded(
+    let validated = within(
+        BOUND,
         "a conditional GET",
         h2_fetch(&sender, "GET", &cached, &[("if-none-match", "\"v1\"")]),
     )
@@ -449,14 +446,15 @@ async fn a_connection_window_held_shut_still_gets_heads_and_bodiless_answers() {
     let (waiting, _) = ready
         .send_request(h2_request_head("GET", &cached, &[]), true)
         .unwrap();
-    let waiting = bounded("the head of a GET behind the shut window", waiting)
+    let waiting = within(BOUND, "the head of a GET behind the shut window", waiting)
         .await
         .unwrap();
     assert_eq!(waiting.status(), 200);
 
     drop(stalled);
     let mut waiting = waiting.into_body();
-    let body = bounded(
+    let body = within(
+        BOUND,
         "the body, once the window opened",
         h2_read_body(&mut waiting, None),
     )
@@ -499,20 +497,27 @@ async fn a_fill_started_by_a_client_that_never_reads(direct_misses: bool) {
     let (stalled, _) = ready
         .send_request(h2_request_head("GET", &big, &[]), true)
         .unwrap();
-    let stalled = bounded("the stalled miss's head", stalled).await.unwrap();
+    let stalled = within(BOUND, "the stalled miss's head", stalled)
+        .await
+        .unwrap();
     assert_eq!(stalled.status(), 200);
     assert_eq!(origin.heads_for("/big/fill"), 1);
 
     let (other, other_driver) = h2_connect_default(lacquer.addr()).await;
     let answer = h2_get(&other, &big, BOUND).await;
     assert_big(&answer.body, "another client's /big");
-    let by_h1 = bounded("an HTTP/1.1 client's /big", get(&big, &[])).await;
+    let by_h1 = within(BOUND, "an HTTP/1.1 client's /big", get(&big, &[])).await;
     assert_big(&by_h1.body, "an HTTP/1.1 client's /big");
     // the stalled stream was cut (it can never have had its body), the page stored whole
     let mut stalled = stalled.into_body();
-    let cut = bounded("the stalled stream's end", h2_read_body(&mut stalled, None)).await;
+    let cut = within(
+        BOUND,
+        "the stalled stream's end",
+        h2_read_body(&mut stalled, None),
+    )
+    .await;
     assert!(cut.is_err(), "the stalled stream was not cut");
-    let again = bounded("a later /big", get(&big, &[])).await;
+    let again = within(BOUND, "a later /big", get(&big, &[])).await;
     assert!(again.is_hit(), "{:?}", again.cache_status());
     assert_big(&again.body, "a later /big");
     assert_eq!(origin.heads_for("/big/fill"), 1);
@@ -600,7 +605,7 @@ async fn a_rapid_reset_flood_leaves_the_proxy_serving_and_the_origin_alone() {
     assert_eq!(h2_get(&fresh, &uncached_url, BOUND).await.status, 200);
     let mut opened = [0, 0];
     for (c, flood) in floods.into_iter().enumerate() {
-        opened[c % 2] += bounded("a flooding client", flood).await.unwrap();
+        opened[c % 2] += within(BOUND, "a flooding client", flood).await.unwrap();
     }
     assert!(opened[0] > 0 && opened[1] > 0, "no stream was opened");
 
@@ -673,12 +678,15 @@ async fn a_hundred_streams_on_a_hanging_origin_then_the_client_leaves() {
     );
 
     origin.release("/held/0");
-    let first = bounded("the released stream", held.remove(0))
+    let first = within(BOUND, "the released stream", held.remove(0))
         .await
         .unwrap()
         .unwrap();
     assert_eq!((first.status, first.text()), (200, "page /held/0".into()));
-    let extra = bounded("the 101st stream", extra).await.unwrap().unwrap();
+    let extra = within(BOUND, "the 101st stream", extra)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (extra.status, extra.text()),
         (200, "page /cached/hundred".into())
@@ -757,7 +765,7 @@ async fn an_upload_stalled_mid_body_holds_up_no_other_stream() {
         (200, "page /miss/upload".into())
     );
     let (whole, _) = start_upload(&sender, &lacquer.url("/upload/whole"), 300, 300, true).await;
-    let whole = bounded("a whole upload", h2_read_answer(whole, None))
+    let whole = within(BOUND, "a whole upload", h2_read_answer(whole, None))
         .await
         .unwrap();
     assert_eq!((whole.status, whole.text()), (200, "got 300".into()));
@@ -775,11 +783,11 @@ async fn an_upload_stalled_mid_body_holds_up_no_other_stream() {
     streamed_body
         .send_data(Bytes::from(vec![b'x'; 4000]), true)
         .unwrap();
-    let sized = bounded("the sized upload", h2_read_answer(sized, None))
+    let sized = within(BOUND, "the sized upload", h2_read_answer(sized, None))
         .await
         .unwrap();
     assert_eq!((sized.status, sized.text()), (200, "got 5000".into()));
-    let streamed = bounded("the streamed upload", h2_read_answer(streamed, None))
+    let streamed = within(BOUND, "the streamed upload", h2_read_answer(streamed, None))
         .await
         .unwrap();
     assert_eq!((streamed.status, streamed.text()), (200, "got 5000".into()));
@@ -851,7 +859,7 @@ async fn h2_hop_answer(
     fields: &[(&str, &str)],
     what: &str,
 ) -> H2Answer {
-    let answer = bounded(what, h2_fetch(sender, "GET", url, fields))
+    let answer = within(BOUND, what, h2_fetch(sender, "GET", url, fields))
         .await
         .unwrap_or_else(|e| panic!("{what}: {e:?}"));
     assert_hop_answer(answer.status, &h2_fields(&answer), &answer.body, what);
@@ -934,7 +942,7 @@ async fn connection_specific_fields_from_the_origin_never_reach_an_h2_client() {
                 "{what}: {status:?}"
             );
         }
-        let head = bounded("h2 HEAD", h2_fetch(&sender, "HEAD", &url, &[]))
+        let head = within(BOUND, "h2 HEAD", h2_fetch(&sender, "HEAD", &url, &[]))
             .await
             .unwrap_or_else(|e| panic!("{config}: h2 HEAD: {e:?}"));
         assert_eq!((head.status, head.body.len()), (200, 0));
@@ -1029,7 +1037,9 @@ async fn streams_reset_while_the_origin_works_on_them() {
     let (filling, mut filling_stream) = ready
         .send_request(h2_request_head("GET", &slow, &[]), true)
         .unwrap();
-    let filling = bounded("the slow miss's head", filling).await.unwrap();
+    let filling = within(BOUND, "the slow miss's head", filling)
+        .await
+        .unwrap();
     assert_eq!(filling.status(), 200);
     let mut filling = filling.into_body();
     h2_wait_unreleased(&mut filling, 1, BOUND, "the slow miss").await;
@@ -1243,7 +1253,8 @@ async fn a_client_goaway_with_streams_in_flight_lets_them_finish() {
     raw.goaway().await;
     raw.frame(DATA, END_STREAM, 5, &[]).await;
     origin.release_all();
-    let seen = bounded(
+    let seen = within(
+        BOUND,
         "the proxy closing the connection",
         read_until_closed(&mut raw),
     )
@@ -1297,16 +1308,20 @@ async fn sigterm_lets_waiting_h2_streams_finish_and_closes_idle_connections() {
     .await;
 
     assert!(node.signal("TERM"));
-    bounded("the idle h2 connection closed by the proxy", idle_driver)
-        .await
-        .unwrap();
+    within(
+        BOUND,
+        "the idle h2 connection closed by the proxy",
+        idle_driver,
+    )
+    .await
+    .unwrap();
     assert!(
         node.is_running(),
         "the process exited with h2 streams in flight"
     );
     origin.release_all();
     for (i, answer) in waiting.into_iter().enumerate() {
-        let answer = bounded("a waiting stream", answer)
+        let answer = within(BOUND, "a waiting stream", answer)
             .await
             .unwrap()
             .unwrap_or_else(|e| panic!("stream {i} cut at SIGTERM: {e:?}"));
@@ -1368,9 +1383,13 @@ async fn the_access_log_records_each_h2_answer_s_status() {
         ("GET", "/big/log", &[], 200, BIG, "miss"),
     ];
     for (method, path, fields, status, bytes, _) in &asked {
-        let answer = bounded(path, h2_fetch(&sender, method, &lacquer.url(path), fields))
-            .await
-            .unwrap();
+        let answer = within(
+            BOUND,
+            path,
+            h2_fetch(&sender, method, &lacquer.url(path), fields),
+        )
+        .await
+        .unwrap();
         assert_eq!(
             (answer.status, answer.body.len()),
             (*status, *bytes),
@@ -1506,7 +1525,7 @@ async fn the_h2_idle_timeout_spares_streams_in_flight_then_closes_the_connection
     let (stalled, _) = ready
         .send_request(h2_request_head("GET", &big, &[]), true)
         .unwrap();
-    let mut stalled = bounded("the stalled hit's head", stalled)
+    let mut stalled = within(BOUND, "the stalled hit's head", stalled)
         .await
         .unwrap()
         .into_body();
@@ -1522,19 +1541,26 @@ async fn the_h2_idle_timeout_spares_streams_in_flight_then_closes_the_connection
         !driver.is_finished(),
         "the connection was closed with streams in flight"
     );
-    let body = bounded("the stalled stream", h2_read_body(&mut stalled, None))
-        .await
-        .unwrap();
+    let body = within(
+        BOUND,
+        "the stalled stream",
+        h2_read_body(&mut stalled, None),
+    )
+    .await
+    .unwrap();
     assert_big(&body, "the stalled stream");
     origin.release_all();
-    let answer = bounded("the held stream", held).await.unwrap().unwrap();
+    let answer = within(BOUND, "the held stream", held)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (answer.status, answer.text()),
         (200, "page /held/idle".into())
     );
     drop(stalled);
     // (the client keeps its handle: an h2 client with none left closes the connection itself)
-    bounded("the idle connection closed by the proxy", driver)
+    within(BOUND, "the idle connection closed by the proxy", driver)
         .await
         .unwrap();
     drop(sender);
@@ -1555,7 +1581,9 @@ async fn a_connection_dropped_mid_fill_lets_the_fill_finish_and_gives_up_the_res
     let (filling, _) = ready
         .send_request(h2_request_head("GET", &slow, &[]), true)
         .unwrap();
-    let filling = bounded("the slow miss's head", filling).await.unwrap();
+    let filling = within(BOUND, "the slow miss's head", filling)
+        .await
+        .unwrap();
     assert_eq!(filling.status(), 200);
     let mut filling = filling.into_body();
     h2_wait_unreleased(&mut filling, 1, BOUND, "the slow miss").await;

@@ -36,3 +36,17 @@ pub async fn poll_until_async(timeout: Duration, mut done: impl FnMut() -> bool)
         tokio::time::sleep(POLL_INTERVAL).await;
     }
 }
+
+/// Awaits `future` for `bound` at most; past it the test fails, naming `what` never happened.
+/// For the attack files' waits on answers and fills, whose bounds are generous enough that only
+/// a hang reaches them.
+pub async fn within<T>(
+    bound: Duration,
+    what: &str,
+    future: impl std::future::Future<Output = T>,
+) -> T {
+    match tokio::time::timeout(bound, future).await {
+        Ok(output) => output,
+        Err(_) => panic!("never happened within {bound:?}: {what}"),
+    }
+}
