@@ -2,7 +2,7 @@
 //! renamed, lines keep going to the renamed file until the signal, and to a new file under the
 //! configured path after it. The process keeps running and serving.
 
-mod support;
+use lacquer_test_support as support;
 
 use std::path::Path;
 use support::*;

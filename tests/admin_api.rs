@@ -3,7 +3,7 @@
 //! tier (purges and bans of this node's memory tier), and the tag field (configurable, removed
 //! before the client unless forwarded).
 
-mod support;
+use lacquer_test_support as support;
 
 use serde_json::Value;
 use support::*;

@@ -3,7 +3,7 @@
 //! Lacquer node serves them without ever asking the origin; their tags can be banned like any
 //! entry's.
 
-mod support;
+use lacquer_test_support as support;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};

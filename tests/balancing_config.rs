@@ -1,7 +1,7 @@
 //! `[[upstreams]]`, `[balancer]` and `[fairness]`: every bad value stops start-up with the key
 //! and the reason; a full, valid configuration checks clean.
 
-mod support;
+use lacquer_test_support as support;
 
 use support::*;
 

@@ -3,7 +3,7 @@
 //! the origin received ([`CaptureOrigin`], which answers `origin #N` with `max-age=60`, so a
 //! stored answer shows as a repeated N). `docs/security.md` lists the rows.
 
-mod support;
+use lacquer_test_support as support;
 
 use support::*;
 

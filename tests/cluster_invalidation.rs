@@ -6,7 +6,7 @@
 //! server comes back with its old data; tag bans reach every entry on every node and in
 //! memcached, and a node started afterwards reads them; a soft purge serves stale then refreshes.
 
-mod support;
+use lacquer_test_support as support;
 
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -2,7 +2,7 @@
 //! waiters are released at once when the response turns out uncacheable, and a lock timeout lets
 //! waiters go to the origin themselves.
 
-mod support;
+use lacquer_test_support as support;
 
 use support::*;
 

@@ -2,7 +2,7 @@
 //! correctly, whatever it accepts; a coding Lacquer does not know passes through as sent. Real
 //! origin, the real binary, real clients; bodies compared byte for byte after decoding.
 
-mod support;
+use lacquer_test_support as support;
 
 use support::*;
 

@@ -1,6 +1,6 @@
 //! Start-up configuration: every bad value stops the binary with the key and the reason.
 
-mod support;
+use lacquer_test_support as support;
 
 use support::*;
 

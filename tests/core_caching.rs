@@ -1,6 +1,6 @@
 //! Core caching behaviour over real sockets: a real origin, the real `lacquer` binary, a real client.
 
-mod support;
+use lacquer_test_support as support;
 
 use support::*;
 

@@ -7,7 +7,7 @@
 //! Timings are never what a case checks, except bounds generous enough that only a hang (a
 //! leaked lock waited out for `lock_timeout`) exceeds them.
 
-mod support;
+use lacquer_test_support as support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

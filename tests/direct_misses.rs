@@ -6,7 +6,7 @@
 //! took it (a client that leaves, an origin that fails); nothing over the size limit, and
 //! nothing truncated, is ever stored.
 
-mod support;
+use lacquer_test_support as support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -4,7 +4,7 @@
 //! standard path (`direct_passes = false`) gives, and the pool must never hand a request a
 //! connection that is closed or holds bytes the origin sent unasked.
 
-mod support;
+use lacquer_test_support as support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

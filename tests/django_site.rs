@@ -10,7 +10,7 @@
 //! `scripts/setup.sh` (which CI runs through `scripts/test.sh`); without them each test says so
 //! and does nothing.
 
-mod support;
+use lacquer_test_support as support;
 
 use futures_util::{SinkExt, StreamExt};
 use std::process::Command;

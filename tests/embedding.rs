@@ -1,7 +1,7 @@
 //! Lacquer as a library (issue 13 item 2): `examples/device_rule.rs` embeds it with a phase hook
 //! of its own, a custom rule; this builds that program and runs it in front of a real origin.
 
-mod support;
+use lacquer_test_support as support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! under concurrency, excess requests get `429` with `Retry-After` (or queue), clients are
 //! told apart by a key header, and cache hits never count.
 
-mod support;
+use lacquer_test_support as support;
 
 use std::time::Duration;
 use support::*;

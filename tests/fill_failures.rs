@@ -15,7 +15,7 @@
 //! tens of seconds. Timings are measured and printed (`--nocapture`), never asserted finer than
 //! those bounds.
 
-mod support;
+use lacquer_test_support as support;
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;

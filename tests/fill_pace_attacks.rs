@@ -17,7 +17,7 @@
 //! held up by a client that reads nothing, for `server.send_timeout`, here ten minutes) exceeds
 //! them.
 
-mod support;
+use lacquer_test_support as support;
 
 use std::io::Write;
 use std::net::SocketAddr;

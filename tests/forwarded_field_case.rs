@@ -4,7 +4,7 @@
 //! map (a hit never needs one); the map is built from the received head only when a request is
 //! forwarded (pingora-http and pingora-core patches "case map on demand").
 
-mod support;
+use lacquer_test_support as support;
 
 use support::*;
 

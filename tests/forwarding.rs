@@ -3,7 +3,7 @@
 //! listeners, the resolved client address for `purge_from` and the log, and the scheme in the
 //! cache key.
 
-mod support;
+use lacquer_test_support as support;
 use support::*;
 
 use std::process::Command;

@@ -26,7 +26,7 @@
 //! without limit (on both miss paths, not introduced by 0021): first for `server.send_timeout`
 //! at most, now not at all (`a_*_miss_fill_goes_on_without_a_client_that_never_reads`).
 
-mod support;
+use lacquer_test_support as support;
 
 use std::collections::HashSet;
 use std::io::{Read, Write};

@@ -2,7 +2,7 @@
 //! passive checks eject a failing one, and idempotent requests survive a dead or resetting
 //! backend through retries, while nothing is retried once the client has bytes.
 
-mod support;
+use lacquer_test_support as support;
 
 use std::time::Duration;
 use support::*;

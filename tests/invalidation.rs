@@ -1,6 +1,6 @@
 //! Invalidation: unsafe methods (RFC 9111 §4.4) and PURGE remove every variant of a URL.
 
-mod support;
+use lacquer_test_support as support;
 
 use support::*;
 

@@ -4,7 +4,7 @@
 //! `Connection: close`, pipelining, a client that stops reading (the worker goes on serving
 //! others) and one that leaves mid-body (the proxy goes on).
 
-mod support;
+use lacquer_test_support as support;
 
 use std::io::Read;
 use std::net::Shutdown;

@@ -5,7 +5,7 @@
 //! memcached rather than the origin); and SIGTERM letting a slow download finish, within
 //! `shutdown_timeout` only.
 
-mod support;
+use lacquer_test_support as support;
 
 use support::*;
 

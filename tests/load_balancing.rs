@@ -3,7 +3,7 @@
 //!
 //! Assertions are structural (who got traffic, who got more), never about timings.
 
-mod support;
+use lacquer_test_support as support;
 
 use support::*;
 

@@ -2,7 +2,7 @@
 //! sees two requests at once; a request that finds the queue full, or waits longer than
 //! `balancer.queue.timeout`, is answered 503 without reaching the origin.
 
-mod support;
+use lacquer_test_support as support;
 use support::*;
 
 use std::sync::{Arc, Condvar, Mutex};

@@ -3,7 +3,7 @@
 //! hold, and `server.memory_return_delay` (1 s by default), read on the process's RSS with real
 //! idle keep-alive connections.
 
-mod support;
+use lacquer_test_support as support;
 
 use std::time::Duration;
 use support::*;

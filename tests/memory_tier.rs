@@ -1,7 +1,7 @@
 //! The memory tier under pressure: the byte bound holds (tier accounting and process RSS), large
 //! objects stream through intact, and objects over the size limit pass through uncached.
 
-mod support;
+use lacquer_test_support as support;
 
 use support::*;
 

@@ -2,7 +2,7 @@
 //! a PURGE, a pass, a backend going down and a memcached server killed; each step moves exactly
 //! the series it should. Also the tier of a hit in `Cache-Status` and the access log.
 
-mod support;
+use lacquer_test_support as support;
 
 use support::*;
 

@@ -10,7 +10,7 @@
 //! 127.0.0.3, one port for both, as replicas of one service would. This needs root (to mount),
 //! which the test machines and CI have.
 
-mod support;
+use lacquer_test_support as support;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -2,7 +2,7 @@
 //! `packaging/build-deb.sh`): the packaged config validates as it is, the man page is generated
 //! from the CLI and documents the signals, and the unit reloads through SIGHUP.
 
-mod support;
+use lacquer_test_support as support;
 
 use std::process::Command;
 use support::*;

@@ -8,7 +8,7 @@
 //! the direct node, by exactly the requests that qualify for a direct pass, so each case is known
 //! to have exercised both paths (or, where a request never qualifies, neither).
 
-mod support;
+use lacquer_test_support as support;
 
 use std::fmt::Debug;
 use std::io::{Read, Write};

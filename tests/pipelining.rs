@@ -3,7 +3,7 @@
 //! sent, whether it is a hit, a miss or a request with a body. Each test writes its whole
 //! pipeline to a raw socket at once and reads the answers one by one.
 
-mod support;
+use lacquer_test_support as support;
 
 use support::*;
 

@@ -8,7 +8,7 @@
 //! answers every path with the same fields and body, so the two ways can be compared field by
 //! field.
 
-mod support;
+use lacquer_test_support as support;
 
 use std::time::Duration;
 use support::*;

@@ -1,7 +1,7 @@
 //! Protocol handling: HTTP/2 (h2c and TLS with ALPN), malformed requests, upstream keep-alive,
 //! and the access log.
 
-mod support;
+use lacquer_test_support as support;
 
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};

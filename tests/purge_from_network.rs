@@ -8,7 +8,7 @@
 //! ends, whether it passes or fails. Creating one needs root (CAP_SYS_ADMIN), which the test
 //! machines and CI have; without it the test fails and says why.
 
-mod support;
+use lacquer_test_support as support;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::Command;

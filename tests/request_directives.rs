@@ -1,6 +1,6 @@
 //! Client request directives (RFC 9111 §5.2.1) against a stored response.
 
-mod support;
+use lacquer_test_support as support;
 
 use support::*;
 

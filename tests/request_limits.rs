@@ -6,7 +6,7 @@
 //! The deadlines are set short here (1 s) so the tests are quick; no assertion depends on how
 //! long anything took, only on what was answered and whether the connection was closed.
 
-mod support;
+use lacquer_test_support as support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

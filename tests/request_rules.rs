@@ -1,7 +1,7 @@
 //! Request rules (`[[rules]]`, issue 13): one test per kind of action and of condition, against
 //! the real binary and a scripted origin that records what it was sent.
 
-mod support;
+use lacquer_test_support as support;
 
 use support::*;
 

@@ -3,7 +3,7 @@
 //! got, and every byte the origin received ([`CaptureOrigin`], which frames requests as a plain
 //! origin would). `docs/security.md` lists the rows; each test here is one of them.
 
-mod support;
+use lacquer_test_support as support;
 
 use support::*;
 

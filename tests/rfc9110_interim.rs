@@ -4,7 +4,7 @@
 //! in it. On h2, Pingora drops interim responses (see `src/proxy/interim.rs`): the final
 //! response still arrives whole and is stored.
 
-mod support;
+use lacquer_test_support as support;
 
 use support::*;
 

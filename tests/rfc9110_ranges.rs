@@ -5,7 +5,7 @@
 //! a miss), then serves single, suffix, open-ended and multiple ranges, honours `If-Range`, and
 //! answers unsatisfiable ranges with 416.
 
-mod support;
+use lacquer_test_support as support;
 
 use support::*;
 

@@ -6,7 +6,7 @@
 //! (origin request count, body, `Cache-Status`). See `docs/conformance.md` for the map to the
 //! cache-tests suite.
 
-mod support;
+use lacquer_test_support as support;
 
 use support::*;
 

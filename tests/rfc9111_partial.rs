@@ -5,7 +5,7 @@
 //! (Without the section, a range request on a miss fetches the whole response:
 //! `rfc9110_ranges::a_range_request_on_a_miss_fetches_and_stores_the_whole_response`.)
 
-mod support;
+use lacquer_test_support as support;
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;

@@ -7,7 +7,7 @@
 //! `proxy-revalidate` forbid all of it, `no-cache` and `s-maxage` forbid the grace. Client
 //! request directives (`max-stale`, ...) are in `tests/request_directives.rs`.
 
-mod support;
+use lacquer_test_support as support;
 
 use support::*;
 

@@ -8,7 +8,7 @@
 //! (`uncacheable_responses_are_not_served_from_cache`, `authorization_requires_explicit_permission`,
 //! `heuristic_freshness_from_last_modified`); `docs/conformance.md` maps them all.
 
-mod support;
+use lacquer_test_support as support;
 
 use support::*;
 

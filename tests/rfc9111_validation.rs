@@ -5,7 +5,7 @@
 //! `If-Unmodified-Since` with 412. A stale one is revalidated upstream with the stored validators;
 //! the origin's 304 refreshes the stored headers and freshness.
 
-mod support;
+use lacquer_test_support as support;
 
 use support::*;
 

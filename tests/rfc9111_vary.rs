@@ -2,7 +2,7 @@
 //! over real sockets. `Vary: *` never matches (also in `tests/core_caching.rs`); invalidation
 //! and purge of every variant are in `tests/invalidation.rs`.
 
-mod support;
+use lacquer_test_support as support;
 
 use support::*;
 

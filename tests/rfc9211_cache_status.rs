@@ -6,7 +6,7 @@
 //! `tests/rfc9213_targeted_fields.rs`). More in `tests/core_caching.rs`
 //! (`miss_then_hit_with_age`, `targeted_cache_control_fields_take_precedence`).
 
-mod support;
+use lacquer_test_support as support;
 
 use support::*;
 

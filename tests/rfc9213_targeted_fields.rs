@@ -4,7 +4,7 @@
 //! field is stripped, and the stripped set is configurable. Precedence among the fields is in
 //! `tests/rfc9211_cache_status.rs` (`our_targeted_field_beats_cdn_cache_control_beats_cache_control`).
 
-mod support;
+use lacquer_test_support as support;
 
 use support::*;
 

@@ -3,7 +3,7 @@
 //! path and on the standard one, and the client's connection goes on working; entries Lacquer
 //! would never store are misses.
 
-mod support;
+use lacquer_test_support as support;
 
 use bytes::Bytes;
 use lacquer::storage::entry::{encode_complete, encode_manifest, ChunkList};

@@ -1,6 +1,6 @@
 //! The shared tier: two Lacquer nodes over three real memcached servers form one cache.
 
-mod support;
+use lacquer_test_support as support;
 
 use lacquer::storage::tiered::memcached_key;
 use lacquer_memcached::ketama::KetamaRing;

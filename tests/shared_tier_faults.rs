@@ -4,7 +4,7 @@
 //! that waited on it would still be waiting when the test's own bound (a few seconds) runs out;
 //! nothing here asserts on a duration shorter than that.
 
-mod support;
+use lacquer_test_support as support;
 
 use lacquer::storage::tiered::memcached_key;
 use lacquer_memcached::ketama::KetamaRing;

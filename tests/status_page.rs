@@ -4,7 +4,7 @@
 //! origin backends were listed with their state; a screenshot is saved beside the build
 //! (`target/status-page.png`). Skipped, saying so, when Chromium is not installed.
 
-mod support;
+use lacquer_test_support as support;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -2,7 +2,7 @@
 //! WebSocket echo origin through the proxy, text and binary frames and the close handshake; the
 //! `101` keeps its `Upgrade`/`Connection`; nothing is cached; the tunnel is logged.
 
-mod support;
+use lacquer_test_support as support;
 use support::*;
 
 use futures_util::{SinkExt, StreamExt};

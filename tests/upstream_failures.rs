@@ -3,7 +3,7 @@
 //! 504 and is never replayed to the backend that hung, and `balancer.timeouts.total` bounds the
 //! whole request, retries included.
 
-mod support;
+use lacquer_test_support as support;
 
 use std::io::Write;
 use std::net::TcpStream;

@@ -6,7 +6,7 @@
 //! The origins are [`TestOrigin`]s behind a [`TlsFront`] (rustls) with certificates from a
 //! throw-away [`TestCa`].
 
-mod support;
+use lacquer_test_support as support;
 use std::time::Duration;
 use support::*;
 

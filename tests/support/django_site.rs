@@ -6,10 +6,11 @@
 //! skip with a clear message where they are not.
 
 use super::child::{read_lossy, send_signal, OwnedChild};
+use super::lacquer_process::repo_root;
 use super::net::free_port;
 use super::temp_dir::TempDir;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -30,14 +31,14 @@ struct Server {
 
 /// The site's directory in the source tree.
 pub fn django_site_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/django_site")
+    repo_root().join("tests/django_site")
 }
 
 impl DjangoSite {
     /// The virtualenv's `bin/` directory, when `scripts/setup.sh` has made it with gunicorn and
     /// uvicorn.
     pub fn venv() -> Option<PathBuf> {
-        let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin");
+        let bin = repo_root().join(".venv/bin");
         (bin.join("gunicorn").exists() && bin.join("uvicorn").exists()).then_some(bin)
     }
 

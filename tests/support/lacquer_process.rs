@@ -21,20 +21,22 @@ pub const LACQUER_START_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long [`run_lacquer`] lets the binary run before killing it.
 pub const RUN_LACQUER_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// Path of the `lacquer` binary under test: Cargo's `CARGO_BIN_EXE_lacquer` when
-/// compiled as an integration test of the `lacquer` package, else the `LACQUER_BIN`
-/// environment variable at run time. Panics if neither is available.
+/// Path of the `lacquer` binary under test: the `LACQUER_BIN` environment variable when set
+/// (to run the tests against another build), else the one cargo built for the tests
+/// (`CARGO_BIN_EXE_lacquer`, which cargo sets when it runs an integration test).
 pub fn lacquer_bin() -> PathBuf {
-    if let Some(p) = option_env!("CARGO_BIN_EXE_lacquer") {
-        return PathBuf::from(p);
-    }
-    match std::env::var_os("LACQUER_BIN") {
+    match std::env::var_os("LACQUER_BIN").or_else(|| std::env::var_os("CARGO_BIN_EXE_lacquer")) {
         Some(p) => PathBuf::from(p),
         None => panic!(
-            "lacquer binary unknown: CARGO_BIN_EXE_lacquer is not set at compile time \
-             and LACQUER_BIN is not set at run time"
+            "lacquer binary unknown: neither LACQUER_BIN nor CARGO_BIN_EXE_lacquer (set by \
+             `cargo test`) is set"
         ),
     }
+}
+
+/// The repository's root (this crate is `tests/support`), for the files tests read or run.
+pub fn repo_root() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
 }
 
 /// An example program of this package (`examples/NAME.rs`), built for the profile the tests
@@ -69,7 +71,7 @@ pub fn example_bin(name: &str) -> PathBuf {
     }
     let status = build
         .args(&args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .current_dir(repo_root())
         .status()
         .expect("cargo runs");
     assert!(status.success(), "cargo build --example {name} failed");

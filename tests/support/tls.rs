@@ -2,7 +2,7 @@
 //! Lacquer's TLS listeners, and a test certificate authority ([`TestCa`]) signing the server and
 //! client certificates of `https` origins.
 
-use crate::support::child::stderr_text;
+use crate::child::stderr_text;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -6,7 +6,7 @@
 //! [`stalling`] is a raw HTTP/1 client that can stop reading or read at a pace, for what the
 //! proxy does while a client holds its answer unread.
 
-pub mod raw;
+mod raw;
 pub mod stalling;
 
 pub use raw::*;

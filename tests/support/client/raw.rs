@@ -2,7 +2,7 @@
 //! send or would hide: malformed requests, pipelining, keep-alive reuse, and the exact framing
 //! (`Content-Length` or chunked) of each response.
 
-use crate::support::fields::{field, field_values, has_token, owned_fields};
+use crate::fields::{field, field_values, has_token, owned_fields};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};

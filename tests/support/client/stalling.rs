@@ -48,7 +48,7 @@ impl StallingAnswer {
 
     /// Asserts a `200` answer cut short (its connection ended before its framing did), of at
     /// most `most` body bytes, which are the start of the generated page of `seed`
-    /// ([`crate::support::generated`]): what a client gets of a page whose origin failed or
+    /// ([`crate::generated`]): what a client gets of a page whose origin failed or
     /// which it was given up on.
     pub fn assert_cut_start(&self, seed: u8, most: usize, what: &str) {
         assert_eq!(self.status, 200, "{what}: {}", self.head);

@@ -40,7 +40,7 @@ pub use response::*;
 pub use scripted::*;
 pub use tls_front::*;
 
-use crate::support::poll::{poll_until, poll_until_async};
+use crate::poll::{poll_until, poll_until_async};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,7 +1,7 @@
 //! One request as the test origin received it, for tests to count and inspect what the proxy
 //! forwarded, and the query parameters a handler reads its script from.
 
-use crate::support::fields::{field, field_values, has_field};
+use crate::fields::{field, field_values, has_field};
 use bytes::Bytes;
 
 /// One request as the origin received it.

@@ -3,7 +3,7 @@
 //! plus two ready-made handlers.
 
 use super::RecordedRequest;
-use crate::support::fields::field;
+use crate::fields::field;
 use bytes::Bytes;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

@@ -2,9 +2,9 @@
 //! request, so each test states what the origin does right in the URL it requests.
 
 use super::{query_param, query_params, Body, OriginResponse, TestOrigin};
-use crate::support::coding::{encode, lists_coding};
-use crate::support::generated::generated_bytes;
-use crate::support::http_date::http_date_offset;
+use crate::coding::{encode, lists_coding};
+use crate::generated::generated_bytes;
+use crate::http_date::http_date_offset;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;

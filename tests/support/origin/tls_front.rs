@@ -6,7 +6,7 @@
 //! handshake the front refuses) never gets a byte through, so the origin's request count says
 //! whether anything passed.
 
-use crate::support::tls::CertFiles;
+use crate::tls::CertFiles;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use std::net::SocketAddr;

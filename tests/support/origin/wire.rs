@@ -3,9 +3,9 @@
 //! writing its response in the framing it asks for.
 
 use super::{Body, OriginResponse, RecordedRequest, Shared};
-use crate::support::fields::{field_values, has_field, has_token, owned_fields};
-use crate::support::generated::{fill_generated, GENERATED_CHUNK};
-use crate::support::http_date::http_date;
+use crate::fields::{field_values, has_field, has_token, owned_fields};
+use crate::generated::{fill_generated, GENERATED_CHUNK};
+use crate::http_date::http_date;
 use bytes::{Buf, Bytes, BytesMut};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;

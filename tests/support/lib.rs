@@ -1,5 +1,6 @@
 //! The integration-test harness for Lacquer: real processes on real loopback sockets, one module
-//! per concept. Use from an integration test with `mod support; use support::*;`.
+//! per concept. A crate of its own (`lacquer-test-support`, a dev-dependency: its Cargo.toml says
+//! why); use from an integration test with `use lacquer_test_support as support; use support::*;`.
 //!
 //! - [`load`]: a steady load of checked requests, for changes made under traffic ([`SteadyLoad`]).
 //! - [`lacquer_process`]: the binary under test ([`LacquerProcess`], [`start_balancer`], [`run_lacquer`],
@@ -27,9 +28,6 @@
 //! - [`assertions`]: checks against expectations computed apart from the response checked.
 //!
 //! Everything binds or connects to 127.0.0.1 only.
-
-// Each integration test binary uses only part of the harness.
-#![allow(dead_code, unused_imports)]
 
 pub mod assertions;
 pub mod child;
