@@ -7,8 +7,14 @@
 # fails the script and leaves the input under fuzz/artifacts/.
 #
 #   scripts/fuzz.sh [SECONDS]
+#   scripts/fuzz.sh --build-only    (installs and builds, runs nothing: CI builds beside the tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build_only=false
+if [ "${1:-}" = "--build-only" ]; then
+  build_only=true
+  shift
+fi
 seconds="${1:-60}"
 targets=(entry_decode chunk_assembly request_head)
 
@@ -28,6 +34,10 @@ trap 'rm -rf "$scratch"' EXIT
 # slower than a release one, but builds in a fraction of the time, which is what a short run in
 # CI needs.
 cargo +nightly fuzz build --dev --sanitizer none 2>&1 | tail -n 2
+if "$build_only"; then
+  echo "fuzz: targets built"
+  exit 0
+fi
 for target in "${targets[@]}"; do
   mkdir -p "$scratch/$target"
   echo "fuzz: $target for ${per_target}s"
