@@ -1713,3 +1713,62 @@ async fn a_direct_miss_gives_its_origin_connection_back_when_its_fill_is_done() 
 async fn a_direct_miss_whose_client_left_keeps_its_origin_connection_for_the_next_request() {
     fill_done_connection_kept(true).await;
 }
+
+/// The connection given back early must be clean: an origin that sends a second, unasked-for
+/// answer right after the body of a direct miss (a response-splitting attempt against the idle
+/// pool) has its connection closed, not kept, and the next request never gets that answer.
+#[tokio::test]
+async fn an_answer_smuggled_after_a_direct_miss_body_never_reaches_the_next_request() {
+    const LEN: usize = 4 << 20;
+    let origin = RawOrigin::answering(|head, stream| {
+        if head.starts_with("GET /large ") {
+            let mut answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {LEN}\r\nCache-Control: max-age=60\r\n\r\n"
+            )
+            .into_bytes();
+            answer.extend_from_slice(&generated_bytes(LEN, 7));
+            answer.extend_from_slice(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nCache-Control: max-age=60\r\n\r\nEVIL!",
+            );
+            let _ = stream.write_all(&answer);
+        } else {
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nCache-Control: no-store\r\nConnection: close\r\n\r\ngood",
+            );
+        }
+        let _ = stream.flush();
+        // open long enough to be taken from the pool, were it kept
+        std::thread::sleep(Duration::from_secs(3));
+    });
+    let (lacquer, _admin) = node(
+        origin.addr,
+        true,
+        "[server]\nsend_timeout = \"10m\"\n[cache]\nmax_object_size = \"64MiB\"\n",
+    );
+    let stalled = stalled_get(lacquer.addr(), "/large").await;
+    let mut stored = false;
+    for _ in 0..100 {
+        if get_page(&lacquer, "/large").await.is_hit() {
+            stored = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(stored, "the page was not stored");
+    for _ in 0..3 {
+        let other = get_page(&lacquer, "/other").await;
+        assert_eq!(other.status, 200);
+        assert_eq!(
+            other.body.as_ref(),
+            b"good",
+            "the smuggled answer was served"
+        );
+    }
+    let page = get_page(&lacquer, "/large").await;
+    assert!(page.is_hit());
+    assert!(page.body.as_ref() == generated_bytes(LEN, 7).as_slice());
+    // each `/other` on a connection of its own (its answers close theirs): the one `/large` came
+    // over was not taken for any of them
+    assert_eq!(origin.accepted(), 4);
+    drop(stalled);
+}
