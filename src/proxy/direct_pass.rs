@@ -350,6 +350,13 @@ impl LacquerProxy {
         // the request's once the fill is done
         let client_gone = session.write_response_header(head, end).await.err();
         let relayed = match fill {
+            // the whole body came with the head (most small answers): the connection is idle
+            // again before the answer is stored and written
+            Some(fill) if !end && first.is_some() && upstream.is_body_done() => {
+                self.keep_idle(upstream, &peer).await;
+                self.store_then_write(session, ctx, fill, first, client_gone)
+                    .await
+            }
             Some(fill) if !end => {
                 // boxed: only a stored answer's relay carries the two halves' state. It keeps
                 // the origin's connection idle as soon as the body's end is read

@@ -216,7 +216,8 @@ impl LacquerProxy {
     /// Relays the rest of the body (`first`, then what `upstream` sends) to the client while
     /// writing it into `fill` (see the module doc), and finishes the fill as soon as the body's
     /// end is read: the requests streaming it, and the client's next request, find it complete
-    /// while the client may still be taking its copy.
+    /// while the client may still be taking its copy. (A body that came whole with its head goes
+    /// to [`Self::store_then_write`] instead.)
     pub(super) async fn relay_while_filling(
         &self,
         session: &mut Session,
@@ -226,12 +227,6 @@ impl LacquerProxy {
         first: Option<Bytes>,
         client_gone: Option<Box<Error>>,
     ) -> Relayed {
-        if first.is_some() && upstream.is_body_done() {
-            self.keep_idle(upstream, peer).await;
-            return self
-                .store_then_write(session, ctx, fill, first, client_gone)
-                .await;
-        }
         let mut fill = Some(fill);
         let shared = Mutex::new(Shared {
             queue: VecDeque::new(),
@@ -370,7 +365,7 @@ impl LacquerProxy {
 
     /// The whole body already in hand (most small answers arrive with their head): stored and
     /// finished first, then written to the client, with no need for two halves.
-    async fn store_then_write(
+    pub(super) async fn store_then_write(
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
