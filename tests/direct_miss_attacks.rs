@@ -104,6 +104,17 @@ async fn origin_has(origin: &TestOrigin, path: &str, n: usize) {
     panic!("the origin never got request {n} for {path}");
 }
 
+/// Waits (10 s at most) until `GET url` with `fields` is a hit: the fill under way is stored.
+async fn until_stored(url: &str, fields: &[(&str, &str)]) {
+    for _ in 0..100 {
+        if get(url, fields).await.is_hit() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the page was not stored");
+}
+
 // --- 1. a client leaving in the middle of a fill --------------------------------------------
 
 /// A client streams a miss; a second client arrives meanwhile and streams the fill in flight;
@@ -1615,15 +1626,7 @@ async fn given_up_client_sees_the_end_while_the_fill_goes_on(direct: bool, h2: b
     } else {
         (lacquer.url(path), &[("host", HOST)])
     };
-    let mut stored = false;
-    for _ in 0..50 {
-        if get(&url, fields).await.is_hit() {
-            stored = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert!(stored, "the page was not stored");
+    until_stored(&url, fields).await;
 }
 
 #[tokio::test]
@@ -1680,15 +1683,7 @@ async fn fill_done_connection_kept(client_leaves: bool) {
         Some(client)
     };
     // the fill completes while the client has read (nearly) nothing
-    let mut stored = false;
-    for _ in 0..100 {
-        if get_page(&lacquer, "/large").await.is_hit() {
-            stored = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(stored, "the page was not stored");
+    until_stored(&lacquer.url("/large"), &[("host", HOST)]).await;
     assert_eq!(origin.hits_for("/large"), 1);
     assert_eq!(origin.connections(), 1);
 
@@ -1746,15 +1741,7 @@ async fn an_answer_smuggled_after_a_direct_miss_body_never_reaches_the_next_requ
         "[server]\nsend_timeout = \"10m\"\n[cache]\nmax_object_size = \"64MiB\"\n",
     );
     let stalled = stalled_get(lacquer.addr(), "/large").await;
-    let mut stored = false;
-    for _ in 0..100 {
-        if get_page(&lacquer, "/large").await.is_hit() {
-            stored = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(stored, "the page was not stored");
+    until_stored(&lacquer.url("/large"), &[("host", HOST)]).await;
     for _ in 0..3 {
         let other = get_page(&lacquer, "/other").await;
         assert_eq!(other.status, 200);
