@@ -183,6 +183,53 @@ async fn a_direct_miss_cut_before_its_body_is_retried_and_one_cut_later_is_never
     no_panic(&lacquer);
 }
 
+/// A pooled connection the origin closed while it sat idle fails the request sent on it before
+/// any of the response: the pool's race, not the backend's failure. The request goes again to
+/// the same backend outside the retry budget, on either path. Here the other backend resets
+/// every request, so the one retry `balancer.retries` allows is spent on it; a dead pooled
+/// connection met after it must not make the request a 502.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_pooled_connection_is_sent_again_outside_the_retry_budget() {
+    use std::io::Read;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    for path in [
+        "",
+        "[proxy]\ndirect_passes = false\ndirect_misses = false\n",
+    ] {
+        // answers the first request of each connection and keeps it open; closes it unanswered
+        // when a second request arrives on it
+        let killed = Arc::new(AtomicUsize::new(0));
+        let seen = killed.clone();
+        let pooling = RawOrigin::answering(move |_, stream| {
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nCache-Control: no-store\r\n\r\nok",
+            );
+            let _ = stream.flush();
+            if matches!(stream.read(&mut [0; 512]), Ok(n) if n > 0) {
+                seen.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        let resetting = RawOrigin::closing();
+        let lacquer = start_balancer(
+            &[(pooling.addr, 1), (resetting.addr, 1)],
+            &format!(
+                "[balancer]\nalgorithm = \"round_robin\"\n[balancer.retries]\nattempts = 1\n\
+                 {NO_PASSIVE}{path}"
+            ),
+        );
+        for i in 0..12 {
+            let resp = get(&lacquer.url(&format!("/p/{i}")), &[]).await;
+            assert_eq!(resp.status, 200, "request {i} ({path:?})");
+            assert_eq!(&resp.body[..], b"ok");
+        }
+        assert!(
+            killed.load(Ordering::SeqCst) > 0,
+            "no request met a dead pooled connection ({path:?})"
+        );
+        no_panic(&lacquer);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revalidation_cut_short_is_retried_without_panic() {
     // each backend answers its first request for a path whole (fresh for 1 s), then cuts every

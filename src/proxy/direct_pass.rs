@@ -128,7 +128,8 @@ struct AttemptFailure {
     error: Box<Error>,
     /// It failed while connecting (passive health counts a connect failure).
     connecting: bool,
-    /// Over a connection taken from the idle pool.
+    /// Over a connection taken from the idle pool, and nothing of the response came back (the
+    /// pool's race: see `crate::upstream::attempts`).
     reused: bool,
 }
 
@@ -268,7 +269,7 @@ impl LacquerProxy {
                     } else {
                         e = e.more_context(format!("Peer: {peer}"));
                         live.upstream.on_proxy_error(
-                            &ctx.upstream,
+                            &mut ctx.upstream,
                             session,
                             &mut e,
                             failure.reused,
@@ -540,6 +541,12 @@ impl LacquerProxy {
         // failed attempt, retried by the same rules as one that sent no head, as the standard
         // path retries it when the cut reaches it before the head left
         let status = head.status;
+        // a head came back: whatever fails now is the origin's, not the pool's
+        let failed = |error: Box<Error>| AttemptFailure {
+            error: error.into_up(),
+            connecting: false,
+            reused: false,
+        };
         let first = if upstream.is_body_done() || status == StatusCode::SWITCHING_PROTOCOLS {
             None
         } else {

@@ -719,7 +719,7 @@ impl ProxyHttp for LacquerProxy {
         self.live
             .load()
             .upstream
-            .on_proxy_error(&ctx.upstream, session, &mut e, client_reused);
+            .on_proxy_error(&mut ctx.upstream, session, &mut e, client_reused);
         retried_fill::on_retry(session, &e);
         e
     }

@@ -3,9 +3,14 @@
 //! backend, the `total` deadline, and the status a request that failed upstream is answered with.
 //!
 //! * A failed attempt is retried only on a backend not tried yet: a backend that just hung,
-//!   reset or refused is not asked the same again. The one exception is a pooled connection
-//!   that turned out dead before anything of the response came back (the origin closed it while
-//!   it sat idle): the request never reached the origin, so it goes again, on a fresh connection.
+//!   reset or refused is not asked the same again.
+//! * The one exception is a pooled connection that turned out dead before anything of the
+//!   response came back: the origin closed it while it sat idle, and its close crossed the
+//!   request on the wire. That is the pool's race, not the backend's failure: the request goes
+//!   again to the same backend, is not counted against `balancer.retries` nor reported to
+//!   passive health, as Varnish retries a request whose recycled backend connection failed
+//!   before the response began. At most [`DEAD_POOLED_RETRIES`] times per request: after an
+//!   origin restart the pool may hold several such connections, each failing at once.
 //! * No attempt starts after `balancer.timeouts.total`, and each one's timers are cut to what is
 //!   left of it (`super::timeouts`).
 //! * A timeout towards the origin is answered `504 Gateway Timeout` (RFC 9110 §15.6.5), any
@@ -29,7 +34,7 @@
 use super::backend::{Backend, InFlight};
 use super::passive::{self, Failure};
 use super::timeouts::{self, TotalDeadline};
-use super::{fairness, Upstream};
+use super::{fairness, retry, Upstream};
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_error::{Error, ErrorSource, ErrorType, Result};
 use pingora_proxy::Session;
@@ -58,7 +63,16 @@ pub struct RequestUpstream {
     response_ms: Option<f64>,
     /// The status the origin answered with.
     status: Option<u16>,
+    /// Pooled connections found dead so far (see the module doc).
+    dead_pooled: u32,
+    /// The next attempt goes to the backend of the last one again: its pooled connection was
+    /// dead.
+    again: bool,
 }
+
+/// How many dead pooled connections one request may meet and go on, each outside the retry
+/// budget (see the module doc).
+pub const DEAD_POOLED_RETRIES: u32 = 3;
 
 impl RequestUpstream {
     /// Attempts made so far.
@@ -105,12 +119,22 @@ impl Upstream {
         let Some(remaining) = deadline.remaining() else {
             return Error::e_explain(ErrorType::HTTPStatus(504), TOTAL_EXCEEDED);
         };
-        let Some(mut selection) = self.select_in(request.group.as_deref(), key, &request.tried)
-        else {
-            return Error::e_explain(ErrorType::HTTPStatus(502), "no backend configured");
+        let again = std::mem::take(&mut request.again)
+            .then(|| request.backend().map(|backend| self.select_again(backend)))
+            .flatten();
+        let mut selection = match again {
+            // already in `tried`: this attempt is not counted
+            Some(selection) => selection,
+            None => {
+                let Some(selection) = self.select_in(request.group.as_deref(), key, &request.tried)
+                else {
+                    return Error::e_explain(ErrorType::HTTPStatus(502), "no backend configured");
+                };
+                request.tried.push(selection.in_flight.backend().addr);
+                selection
+            }
         };
         timeouts::clamp(&mut selection.peer, remaining);
-        request.tried.push(selection.in_flight.backend().addr);
         // a retry gives up the slot of the attempt before it first
         request.slot = None;
         if let Some(limit) = &selection.in_flight.backend().limit {
@@ -136,34 +160,46 @@ impl Upstream {
 
     /// `error_while_proxy`: an error of the origin counts against the backend and is retried
     /// when nothing reached the client yet, the request body can be replayed, the retry rules
-    /// allow it, time is left and there is another backend to go to (or, on the same one, the
-    /// pooled connection `client_reused` was dead before any of the response came back: see the
-    /// module doc); errors from elsewhere (the client, say) are not retried.
+    /// allow it, time is left and there is another backend to go to; errors from elsewhere (the
+    /// client, say) are not retried. A pooled connection (`client_reused`) that was dead before
+    /// any of the response came back is the exception of the module doc: the request goes
+    /// again to the same backend, outside the budget and unreported.
     pub fn on_proxy_error(
         &self,
-        request: &RequestUpstream,
+        request: &mut RequestUpstream,
         session: &Session,
         e: &mut Error,
         client_reused: bool,
     ) {
         let from_upstream = e.esource() == &ErrorSource::Upstream;
+        let started = session.response_written().is_some();
+        let replayable = !session.as_ref().retry_buffer_truncated();
+        let method = &session.req_header().method;
+        let in_time = !request.deadline.is_some_and(|d| d.expired());
+        let dead_pooled_connection = from_upstream
+            && client_reused
+            && request.status.is_none()
+            && !is_timeout(e.etype())
+            && request.dead_pooled < DEAD_POOLED_RETRIES;
+        if dead_pooled_connection {
+            let again = replayable && in_time && !started && retry::is_idempotent(method);
+            if again {
+                request.dead_pooled += 1;
+                request.again = true;
+            }
+            e.set_retry(again);
+            return;
+        }
         if from_upstream {
             if let Some(backend) = request.backend() {
                 passive::report(backend, Failure::Proxy, &self.config().passive);
             }
         }
-        let started = session.response_written().is_some();
-        let replayable = !session.as_ref().retry_buffer_truncated();
-        let method = &session.req_header().method;
-        let dead_pooled_connection =
-            client_reused && request.status.is_none() && !is_timeout(e.etype());
-        let somewhere_to_go =
-            self.has_untried(request.group.as_deref(), &request.tried) || dead_pooled_connection;
         e.set_retry(
             from_upstream
                 && replayable
-                && somewhere_to_go
-                && !request.deadline.is_some_and(|d| d.expired())
+                && in_time
+                && self.has_untried(request.group.as_deref(), &request.tried)
                 && self.retry().may_retry(method, request.attempts(), started),
         );
     }

@@ -182,6 +182,18 @@ impl Upstream {
         })
     }
 
+    /// The backend of a failed attempt once more (its pooled connection was dead: see
+    /// `attempts`), with this upstream's timeouts.
+    pub fn select_again(&self, backend: &Arc<Backend>) -> Selection {
+        let pool = &self.inner;
+        let mut peer = pool.replicas.peer(backend);
+        timeouts::apply(&mut peer, &pool.config.timeouts, &pool.proxy);
+        Selection {
+            in_flight: InFlight::start(backend.clone()),
+            peer,
+        }
+    }
+
     /// Whether some backend of `group` has not been attempted yet. A connect failure is only worth
     /// retrying elsewhere: the same address refused (or timed out) a moment ago.
     pub fn has_untried(&self, group: Option<&str>, tried: &[std::net::SocketAddr]) -> bool {
