@@ -889,9 +889,8 @@ fn path_on(cluster: &MemcachedCluster, prefix: &str, wanted: usize) -> (String, 
 
 /// `GET path` on `lacquer`, failing the test if it takes longer than only a hang would.
 async fn get_bounded(lacquer: &LacquerProcess, path: &str) -> Resp {
-    tokio::time::timeout(Duration::from_secs(8), get_page(lacquer, path))
-        .await
-        .unwrap_or_else(|_| panic!("GET {path} hung"))
+    let what = format!("GET {path} answered (only a hang takes this long)");
+    support::within(Duration::from_secs(8), &what, get_page(lacquer, path)).await
 }
 
 #[tokio::test]
