@@ -62,6 +62,36 @@ const MAX_PENDING: usize = 10_000;
 /// dying one is given this long before the answer says so).
 const MIN_WAIT: Duration = Duration::from_secs(5);
 
+/// What carrying out one purge or ban did, for its report.
+struct Done {
+    record: Record,
+    /// What it removed or marked stale in this node's memory tier.
+    touched: Touched,
+    memcached: Option<MemcachedReport>,
+    nodes: Option<NodesReport>,
+    /// What is left to retry, in words.
+    pending: Vec<String>,
+    /// Its line is already in the log (an unsafe method's invalidation that found nothing).
+    logged: bool,
+}
+
+/// Logs the line of one purge or ban at `level` (info for those asked for; debug for the
+/// invalidations of unsafe methods, whose line would otherwise be written on every POST).
+fn log_report(level: log::Level, report: &Report) {
+    if log::log_enabled!(level) {
+        log::log!(
+            level,
+            "invalidation {}: {}{} {} asked by {}: {}",
+            report.id,
+            if report.soft { "soft " } else { "" },
+            report.action,
+            report.target.describe(),
+            report.asked_by,
+            report.summary()
+        );
+    }
+}
+
 /// One purge or ban to carry out.
 #[derive(Debug, Clone)]
 pub struct Request {
@@ -197,6 +227,32 @@ impl Invalidator {
 
     /// Carries out one purge or ban (see the module docs) and reports on it.
     pub async fn invalidate(&'static self, request: Request) -> Result<Report, Refused> {
+        let level = if request.only_if_stored {
+            log::Level::Debug
+        } else {
+            log::Level::Info
+        };
+        let done = self.carry_out(request).await?;
+        let logged = done.logged;
+        let report = self.report(done);
+        if !logged {
+            log_report(level, &report);
+        }
+        Ok(report)
+    }
+
+    /// The invalidation a successful answer to an unsafe method asks for (RFC 9111 §4.4,
+    /// `request.only_if_stored`): carried out as [`Self::invalidate`] does, without building a
+    /// report no one reads (two per POST); its line is logged at debug level, when asked for.
+    pub async fn invalidate_quietly(&'static self, request: Request) -> Result<(), Refused> {
+        let done = self.carry_out(request).await?;
+        if !done.logged && log::log_enabled!(log::Level::Debug) {
+            log_report(log::Level::Debug, &self.report(done));
+        }
+        Ok(())
+    }
+
+    async fn carry_out(&'static self, request: Request) -> Result<Done, Refused> {
         check_target(&request.target)?;
         self.counters.issued.fetch_add(1, Ordering::Relaxed);
         if !matches!(request.target, Target::Url { .. }) {
@@ -212,8 +268,8 @@ impl Invalidator {
             soft: request.soft,
             // what the delete does not reach stays in memcached: decided below
             short_lived: true,
-            target: request.target.clone(),
-            asked_by: request.asked_by.clone(),
+            target: request.target,
+            asked_by: request.asked_by,
         };
         let touched = self.apply(&record);
         let mut pending = Vec::new();
@@ -234,7 +290,14 @@ impl Invalidator {
                         record.target.describe(),
                         record.asked_by
                     );
-                    return Ok(self.report(record, touched, None, None, pending));
+                    return Ok(Done {
+                        record,
+                        touched,
+                        memcached: None,
+                        nodes: None,
+                        pending,
+                        logged: true,
+                    });
                 }
                 let servers: Vec<usize> = (0..log.server_count()).collect();
                 let bytes = record.encode();
@@ -273,37 +336,25 @@ impl Invalidator {
             }
             _ => None,
         };
-        let report = self.report(record, touched, memcached, nodes, pending);
-        // the invalidations of unsafe methods (only_if_stored) are logged at debug level: their
-        // line is not even written unless asked for, as it would be on every POST
-        let level = if request.only_if_stored {
-            log::Level::Debug
-        } else {
-            log::Level::Info
-        };
-        if log::log_enabled!(level) {
-            log::log!(
-                level,
-                "invalidation {}: {}{} {} asked by {}: {}",
-                report.id,
-                if report.soft { "soft " } else { "" },
-                report.action,
-                report.target.describe(),
-                report.asked_by,
-                report.summary()
-            );
-        }
-        Ok(report)
+        Ok(Done {
+            record,
+            touched,
+            memcached,
+            nodes,
+            pending,
+            logged: false,
+        })
     }
 
-    fn report(
-        &self,
-        record: Record,
-        touched: Touched,
-        memcached: Option<MemcachedReport>,
-        nodes: Option<NodesReport>,
-        pending: Vec<String>,
-    ) -> Report {
+    fn report(&self, done: Done) -> Report {
+        let Done {
+            record,
+            touched,
+            memcached,
+            nodes,
+            pending,
+            logged: _,
+        } = done;
         let complete =
             pending.is_empty() && nodes.as_ref().is_none_or(|n| n.not_confirmed.is_empty());
         Report {

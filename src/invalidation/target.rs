@@ -4,7 +4,6 @@
 
 use crate::proxy::cache_key;
 use crate::storage::ban_list::scope::{scope_hash, Scope};
-use pingora_cache::key::CacheHashKey;
 use serde::Serialize;
 
 /// What one purge or ban names, as it was asked for.
@@ -37,9 +36,9 @@ impl Target {
     /// The scope entries are matched by.
     pub fn scope(&self) -> Scope {
         match self {
-            Target::Url { host, path } => Scope::Url(u128::from_be_bytes(
-                cache_key::of_url(host, path).primary_bin(),
-            )),
+            Target::Url { host, path } => {
+                Scope::Url(u128::from_be_bytes(cache_key::url_hash(host, path)))
+            }
             Target::Tag(tag) => Scope::Tag(scope_hash(tag)),
             Target::Host(host) => Scope::Host(scope_hash(&host.to_ascii_lowercase())),
             Target::Prefix { host, prefix } => Scope::Prefix {
@@ -68,6 +67,7 @@ impl Target {
 mod tests {
     use super::*;
     use crate::storage::ban_list::scope::{host_and_path, EntryScopes};
+    use pingora_cache::key::CacheHashKey;
 
     #[test]
     fn a_url_target_covers_the_entry_of_that_key_and_the_key_text_splits_back() {

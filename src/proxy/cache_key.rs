@@ -102,6 +102,19 @@ impl<'a> KeyParts<'a> {
         }
     }
 
+    /// The parts of [`of_url`]'s key: the scheme from the host's prefix, if any.
+    fn of_url(host: &'a str, path_and_query: &'a str) -> Self {
+        let (https, host) = match host.strip_prefix(HTTPS_PREFIX) {
+            Some(host) => (true, host),
+            None => (false, host),
+        };
+        KeyParts {
+            https,
+            host,
+            path_and_query,
+        }
+    }
+
     /// Feeds the key's bytes to `write`, in order; `true` marks bytes to lowercase.
     #[inline]
     fn write(&self, mut write: impl FnMut(&[u8], bool)) {
@@ -198,18 +211,16 @@ pub const HTTPS_PREFIX: &str = "https://";
 /// [`HTTPS_PREFIX`] in front for the `https` page, see [`keyed_host`]) and a path with its query
 /// (starting with `/`), with its primary hash computed.
 pub fn of_url(host: &str, path_and_query: &str) -> CacheKey {
-    let (https, host) = match host.strip_prefix(HTTPS_PREFIX) {
-        Some(host) => (true, host),
-        None => (false, host),
-    };
-    let parts = KeyParts {
-        https,
-        host,
-        path_and_query,
-    };
+    let parts = KeyParts::of_url(host, path_and_query);
     let mut key = CacheKey::new(parts.text(), "");
     key.set_primary_bin_override(parts.hash());
     key
+}
+
+/// The primary hash of [`of_url`]`(host, path_and_query)`, without building the key's text: an
+/// invalidation by an unsafe method needs only the hash of each URL it covers (two per POST).
+pub fn url_hash(host: &str, path_and_query: &str) -> HashBinary {
+    KeyParts::of_url(host, path_and_query).hash()
 }
 
 /// The primary hash of the request: see [`KeyParts::hash`].
@@ -320,6 +331,21 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_urls_hash_alone_is_its_keys_hash() {
+        for (host, path) in [
+            ("Shop.Example:8080", "/a/b?c=/d"),
+            ("https://Shop.Example", "/"),
+            ("a.test", "?q"),
+        ] {
+            assert_eq!(
+                url_hash(host, path),
+                of_url(host, path).primary_bin(),
+                "{host}{path}"
+            );
         }
     }
 

@@ -28,27 +28,23 @@ pub async fn on_upstream_response(
     let host = cache_key::request_host(req);
     let client = client().map_or_else(|| "unknown".to_string(), |ip| ip.to_string());
     // the resource changed whichever scheme it was reached by: both pages go
-    let mut requests = Vec::new();
+    let asked_by = format!("{client} ({} {})", req.method, resp.status.as_u16());
     for path in targets(host, req, resp) {
         for https in [false, true] {
-            requests.push(Target::url(&cache_key::keyed_host(https, host), &path));
-        }
-    }
-    let asked_by = format!("{client} ({} {})", req.method, resp.status.as_u16());
-    for target in requests {
-        let request = Request {
-            target: target.clone(),
-            soft: false,
-            asked_by: asked_by.clone(),
-            wait: false,
-            only_if_stored: true,
-        };
-        if let Err(refused) = invalidator.invalidate(request).await {
-            log::warn!(
-                "invalidation of {} refused: {}",
-                target.describe(),
-                refused.0
-            );
+            let request = Request {
+                target: Target::url(&cache_key::keyed_host(https, host), &path),
+                soft: false,
+                asked_by: asked_by.clone(),
+                wait: false,
+                only_if_stored: true,
+            };
+            if let Err(refused) = invalidator.invalidate_quietly(request).await {
+                log::warn!(
+                    "invalidation of {} refused: {}",
+                    Target::url(&cache_key::keyed_host(https, host), &path).describe(),
+                    refused.0
+                );
+            }
         }
     }
 }
