@@ -460,7 +460,13 @@ impl LacquerProxy {
         self.upstream_request_filter(session, &mut request.head, ctx)
             .await?;
         let request = finish_h1_upstream_request(request, body.is_some())?;
-        let (stream, reused) = match self.idle_upstream.take(peer.reuse_hash()) {
+        // a new connection when the last attempt's pooled one was dead (`upstream::attempts`)
+        let pooled = if peer.options.fresh_connection {
+            None
+        } else {
+            self.idle_upstream.take(peer.reuse_hash())
+        };
+        let (stream, reused) = match pooled {
             Some(stream) => (stream, true),
             // boxed: a connect (a TLS handshake above all) is large and rare
             None => match Box::pin(self.upstream_connector.new_stream(peer)).await {

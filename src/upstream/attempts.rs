@@ -7,10 +7,11 @@
 //! * The one exception is a pooled connection that turned out dead before anything of the
 //!   response came back: the origin closed it while it sat idle, and its close crossed the
 //!   request on the wire. That is the pool's race, not the backend's failure: the request goes
-//!   again to the same backend, is not counted against `balancer.retries` nor reported to
-//!   passive health, as Varnish retries a request whose recycled backend connection failed
-//!   before the response began. At most [`DEAD_POOLED_RETRIES`] times per request: after an
-//!   origin restart the pool may hold several such connections, each failing at once.
+//!   again to the same backend, over a new connection (the pool's other connections to it may
+//!   be dead too: an origin that restarted closed them all), is not counted against
+//!   `balancer.retries` nor reported to passive health, as Varnish retries once a request whose
+//!   recycled backend connection failed before the response began. Once per request
+//!   ([`DEAD_POOLED_RETRIES`]): the new connection cannot be a pooled one.
 //! * No attempt starts after `balancer.timeouts.total`, and each one's timers are cut to what is
 //!   left of it (`super::timeouts`).
 //! * A timeout towards the origin is answered `504 Gateway Timeout` (RFC 9110 §15.6.5), any
@@ -70,9 +71,9 @@ pub struct RequestUpstream {
     again: bool,
 }
 
-/// How many dead pooled connections one request may meet and go on, each outside the retry
-/// budget (see the module doc).
-pub const DEAD_POOLED_RETRIES: u32 = 3;
+/// How many dead pooled connections one request may meet and go on, outside the retry budget
+/// (see the module doc): the attempt after one connects anew, so it cannot meet another.
+pub const DEAD_POOLED_RETRIES: u32 = 1;
 
 impl RequestUpstream {
     /// Attempts made so far.
@@ -112,6 +113,10 @@ impl Upstream {
         key: &[u8],
     ) -> Result<Box<HttpPeer>> {
         request.started = Some(Instant::now());
+        // what an earlier attempt's origin answered is not this attempt's: a head that was cut
+        // short and retried must not make this attempt's dead pooled connection look answered
+        request.status = None;
+        request.response_ms = None;
         let total = self.config().timeouts.total;
         let deadline = *request
             .deadline
@@ -119,9 +124,14 @@ impl Upstream {
         let Some(remaining) = deadline.remaining() else {
             return Error::e_explain(ErrorType::HTTPStatus(504), TOTAL_EXCEEDED);
         };
+        // over a new connection (vendored pingora-core's `fresh_connection`)
         let again = std::mem::take(&mut request.again)
             .then(|| request.backend().map(|backend| self.select_again(backend)))
-            .flatten();
+            .flatten()
+            .map(|mut selection| {
+                selection.peer.options.fresh_connection = true;
+                selection
+            });
         let mut selection = match again {
             // already in `tried`: this attempt is not counted
             Some(selection) => selection,

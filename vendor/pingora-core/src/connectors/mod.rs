@@ -356,7 +356,13 @@ impl TransportConnector {
         &self,
         peer: &P,
     ) -> Result<(Stream, bool)> {
-        let reused_stream = self.reused_stream(peer).await;
+        // LACQUER PATCH (fresh connection): a peer that asks for a new connection gets one
+        let fresh = peer.get_peer_options().is_some_and(|o| o.fresh_connection);
+        let reused_stream = if fresh {
+            None
+        } else {
+            self.reused_stream(peer).await
+        };
         if let Some(s) = reused_stream {
             Ok((s, true))
         } else {

@@ -560,6 +560,11 @@ pub struct PeerOptions {
         Option<Arc<dyn Fn(&TcpSocket) -> Result<()> + Send + Sync + 'static>>,
     #[derivative(Debug = "ignore")]
     pub proxy_digest_user_data_hook: Option<ProxyDigestUserDataHook>,
+    /// LACQUER PATCH (fresh connection): connect anew rather than take a pooled connection
+    /// (the retry after a pooled connection was found dead: the pool's other connections to the
+    /// peer may be dead too). Not part of the reuse hash: the connection goes back to the same
+    /// pool afterwards.
+    pub fresh_connection: bool,
     /// Hook that allows returning an optional `SslDigestExtension`.
     /// Any returned value will be saved into the `SslDigest`.
     ///
@@ -609,6 +614,8 @@ impl PeerOptions {
             custom_l4: None,
             upstream_tcp_sock_tweak_hook: None,
             proxy_digest_user_data_hook: None,
+            // LACQUER PATCH (fresh connection)
+            fresh_connection: false,
             #[cfg(feature = "openssl_derived")]
             upstream_tls_handshake_complete_hook: None,
         }

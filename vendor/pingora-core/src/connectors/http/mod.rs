@@ -110,8 +110,14 @@ where
             let (h1, reused) = self.h1.get_http_session(peer).await?;
             Ok((HttpSession::H1(h1), reused))
         } else {
+            // LACQUER PATCH (fresh connection): a peer that asks for a new connection gets one
+            let fresh = peer.get_peer_options().is_some_and(|o| o.fresh_connection);
             // the peer allows h2, we first check the h2 reuse pool
-            let reused_h2 = self.h2.reused_http_session(peer).await?;
+            let reused_h2 = if fresh {
+                None
+            } else {
+                self.h2.reused_http_session(peer).await?
+            };
             if let Some(h2) = reused_h2 {
                 return Ok((HttpSession::H2(h2), true));
             }
@@ -119,7 +125,7 @@ where
                 .get_peer_options()
                 .is_some_and(|o| o.alpn.get_min_http_version() == 2)
                 && !self.h2.h1_is_preferred(peer);
-            if !h2_only {
+            if !h2_only && !fresh {
                 // We next check the reuse pool for h1 before creating a new h2 connection.
                 // This is because the server may not support h2 at all, connections to
                 // the server could all be h1.
