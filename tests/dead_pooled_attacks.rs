@@ -235,15 +235,6 @@ async fn backend_health(admin: u16, addr: SocketAddr) -> (u64, u64) {
     (number("failures"), number("ejections"))
 }
 
-fn no_panic(lacquer: &LacquerProcess) {
-    let log = lacquer.stderr_log();
-    assert!(
-        !log.contains("panicked"),
-        "the proxy panicked:\n{}",
-        &log[log.find("panicked").unwrap().saturating_sub(200)..]
-    );
-}
-
 /// Sends `n` GETs for `/fill/{tag}/{i}` at once, each on a client (and so a client connection)
 /// of its own. The origin must hold each first answer until all `n` requests arrived (see
 /// [`barrier_then_die`]): the proxy then opens `n` origin connections, all left in its idle pool.
@@ -347,7 +338,7 @@ async fn hammer(name: &str, path: &str) -> Hammered {
     }
     hammered.seen = origin.seen().len();
     hammered.accepted = origin.accepted();
-    no_panic(&lacquer);
+    lacquer.assert_no_panic();
     eprintln!(
         "{name}: {}/{} answered, failed: {:?}; {} requests at the origin over {} connections",
         hammered.answered, hammered.total, hammered.failed, hammered.seen, hammered.accepted
@@ -431,7 +422,7 @@ async fn a_get_after_many_dead_idle_connections_is_answered_over_a_new_one() {
                 seen.iter().filter(|s| s.nth > 1).count()
             ));
         }
-        no_panic(&lacquer);
+        lacquer.assert_no_panic();
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
@@ -468,7 +459,7 @@ async fn a_get_meeting_dead_idle_connections_up_to_the_cap_is_answered() {
             1,
             "{name}: /after on a fresh connection: {seen:?}"
         );
-        no_panic(&lacquer);
+        lacquer.assert_no_panic();
     }
 }
 
@@ -572,7 +563,7 @@ async fn a_post_over_a_dead_pooled_connection_is_never_sent_again() {
             );
             // the proxy still answers
             assert_eq!(get(&lacquer.url("/after"), &[]).await.status, 200, "{name}");
-            no_panic(&lacquer);
+            lacquer.assert_no_panic();
         }
     }
 }
@@ -659,7 +650,7 @@ async fn a_head_then_a_close_on_a_reused_connection_is_not_replayed() {
                 victims_on_reused >= 4,
                 "{case}: only {victims_on_reused} of 8 victims took the pooled connection"
             );
-            no_panic(&lacquer);
+            lacquer.assert_no_panic();
         }
     }
 }
@@ -747,7 +738,7 @@ async fn dead_pooled_connections_alone_never_eject_a_backend() {
             before,
             "{name}: an ejected backend still got requests"
         );
-        no_panic(&lacquer);
+        lacquer.assert_no_panic();
     }
 }
 
@@ -797,7 +788,7 @@ async fn a_pool_of_dead_idle_connections_is_not_charged_to_the_backend() {
                 reached.iter().map(|s| s.nth).collect::<Vec<_>>()
             ));
         }
-        no_panic(&lacquer);
+        lacquer.assert_no_panic();
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
@@ -858,7 +849,7 @@ async fn the_total_deadline_bounds_slow_dead_pooled_connections() {
             Ok(504),
             "{name}: attempts {seen:?}"
         );
-        no_panic(&lacquer);
+        lacquer.assert_no_panic();
     }
 }
 
@@ -908,7 +899,7 @@ async fn cut_head_then_dead_pooled(path: &str) -> (usize, Vec<String>) {
             }
         }
     }
-    no_panic(&lacquer);
+    lacquer.assert_no_panic();
     (retried, bad)
 }
 

@@ -429,11 +429,7 @@ async fn frozen_memcached_during_a_stalled_fill(direct: bool, freeze: Freeze) {
         "after the thaw, no page reached memcached again"
     );
     let again = get_whole(&lacquer, path, BIG_LEN, "the large page after the thaw").await;
-    assert!(
-        !lacquer.stderr_log().contains("panicked"),
-        "{}",
-        lacquer.stderr_log()
-    );
+    lacquer.assert_no_panic();
     eprintln!(
         "frozen memcached ({freeze:?}, direct_misses = {direct}): the second client's whole page \
          {follower_took:?} after the freeze ({:?}); the large page after the thaw: {:?}; {i} \

@@ -35,15 +35,6 @@ fn path_of(head: &str) -> &str {
     head.split_whitespace().nth(1).unwrap_or("")
 }
 
-fn no_panic(lacquer: &LacquerProcess) {
-    let log = lacquer.stderr_log();
-    assert!(
-        !log.contains("panicked"),
-        "the proxy panicked:\n{}",
-        &log[log.find("panicked").unwrap().saturating_sub(200)..]
-    );
-}
-
 const NO_PASSIVE: &str = "[balancer.passive]\nenabled = false\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,7 +69,7 @@ async fn a_truncated_cacheable_response_is_never_stored_and_never_panics() {
             "a cut body was served from the cache"
         );
     }
-    no_panic(&lacquer);
+    lacquer.assert_no_panic();
     // the only backend that cut responses short was not asked twice for any of them
     assert_eq!(origin.accepted(), 40);
     // and the proxy still works
@@ -86,7 +77,7 @@ async fn a_truncated_cacheable_response_is_never_stored_and_never_panics() {
     assert_eq!(whole.status, 200);
     assert_eq!(whole.body.len(), 1000);
     assert!(get(&lacquer.url("/whole"), &[]).await.is_hit());
-    no_panic(&lacquer);
+    lacquer.assert_no_panic();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -122,7 +113,7 @@ async fn a_truncated_cacheable_response_is_retried_on_the_other_backend_without_
             Err(_) => {}
         }
     }
-    no_panic(&lacquer);
+    lacquer.assert_no_panic();
     assert!(
         cut_then_retried > 0,
         "no request went to the cutting backend and was then retried"
@@ -135,7 +126,7 @@ async fn a_truncated_cacheable_response_is_retried_on_the_other_backend_without_
             }
         }
     }
-    no_panic(&lacquer);
+    lacquer.assert_no_panic();
 }
 
 /// A direct miss reads the body's first bytes before the head goes to the client: an origin that
@@ -167,7 +158,7 @@ async fn a_direct_miss_cut_before_its_body_is_retried_and_one_cut_later_is_never
         head_only.accepted() >= 5,
         "round robin met the cutting backend"
     );
-    no_panic(&lacquer);
+    lacquer.assert_no_panic();
 
     let cutting = RawOrigin::answering(|_, stream| truncated_cacheable(stream));
     let lacquer = start_balancer(&[(cutting.addr, 1)], NO_PASSIVE);
@@ -180,7 +171,7 @@ async fn a_direct_miss_cut_before_its_body_is_retried_and_one_cut_later_is_never
         let _ = try_get(&url, &[]).await;
         assert_eq!(cutting.accepted(), before + 1, "a cut body was stored");
     }
-    no_panic(&lacquer);
+    lacquer.assert_no_panic();
 }
 
 /// A pooled connection the origin closed while it sat idle fails the request sent on it before
@@ -226,7 +217,7 @@ async fn a_dead_pooled_connection_is_sent_again_outside_the_retry_budget() {
             killed.load(Ordering::SeqCst) > 0,
             "no request met a dead pooled connection ({path:?})"
         );
-        no_panic(&lacquer);
+        lacquer.assert_no_panic();
     }
 }
 
@@ -267,13 +258,13 @@ async fn a_revalidation_cut_short_is_retried_without_panic() {
             }
         }
     }
-    no_panic(&lacquer);
+    lacquer.assert_no_panic();
     assert!(
         whole > 0,
         "no stale refetch was retried to a whole response"
     );
     assert_eq!(get(&lacquer.url("/fresh"), &[]).await.status, 200);
-    no_panic(&lacquer);
+    lacquer.assert_no_panic();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -296,7 +287,7 @@ async fn a_hanging_origin_is_a_504_and_is_not_asked_again() {
         1,
         "a request that hung was replayed to the backend that hung"
     );
-    no_panic(&lacquer);
+    lacquer.assert_no_panic();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -352,5 +343,5 @@ async fn the_total_deadline_bounds_the_request_across_attempts() {
         1,
         "no attempt may start once the total deadline has passed"
     );
-    no_panic(&lacquer);
+    lacquer.assert_no_panic();
 }

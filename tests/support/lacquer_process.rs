@@ -427,6 +427,20 @@ impl LacquerProcess {
         read_lossy(&self.stderr_path)
     }
 
+    /// Fails the test if the process has panicked (a worker's panic ends only its request, so
+    /// the answers alone do not show it), with the lines around the first panic.
+    pub fn assert_no_panic(&self) {
+        let log = self.stderr_log();
+        if let Some(at) = log.find("panicked") {
+            let from = log[..at].rfind('\n').map_or(0, |i| i + 1);
+            let to = log[at..].find("\n\n").map_or(log.len(), |i| at + i);
+            panic!(
+                "the proxy panicked:\n{}",
+                &log[from.saturating_sub(400)..to]
+            );
+        }
+    }
+
     /// Everything the process wrote to stdout so far (e.g. access logs).
     pub fn stdout_log(&self) -> String {
         read_lossy(&self.stdout_path)
