@@ -254,7 +254,11 @@ impl LacquerProxy {
         }
         let body = read_whole_body(session).await?;
         let (peer, answered) = loop {
-            let key = ctx.key.text(session.req_header());
+            let key = if live.upstream.chooses_by_key() {
+                ctx.key.text(session.req_header())
+            } else {
+                &[]
+            };
             let peer = live.upstream.on_peer(&mut ctx.upstream, key).await?;
             // boxed: the attempt's state (the request's write, the response head's read) is
             // not kept through the body's relay

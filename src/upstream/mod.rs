@@ -112,6 +112,13 @@ impl Upstream {
         &self.inner.replicas
     }
 
+    /// Whether the backend choice reads the request's key (`consistent` hashing): the other
+    /// algorithms are given an empty one, so that a request no cache work needs (a POST) does
+    /// not build its key's text for the balancer alone.
+    pub fn chooses_by_key(&self) -> bool {
+        self.inner.config.algorithm == Algorithm::Consistent
+    }
+
     /// The balancer settings.
     pub fn config(&self) -> &BalancerConfig {
         &self.inner.config
