@@ -1174,7 +1174,7 @@ async fn a_reload_while_direct_misses_stream_cuts_nothing() {
     let after = value_when(admin, "lacquer_direct_misses_total", before + 1.0).await;
     assert_eq!(after, before + 1.0);
     assert!(
-        wait_for_log(&lacquer, "reload", Duration::from_secs(5)),
+        wait_for_log(&lacquer, "configuration reloaded", Duration::from_secs(5)),
         "{}",
         lacquer.stderr_log()
     );
@@ -1492,7 +1492,7 @@ async fn a_reloaded_send_timeout_applies_to_the_next_requests() {
     lacquer.write_config(&text.replace("send_timeout = \"10m\"", "send_timeout = \"1s\""));
     assert!(lacquer.signal("HUP"));
     assert!(
-        wait_for_log(&lacquer, "reload", Duration::from_secs(10)),
+        wait_for_log(&lacquer, "configuration reloaded", Duration::from_secs(10)),
         "{}",
         lacquer.stderr_log()
     );
