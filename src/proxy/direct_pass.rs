@@ -254,12 +254,10 @@ impl LacquerProxy {
         }
         let body = read_whole_body(session).await?;
         let (peer, answered) = loop {
-            let key = if live.upstream.chooses_by_key() {
-                ctx.key.text(session.req_header())
-            } else {
-                &[]
-            };
-            let peer = live.upstream.on_peer(&mut ctx.upstream, key).await?;
+            let peer = live
+                .upstream
+                .on_peer(&mut ctx.upstream, || ctx.key.text(session.req_header()))
+                .await?;
             // boxed: the attempt's state (the request's write, the response head's read) is
             // not kept through the body's relay
             let attempt = Box::pin(self.attempt(session, ctx, &peer, body.as_ref()));

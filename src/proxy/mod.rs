@@ -684,12 +684,10 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
     ) -> Result<Box<HttpPeer>> {
         let live = self.live.load();
-        let key = if live.upstream.chooses_by_key() {
-            ctx.key.text(session.req_header())
-        } else {
-            &[]
-        };
-        let mut peer = live.upstream.on_peer(&mut ctx.upstream, key).await?;
+        let mut peer = live
+            .upstream
+            .on_peer(&mut ctx.upstream, || ctx.key.text(session.req_header()))
+            .await?;
         if ctx.upgrade.requested() {
             upgrade::on_peer(&mut peer, live.config.proxy.tunnel_idle_timeout);
         }

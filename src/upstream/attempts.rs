@@ -36,6 +36,7 @@ use super::backend::{Backend, InFlight};
 use super::passive::{self, Failure};
 use super::timeouts::{self, TotalDeadline};
 use super::{fairness, retry, Upstream};
+use crate::config::balancing::Algorithm;
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_error::{Error, ErrorSource, ErrorType, Result};
 use pingora_proxy::Session;
@@ -104,13 +105,14 @@ impl RequestUpstream {
 
 impl Upstream {
     /// `upstream_peer`: starts this attempt's clock (and the request's `total` deadline on the
-    /// first attempt) and picks its backend, `key` being the cache key (for `consistent`); on a
-    /// backend with `max_in_flight`, waits for a slot (503 when the queue is full or the wait
-    /// ends).
-    pub async fn on_peer(
+    /// first attempt) and picks its backend; on a backend with `max_in_flight`, waits for a slot
+    /// (503 when the queue is full or the wait ends). `key` gives the cache key's text, asked for
+    /// only by `consistent` hashing, so that a request no cache work needs (a POST) does not
+    /// build it for the balancer alone.
+    pub async fn on_peer<'k>(
         &self,
         request: &mut RequestUpstream,
-        key: &[u8],
+        key: impl FnOnce() -> &'k [u8],
     ) -> Result<Box<HttpPeer>> {
         request.started = Some(Instant::now());
         // what an earlier attempt's origin answered is not this attempt's: a head that was cut
@@ -126,7 +128,7 @@ impl Upstream {
         };
         // over a new connection (vendored pingora-core's `fresh_connection`)
         let again = std::mem::take(&mut request.again)
-            .then(|| request.backend().map(|backend| self.select_again(backend)))
+            .then(|| request.backend().map(|backend| self.selection_of(backend)))
             .flatten()
             .map(|mut selection| {
                 selection.peer.options.fresh_connection = true;
@@ -136,6 +138,10 @@ impl Upstream {
             // already in `tried`: this attempt is not counted
             Some(selection) => selection,
             None => {
+                let key = match self.config().algorithm {
+                    Algorithm::Consistent => key(),
+                    _ => &[],
+                };
                 let Some(selection) = self.select_in(request.group.as_deref(), key, &request.tried)
                 else {
                     return Error::e_explain(ErrorType::HTTPStatus(502), "no backend configured");

@@ -112,13 +112,6 @@ impl Upstream {
         &self.inner.replicas
     }
 
-    /// Whether the backend choice reads the request's key (`consistent` hashing): the other
-    /// algorithms are given an empty one, so that a request no cache work needs (a POST) does
-    /// not build its key's text for the balancer alone.
-    pub fn chooses_by_key(&self) -> bool {
-        self.inner.config.algorithm == Algorithm::Consistent
-    }
-
     /// The balancer settings.
     pub fn config(&self) -> &BalancerConfig {
         &self.inner.config
@@ -180,18 +173,12 @@ impl Upstream {
                 algorithms::random_two_choices(backends, &candidates, &pool.rng)
             }
         }?;
-        let backend = backends[candidates[pos]].clone();
-        let mut peer = pool.replicas.peer(&backend);
-        timeouts::apply(&mut peer, &pool.config.timeouts, &pool.proxy);
-        Some(Selection {
-            in_flight: InFlight::start(backend),
-            peer,
-        })
+        Some(self.selection_of(&backends[candidates[pos]]))
     }
 
-    /// The backend of a failed attempt once more (its pooled connection was dead: see
-    /// `attempts`), with this upstream's timeouts.
-    pub fn select_again(&self, backend: &Arc<Backend>) -> Selection {
+    /// An attempt on `backend`, with this upstream's timeouts: the one a choice above made, or
+    /// a failed attempt's backend once more (its pooled connection was dead: see `attempts`).
+    pub fn selection_of(&self, backend: &Arc<Backend>) -> Selection {
         let pool = &self.inner;
         let mut peer = pool.replicas.peer(backend);
         timeouts::apply(&mut peer, &pool.config.timeouts, &pool.proxy);
