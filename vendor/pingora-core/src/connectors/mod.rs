@@ -249,6 +249,11 @@ impl TransportConnector {
 
     /// Try to find a reusable connection to the given server [Peer]
     pub async fn reused_stream<P: Peer + Send + Sync>(&self, peer: &P) -> Option<Stream> {
+        // LACQUER PATCH (fresh connection): a peer that asks for a new connection gets none of
+        // the pool's (every HTTP/1 reuse, whichever protocol the connector tried first)
+        if peer.get_peer_options().is_some_and(|o| o.fresh_connection) {
+            return None;
+        }
         match self.connection_pool.get(&peer.reuse_hash()) {
             Some(s) => {
                 debug!("find reusable stream, trying to acquire it");
@@ -356,13 +361,7 @@ impl TransportConnector {
         &self,
         peer: &P,
     ) -> Result<(Stream, bool)> {
-        // LACQUER PATCH (fresh connection): a peer that asks for a new connection gets one
-        let fresh = peer.get_peer_options().is_some_and(|o| o.fresh_connection);
-        let reused_stream = if fresh {
-            None
-        } else {
-            self.reused_stream(peer).await
-        };
+        let reused_stream = self.reused_stream(peer).await;
         if let Some(s) = reused_stream {
             Ok((s, true))
         } else {

@@ -110,7 +110,8 @@ where
             let (h1, reused) = self.h1.get_http_session(peer).await?;
             Ok((HttpSession::H1(h1), reused))
         } else {
-            // LACQUER PATCH (fresh connection): a peer that asks for a new connection gets one
+            // LACQUER PATCH (fresh connection): a peer that asks for a new connection gets no
+            // pooled h2 one (its pooled h1 ones: `TransportConnector::reused_stream`)
             let fresh = peer.get_peer_options().is_some_and(|o| o.fresh_connection);
             // the peer allows h2, we first check the h2 reuse pool
             let reused_h2 = if fresh {
@@ -125,7 +126,7 @@ where
                 .get_peer_options()
                 .is_some_and(|o| o.alpn.get_min_http_version() == 2)
                 && !self.h2.h1_is_preferred(peer);
-            if !h2_only && !fresh {
+            if !h2_only {
                 // We next check the reuse pool for h1 before creating a new h2 connection.
                 // This is because the server may not support h2 at all, connections to
                 // the server could all be h1.
