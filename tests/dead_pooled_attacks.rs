@@ -219,20 +219,7 @@ async fn backend_health(admin: u16, addr: SocketAddr) -> (u64, u64) {
         .find(&format!("\"address\":\"{addr}\""))
         .unwrap_or_else(|| panic!("{addr} not in /stats: {text}"));
     let object = &text[text[..at].rfind('{').expect("the backend's object")..at];
-    let number = |key: &str| -> u64 {
-        let needle = format!("\"{key}\":");
-        let from = object
-            .find(&needle)
-            .unwrap_or_else(|| panic!("{key} not in {object}"))
-            + needle.len();
-        object[from..]
-            .chars()
-            .take_while(|c| c.is_ascii_digit())
-            .collect::<String>()
-            .parse()
-            .unwrap()
-    };
-    (number("failures"), number("ejections"))
+    (stat_in(object, "failures"), stat_in(object, "ejections"))
 }
 
 /// Sends `n` GETs for `/fill/{tag}/{i}` at once, each on a client (and so a client connection)
@@ -427,9 +414,10 @@ async fn a_get_after_many_dead_idle_connections_is_answered_over_a_new_one() {
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
-/// Up to the cap, a GET meeting dead idle connections is answered: 3 dead connections in the
-/// pool, then one GET (`retries = 1`, one backend: no ordinary retry is possible). The origin
-/// reads it on at least one dead connection, at most 3, and once on a fresh one, which answers.
+/// Up to the cap, a GET meeting dead idle connections is answered: `DEAD_POOLED_RETRIES` dead
+/// connections in the pool, then one GET (`retries = 1`, one backend: no ordinary retry is
+/// possible). The origin reads it on at least one dead connection, at most the cap, and once on
+/// a fresh one, which answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_get_meeting_dead_idle_connections_up_to_the_cap_is_answered() {
     for (name, path) in PATHS {

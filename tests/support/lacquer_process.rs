@@ -652,7 +652,11 @@ pub fn wait_for_log(proc: &LacquerProcess, needle: &str, timeout: Duration) -> b
 /// Reads `/stats` from the admin endpoint and returns the number after `"key":`.
 pub async fn admin_stat(admin_port: u16, key: &str) -> u64 {
     let resp = get(&format!("http://127.0.0.1:{admin_port}/stats"), &[]).await;
-    let text = resp.text();
+    stat_in(&resp.text(), key)
+}
+
+/// The number after the first `"key":` in `text` (`/stats`, or one object of it).
+pub fn stat_in(text: &str, key: &str) -> u64 {
     let needle = format!("\"{key}\":");
     let start = text
         .find(&needle)
