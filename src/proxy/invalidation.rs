@@ -31,8 +31,9 @@ pub async fn on_upstream_response(
     let asked_by = format!("{client} ({} {})", req.method, resp.status.as_u16());
     for path in targets(host, req, resp) {
         for https in [false, true] {
+            let keyed = cache_key::keyed_host(https, host);
             let request = Request {
-                target: Target::url(&cache_key::keyed_host(https, host), &path),
+                target: Target::url(&keyed, &path),
                 soft: false,
                 asked_by: asked_by.clone(),
                 wait: false,
@@ -41,7 +42,8 @@ pub async fn on_upstream_response(
             if let Err(refused) = invalidator.invalidate_quietly(request).await {
                 log::warn!(
                     "invalidation of {} refused: {}",
-                    Target::url(&cache_key::keyed_host(https, host), &path).describe(),
+                    // the request took its target: described again only when refused
+                    Target::url(&keyed, &path).describe(),
                     refused.0
                 );
             }
