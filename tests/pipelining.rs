@@ -283,3 +283,41 @@ fn nothing_behind_content_length_with_transfer_encoding_is_served() {
     assert_eq!(requests[0].request_line(), "POST /a HTTP/1.1");
     assert_eq!(requests[0].body, b"5\r\nhello\r\n0\r\n\r\n", "{received}");
 }
+
+/// A client that sends a long pipeline and reads nothing until the proxy's writes have filled the
+/// connection: the proxy's write of an answer waits for the client, and each request is ended
+/// (its session finished, the connection kept for the next) only once its answer is written.
+/// Every answer must arrive, whole and in order, and the connection must then serve more.
+#[test]
+fn a_pipeline_whose_client_reads_only_after_the_socket_filled_is_answered_whole() {
+    const ANSWERS: usize = 1_500; // 1,500 x 8 KB: several times what the sockets hold
+    let origin = scripted_origin();
+    let lacquer = proxy(&origin, "");
+    let a = cacheable("full", "&len=8000");
+    warm(&lacquer, &a);
+    let pipeline = request("GET", &a).repeat(ANSWERS);
+
+    let mut conn = RawConn::connect(lacquer.addr());
+    conn.send(pipeline.as_bytes());
+    // the proxy writes until the socket is full, then waits for the client
+    std::thread::sleep(Duration::from_millis(500));
+    for i in 0..ANSWERS {
+        let resp = conn
+            .try_read_response(false)
+            .unwrap_or_else(|e| panic!("answer {i}: {e}"));
+        assert_eq!(resp.status, 200, "answer {i}: {:?}", resp.headers);
+        assert_eq!(resp.body.len(), 8000, "answer {i}");
+        assert!(
+            is_hit(&resp),
+            "answer {i}: {:?}",
+            resp.header_all("cache-status")
+        );
+    }
+    assert_eq!(origin.hits_for(&a), 1, "all from the cache");
+    conn.send(request("GET", &a).as_bytes());
+    assert!(
+        is_hit(&conn.read_response(false)),
+        "the connection serves more"
+    );
+    lacquer.assert_no_panic();
+}

@@ -555,10 +555,12 @@ where
             if let Some(uc) = self.inner.persist_connection_context(&session, ctx) {
                 persistent_settings.set_user_context(uc);
             }
-            session
-                .downstream_session
-                .finish()
-                .await
+            // LACQUER PATCH (finish without a future)
+            let finished = match session.downstream_session.finish_now() {
+                Ok(finished) => finished,
+                Err(downstream) => downstream.finish().await,
+            };
+            finished
                 .ok()
                 .flatten()
                 .map(|s| ReusedHttpStream::from_reusable_stream(s, persistent_settings))
@@ -1212,87 +1214,98 @@ where
         Box::pin(self.process_request(session, ctx))
     }
 
-    async fn process_request(
+    fn process_request(
         self: &Arc<Self>,
         mut session: Session,
         mut ctx: <SV as ProxyHttp>::CTX,
-    ) -> Option<ReusedHttpStream>
+    ) -> impl std::future::Future<Output = Option<ReusedHttpStream>> + Send + '_
     where
         SV: ProxyHttp + Send + Sync + 'static,
         <SV as ProxyHttp>::CTX: Send + Sync,
     {
-        if let Err(e) = self
-            .inner
-            .early_request_filter(&mut session, &mut ctx)
-            .await
-        {
-            return Box::pin(self.handle_error(
-                session,
-                &mut ctx,
-                e,
-                "Fail to early filter request:",
-            ))
-            .await;
-        }
-
-        if self.inner.allow_spawning_subrequest(&session, &ctx) {
-            session.subrequest_spawner = Some(SubrequestSpawner::new(self.clone()));
-        }
-
-        let req = session.downstream_session.req_header_mut();
-
-        // Built-in downstream request filters go first
-        if let Err(e) = session
-            .downstream_modules_ctx
-            .request_header_filter(req)
-            .await
-        {
-            return Box::pin(self.handle_error(
-                session,
-                &mut ctx,
-                e,
-                "Failed in downstream modules request filter:",
-            ))
-            .await;
-        }
-
-        match self.inner.request_filter(&mut session, &mut ctx).await {
-            Ok(response_sent) => {
-                if response_sent {
-                    // TODO: log error
-                    self.inner.logging(&mut session, None, &mut ctx).await;
-                    self.cleanup_sub_req(&mut session);
-                    let mut persistent_settings = HttpPersistentSettings::for_session(&session);
-                    if let Some(uc) = self.inner.persist_connection_context(&session, &ctx) {
-                        persistent_settings.set_user_context(uc);
-                    }
-                    // LACQUER PATCH (box finishing a session answered by request_filter): the
-                    // downstream session's `finish` (an HTTP/1 body flush and connection reuse) is
-                    // a ~7.5 KB state machine; inline, it made every request's future that size,
-                    // copied into a new box for each request on a connection (or h2 stream)
-                    return Box::pin(session.downstream_session.finish())
-                        .await
-                        .ok()
-                        .flatten()
-                        .map(|s| ReusedHttpStream::from_reusable_stream(s, persistent_settings));
-                }
-                /* else continue */
-            }
-            Err(e) => {
+        // LACQUER PATCH (arguments held once): an async block, not an `async fn`, so that its
+        // future holds `session` and `ctx` once, where they were captured: an `async fn` moves its
+        // arguments into locals of its own, and its future held both (1,000 bytes more, copied into
+        // the box of every request and again when it starts)
+        async move {
+            if let Err(e) = self
+                .inner
+                .early_request_filter(&mut session, &mut ctx)
+                .await
+            {
                 return Box::pin(self.handle_error(
                     session,
                     &mut ctx,
                     e,
-                    "Fail to filter request:",
+                    "Fail to early filter request:",
                 ))
                 .await;
             }
-        }
 
-        // LACQUER PATCH (see vendor/README.md): everything after `request_filter` runs in its own
-        // boxed future, so a request answered by `request_filter` never builds (and never copies)
-        // the large state machine of the cache and upstream phases.
-        Box::pin(self.process_request_after_filter(session, ctx)).await
+            if self.inner.allow_spawning_subrequest(&session, &ctx) {
+                session.subrequest_spawner = Some(SubrequestSpawner::new(self.clone()));
+            }
+
+            let req = session.downstream_session.req_header_mut();
+
+            // Built-in downstream request filters go first
+            if let Err(e) = session
+                .downstream_modules_ctx
+                .request_header_filter(req)
+                .await
+            {
+                return Box::pin(self.handle_error(
+                    session,
+                    &mut ctx,
+                    e,
+                    "Failed in downstream modules request filter:",
+                ))
+                .await;
+            }
+
+            match self.inner.request_filter(&mut session, &mut ctx).await {
+                Ok(response_sent) => {
+                    if response_sent {
+                        // TODO: log error
+                        self.inner.logging(&mut session, None, &mut ctx).await;
+                        self.cleanup_sub_req(&mut session);
+                        let mut persistent_settings = HttpPersistentSettings::for_session(&session);
+                        if let Some(uc) = self.inner.persist_connection_context(&session, &ctx) {
+                            persistent_settings.set_user_context(uc);
+                        }
+                        // LACQUER PATCH (box finishing a session answered by request_filter): the
+                        // downstream session's `finish` (an HTTP/1 body flush and connection reuse) is
+                        // a ~7.5 KB state machine; inline, it made every request's future that size,
+                        // copied into a new box for each request on a connection (or h2 stream)
+                        // LACQUER PATCH (finish without a future): and one that need not wait is
+                        // finished at once, with no state machine at all
+                        let finished = match session.downstream_session.finish_now() {
+                            Ok(finished) => finished,
+                            Err(downstream) => Box::pin(downstream.finish()).await,
+                        };
+                        return finished
+                            .ok()
+                            .flatten()
+                            .map(|s| ReusedHttpStream::from_reusable_stream(s, persistent_settings));
+                    }
+                    /* else continue */
+                }
+                Err(e) => {
+                    return Box::pin(self.handle_error(
+                        session,
+                        &mut ctx,
+                        e,
+                        "Fail to filter request:",
+                    ))
+                    .await;
+                }
+            }
+
+            // LACQUER PATCH (see vendor/README.md): everything after `request_filter` runs in its own
+            // boxed future, so a request answered by `request_filter` never builds (and never copies)
+            // the large state machine of the cache and upstream phases.
+            Box::pin(self.process_request_after_filter(session, ctx)).await
+        }
     }
 
     async fn process_request_after_filter(

@@ -299,6 +299,28 @@ impl Session {
         }
     }
 
+    /// LACQUER PATCH (finish without a future): [`Self::finish`] done now when it need not wait
+    /// (HTTP/1: see `v1::server::HttpSession::finish_body_now`; HTTP/2 never waits), else
+    /// `Err(self)`, for [`Self::finish`]. A request answered whole ends without the state
+    /// machine of `finish`, which its caller would have to box.
+    pub fn finish_now(
+        mut self: Box<Self>,
+    ) -> std::result::Result<Result<Option<ReusableHttpStream>>, Box<Self>> {
+        match &mut *self {
+            Self::H1(s) => match s.finish_body_now() {
+                None => return Err(self),
+                Some(Err(e)) => return Ok(Err(e)),
+                Some(Ok(())) => {}
+            },
+            Self::H2(s) => return Ok(s.finish().map(|()| None)),
+            Self::Subrequest(_) | Self::Custom(_) => return Err(self),
+        }
+        match *self {
+            Self::H1(s) => Ok(Ok(s.reuse_drained())),
+            _ => unreachable!("checked above"),
+        }
+    }
+
     /// Callback for cleanup logic on downstream specifically when we fail to proxy the session
     /// other than cleanup via finish().
     ///

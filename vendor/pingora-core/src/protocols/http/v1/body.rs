@@ -1447,12 +1447,22 @@ impl BodyWriter {
     where
         S: AsyncWrite + Unpin + Send,
     {
+        // LACQUER PATCH (finish without a future)
+        match self.finish_now() {
+            Some(done) => done,
+            None => self.do_finish_chunked_body(stream).await,
+        }
+    }
+
+    /// LACQUER PATCH (finish without a future): [`Self::finish`] done now, for every framing
+    /// but chunked (whose last chunk must be written): `None` then, and nothing changed.
+    pub fn finish_now(&mut self) -> Option<Result<Option<usize>>> {
         match self.body_mode {
-            BM::Complete(_) => Ok(None),
-            BM::ContentLength(_, _) => self.do_finish_body(stream),
-            BM::ChunkedEncoding(_) => self.do_finish_chunked_body(stream).await,
-            BM::UntilClose(_) => self.do_finish_until_close_body(stream),
-            BM::ToSelect => Ok(None),
+            BM::Complete(_) => Some(Ok(None)),
+            BM::ContentLength(_, _) => Some(self.do_finish_body(())),
+            BM::ChunkedEncoding(_) => None,
+            BM::UntilClose(_) => Some(self.do_finish_until_close_body(&mut ())),
+            BM::ToSelect => Some(Ok(None)),
         }
     }
 

@@ -1829,21 +1829,56 @@ impl HttpSession {
             Ok(None)
         } else {
             self.drain_request_body().await?;
-            if self.body_reader.has_bytes_overread() && !self.pipelining_enabled {
-                debug!("bytes overread on request, disallowing reuse");
-                Ok(None)
-            } else {
-                let pipelined_prefix = self
-                    .pipelining_enabled
-                    .then(|| self.take_body_overread())
-                    .flatten()
-                    .filter(|prefix| !prefix.is_empty());
-                Ok(Some(ReusableHttpStream::new(
-                    self.underlying_stream,
-                    pipelined_prefix,
-                )))
-            }
+            // LACQUER PATCH (finish without a future)
+            Ok(self.reuse_drained())
         }
+    }
+
+    /// LACQUER PATCH (finish without a future): the end of [`Self::reuse`], once the request
+    /// body has been read to its end on a connection kept alive.
+    pub(crate) fn reuse_drained(mut self) -> Option<ReusableHttpStream> {
+        if self.body_reader.has_bytes_overread() && !self.pipelining_enabled {
+            debug!("bytes overread on request, disallowing reuse");
+            None
+        } else {
+            let pipelined_prefix = self
+                .pipelining_enabled
+                .then(|| self.take_body_overread())
+                .flatten()
+                .filter(|prefix| !prefix.is_empty());
+            Some(ReusableHttpStream::new(
+                self.underlying_stream,
+                pipelined_prefix,
+            ))
+        }
+    }
+
+    /// LACQUER PATCH (finish without a future): [`Self::finish_body`] done now, when it and the
+    /// [`Self::reuse`] that follows it need not wait: the body's framing needs no last write (not
+    /// chunked), the connection is kept, the request body has been read to its end, and what is
+    /// buffered is taken by the socket at once. Then [`Self::reuse_drained`] ends the session.
+    /// `None` otherwise, for the asynchronous pair (which then finds the body writer finished
+    /// and the buffer flushed as far as the socket took it). A request answered whole (a hit, a
+    /// small pass) so ends without building the pair's state machine (about 4 KB), copying it
+    /// into a box of its own and allocating that box.
+    pub fn finish_body_now(&mut self) -> Option<Result<()>> {
+        if !self.will_keepalive() || !self.is_body_done() {
+            return None;
+        }
+        if let Err(e) = self.body_writer.finish_now()? {
+            return Some(Err(e));
+        }
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let stream = std::pin::Pin::new(&mut self.underlying_stream);
+        match tokio::io::AsyncWrite::poll_flush(stream, &mut cx) {
+            std::task::Poll::Ready(Ok(())) => {}
+            std::task::Poll::Ready(Err(e)) => {
+                return Some(Error::e_because(WriteError, "flushing body", e))
+            }
+            std::task::Poll::Pending => return None,
+        }
+        self.maybe_force_close_body_reader();
+        Some(Ok(()))
     }
 
     /// Write a `100 Continue` response to the client.
