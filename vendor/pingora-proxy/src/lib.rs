@@ -1308,164 +1308,167 @@ where
         }
     }
 
-    async fn process_request_after_filter(
+    fn process_request_after_filter(
         self: &Arc<Self>,
         mut session: Session,
         mut ctx: <SV as ProxyHttp>::CTX,
-    ) -> Option<ReusedHttpStream>
+    ) -> impl std::future::Future<Output = Option<ReusedHttpStream>> + Send + '_
     where
         SV: ProxyHttp + Send + Sync + 'static,
         <SV as ProxyHttp>::CTX: Send + Sync,
     {
-        if let Some((reuse, err)) = self.proxy_cache(&mut session, &mut ctx).await {
-            // cache hit
-            return self.finish(session, &mut ctx, reuse, err).await;
-        }
-        // either uncacheable, or cache miss
+        // LACQUER PATCH (arguments held once): as `process_request`
+        async move {
+            if let Some((reuse, err)) = self.proxy_cache(&mut session, &mut ctx).await {
+                // cache hit
+                return self.finish(session, &mut ctx, reuse, err).await;
+            }
+            // either uncacheable, or cache miss
 
-        // there should not be a write lock in the sub req ctx after this point
-        self.cleanup_sub_req(&mut session);
+            // there should not be a write lock in the sub req ctx after this point
+            self.cleanup_sub_req(&mut session);
 
-        // decide if the request is allowed to go to upstream
-        match self
-            .inner
-            .proxy_upstream_filter(&mut session, &mut ctx)
-            .await
-        {
-            Ok(proxy_to_upstream) => {
-                if !proxy_to_upstream {
-                    // The hook can choose to write its own response, but if it doesn't, we respond
-                    // with a generic 502
-                    if session.cache.enabled() {
-                        // drop the cache lock that this request may be holding onto
-                        session.cache.disable(NoCacheReason::DeclinedToUpstream);
-                    }
-                    if session.response_written().is_none() {
-                        match session.write_response_header_ref(&BAD_GATEWAY, true).await {
-                            Ok(()) => {}
-                            Err(e) => {
-                                return self
-                                    .handle_error(
-                                        session,
-                                        &mut ctx,
-                                        e,
-                                        "Error responding with Bad Gateway:",
-                                    )
-                                    .await;
+            // decide if the request is allowed to go to upstream
+            match self
+                .inner
+                .proxy_upstream_filter(&mut session, &mut ctx)
+                .await
+            {
+                Ok(proxy_to_upstream) => {
+                    if !proxy_to_upstream {
+                        // The hook can choose to write its own response, but if it doesn't, we respond
+                        // with a generic 502
+                        if session.cache.enabled() {
+                            // drop the cache lock that this request may be holding onto
+                            session.cache.disable(NoCacheReason::DeclinedToUpstream);
+                        }
+                        if session.response_written().is_none() {
+                            match session.write_response_header_ref(&BAD_GATEWAY, true).await {
+                                Ok(()) => {}
+                                Err(e) => {
+                                    return self
+                                        .handle_error(
+                                            session,
+                                            &mut ctx,
+                                            e,
+                                            "Error responding with Bad Gateway:",
+                                        )
+                                        .await;
+                                }
                             }
                         }
+
+                        return self.finish(session, &mut ctx, true, None).await;
+                    }
+                    /* else continue */
+                }
+                Err(e) => {
+                    if session.cache.enabled() {
+                        session.cache.disable(NoCacheReason::InternalError);
                     }
 
-                    return self.finish(session, &mut ctx, true, None).await;
-                }
-                /* else continue */
-            }
-            Err(e) => {
-                if session.cache.enabled() {
-                    session.cache.disable(NoCacheReason::InternalError);
-                }
-
-                return self
-                    .handle_error(
-                        session,
-                        &mut ctx,
-                        e,
-                        "Error deciding if we should proxy to upstream:",
-                    )
-                    .await;
-            }
-        }
-
-        let mut retries: usize = 0;
-
-        let mut server_reuse = false;
-        let mut proxy_error: Option<Box<Error>> = None;
-
-        while retries < self.max_retries {
-            retries += 1;
-
-            let (reuse, e) = self.proxy_to_upstream(&mut session, &mut ctx).await;
-            server_reuse = reuse;
-
-            match e {
-                Some(error) => {
-                    let retry = error.retry();
-                    // only log error that will be retried here, the final error will be logged below
-                    if retry
-                        && !self.inner.suppress_proxy_warn_log(
-                            &session,
-                            &ctx,
-                            &error,
-                            ProxyWarnLogContext::UpstreamRetry,
+                    return self
+                        .handle_error(
+                            session,
+                            &mut ctx,
+                            e,
+                            "Error deciding if we should proxy to upstream:",
                         )
-                    {
-                        warn!(
-                            "Fail to proxy: {}, tries: {}, retry: {}, {}",
-                            error,
-                            retries,
-                            retry,
-                            self.inner.request_summary(&session, &ctx)
-                        );
+                        .await;
+                }
+            }
+
+            let mut retries: usize = 0;
+
+            let mut server_reuse = false;
+            let mut proxy_error: Option<Box<Error>> = None;
+
+            while retries < self.max_retries {
+                retries += 1;
+
+                let (reuse, e) = self.proxy_to_upstream(&mut session, &mut ctx).await;
+                server_reuse = reuse;
+
+                match e {
+                    Some(error) => {
+                        let retry = error.retry();
+                        // only log error that will be retried here, the final error will be logged below
+                        if retry
+                            && !self.inner.suppress_proxy_warn_log(
+                                &session,
+                                &ctx,
+                                &error,
+                                ProxyWarnLogContext::UpstreamRetry,
+                            )
+                        {
+                            warn!(
+                                "Fail to proxy: {}, tries: {}, retry: {}, {}",
+                                error,
+                                retries,
+                                retry,
+                                self.inner.request_summary(&session, &ctx)
+                            );
+                        }
+                        proxy_error = Some(error);
+                        if !retry {
+                            break;
+                        }
                     }
-                    proxy_error = Some(error);
-                    if !retry {
+                    None => {
+                        proxy_error = None;
                         break;
                     }
-                }
-                None => {
-                    proxy_error = None;
-                    break;
-                }
-            };
-        }
-
-        // serve stale if error
-        // Check both error and cache before calling the function because await is not cheap
-        // allow unwrap until if let chains
-        #[allow(clippy::unnecessary_unwrap)]
-        let serve_stale_result = if proxy_error.is_some() && session.cache.can_serve_stale_error() {
-            self.handle_stale_if_error(&mut session, &mut ctx, proxy_error.as_ref().unwrap())
-                .await
-        } else {
-            None
-        };
-
-        let final_error = if let Some((reuse, stale_cache_error)) = serve_stale_result {
-            // don't reuse server conn if serve stale polluted it
-            server_reuse = server_reuse && reuse;
-            stale_cache_error
-        } else {
-            proxy_error
-        };
-
-        if let Some(e) = final_error.as_ref() {
-            // If we have errored and are still holding a cache lock, release it.
-            if session.cache.enabled() {
-                let reason = if *e.esource() == ErrorSource::Upstream {
-                    NoCacheReason::UpstreamError
-                } else {
-                    NoCacheReason::InternalError
                 };
-                session.cache.disable(reason);
             }
-            let res = self.inner.fail_to_proxy(&mut session, e, &mut ctx).await;
 
-            // final error will have > 0 status unless downstream connection is dead
-            if !self.inner.suppress_error_log(&session, &ctx, e) {
-                error!(
-                    "Fail to proxy: {}, status: {}, tries: {}, retry: {}, {}",
-                    e,
-                    res.error_code,
-                    retries,
-                    false, // we never retry here
-                    self.inner.request_summary(&session, &ctx),
-                );
+            // serve stale if error
+            // Check both error and cache before calling the function because await is not cheap
+            // allow unwrap until if let chains
+            #[allow(clippy::unnecessary_unwrap)]
+            let serve_stale_result = if proxy_error.is_some() && session.cache.can_serve_stale_error() {
+                self.handle_stale_if_error(&mut session, &mut ctx, proxy_error.as_ref().unwrap())
+                    .await
+            } else {
+                None
+            };
+
+            let final_error = if let Some((reuse, stale_cache_error)) = serve_stale_result {
+                // don't reuse server conn if serve stale polluted it
+                server_reuse = server_reuse && reuse;
+                stale_cache_error
+            } else {
+                proxy_error
+            };
+
+            if let Some(e) = final_error.as_ref() {
+                // If we have errored and are still holding a cache lock, release it.
+                if session.cache.enabled() {
+                    let reason = if *e.esource() == ErrorSource::Upstream {
+                        NoCacheReason::UpstreamError
+                    } else {
+                        NoCacheReason::InternalError
+                    };
+                    session.cache.disable(reason);
+                }
+                let res = self.inner.fail_to_proxy(&mut session, e, &mut ctx).await;
+
+                // final error will have > 0 status unless downstream connection is dead
+                if !self.inner.suppress_error_log(&session, &ctx, e) {
+                    error!(
+                        "Fail to proxy: {}, status: {}, tries: {}, retry: {}, {}",
+                        e,
+                        res.error_code,
+                        retries,
+                        false, // we never retry here
+                        self.inner.request_summary(&session, &ctx),
+                    );
+                }
             }
+
+            // logging() will be called in finish()
+            self.finish(session, &mut ctx, server_reuse, final_error)
+                .await
         }
-
-        // logging() will be called in finish()
-        self.finish(session, &mut ctx, server_reuse, final_error)
-            .await
     }
 
     async fn handle_error(
