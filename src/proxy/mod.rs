@@ -818,17 +818,13 @@ impl ProxyHttp for LacquerProxy {
         let live = self.live.load();
         live.upstream
             .on_response(&mut ctx.upstream, upstream_response.status);
-        if invalidation::invalidates(&session.req_header().method, upstream_response.status) {
-            // boxed: the purges' state (3.5 KB) stays out of the future of every other answer,
-            // boxed per forwarded request
-            let purges = Box::pin(invalidation::on_upstream_response(
-                self.invalidator,
-                session.req_header(),
-                upstream_response,
-                || client_ip(session, &live),
-            ));
-            purges.await;
-        }
+        invalidation::on_upstream_response(
+            self.invalidator,
+            session.req_header(),
+            upstream_response,
+            || client_ip(session, &live),
+        )
+        .await;
         let switched = upgrade::on_upstream_response(upstream_response);
         headers::strip_hop_by_hop(upstream_response);
         if let Some(protocol) = switched {
