@@ -436,7 +436,7 @@ impl LacquerProcess {
             let to = log[at..].find("\n\n").map_or(log.len(), |i| at + i);
             panic!(
                 "the proxy panicked:\n{}",
-                &log[from.saturating_sub(400)..to]
+                &log[log.floor_char_boundary(from.saturating_sub(400))..to]
             );
         }
     }
