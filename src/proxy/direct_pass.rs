@@ -535,7 +535,7 @@ impl LacquerProxy {
                 break;
             }
             // an interim response (103 Early Hints, an unasked 100) goes on to the client
-            let mut interim = response_head(&upstream)?;
+            let mut interim = response_head(&mut upstream)?;
             self.upstream_response_filter(session, &mut interim, ctx)
                 .await?;
             self.finish_forwarded_head(session, &mut interim, ctx, CachePhase::Uninit, None)
@@ -543,7 +543,7 @@ impl LacquerProxy {
             session.write_response_header(interim, false).await?;
         }
         upstream.respect_keepalive();
-        let head = response_head(&upstream)?;
+        let head = response_head(&mut upstream)?;
         // the body's first bytes are read before the head goes out (which Pingora's buffered
         // stream would send with them anyway): an origin that closes before sending any is a
         // failed attempt, retried by the same rules as one that sent no head, as the standard
@@ -676,8 +676,12 @@ pub(super) async fn next_chunk(
     Ok((data, ended))
 }
 
-/// A copy of the response head `upstream` has just read.
-fn response_head(upstream: &UpstreamSession) -> Result<Box<ResponseHeader>> {
+/// The response head `upstream` has just read: moved out of a final head (after
+/// `respect_keepalive`, which reads it), copied from an interim one.
+fn response_head(upstream: &mut UpstreamSession) -> Result<Box<ResponseHeader>> {
+    if let Some(head) = upstream.take_resp_header() {
+        return Ok(head);
+    }
     match upstream.resp_header() {
         Some(head) => Ok(Box::new(head.clone())),
         None => Error::e_explain(ErrorType::InternalError, "no response head was read"),

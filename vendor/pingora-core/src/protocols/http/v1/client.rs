@@ -492,6 +492,23 @@ impl HttpSession {
         }
     }
 
+    /// LACQUER PATCH (head taken, not cloned): the final response head just read, moved out
+    /// for the caller to relay, where [`Self::read_resp_header_parts`] clones it (two header
+    /// maps and their entries for every forwarded answer). The session keeps a head with the
+    /// status and version only. Call it after [`Self::respect_keepalive`]: what the session
+    /// reads from the head after that (whether a body follows, how it is framed, whether the
+    /// connection is kept) has been read from it already. `None` for no head, or an
+    /// interim (1xx) one, whose body reader is not yet set up.
+    pub fn take_resp_header(&mut self) -> Option<Box<ResponseHeader>> {
+        let head = self.response_header.as_ref()?;
+        if head.status.is_informational() || self.body_reader.need_init() {
+            return None;
+        }
+        let mut kept = ResponseHeader::build_no_case(head.status, Some(0)).ok()?;
+        kept.set_version(head.version);
+        self.response_header.replace(Box::new(kept))
+    }
+
     /// Similar to [`Self::read_response()`], read the response header and then return a copy of it.
     pub async fn read_resp_header_parts(&mut self) -> Result<Box<ResponseHeader>> {
         self.read_response().await?;
