@@ -3,7 +3,7 @@
 //! Pingora's `resp_cacheable` has neither heuristic freshness nor upstream `Age`; these functions
 //! supply both and are what the rest of the policy builds on.
 
-use super::delta_seconds::{first_directive, DeltaSeconds};
+use super::delta_seconds::{first_directives, DeltaSeconds};
 use http::StatusCode;
 use pingora_http::ResponseHeader;
 use std::time::{Duration, SystemTime};
@@ -142,11 +142,13 @@ pub fn freshness(
     if let Some(ttl) = rules.override_ttl {
         return make(ttl, FreshnessSource::Override);
     }
-    for (directive, source) in [
-        ("s-maxage", FreshnessSource::SMaxAge),
-        ("max-age", FreshnessSource::MaxAge),
+    let [s_maxage, max_age] =
+        first_directives(resp, rules.cache_control_field, ["s-maxage", "max-age"]);
+    for (found, source) in [
+        (s_maxage, FreshnessSource::SMaxAge),
+        (max_age, FreshnessSource::MaxAge),
     ] {
-        match first_directive(resp, rules.cache_control_field, directive) {
+        match found {
             Some(DeltaSeconds::Seconds(s)) => return make(Duration::from_secs(s), source),
             Some(DeltaSeconds::Invalid) => return make(Duration::ZERO, source),
             None => {}
