@@ -8,6 +8,9 @@
 #   bench/miss_instructions.sh --kind nostore         # pass: the origin answers Cache-Control: no-store
 #   bench/miss_instructions.sh --kind post            # pass: a POST (100-byte form body)
 #   bench/miss_instructions.sh --kind nostore --same-url   # one no-store URL over and over
+#   bench/miss_instructions.sh --kind custom          # pass: no-store, and an `X-Request-Id` field:
+#                                                     # a name not written as received without a
+#                                                     # case map, so the answer's head gets one
 #   bench/miss_instructions.sh --bin /tmp/lacquer-base      # another build, for an A/B
 #   bench/miss_instructions.sh --annotate 40          # also the 40 costliest functions (inclusive)
 #   bench/miss_instructions.sh --keep /tmp/miss.out   # keep the callgrind dump (callgrind_annotate)
@@ -50,7 +53,7 @@ while [ $# -gt 0 ]; do
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
-case $KIND in miss | nostore | post) ;; *) echo "--kind: miss, nostore or post" >&2; exit 2 ;; esac
+case $KIND in miss | nostore | custom | post) ;; *) echo "--kind: miss, nostore, custom or post" >&2; exit 2 ;; esac
 command -v valgrind >/dev/null || apt-get install -y -q valgrind >/dev/null
 [ "$BIN" = "$(pwd)/target/release/lacquer" ] && cargo build --release --bin lacquer -q
 
@@ -94,7 +97,7 @@ browser = {
     "Sec-Fetch-User": "?1",
     "Priority": "u=0, i",
 } if sys.argv[6] == "1" else {}
-prefix = {"miss": "/cacheable/", "nostore": "/nostore/", "post": "/post/"}[kind]
+prefix = {"miss": "/cacheable/", "nostore": "/nostore/", "custom": "/custom/", "post": "/post/"}[kind]
 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
 for i in range(n):
     path = prefix + ("same" if same else f"{tag}-{i}")

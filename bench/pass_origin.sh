@@ -6,6 +6,8 @@
 #
 #   /cacheable/ANY   200, 1 KB, Cache-Control: public, max-age=3600 (every new URL is a miss)
 #   /nostore/ANY     200, 1 KB, Cache-Control: no-store (a pass: forwarded, never stored)
+#   /custom/ANY      as /nostore/, with `X-Request-Id` (a name outside pingora-http's titled list,
+#                    so the answer's head needs its case map: pingora-core 0027)
 #   /post/ANY        200, 1 KB, no Cache-Control (the answer to a POST, which is always forwarded)
 #   /__status        nginx stub_status (origin request count)
 #
@@ -39,6 +41,11 @@ http {
         }
         location /nostore/ {
             add_header Cache-Control "no-store" always;
+            return 200 "$PAGE\n";
+        }
+        location /custom/ {
+            add_header Cache-Control "no-store" always;
+            add_header X-Request-Id "5f0c1b2a-9d3e-4c61-8a7f-2b4e6d8c0a13" always;
             return 200 "$PAGE\n";
         }
         location /post/ { return 200 "$PAGE\n"; }

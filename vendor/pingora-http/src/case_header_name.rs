@@ -51,11 +51,26 @@ pub trait IntoCaseHeaderName {
         let name = HeaderName::from_bytes(case.as_slice())?;
         Ok((name, case))
     }
+
+    /// LACQUER PATCH (case map only when needed): the name as the header map keys it, for a
+    /// head without a case map, which has no use for the case: a custom [`HeaderName`]'s
+    /// titled text was copied for it and dropped.
+    fn into_header_name(self) -> Result<HeaderName, header::InvalidHeaderName>
+    where
+        Self: Sized,
+    {
+        self.into_header_names().map(|(name, _)| name)
+    }
 }
 
 impl IntoCaseHeaderName for CaseHeaderName {
     fn into_case_header_name(self) -> CaseHeaderName {
         self
+    }
+
+    // LACQUER PATCH (case map only when needed)
+    fn into_header_name(self) -> Result<HeaderName, header::InvalidHeaderName> {
+        HeaderName::from_bytes(self.as_slice())
     }
 }
 
@@ -63,11 +78,21 @@ impl IntoCaseHeaderName for String {
     fn into_case_header_name(self) -> CaseHeaderName {
         CaseHeaderName(self.into())
     }
+
+    // LACQUER PATCH (case map only when needed)
+    fn into_header_name(self) -> Result<HeaderName, header::InvalidHeaderName> {
+        HeaderName::from_bytes(self.as_bytes())
+    }
 }
 
 impl IntoCaseHeaderName for &'static str {
     fn into_case_header_name(self) -> CaseHeaderName {
         CaseHeaderName(self.into())
+    }
+
+    // LACQUER PATCH (case map only when needed)
+    fn into_header_name(self) -> Result<HeaderName, header::InvalidHeaderName> {
+        HeaderName::from_bytes(self.as_bytes())
     }
 }
 
@@ -81,6 +106,11 @@ impl IntoCaseHeaderName for HeaderName {
         let case = CaseHeaderName(titled_header_name(&self));
         Ok((self, case))
     }
+
+    // LACQUER PATCH (case map only when needed)
+    fn into_header_name(self) -> Result<HeaderName, header::InvalidHeaderName> {
+        Ok(self)
+    }
 }
 
 impl IntoCaseHeaderName for &HeaderName {
@@ -92,6 +122,11 @@ impl IntoCaseHeaderName for &HeaderName {
     fn into_header_names(self) -> Result<(HeaderName, CaseHeaderName), header::InvalidHeaderName> {
         let case = CaseHeaderName(titled_header_name(self));
         Ok((self.clone(), case))
+    }
+
+    // LACQUER PATCH (case map only when needed)
+    fn into_header_name(self) -> Result<HeaderName, header::InvalidHeaderName> {
+        Ok(self.clone())
     }
 }
 
@@ -107,6 +142,11 @@ impl IntoCaseHeaderName for (HeaderName, &'static str) {
         debug_assert!(self.0.as_str().eq_ignore_ascii_case(self.1));
         Ok((self.0, CaseHeaderName(Bytes::from_static(self.1.as_bytes()))))
     }
+
+    // LACQUER PATCH (case map only when needed)
+    fn into_header_name(self) -> Result<HeaderName, header::InvalidHeaderName> {
+        Ok(self.0)
+    }
 }
 
 /// LACQUER PATCH (names parsed once): a name with the case it is written in, both taken from
@@ -120,12 +160,29 @@ impl IntoCaseHeaderName for (HeaderName, CaseHeaderName) {
         debug_assert!(self.0.as_str().as_bytes().eq_ignore_ascii_case(self.1.as_slice()));
         Ok(self)
     }
+
+    // LACQUER PATCH (case map only when needed)
+    fn into_header_name(self) -> Result<HeaderName, header::InvalidHeaderName> {
+        Ok(self.0)
+    }
 }
 
 impl IntoCaseHeaderName for Bytes {
     fn into_case_header_name(self) -> CaseHeaderName {
         CaseHeaderName(self)
     }
+
+    // LACQUER PATCH (case map only when needed)
+    fn into_header_name(self) -> Result<HeaderName, header::InvalidHeaderName> {
+        HeaderName::from_bytes(&self)
+    }
+}
+
+/// LACQUER PATCH (case map only when needed): the text a head without a case map is written
+/// with for `name` (its titled form when it has one, else the map's lower case). A head whose
+/// every field was received as this text writes the same bytes without a case map as with one.
+pub fn written_without_case(name: &HeaderName) -> &str {
+    titled_header_name_str(name).unwrap_or(name.as_str())
 }
 
 fn titled_header_name(header_name: &HeaderName) -> Bytes {
@@ -149,6 +206,30 @@ pub(crate) fn titled_header_name_str(header_name: &HeaderName) -> Option<&'stati
         header::HOST => "Host",
         header::SERVER => "Server",
         header::SET_COOKIE => "Set-Cookie",
+        // LACQUER PATCH (case map only when needed): more of the names answers commonly carry,
+        // so that a head received with them in these forms needs no case map to be written as
+        // received (`Via` stays out: a proxy adds it in lower case)
+        header::ACCESS_CONTROL_ALLOW_ORIGIN => "Access-Control-Allow-Origin",
+        header::ALLOW => "Allow",
+        header::CONTENT_DISPOSITION => "Content-Disposition",
+        header::CONTENT_LANGUAGE => "Content-Language",
+        header::CONTENT_LOCATION => "Content-Location",
+        header::CONTENT_RANGE => "Content-Range",
+        header::CONTENT_SECURITY_POLICY => "Content-Security-Policy",
+        header::ETAG => "ETag",
+        header::EXPIRES => "Expires",
+        header::LAST_MODIFIED => "Last-Modified",
+        header::LINK => "Link",
+        header::LOCATION => "Location",
+        header::PRAGMA => "Pragma",
+        header::REFERRER_POLICY => "Referrer-Policy",
+        header::RETRY_AFTER => "Retry-After",
+        header::STRICT_TRANSPORT_SECURITY => "Strict-Transport-Security",
+        header::VARY => "Vary",
+        header::WWW_AUTHENTICATE => "WWW-Authenticate",
+        header::X_CONTENT_TYPE_OPTIONS => "X-Content-Type-Options",
+        header::X_FRAME_OPTIONS => "X-Frame-Options",
+        header::X_XSS_PROTECTION => "X-XSS-Protection",
         // TODO: add more const header here to map to their titled case
         // TODO: automatically upper case the first letter?
         _ => {

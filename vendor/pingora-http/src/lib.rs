@@ -45,6 +45,8 @@ mod case_header_name;
 // LACQUER PATCH (names parsed once): public, so that a name and its case can be added together
 pub use case_header_name::CaseHeaderName;
 pub use case_header_name::IntoCaseHeaderName;
+// LACQUER PATCH (case map only when needed)
+pub use case_header_name::written_without_case;
 
 pub mod prelude {
     pub use crate::RequestHeader;
@@ -279,25 +281,12 @@ impl RequestHeader {
     /// one answered from a cache never needs it. A head that has a map keeps it.
     pub fn set_header_case(
         &mut self,
-        mut original: impl FnMut(&HeaderName, usize) -> Option<CaseHeaderName>,
+        original: impl FnMut(&HeaderName, usize) -> Option<CaseHeaderName>,
     ) {
         if self.header_name_map.is_some() {
             return;
         }
-        // LACQUER PATCH (room for added fields): as much room as the value map has, so that
-        // the fields a proxy adds next grow neither map
-        let mut map = CaseMap::with_capacity(self.base.headers.capacity());
-        let mut previous: Option<&HeaderName> = None;
-        let mut nth = 0;
-        for (name, _) in self.base.headers.iter() {
-            nth = if previous == Some(name) { nth + 1 } else { 0 };
-            previous = Some(name);
-            let case = original(name, nth).unwrap_or_else(|| name.into_case_header_name());
-            // as `append_header_value`: never panics, and the map cannot be larger than the
-            // header map it mirrors
-            let _ = map.try_append(name.clone(), case);
-        }
-        self.header_name_map = Some(map);
+        self.header_name_map = Some(case_map_for(&self.base.headers, original));
     }
 
     pub fn map<F: FnMut(HeaderNameVariant, &HeaderValue) -> Result<()>>(
@@ -654,6 +643,22 @@ impl ResponseHeader {
         self.header_name_map.is_some()
     }
 
+    /// LACQUER PATCH (case map only when needed): gives a head built without case its
+    /// case-preserving name map, as [`RequestHeader::set_header_case`] does: `original` is called
+    /// with each field's name and the index of the value among that name's values, and returns
+    /// the name as received, or `None` for its titled form. A head read from a connection is
+    /// built without the map, and given it only when a name was received in another form than
+    /// the one a head without it is written in ([`written_without_case`]).
+    pub fn set_header_case(
+        &mut self,
+        original: impl FnMut(&HeaderName, usize) -> Option<CaseHeaderName>,
+    ) {
+        if self.header_name_map.is_some() {
+            return;
+        }
+        self.header_name_map = Some(case_map_for(&self.base.headers, original));
+    }
+
     /// LACQUER PATCH (owned field bytes): gives every field value and case-preserving name its
     /// own memory. A head read from a connection holds slices of the buffer it was read into;
     /// a copy kept long (a stored answer) would keep that whole buffer alive. Unlike rebuilding
@@ -952,24 +957,51 @@ fn append_header_value<T>(
     value: T,
 ) -> Result<bool> {
     // LACQUER PATCH (names parsed once)
-    let (header_name, case_header_name) = name
-        .into_header_names()
-        .or_err(InvalidHTTPHeader, "invalid header name")?;
-    // store the original case in the map
-    if let Some(name_map) = name_map {
+    // LACQUER PATCH (case map only when needed): the case is made only for a map to keep it
+    let header_name = if let Some(name_map) = name_map {
+        let (header_name, case_header_name) = name
+            .into_header_names()
+            .or_err(InvalidHTTPHeader, "invalid header name")?;
+        // store the original case in the map
         // Use the non-panicking `try_append`: the infallible `append` calls
         // `.expect("size overflows MAX_SIZE")` internally, which would abort the
         // process if the case map ever exceeded `http`'s `MAX_SIZE` (1 << 15).
         name_map
             .try_append(header_name.clone(), case_header_name)
             .or_err(InvalidHTTPHeader, "header name map size overflows MAX_SIZE")?;
-    }
+        header_name
+    } else {
+        name.into_header_name()
+            .or_err(InvalidHTTPHeader, "invalid header name")?
+    };
 
     // Non-panicking `try_append` for the same reason as the case map above.
     value_map.try_append(header_name, value).or_err(
         InvalidHTTPHeader,
         "header value map size overflows MAX_SIZE",
     )
+}
+
+/// LACQUER PATCH (case map on demand): the case map of a head's fields, each name as `original`
+/// gives it (see [`RequestHeader::set_header_case`]), else titled.
+fn case_map_for(
+    value_map: &HMap,
+    mut original: impl FnMut(&HeaderName, usize) -> Option<CaseHeaderName>,
+) -> CaseMap {
+    // LACQUER PATCH (room for added fields): as much room as the value map has, so that
+    // the fields a proxy adds next grow neither map
+    let mut map = CaseMap::with_capacity(value_map.capacity());
+    let mut previous: Option<&HeaderName> = None;
+    let mut nth = 0;
+    for (name, _) in value_map.iter() {
+        nth = if previous == Some(name) { nth + 1 } else { 0 };
+        previous = Some(name);
+        let case = original(name, nth).unwrap_or_else(|| name.into_case_header_name());
+        // as `append_header_value`: never panics, and the map cannot be larger than the
+        // header map it mirrors
+        let _ = map.try_append(name.clone(), case);
+    }
+    map
 }
 
 #[inline]
@@ -980,13 +1012,18 @@ fn insert_header_value<T>(
     value: T,
 ) -> Result<()> {
     // LACQUER PATCH (names parsed once)
-    let (header_name, case_header_name) = name
-        .into_header_names()
-        .or_err(InvalidHTTPHeader, "invalid header name")?;
-    if let Some(name_map) = name_map {
+    // LACQUER PATCH (case map only when needed): the case is made only for a map to keep it
+    let header_name = if let Some(name_map) = name_map {
+        let (header_name, case_header_name) = name
+            .into_header_names()
+            .or_err(InvalidHTTPHeader, "invalid header name")?;
         // store the original case in the map
         name_map.insert(header_name.clone(), case_header_name);
-    }
+        header_name
+    } else {
+        name.into_header_name()
+            .or_err(InvalidHTTPHeader, "invalid header name")?
+    };
     value_map.insert(header_name, value);
     Ok(())
 }

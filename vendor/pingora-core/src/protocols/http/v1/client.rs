@@ -15,7 +15,7 @@
 //! HTTP/1.x client session
 
 use bytes::{BufMut, Bytes, BytesMut};
-use http::{header, header::AsHeaderName, HeaderValue, StatusCode, Version};
+use http::{header, header::AsHeaderName, HeaderName, HeaderValue, StatusCode, Version};
 use log::{debug, trace};
 use pingora_error::{Error, ErrorType::*, OrErr, Result, RetryType};
 use pingora_http::{HMap, IntoCaseHeaderName, RequestHeader, ResponseHeader};
@@ -342,7 +342,10 @@ impl HttpSession {
                         // LACQUER PATCH (room for added fields): room for the fields a proxy
                         // adds to an answer it relays (`Via`, `Age`, `Cache-Status`...), which
                         // otherwise grow (rehash) both header maps of nearly every answer
-                        let mut response_header = match ResponseHeader::build(
+                        // LACQUER PATCH (case map only when needed): built without the
+                        // case-preserving name map, which it gets below only if a name came in
+                        // another form than a head without one is written in
+                        let mut response_header = match ResponseHeader::build_no_case(
                             resp.code.unwrap(),
                             Some(resp.headers.len() + FIELDS_A_PROXY_ADDS),
                         ) {
@@ -365,14 +368,34 @@ impl HttpSession {
 
                         let buf = std::mem::take(&mut self.response_header_read_buf).freeze();
 
-                        for header in header_refs {
-                            let header_name = header.get_name_bytes(&buf);
-                            let header_name = header_name.into_case_header_name();
+                        let mut keep_case = false;
+                        for header in &header_refs {
+                            let received = header.get_name(&buf);
+                            let header_name = match HeaderName::from_bytes(received)
+                                .or_err(InvalidHTTPHeader, "while parsing request header")
+                            {
+                                Ok(name) => name,
+                                Err(e) => return self.fail_response_header_read(e),
+                            };
+                            if !keep_case
+                                && pingora_http::written_without_case(&header_name).as_bytes()
+                                    != received
+                            {
+                                // the first name received in another form: the fields before
+                                // it came as their titled forms, which the map gives them
+                                response_header.set_header_case(|_, _| None);
+                                keep_case = true;
+                            }
                             let value_bytes = header.get_value_bytes(&buf);
                             let header_value = pingora_http::header_value_from_raw(value_bytes);
-                            if let Err(e) = response_header
-                                .append_header(header_name, header_value)
-                                .or_err(InvalidHTTPHeader, "while parsing request header")
+                            let appended = if keep_case {
+                                let case = header.get_name_bytes(&buf).into_case_header_name();
+                                response_header.append_header((header_name, case), header_value)
+                            } else {
+                                response_header.append_header(header_name, header_value)
+                            };
+                            if let Err(e) =
+                                appended.or_err(InvalidHTTPHeader, "while parsing request header")
                             {
                                 return self.fail_response_header_read(e);
                             }
