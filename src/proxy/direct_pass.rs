@@ -135,7 +135,9 @@ struct AttemptFailure {
 
 /// An attempt that got a final response head.
 struct Answered {
-    upstream: UpstreamSession,
+    /// Boxed: the session (about 470 bytes) is moved out of the attempt, out of this, into the
+    /// relay and back to the idle pool; a box moves as a pointer.
+    upstream: Box<UpstreamSession>,
     head: Box<ResponseHeader>,
     /// The body's first bytes, read before the head goes to the client (see `attempt`).
     first: Option<Bytes>,
@@ -398,7 +400,7 @@ impl LacquerProxy {
 
     /// Keeps the origin's connection in the idle pool for the next request to `peer`, when its
     /// answer was read to the end and the connection may be reused; else it is closed.
-    pub(super) async fn keep_idle(&self, upstream: UpstreamSession, peer: &HttpPeer) {
+    pub(super) async fn keep_idle(&self, upstream: Box<UpstreamSession>, peer: &HttpPeer) {
         if let Some(stream) = upstream.reuse().await {
             self.idle_upstream
                 .put(peer.reuse_hash(), stream, peer.options.idle_timeout);
@@ -487,7 +489,7 @@ impl LacquerProxy {
             connecting: false,
             reused,
         };
-        let mut upstream = UpstreamSession::new_with_options(stream, peer);
+        let mut upstream = Box::new(UpstreamSession::new_with_options(stream, peer));
         upstream.read_timeout = peer.options.read_timeout;
         upstream.write_timeout = peer.options.write_timeout;
         let sent = match body {

@@ -222,7 +222,7 @@ impl LacquerProxy {
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
-        (mut upstream, peer): (UpstreamSession, &HttpPeer),
+        (mut upstream, peer): (Box<UpstreamSession>, &HttpPeer),
         fill: Fill,
         first: Option<Bytes>,
         client_gone: Option<Box<Error>>,
