@@ -46,19 +46,23 @@ fn fields_for(style: &str) -> &'static [(&'static str, &'static str)] {
             ("Content-Type", "text/plain"),
             ("X-Dup", "2"),
         ],
+        // the framing named in other forms (`TRANSFER-ENCODING: chunked`): the body is framed
+        // by it whatever its case, and the names around it keep theirs
+        "odd-framing" => &[("content-TYPE", "text/plain"), ("X-Odd", "1")],
         other => panic!("no style {other}"),
     }
 }
 
-const STYLES: [&str; 4] = [
+const STYLES: [&str; 5] = [
     "usual",
     "irregular-last",
     "irregular-first",
     "lower-then-mixed",
+    "odd-framing",
 ];
 
 /// An origin answering `/{style}/{pass|store}/...` with that style's fields, `no-store` or
-/// `max-age=600`, and a 5-byte body.
+/// `max-age=600`, and a 5-byte body (chunked for `odd-framing`).
 fn origin() -> RawOrigin {
     RawOrigin::answering(|head, stream| {
         let path = head.split_whitespace().nth(1).unwrap_or("/");
@@ -73,7 +77,12 @@ fn origin() -> RawOrigin {
         for (name, value) in fields_for(style) {
             answer.push_str(&format!("{name}: {value}\r\n"));
         }
-        answer.push_str("Content-Length: 5\r\nConnection: close\r\n\r\nhello");
+        if style == "odd-framing" {
+            answer.push_str("TRANSFER-ENCODING: chunked\r\nconnection: CLOSE\r\n\r\n");
+            answer.push_str("2\r\nhe\r\n3\r\nllo\r\n0\r\n\r\n");
+        } else {
+            answer.push_str("Content-Length: 5\r\nConnection: close\r\n\r\nhello");
+        }
         let _ = stream.write_all(answer.as_bytes());
     })
 }
