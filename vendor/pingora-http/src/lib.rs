@@ -307,9 +307,8 @@ impl RequestHeader {
             }
         } else {
             for (header, value) in value_map {
-                let titled_header =
-                    case_header_name::titled_header_name_str(header).unwrap_or(header.as_str());
-                f(HeaderNameVariant::Titled(titled_header), value)?;
+                // LACQUER PATCH (case map only when needed): the one definition of this text
+                f(HeaderNameVariant::Titled(written_without_case(header)), value)?;
             }
         }
 
@@ -735,9 +734,8 @@ impl ResponseHeader {
             }
         } else {
             for (header, value) in value_map {
-                let titled_header =
-                    case_header_name::titled_header_name_str(header).unwrap_or(header.as_str());
-                f(HeaderNameVariant::Titled(titled_header), value)?;
+                // LACQUER PATCH (case map only when needed): the one definition of this text
+                f(HeaderNameVariant::Titled(written_without_case(header)), value)?;
             }
         }
 
@@ -1158,8 +1156,8 @@ fn header_to_h1_wire(key_map: Option<&CaseMap>, value_map: &HMap, buf: &mut impl
         });
     } else {
         for (header, value) in value_map {
-            let titled_header =
-                case_header_name::titled_header_name_str(header).unwrap_or(header.as_str());
+            // LACQUER PATCH (case map only when needed): the one definition of this text
+            let titled_header = written_without_case(header);
             buf.put_slice(titled_header.as_bytes());
             buf.put_slice(HEADER_KV_DELIMITER);
             buf.put_slice(value.as_ref());
