@@ -26,16 +26,6 @@ pub enum DeltaSeconds {
     Invalid,
 }
 
-/// The first occurrence of directive `name` (lowercase) in the field `field` of `resp`.
-pub fn first_directive(
-    resp: &ResponseHeader,
-    field: &HeaderName,
-    name: &str,
-) -> Option<DeltaSeconds> {
-    let [found] = first_directives(resp, field, [name]);
-    found
-}
-
 /// The first occurrence of each directive of `names` (lowercase) in the field `field` of
 /// `resp`, read in one pass over the field: a stored answer's freshness asks for `s-maxage`
 /// and `max-age` together, and each pass cost about 1,100 instructions per miss.
@@ -110,7 +100,8 @@ mod tests {
 
     fn max_age(lines: &[&str]) -> Option<DeltaSeconds> {
         let headers: Vec<_> = lines.iter().map(|l| ("cache-control", *l)).collect();
-        first_directive(&resp(&headers), &http::header::CACHE_CONTROL, "max-age")
+        let [found] = first_directives(&resp(&headers), &http::header::CACHE_CONTROL, ["max-age"]);
+        found
     }
 
     #[test]

@@ -98,12 +98,13 @@ fn is_dictionary(resp: &ResponseHeader, name: &HeaderName) -> bool {
 mod tests {
     use super::*;
 
-    use crate::policy::delta_seconds::{first_directive, DeltaSeconds};
+    use crate::policy::delta_seconds::{first_directives, DeltaSeconds};
     use crate::policy::test_headers::response as resp;
 
     /// The `max-age` the freshness computation reads for `r`: from the governing field.
     fn max_age_read(fields: &TargetedFields, r: &ResponseHeader) -> Option<DeltaSeconds> {
-        first_directive(r, fields.governing_field(r).0, "max-age")
+        let [found] = first_directives(r, fields.governing_field(r).0, ["max-age"]);
+        found
     }
 
     #[test]
