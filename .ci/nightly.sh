@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Nightly and pre-release CI: what is too slow for every push. The release build with LTO and the
-# Debian package, installed and checked to serve a hit (packaging/build-deb.sh).
+# Nightly and pre-release CI: what is too slow for every push. The profile-guided release build
+# (scripts/build-pgo.sh, with its training load) and the Debian package made of it, installed and
+# checked to serve a hit (packaging/build-deb.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo-deb >/dev/null || cargo install cargo-deb --locked

@@ -3,7 +3,11 @@
 # as `lacquer --config /etc/lacquer/lacquer.toml` (no systemd), serves a cache hit.
 #
 #   packaging/build-deb.sh            build target/debian/lacquer_*.deb, then check it
+#   packaging/build-deb.sh --no-pgo   ... with the plain release build of the proxy
 #   packaging/build-deb.sh --no-build check the .deb already built
+#
+# The proxy packaged is the profile-guided build (scripts/build-pgo.sh: two release builds and a
+# minute of training load; docs/benchmarks.md has what it gains), unless --no-pgo.
 #
 # How it checks the install: with a Docker daemon, `apt-get install ./lacquer_*.deb` in a fresh
 # debian:bookworm-slim container (the maintainer script, the user, the unit, the config), then
@@ -21,7 +25,15 @@ if [ "${1:-}" != "--no-build" ]; then
   cargo build --release --locked --bin lacquer --bin lacquer-man
   mkdir -p target/man
   target/release/lacquer-man | gzip -9n > target/man/lacquer.1.gz
+  if [ "${1:-}" != "--no-pgo" ]; then
+    scripts/build-pgo.sh
+    cp target/pgo/lacquer target/release/lacquer
+  fi
   cargo deb --no-build --strip -p lacquer
+  if [ "${1:-}" != "--no-pgo" ]; then
+    # cargo's own output again at the next `cargo build --release`, not the one packaged
+    rm target/release/lacquer
+  fi
 fi
 deb=$(ls -t target/debian/lacquer_*.deb | head -1)
 echo "build-deb: checking $deb"
