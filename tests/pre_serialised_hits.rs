@@ -77,8 +77,9 @@ fn is_hit(resp: &RawResponse) -> bool {
 }
 
 /// The fields of `resp` as `name: value` lines, names as sent, sorted, without those whose
-/// values depend on the moment (`Age`, the `ttl` of `Cache-Status`) or on the way taken
-/// (`X-Built`); `Age` and the `ttl` must be present.
+/// values depend on the moment (`Age`, the `ttl` of `Cache-Status`, and `Date`: the two paths
+/// are stored by two requests, which may fall on either side of a second's change) or on the way
+/// taken (`X-Built`); `Age`, the `ttl` and `Date` must be present, `Date` in the IMF-fixdate form.
 fn comparable_fields(resp: &RawResponse) -> Vec<String> {
     let mut fields: Vec<String> = resp
         .headers
@@ -88,6 +89,13 @@ fn comparable_fields(resp: &RawResponse) -> Vec<String> {
             "Age" => {
                 assert!(value.parse::<u64>().is_ok(), "Age: {value}");
                 "Age: (a number)".to_string()
+            }
+            "Date" => {
+                assert!(
+                    value.len() == 29 && value.ends_with(" GMT") && value.as_bytes()[3] == b',',
+                    "Date: {value}"
+                );
+                "Date: (an HTTP date)".to_string()
             }
             "cache-status" if value.starts_with("lacquer") => {
                 let (before, ttl) = value.split_once("; ttl=").expect("a hit's ttl");
