@@ -87,6 +87,7 @@ serve() {
     --listen 127.0.0.1:"$port" --upstream 127.0.0.1:"$origin_port" --threads 2 \
     --memory-size 256MiB --access-log off >>"$work/lacquer.log" 2>&1 &
   proxy=$!
+  pids+=("$proxy")
   wait_port "$port"
 }
 stop() { kill -TERM "$proxy"; wait "$proxy" || true; }
@@ -115,6 +116,12 @@ load -s "$work/new_urls.lua" "$base"
 load -s "$work/some_urls.lua" "$base"
 stop
 grep -E 'Requests/sec|^requests:' "$work/load.log" | sed 's/^/build-pgo:   /'
+# a profile of error answers would train the wrong paths
+if grep -E 'Non-2xx|[1-9][0-9]* failed' "$work/load.log"; then
+  tail -n 20 "$work/lacquer.log" >&2
+  echo "build-pgo: the training load got error answers (above, and the proxy's log)" >&2
+  exit 1
+fi
 
 echo "build-pgo: 3/3 the optimised build"
 "$profdata" merge -o "$pgo/lacquer.profdata" "$pgo"/profiles/lacquer-*.profraw
