@@ -33,11 +33,8 @@ command -v wrk >/dev/null || need+=(wrk)
 command -v h2load >/dev/null || need+=(nghttp2-client)
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx)
 command -v memcached >/dev/null || [ -x /usr/bin/memcached ] || need+=(memcached)
-if [ ${#need[@]} -gt 0 ]; then
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${need[@]}"
-fi
+. scripts/apt.sh
+apt_install "${need[@]}"
 host=$(rustc -vV | sed -n 's/^host: //p')
 profdata="$(rustc --print sysroot)/lib/rustlib/$host/bin/llvm-profdata"
 [ -x "$profdata" ] || rustup component add llvm-tools

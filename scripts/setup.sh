@@ -19,16 +19,8 @@ command -v openssl >/dev/null || need+=(openssl)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v python3 >/dev/null || need+=(python3)
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
-if [ ${#need[@]} -gt 0 ]; then
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  # keep package post-install scripts from starting services (memcached would grab 11211)
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
-    $SUDO chmod +x /usr/sbin/policy-rc.d
-  fi
-  $SUDO apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${need[@]}"
-fi
+. "$(dirname "$0")/apt.sh"
+apt_install "${need[@]}"
 command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust (rustup) first" >&2; exit 1; }
 cd "$(dirname "$0")/.."
 if ! .venv/bin/python -c 'import pymemcache, django, gunicorn, channels, uvicorn, websockets' 2>/dev/null; then
