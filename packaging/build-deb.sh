@@ -20,17 +20,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+pgo=true
+[ "${1:-}" = "--no-pgo" ] && pgo=false
 if [ "${1:-}" != "--no-build" ]; then
   command -v cargo-deb >/dev/null || { echo "build-deb: cargo-deb missing (cargo install cargo-deb)" >&2; exit 1; }
   cargo build --release --locked --bin lacquer --bin lacquer-man
   mkdir -p target/man
   target/release/lacquer-man | gzip -9n > target/man/lacquer.1.gz
-  if [ "${1:-}" != "--no-pgo" ]; then
+  if "$pgo"; then
     scripts/build-pgo.sh
     cp target/pgo/lacquer target/release/lacquer
   fi
   cargo deb --no-build --strip -p lacquer
-  if [ "${1:-}" != "--no-pgo" ]; then
+  if "$pgo"; then
     # cargo's own output again at the next `cargo build --release`, not the one packaged
     rm target/release/lacquer
   fi

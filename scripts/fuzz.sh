@@ -2,10 +2,9 @@
 # Fuzzes Lacquer's untrusted input (fuzz/: what it reads from memcached, the entry decoder and
 # the manifest/chunk assembly; what a client sends, an HTTP/1 request head and body) for
 # SECONDS of CPU time in all on two cores (default 60): the targets run side by side, each for
-# half of SECONDS. Installs what it needs when
-# missing: the nightly toolchain (cargo-fuzz needs it) and cargo-fuzz. New inputs go
-# to a scratch directory; the committed seeds in fuzz/corpus/ are read, never rewritten. A crash
-# fails the script and leaves the input under fuzz/artifacts/.
+# half of SECONDS. Installs what it needs when missing: the nightly toolchain (cargo-fuzz needs
+# it) and cargo-fuzz. New inputs go to a scratch directory; the committed seeds in fuzz/corpus/
+# are read, never rewritten. A crash fails the script and leaves the input under fuzz/artifacts/.
 #
 #   scripts/fuzz.sh [SECONDS]
 #   scripts/fuzz.sh --build-only    (installs and builds, runs nothing: CI builds beside the tests)
