@@ -17,12 +17,13 @@
 # The training load, each phase against a real nginx origin (bench/pass_origin.sh) over
 # loopback: 1 KB hits over HTTP/1.1 keep-alive, for identity and gzip clients, a new connection
 # per hit, h2c hits (10 streams per connection), hits over 2,000 URLs, misses (every request a
-# new URL, stored), `no-store` passes, POSTs; then, with a memcached tier (local_ttl 0 s), misses
-# filled into memcached and hits read from it. Paths no phase takes (TLS, purges, ranges,
-# revalidation) are compiled as rarely run code: correct, and no faster than in the plain build.
+# new URL, stored), `no-store` passes, POSTs; over TLS 1.3, hits over HTTP/1.1 (keep-alive and a
+# new connection each) and over h2; then, with a memcached tier (local_ttl 0 s), misses filled
+# into memcached and hits read from it. Paths no phase takes (purges, ranges, revalidation) are
+# compiled as rarely run code: correct, and no faster than in the plain build.
 #
 # Needs llvm-profdata of the LLVM that rustc uses (rustup's llvm-tools component, added when
-# missing), wrk, h2load, nginx and memcached (installed with apt-get when missing).
+# missing), wrk, h2load, openssl, nginx and memcached (installed with apt-get when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -33,6 +34,7 @@ command -v wrk >/dev/null || need+=(wrk)
 command -v h2load >/dev/null || need+=(nghttp2-client)
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx)
 command -v memcached >/dev/null || [ -x /usr/bin/memcached ] || need+=(memcached)
+command -v openssl >/dev/null || need+=(openssl)
 . scripts/apt.sh
 apt_install "${need[@]}"
 host=$(rustc -vV | sed -n 's/^host: //p')
@@ -89,9 +91,16 @@ serve() {
 }
 stop() { kill -TERM "$proxy"; wait "$proxy" || true; }
 
-: >"$work/memory.toml"
+# TLS 1.3 (one ECDSA P-256 certificate, as bench/tls_h2.sh): the handshake and record layer
+# (rustls, ring) are trained with the rest
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
+  -subj /CN=localhost -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
+tls_port=$(free_port)
+printf '[tls]\nlisten = ["127.0.0.1:%s"]\ncert = "%s"\nkey = "%s"\n' \
+  "$tls_port" "$work/cert.pem" "$work/key.pem" >"$work/memory.toml"
 serve "$work/memory.toml"
 base=http://127.0.0.1:$port
+tls=https://127.0.0.1:$tls_port
 load "$base/cacheable/hot"
 load -H 'Accept-Encoding: gzip' "$base/cacheable/hot"
 load -H 'Connection: close' "$base/cacheable/hot"
@@ -100,6 +109,9 @@ load -s "$work/new_urls.lua" "$base"
 load "$base/nostore/x"
 load -s "$work/post.lua" "$base/post/x"
 h2load -c 4 -m 10 -D "$PHASE_SECONDS" "$base/cacheable/hot" >>"$work/load.log"
+load "$tls/cacheable/hot"
+load -H 'Connection: close' "$tls/cacheable/hot"
+h2load -c 4 -m 10 -D "$PHASE_SECONDS" "$tls/cacheable/hot" >>"$work/load.log"
 stop
 
 mc_port=$(free_port)
