@@ -27,6 +27,7 @@ VENDORED=(
   "pingora-core 0.9.1 a535f47f65fdcb003f9e1df04cd18e614c128dfe9388acce3f211ae38ac14d68"
   "TinyUFO 0.9.1 72518a72324e6fefaa2d456e4ac4ff950c02f12e885e1ff5aab32c8549fc518d"
   "pingora-http 0.9.1 3f38e9e519d53fab09eb320f7be2cd27ef9e66f755eba3bd84cc68852108d841"
+  "h2 0.4.20 7d29020232d6aa3fb1daca64c1127cf662cf97f254ae16c18c05b8ab635fc118"
 )
 
 usage() { sed -n '8,15s/^# \{1,3\}//p' "$0" >&2; exit 2; }
