@@ -476,3 +476,86 @@ async fn an_h2_connection_dropped_with_streams_waiting_gives_them_up() {
     assert_eq!(answer, (200, "page /after".to_string()));
     other_driver.abort();
 }
+
+/// Fetches `paths` on `sender` all at once (one stream each), each within `within`, and checks
+/// each body is the origin's generated body of the `len=` the path asks for.
+async fn fetch_all_at_once(
+    sender: &h2::client::SendRequest<bytes::Bytes>,
+    base: &str,
+    paths: &[String],
+    within: std::time::Duration,
+    what: &str,
+) {
+    let fetches = paths.iter().map(|path| {
+        let url = format!("{base}{path}");
+        async move { (path, h2_get(sender, &url, within).await) }
+    });
+    for (path, answer) in futures_util::future::join_all(fetches).await {
+        assert_eq!(answer.status, 200, "{what}: {path}");
+        let len: usize = path
+            .split("len=")
+            .nth(1)
+            .and_then(|l| l.split('&').next())
+            .and_then(|l| l.parse().ok())
+            .expect("a len= path");
+        assert_eq!(answer.body.len(), len, "{what}: {path}: length");
+        assert_eq!(
+            generated_mismatch(&answer.body, 7, 0),
+            None,
+            "{what}: {path}: the body differs from the origin's"
+        );
+    }
+}
+
+/// The answers of many streams on one HTTP/2 connection, over h2c and over TLS, all arrive whole,
+/// and so does a lone answer: the vendored h2 crate (`vendor/patches/h2/0001`) hands the frames
+/// of a batch to the connection's write buffer without flushing it and flushes once at the end
+/// of the batch, so a batch whose end were never flushed would leave its last answers waiting
+/// (here: until `h2_get`'s bound fails the test). Sizes span the crate's cases: under the
+/// 256 bytes its encoder copies, a kilobyte held apart as one frame, several frames, and more
+/// than a stream's 64 KiB window (window updates while other streams send).
+#[tokio::test]
+async fn answers_of_many_streams_on_one_connection_arrive_whole_over_h2c_and_tls() {
+    let origin = scripted_origin();
+    let dir = TempDir::new("lacquer-h2-batch");
+    let ca = TestCa::new(dir.path(), "h2-batch");
+    let server = ca.server_cert("lacquer");
+    let tls_port = free_port();
+    let extra = format!(
+        "[log]\naccess = \"off\"\n[tls]\nlisten = [\"127.0.0.1:{tls_port}\"]\ncert = \"{}\"\nkey = \"{}\"",
+        server.cert.display(),
+        server.key.display()
+    );
+    let lacquer = LacquerProcess::start_simple(origin.addr(), &extra);
+    let within = std::time::Duration::from_secs(10);
+    let sizes = [100, 1_000, 1_024, 5_000, 40_000, 100_000];
+    let paths: Vec<String> = sizes
+        .iter()
+        .map(|len| format!("/h2-batch?len={len}&cc=max-age%3D600"))
+        .collect();
+    let batch: Vec<String> = (0..60).map(|i| paths[i % paths.len()].clone()).collect();
+
+    let h2c = lacquer.addr();
+    let tls: std::net::SocketAddr = format!("127.0.0.1:{tls_port}").parse().unwrap();
+    for (what, base, connect) in [
+        ("h2c", format!("http://{h2c}"), None),
+        ("h2 over TLS", format!("https://localhost:{tls_port}"), Some(tls)),
+    ] {
+        let (sender, _driver) = match connect {
+            None => h2_connect_default(h2c).await,
+            Some(addr) => h2_connect_tls(addr, &ca.cert).await,
+        };
+        // one at a time: each a batch of one, its frames flushed alone
+        for path in &paths {
+            fetch_all_at_once(&sender, &base, std::slice::from_ref(path), within, what).await;
+        }
+        // sixty streams at once, three times over
+        for _ in 0..3 {
+            fetch_all_at_once(&sender, &base, &batch, within, what).await;
+        }
+    }
+    for path in &paths {
+        // once for `http` and once for `https` (keyed apart), every other answer a hit
+        assert_eq!(origin.hits_for(path), 2, "{path}: fetched once per scheme");
+    }
+}

@@ -1,9 +1,10 @@
-//! Raw HTTP/2 (h2c) clients on the `h2` crate, for the tests that need what `reqwest` hides:
-//! a connection's and a stream's windows, streams reset or left unread, requests whose answer is
-//! read later or never. Shared by `h2_attacks`, `fill_pace_attacks` and `protocols`.
+//! Raw HTTP/2 clients (h2c, and h2 over TLS) on the `h2` crate, for the tests that need what
+//! `reqwest` hides: a connection's and a stream's windows, streams reset or left unread, requests
+//! whose answer is read later or never. Shared by `h2_attacks`, `fill_pace_attacks` and
+//! `protocols`.
 //!
 //! Each function does one job: connect ([`h2_connect_default`], [`h2_connect_wide`],
-//! [`h2_connect_with`]), send a request ([`h2_request`], [`h2_try_request`]), read a body
+//! [`h2_connect_with`], over TLS [`h2_connect_tls`]), send a request ([`h2_request`], [`h2_try_request`]), read a body
 //! ([`h2_read_body`]) or a whole answer ([`h2_read_answer`], [`H2Answer`]), both at once
 //! ([`h2_fetch`], [`h2_get`], [`h2_get_text`]), and wait until the proxy has sent a stream bytes
 //! its client has not released ([`h2_wait_unreleased`]).
@@ -14,6 +15,8 @@ use ::h2::client::{Builder, ResponseFuture, SendRequest};
 use ::h2::{RecvStream, SendStream};
 use bytes::Bytes;
 use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 
@@ -31,6 +34,39 @@ pub async fn h2_connect_with(
 ) -> (SendRequest<Bytes>, JoinHandle<()>) {
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (sender, connection) = builder.handshake(tcp).await.unwrap();
+    let driver = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    (sender, driver)
+}
+
+/// An h2 client connection over TLS to `addr` (ALPN `h2`, the server checked as `localhost`
+/// against the certificate authority in the PEM file `ca`), with the h2 crate's defaults; its
+/// driver spawned.
+pub async fn h2_connect_tls(addr: SocketAddr, ca: &Path) -> (SendRequest<Bytes>, JoinHandle<()>) {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, ServerName};
+    use tokio_rustls::rustls::crypto::ring::default_provider;
+    use tokio_rustls::rustls::{ClientConfig, RootCertStore};
+
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).expect("read the CA file") {
+        roots.add(cert.expect("a PEM certificate")).unwrap();
+    }
+    let mut config = ClientConfig::builder_with_provider(Arc::new(default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = ServerName::try_from("localhost").unwrap();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .expect("TLS handshake");
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]), "h2 through ALPN");
+    let (sender, connection) = Builder::new().handshake(tls).await.unwrap();
     let driver = tokio::spawn(async move {
         let _ = connection.await;
     });

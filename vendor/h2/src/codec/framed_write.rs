@@ -109,8 +109,12 @@ where
     /// to be flushed to `T`.
     pub fn poll_ready(&mut self, cx: &mut Context) -> Poll<io::Result<()>> {
         if !self.encoder.has_capacity() {
-            // Try flushing
-            ready!(self.flush(cx))?;
+            // LACQUER PATCH (write out, flush later): making room needs the encoder's frames
+            // handed to `T`, not `T` flushed. A data frame of 256 bytes or more is held apart
+            // from the buffer and leaves it full, so flushing here sent every such frame in a
+            // system call of its own (one per answer for ten streams' small answers). `T`
+            // buffers what it is given; the caller's `flush` still follows every batch.
+            ready!(self.write_out(cx))?;
 
             if !self.encoder.has_capacity() {
                 return Poll::Pending;
@@ -139,6 +143,18 @@ where
         let span = tracing::trace_span!("FramedWrite::flush");
         let _e = span.enter();
 
+        ready!(self.write_out(cx))?;
+
+        tracing::trace!("flushing buffer");
+        // Flush the upstream
+        ready!(Pin::new(&mut self.inner).poll_flush(cx))?;
+
+        Poll::Ready(Ok(()))
+    }
+
+    /// LACQUER PATCH (write out, flush later): hands every encoded frame to `T` (the loop
+    /// `flush` began with), without flushing `T`.
+    fn write_out(&mut self, cx: &mut Context) -> Poll<io::Result<()>> {
         loop {
             while !self.encoder.is_empty() {
                 let n = match self.encoder.next {
@@ -168,10 +184,6 @@ where
                 ControlFlow::Break => break,
             }
         }
-
-        tracing::trace!("flushing buffer");
-        // Flush the upstream
-        ready!(Pin::new(&mut self.inner).poll_flush(cx))?;
 
         Poll::Ready(Ok(()))
     }
