@@ -539,7 +539,11 @@ async fn answers_of_many_streams_on_one_connection_arrive_whole_over_h2c_and_tls
     let tls: std::net::SocketAddr = format!("127.0.0.1:{tls_port}").parse().unwrap();
     for (what, base, connect) in [
         ("h2c", format!("http://{h2c}"), None),
-        ("h2 over TLS", format!("https://localhost:{tls_port}"), Some(tls)),
+        (
+            "h2 over TLS",
+            format!("https://localhost:{tls_port}"),
+            Some(tls),
+        ),
     ] {
         let (sender, _driver) = match connect {
             None => h2_connect_default(h2c).await,

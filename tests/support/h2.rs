@@ -65,7 +65,11 @@ pub async fn h2_connect_tls(addr: SocketAddr, ca: &Path) -> (SendRequest<Bytes>,
         .connect(name, tcp)
         .await
         .expect("TLS handshake");
-    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]), "h2 through ALPN");
+    assert_eq!(
+        tls.get_ref().1.alpn_protocol(),
+        Some(&b"h2"[..]),
+        "h2 through ALPN"
+    );
     let (sender, connection) = Builder::new().handshake(tls).await.unwrap();
     let driver = tokio::spawn(async move {
         let _ = connection.await;
