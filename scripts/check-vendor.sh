@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Keeps the vendored Pingora crates honest: each vendor/<crate> must be the published crate (every
-# file, byte for byte) plus the patches in vendor/patches/<crate>/, applied in name order. An edit
-# to a copy that no patch records fails the check, so a copy cannot drift from its patches.
+# Keeps the vendored crates (Pingora's, TinyUFO, h2) honest: each vendor/<crate> must be the
+# published crate (every file, byte for byte) plus the patches in vendor/patches/<crate>/, applied
+# in name order. An edit to a copy that no patch records fails the check, so a copy cannot drift
+# from its patches.
 # It also checks that the product's and the fuzzers' workspaces both patch each crate to its copy.
 # .ci/run runs it before the tests.
 #
@@ -36,7 +37,7 @@ only=
 case "${1:-}" in
   "" | --check) ;;
   --regenerate) mode=regenerate; only=${2:-} ;;
-  --diff) mode=diff; only=${2:-}; [ -n "$only" ] || usage ;;
+  --diff) mode="diff"; only=${2:-}; [ -n "$only" ] || usage ;;
   *) usage ;;
 esac
 [ $# -le 2 ] || usage
