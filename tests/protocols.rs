@@ -477,27 +477,22 @@ async fn an_h2_connection_dropped_with_streams_waiting_gives_them_up() {
     other_driver.abort();
 }
 
-/// Fetches `paths` on `sender` all at once (one stream each), each within `within`, and checks
-/// each body is the origin's generated body of the `len=` the path asks for.
+/// Fetches `pages` (each a path and the length of the generated body its `len=` asks for) on
+/// `sender` all at once (one stream each), each within `within`, and checks each body is the
+/// origin's generated body of that length.
 async fn fetch_all_at_once(
     sender: &h2::client::SendRequest<bytes::Bytes>,
     base: &str,
-    paths: &[String],
+    pages: &[(String, usize)],
     within: std::time::Duration,
     what: &str,
 ) {
-    let fetches = paths.iter().map(|path| {
+    let fetches = pages.iter().map(|(path, len)| {
         let url = format!("{base}{path}");
-        async move { (path, h2_get(sender, &url, within).await) }
+        async move { (path, len, h2_get(sender, &url, within).await) }
     });
-    for (path, answer) in futures_util::future::join_all(fetches).await {
+    for (path, &len, answer) in futures_util::future::join_all(fetches).await {
         assert_eq!(answer.status, 200, "{what}: {path}");
-        let len: usize = path
-            .split("len=")
-            .nth(1)
-            .and_then(|l| l.split('&').next())
-            .and_then(|l| l.parse().ok())
-            .expect("a len= path");
         assert_eq!(answer.body.len(), len, "{what}: {path}: length");
         assert_eq!(
             generated_mismatch(&answer.body, 7, 0),
@@ -529,11 +524,11 @@ async fn answers_of_many_streams_on_one_connection_arrive_whole_over_h2c_and_tls
     let lacquer = LacquerProcess::start_simple(origin.addr(), &extra);
     let within = std::time::Duration::from_secs(10);
     let sizes = [100, 1_000, 1_024, 5_000, 40_000, 100_000];
-    let paths: Vec<String> = sizes
+    let pages: Vec<(String, usize)> = sizes
         .iter()
-        .map(|len| format!("/h2-batch?len={len}&cc=max-age%3D600"))
+        .map(|&len| (format!("/h2-batch?len={len}&cc=max-age%3D600"), len))
         .collect();
-    let batch: Vec<String> = (0..60).map(|i| paths[i % paths.len()].clone()).collect();
+    let batch: Vec<(String, usize)> = (0..60).map(|i| pages[i % pages.len()].clone()).collect();
 
     let h2c = lacquer.addr();
     let tls: std::net::SocketAddr = format!("127.0.0.1:{tls_port}").parse().unwrap();
@@ -550,15 +545,15 @@ async fn answers_of_many_streams_on_one_connection_arrive_whole_over_h2c_and_tls
             Some(addr) => h2_connect_tls(addr, &ca.cert).await,
         };
         // one at a time: each a batch of one, its frames flushed alone
-        for path in &paths {
-            fetch_all_at_once(&sender, &base, std::slice::from_ref(path), within, what).await;
+        for page in &pages {
+            fetch_all_at_once(&sender, &base, std::slice::from_ref(page), within, what).await;
         }
         // sixty streams at once, three times over
         for _ in 0..3 {
             fetch_all_at_once(&sender, &base, &batch, within, what).await;
         }
     }
-    for path in &paths {
+    for (path, _) in &pages {
         // once for `http` and once for `https` (keyed apart), every other answer a hit
         assert_eq!(origin.hits_for(path), 2, "{path}: fetched once per scheme");
     }

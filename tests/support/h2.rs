@@ -4,10 +4,10 @@
 //! `protocols`.
 //!
 //! Each function does one job: connect ([`h2_connect_default`], [`h2_connect_wide`],
-//! [`h2_connect_with`], over TLS [`h2_connect_tls`]), send a request ([`h2_request`], [`h2_try_request`]), read a body
-//! ([`h2_read_body`]) or a whole answer ([`h2_read_answer`], [`H2Answer`]), both at once
-//! ([`h2_fetch`], [`h2_get`], [`h2_get_text`]), and wait until the proxy has sent a stream bytes
-//! its client has not released ([`h2_wait_unreleased`]).
+//! [`h2_connect_with`], over TLS [`h2_connect_tls`]), send a request ([`h2_request`],
+//! [`h2_try_request`]), read a body ([`h2_read_body`]) or a whole answer ([`h2_read_answer`],
+//! [`H2Answer`]), both at once ([`h2_fetch`], [`h2_get`], [`h2_get_text`]), and wait until the
+//! proxy has sent a stream bytes its client has not released ([`h2_wait_unreleased`]).
 //!
 //! The crate is imported as `::h2`: this module is named like it.
 
@@ -33,7 +33,15 @@ pub async fn h2_connect_with(
     builder: &Builder,
 ) -> (SendRequest<Bytes>, JoinHandle<()>) {
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (sender, connection) = builder.handshake(tcp).await.unwrap();
+    h2_handshake(tcp, builder).await
+}
+
+/// The h2 connection `builder` makes over `io` (plain TCP or TLS), its driver spawned.
+async fn h2_handshake<T>(io: T, builder: &Builder) -> (SendRequest<Bytes>, JoinHandle<()>)
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, connection) = builder.handshake(io).await.unwrap();
     let driver = tokio::spawn(async move {
         let _ = connection.await;
     });
@@ -70,11 +78,7 @@ pub async fn h2_connect_tls(addr: SocketAddr, ca: &Path) -> (SendRequest<Bytes>,
         Some(&b"h2"[..]),
         "h2 through ALPN"
     );
-    let (sender, connection) = Builder::new().handshake(tls).await.unwrap();
-    let driver = tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    (sender, driver)
+    h2_handshake(tls, &Builder::new()).await
 }
 
 /// [`h2_connect_with`] the h2 crate's defaults: a 64 KiB window for the connection as for each
