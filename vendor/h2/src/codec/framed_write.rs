@@ -112,8 +112,9 @@ where
             // LACQUER PATCH (write out, flush later): making room needs the encoder's frames
             // handed to `T`, not `T` flushed. A data frame of 256 bytes or more is held apart
             // from the buffer and leaves it full, so flushing here sent every such frame in a
-            // system call of its own (one per answer for ten streams' small answers). `T`
-            // buffers what it is given; the caller's `flush` still follows every batch.
+            // system call of its own (one per 1 KB answer, where ten streams' answers could
+            // share one). `T` buffers what it is given; the caller's `flush` still follows
+            // every batch.
             ready!(self.write_out(cx))?;
 
             if !self.encoder.has_capacity() {
