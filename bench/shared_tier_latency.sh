@@ -9,7 +9,9 @@
 #   lacquer-mc-500us through Toxiproxy, 0.5 ms each way
 # hot1k and ws10k are hits (from memcached for the -mc variants); miss50ms is what a node with no
 # shared tier pays instead (every request to a 50 ms origin). VARIANTS=a,b runs only those
-# variants. Extra arguments go to the harness (e.g. --rounds 3).
+# variants. BASE_BIN=/path/to/an/older/lacquer defines base, base-mc and base-mc-100us: the same
+# for that build, each on memcached servers of its own, so an A/B shares one run's rounds.
+# Extra arguments go to the harness (e.g. --rounds 3).
 # Results: /tmp/bench-run/results/<run-id>/report.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -68,6 +70,10 @@ memcached_for; config_for mc "$PORT"
 relayed tp none; config_for tp "$PORT"
 relayed tp100 100; config_for tp100 "$PORT"
 relayed tp500 500; config_for tp500 "$PORT"
+if [ -n "${BASE_BIN:-}" ]; then
+  memcached_for; config_for base-mc "$PORT"
+  relayed tp100-base 100; config_for base-tp100 "$PORT"
+fi
 
 COMMON="--listen 127.0.0.1:\$LISTEN_PORT --upstream 127.0.0.1:\$ORIGIN_PORT --threads \$WORKERS"
 # VARIANTS picks some of them (the harness adds every --proxy it is given to the targets, so a
@@ -78,6 +84,9 @@ declare -A VARIANT_CMD=(
   [lacquer-mc-tp]="$LACQUER_BIN --config $RUN/tp.toml $COMMON"
   [lacquer-mc-100us]="$LACQUER_BIN --config $RUN/tp100.toml $COMMON"
   [lacquer-mc-500us]="$LACQUER_BIN --config $RUN/tp500.toml $COMMON"
+  [base]="${BASE_BIN:-} $COMMON --memory-size \${CACHE_MB}MiB --access-log off"
+  [base-mc]="${BASE_BIN:-} --config $RUN/base-mc.toml $COMMON"
+  [base-mc-100us]="${BASE_BIN:-} --config $RUN/base-tp100.toml $COMMON"
 )
 VARIANTS=${VARIANTS:-lacquer,lacquer-mc,lacquer-mc-tp,lacquer-mc-100us,lacquer-mc-500us}
 PROXY_ARGS=()
