@@ -437,3 +437,66 @@ async fn on_the_filling_node_waiters_queue_on_the_local_cache_lock() {
     // none of them polled for the fill: Pingora's lock woke them as it landed
     assert_eq!(admin_stat(admin_a, "fills_awaited").await, 0);
 }
+
+/// Clients of one page queued behind a frozen memcached server (`local_ttl = "0s"`: every hit is
+/// a memcached read) share one read of it, and the value that comes back is decoded once for
+/// all of them (`decodes_shared`). Sharing goes by the value, never by the URL: after a purge and
+/// a new render, clients queued the same way all get the new page, none the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn clients_queued_for_one_memcached_value_share_its_decoding_and_never_an_older_one() {
+    const CLIENTS: usize = 24;
+    let cluster = Cluster::start();
+    let origin = scripted_origin();
+    let admin = free_port();
+    let servers: Vec<String> = cluster.names().iter().map(|n| format!("\"{n}\"")).collect();
+    // an op_timeout far beyond the freeze: no queued read may give up and fetch for itself
+    let extra = format!(
+        "[log]\naccess = \"off\"\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n\
+         [cache.memcached]\nservers = [{}]\nlocal_ttl = \"0s\"\nop_timeout = \"10s\"",
+        servers.join(", ")
+    );
+    let node = LacquerProcess::start_simple(origin.addr(), &extra);
+    let path = "/popular?cc=max-age%3D300";
+    let key = memcached_key("lq", &lacquer::proxy::cache_key::of_url(SITE[0].1, path));
+    let owner = &cluster.servers[cluster.server_for(&key)];
+
+    let queued_round = |expected: Bytes| {
+        let url = node.url(path);
+        async move {
+            owner.freeze();
+            let clients: Vec<_> = (0..CLIENTS)
+                .map(|_| {
+                    let url = url.clone();
+                    tokio::spawn(async move { get(&url, &SITE).await })
+                })
+                .collect();
+            // they reach the proxy and queue behind the two reads in flight
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            owner.thaw();
+            for client in clients {
+                let resp = client.await.unwrap();
+                assert!(resp.is_hit(), "{:?}", resp.cache_status());
+                assert_eq!(resp.body, expected, "{}", resp.text());
+            }
+        }
+    };
+
+    let first = get(&node.url(path), &SITE).await;
+    assert_eq!(wait_for_stat(admin, "writes", 1, STAT_WAIT).await, 1);
+    queued_round(first.body.clone()).await;
+    assert_eq!(admin_stat(admin, "hits").await, CLIENTS as u64);
+    let shared = admin_stat(admin, "decodes_shared").await;
+    assert!(
+        shared >= 1 && shared < CLIENTS as u64,
+        "{shared} of {CLIENTS} hits shared a decoding"
+    );
+
+    let purged = request("PURGE", &node.url(path), &SITE, None).await;
+    assert_eq!(purged.status, 200);
+    let second = get(&node.url(path), &SITE).await;
+    assert_ne!(second.body, first.body, "purged: rendered again");
+    assert_eq!(wait_for_stat(admin, "writes", 2, STAT_WAIT).await, 2);
+    queued_round(second.body.clone()).await;
+    assert_eq!(origin.hits_for(path), 2);
+    assert!(admin_stat(admin, "decodes_shared").await > shared);
+}

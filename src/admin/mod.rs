@@ -162,6 +162,7 @@ struct MemoryReport {
 #[derive(Serialize)]
 struct SharedReport {
     hits: u64,
+    decodes_shared: u64,
     misses: u64,
     rejected: u64,
     invalidated: u64,
@@ -185,6 +186,7 @@ impl SharedReport {
         let n = &cluster.counters;
         SharedReport {
             hits: c.hits.load(Ordering::Relaxed),
+            decodes_shared: c.decodes_shared.load(Ordering::Relaxed),
             misses: c.misses.load(Ordering::Relaxed),
             rejected: c.rejected.load(Ordering::Relaxed),
             invalidated: c.invalidated.load(Ordering::Relaxed),

@@ -10,7 +10,7 @@
 //!   `purge_requests_total{result}`, `read_ahead_bytes` (cache fills held for slow clients);
 //! * memory tier: `memory_bytes`, `memory_limit_bytes`, `memory_objects`,
 //!   `memory_evictions_total`, `memory_fills_in_flight`, `decoded_copies_total{result}`;
-//! * memcached: `memcached_{hits,misses,rejected,writes,write_failures,ejections}_total`,
+//! * memcached: `memcached_{hits,decodes_shared,misses,rejected,writes,write_failures,ejections}_total`,
 //!   `fill_leases_claimed_total`, `fill_lease_waits_total`, and per server
 //!   `memcached_server_up`, `memcached_server_errors_total`, `memcached_server_timeouts_total`,
 //!   `memcached_server_connections`, `memcached_server_latency_seconds` and
@@ -309,6 +309,11 @@ impl Collector for NodeCollector {
             let cluster = shared.cluster();
             for (name, help, value) in [
                 ("memcached_hits", "Verified memcached hits.", load(&c.hits)),
+                (
+                    "memcached_decodes_shared",
+                    "Memcached hits served from a value another request had just decoded.",
+                    load(&c.decodes_shared),
+                ),
                 (
                     "memcached_misses",
                     "Keys memcached did not have (or could not be asked for).",

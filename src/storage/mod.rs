@@ -7,6 +7,7 @@
 //! * [`tiered`]: the memory tier in front of the memcached cluster shared by all nodes, reached
 //!   through the `lacquer-memcached` crate (ketama placement, pooled client, ejection).
 //! * [`fill_lease`]: fills coalesced across nodes through that cluster (one origin fetch per URL).
+//! * [`decoded_values`]: the last few memcached values read for the fast path, decoded once.
 //! * [`shared_framing`]: entries read from memcached are untrusted: framing rebuilt from the body.
 //! * [`shared_counters`]: what the shared tier has done, for `/stats`.
 //! * [`wire_head`]: a stored head's wire form, kept for the fast path on an object's first hit.
@@ -15,6 +16,7 @@
 //!   the cluster by `crate::invalidation`); Varnish's name for the same list.
 
 pub mod ban_list;
+pub mod decoded_values;
 pub mod entry;
 pub mod fill_lease;
 pub mod memory;

@@ -8,6 +8,9 @@ use std::sync::atomic::AtomicU64;
 pub struct SharedCounters {
     /// Verified memcached hits.
     pub hits: AtomicU64,
+    /// Of `hits`, those served from a value another request had just decoded: concurrent gets
+    /// of one key share one value, decoded once (see [`super::decoded_values`]).
+    pub decodes_shared: AtomicU64,
     /// Keys memcached did not have.
     pub misses: AtomicU64,
     /// Values memcached returned that failed verification (format, checksum, key, a chunk).

@@ -17,9 +17,10 @@
 //! Anything wrong in memcached (unreachable server, timeout, garbage, a missing chunk) is a miss
 //! and is counted; it never fails a request.
 
+use super::decoded_values::DecodedValues;
 use super::entry::{self, ChunkList, EntryBody};
 use super::fill_lease::FillLeases;
-use super::memory::MemoryTier;
+use super::memory::{CompleteObject, MemoryTier};
 use super::object::{owned_chunk, with_room_for_hit_fields, Body, StoredMeta};
 use super::shared_counters::SharedCounters;
 use super::shared_framing;
@@ -74,6 +75,15 @@ pub fn logical_key(key: &CacheKey) -> String {
     }
 }
 
+/// Whether `logical` is [`logical_key`]`(key)`, without building it for a key with no variance
+/// (the bytes are compared: equal ones are valid UTF-8, which `logical_key` keeps as it is).
+fn logical_key_is(key: &CacheKey, logical: &str) -> bool {
+    match key.variance() {
+        None if logical.as_bytes() == key.primary_key() => true,
+        _ => logical_key(key) == logical,
+    }
+}
+
 fn chunk_key(mc_key: &str, write_id: u64, index: u32) -> String {
     format!("{mc_key}:{write_id:016x}:{index}")
 }
@@ -91,6 +101,8 @@ pub struct TieredStorage {
     /// The purges and bans entries read from memcached are judged by.
     bans: &'static BanList,
     next_write: AtomicU64,
+    /// The last few values read for the fast path, decoded once (see [`DecodedValues`]).
+    decoded: DecodedValues,
     /// What the shared tier has done.
     pub counters: Arc<SharedCounters>,
 }
@@ -124,6 +136,7 @@ impl TieredStorage {
             item_size: config.item_size,
             keep: config.keep,
             next_write: AtomicU64::new(seed),
+            decoded: DecodedValues::default(),
             counters,
         }
     }
@@ -178,6 +191,79 @@ impl TieredStorage {
         Some((meta, body))
     }
 
+    /// Reads `key` from memcached for the proxy's hit fast path, as a complete object: as
+    /// [`TieredStorage::read_and_promote`], except that when nothing is promoted (`local_ttl` of
+    /// 0) a value another request has just decoded is not decoded again ([`DecodedValues`]:
+    /// concurrent gets of one key share one value). The caller judges freshness and variance.
+    pub async fn read_complete(&self, key: &CacheKey) -> Option<CompleteObject> {
+        if self.memory.promotes() {
+            let (meta, body) = self.read_and_promote(key).await?;
+            return Some(CompleteObject::detached(meta, body));
+        }
+        self.bans.wait_ready(CATCH_UP_PATIENCE).await;
+        let mc_key = memcached_key(&self.namespace, key);
+        let Some(value) = self.cluster.get(mc_key.as_bytes()).await else {
+            self.counters.misses.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        if let Some((object, logical)) = self.decoded.find(&value) {
+            if logical_key_is(key, &logical) {
+                let (verdict, _) = self.verdict(key, &logical, object.meta(), false)?;
+                let served = self.served(verdict, object);
+                if served.is_some() {
+                    self.counters.decodes_shared.fetch_add(1, Ordering::Relaxed);
+                }
+                return served;
+            }
+        }
+        let logical = logical_key(key);
+        let (mut meta, body) = self.decoded_value(&value, &logical)?;
+        let bytes = match body {
+            EntryBody::Inline(bytes) => bytes,
+            chunked @ EntryBody::Chunked(_) => {
+                let (meta, body, _) = self.verified(key, &mc_key, &logical, meta, chunked).await?;
+                return Some(CompleteObject::detached(meta, body));
+            }
+        };
+        // judged, then reframed, in the order of `verified`
+        let (verdict, _) = self.verdict(key, &logical, &meta, false)?;
+        if verdict == Verdict::Invalid {
+            self.counters.invalidated.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        let fields = meta.header.headers.len();
+        self.reframed(&mut meta, bytes.len(), &logical)?;
+        let object = CompleteObject::detached(meta, Body::from_chunks(vec![bytes]));
+        // Not remembered: a value larger than an item (what a hostile server could send, and
+        // a remembered value pins its read buffer), and a head the reframing took fields out of
+        // (hop-by-hop fields a crafted value carried), whose next readers judge it by the head
+        // as it came, as this one did.
+        if value.len() <= self.item_size && object.meta().header.headers.len() >= fields {
+            self.decoded.remember(value, logical.into(), object.clone());
+        }
+        self.served(verdict, object)
+    }
+
+    /// A complete object read from memcached, as its verdict says it may be served (`None`:
+    /// not at all; a copy marked stale when a soft purge or ban covers it), counted.
+    fn served(&self, verdict: Verdict, object: CompleteObject) -> Option<CompleteObject> {
+        let object = match verdict {
+            Verdict::Valid => object,
+            Verdict::StaleSince(since) => {
+                // not later than now: the ban's stamp is rounded up to the millisecond
+                let mut meta = object.meta().clone();
+                meta.fresh_until = meta.fresh_until.min(since).min(SystemTime::now());
+                CompleteObject::detached(meta, object.body().clone())
+            }
+            Verdict::Invalid => {
+                self.counters.invalidated.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+        };
+        self.counters.hits.fetch_add(1, Ordering::Relaxed);
+        Some(object)
+    }
+
     /// Fetches and verifies an entry from memcached, and judges it by the ban list: an entry a
     /// purge or ban covers (or older than the bans' retention) is a miss, one a soft purge or
     /// ban covers is returned stale. Also returns the entry's scopes when it is to be promoted.
@@ -192,32 +278,57 @@ impl TieredStorage {
             return None;
         };
         let logical = logical_key(key);
-        let (mut meta, body) = match entry::decode(&value, &logical) {
-            Ok(decoded) => (decoded.meta, decoded.body),
+        let (meta, body) = self.decoded_value(&value, &logical)?;
+        self.verified(key, &mc_key, &logical, meta, body).await
+    }
+
+    /// A memcached value decoded and checked against the logical key it must carry (rejected
+    /// and counted when it does not decode).
+    fn decoded_value(&self, value: &Bytes, logical: &str) -> Option<(StoredMeta, EntryBody)> {
+        match entry::decode(value, logical) {
+            Ok(decoded) => Some((decoded.meta, decoded.body)),
             Err(e) => {
                 log::debug!("memcached value for {logical} rejected: {e}");
                 self.counters.rejected.fetch_add(1, Ordering::Relaxed);
-                return None;
+                None
             }
-        };
+        }
+    }
+
+    /// A decoded entry judged by the ban list, its body fetched (a chunked one's chunks, only
+    /// once the entry is known to be served) and its framing rebuilt; counted as a hit.
+    async fn verified(
+        &self,
+        key: &CacheKey,
+        mc_key: &str,
+        logical: &str,
+        mut meta: StoredMeta,
+        body: EntryBody,
+    ) -> Option<(StoredMeta, Body, Option<Box<EntryScopes>>)> {
         // judged before the chunks are fetched: a purged entry costs no more round trips
-        let scopes = self.judge(key, &logical, &mut meta)?;
+        let scopes = self.judge(key, logical, &mut meta)?;
         let body = match body {
             EntryBody::Inline(bytes) => Some(Body::from_chunks(vec![bytes])),
-            EntryBody::Chunked(list) => self.fetch_chunks(&mc_key, &logical, &list).await,
+            EntryBody::Chunked(list) => self.fetch_chunks(mc_key, logical, &list).await,
         };
         let Some(body) = body else {
             self.counters.rejected.fetch_add(1, Ordering::Relaxed);
             return None;
         };
-        // untrusted input: the head's framing is rebuilt from the body it came with
-        if let Err(e) = shared_framing::reframe(&mut meta, body.len()) {
+        self.reframed(&mut meta, body.len(), logical)?;
+        self.counters.hits.fetch_add(1, Ordering::Relaxed);
+        Some((meta, body, scopes))
+    }
+
+    /// Untrusted input: the head's framing is rebuilt from the body it came with (rejected and
+    /// counted when it cannot be).
+    fn reframed(&self, meta: &mut StoredMeta, body_len: usize, logical: &str) -> Option<()> {
+        if let Err(e) = shared_framing::reframe(meta, body_len) {
             log::debug!("memcached value for {logical} rejected: {e}");
             self.counters.rejected.fetch_add(1, Ordering::Relaxed);
             return None;
         }
-        self.counters.hits.fetch_add(1, Ordering::Relaxed);
-        Some((meta, body, scopes))
+        Some(())
     }
 
     /// The ban list's verdict on an entry read from memcached under `key` (whose logical key
@@ -229,19 +340,8 @@ impl TieredStorage {
         logical: &str,
         meta: &mut StoredMeta,
     ) -> Option<Option<Box<EntryScopes>>> {
-        let now = SystemTime::now();
-        if self.bans.beyond_horizon(meta.validated(), now) {
-            self.counters.invalidated.fetch_add(1, Ordering::Relaxed);
-            return None;
-        }
-        let promotes = self.memory.promotes();
-        if self.bans.is_empty() && !promotes {
-            return Some(None);
-        }
-        let primary_text = logical.split('#').next().unwrap_or(logical);
-        let primary = u128::from_be_bytes(key.primary_bin());
-        let scopes = self.bans.scopes_of(primary_text, primary, &meta.header);
-        match self.bans.judge(&scopes, meta.validated()) {
+        let (verdict, scopes) = self.verdict(key, logical, meta, self.memory.promotes())?;
+        match verdict {
             Verdict::Valid => {}
             Verdict::StaleSince(since) => {
                 // not later than now: the ban's stamp is rounded up to the millisecond
@@ -252,7 +352,31 @@ impl TieredStorage {
                 return None;
             }
         }
-        Some(promotes.then(|| Box::new(scopes)))
+        Some(scopes.map(Box::new))
+    }
+
+    /// The ban list's verdict on an entry, and its scopes when `promotes`; `None` (counted)
+    /// when it is older than the bans' retention.
+    fn verdict(
+        &self,
+        key: &CacheKey,
+        logical: &str,
+        meta: &StoredMeta,
+        promotes: bool,
+    ) -> Option<(Verdict, Option<EntryScopes>)> {
+        let now = SystemTime::now();
+        if self.bans.beyond_horizon(meta.validated(), now) {
+            self.counters.invalidated.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        if self.bans.is_empty() && !promotes {
+            return Some((Verdict::Valid, None));
+        }
+        let primary_text = logical.split('#').next().unwrap_or(logical);
+        let primary = u128::from_be_bytes(key.primary_bin());
+        let scopes = self.bans.scopes_of(primary_text, primary, &meta.header);
+        let verdict = self.bans.judge(&scopes, meta.validated());
+        Some((verdict, promotes.then_some(scopes)))
     }
 
     async fn fetch_chunks(&self, mc_key: &str, logical: &str, list: &ChunkList) -> Option<Body> {

@@ -142,7 +142,8 @@ const READ_ROOM: usize = 16 * 1024;
 /// caller without being copied (measured: copying each value out of a `BufReader` and
 /// allocating each line cost about 2,000 instructions per hit). A value shares the buffer's
 /// allocation until the buffer moves on; a caller that keeps a value long (Lacquer's memory
-/// tier, when it promotes one) copies it into its own allocation.
+/// tier, when it promotes one) copies it into its own allocation, and one that keeps a few
+/// values to recognise them (Lacquer's `decoded_values`) bounds how many and how large.
 pub(crate) struct ReplyReader<R> {
     inner: R,
     /// Bytes read and not yet parsed.

@@ -89,23 +89,23 @@ pub async fn in_shared(
     key: &CacheKey,
     now: SystemTime,
 ) -> Lookup {
-    let Some((meta, body)) = tier.read_and_promote(key).await else {
+    let Some(hit) = tier.read_complete(key).await else {
         return Lookup::Absent;
     };
-    let hit = match meta.variance {
-        None => CompleteObject::detached(meta, body),
+    let hit = match hit.meta().variance {
+        None => hit,
         Some(stored) => {
-            let Some(wanted) = vary::variance_key(&meta.header, req) else {
+            let Some(wanted) = vary::variance_key(&hit.meta().header, req) else {
                 return Lookup::Decline;
             };
             if wanted == stored {
-                CompleteObject::detached(meta, body)
+                hit
             } else {
                 let mut variant_key = key.clone();
                 variant_key.set_variance_key(wanted);
-                match tier.read_and_promote(&variant_key).await {
-                    Some((variant, body)) if variant_is_current(&variant, &meta, wanted) => {
-                        CompleteObject::detached(variant, body)
+                match tier.read_complete(&variant_key).await {
+                    Some(variant) if variant_is_current(variant.meta(), hit.meta(), wanted) => {
+                        variant
                     }
                     _ => return Lookup::Decline,
                 }

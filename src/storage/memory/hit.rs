@@ -22,6 +22,7 @@ use std::sync::Arc;
 /// A complete object, as [`MemoryTier::complete_object`](super::MemoryTier::complete_object)
 /// finds it for the proxy's hit fast path: its metadata and body, reference-counted, with no
 /// judgement of freshness or variance (those are the caller's).
+#[derive(Clone)]
 pub struct CompleteObject {
     object: Arc<MemoryObject>,
     meta: Arc<StoredMeta>,
@@ -52,6 +53,11 @@ impl CompleteObject {
     /// The stored metadata (response head, freshness, age reference).
     pub fn meta(&self) -> &StoredMeta {
         &self.meta
+    }
+
+    /// The body.
+    pub fn body(&self) -> &Body {
+        &self.object.body
     }
 
     /// The body chunks.

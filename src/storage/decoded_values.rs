@@ -1,0 +1,155 @@
+//! Values read from memcached, decoded once: the complete objects the last few values became.
+//!
+//! Concurrent gets of one key leave as one: the client's batcher sends each distinct key once
+//! and hands every waiter a clone of the same value (`lacquer_memcached`'s `batch`). With no
+//! memory tier to promote into (`local_ttl = "0s"`), each waiter then decoded that value again
+//! (CRC, head fields parsed, framing checked) and built its own wire head for the answer: about
+//! 8,000 instructions of a memcached-tier hit's 39,000 (`bench/hit_instructions.sh
+//! --memcached`), repeated for every client of a popular page.
+//!
+//! [`DecodedValues`] keeps the last few values with the object each was decoded into. A value is
+//! recognised by identity (where its bytes are, and how many), never by content: the slot holds
+//! a reference to the value, so its memory cannot be reused while it is remembered, and a value
+//! at the same place with the same length is the same bytes. What a remembered object is not
+//! spared is judgement: the ban list, freshness and variance are still the caller's on every
+//! read, so a purge between two reads of one value is seen by the second.
+
+use super::memory::CompleteObject;
+use bytes::Bytes;
+use parking_lot::Mutex;
+use std::sync::Arc;
+
+/// Values remembered: one per batch in flight to one server (two) and room for a second server.
+/// Each pins the read buffer its value was split from (a value is remembered only when it is no
+/// larger than an item: `TieredStorage::read_complete`).
+const SLOTS: usize = 4;
+
+/// A value and what it was decoded into.
+struct Decoded {
+    value: Bytes,
+    /// The logical key echoed inside the value (checked when it was decoded).
+    logical: Arc<str>,
+    object: CompleteObject,
+}
+
+/// The last few memcached values decoded for the fast path, by identity; see the module doc.
+pub struct DecodedValues {
+    slots: Mutex<Slots>,
+}
+
+struct Slots {
+    decoded: [Option<Decoded>; SLOTS],
+    /// The slot the next value goes into (the oldest).
+    next: usize,
+}
+
+impl Default for DecodedValues {
+    fn default() -> Self {
+        DecodedValues {
+            slots: Mutex::new(Slots {
+                decoded: Default::default(),
+                next: 0,
+            }),
+        }
+    }
+}
+
+impl DecodedValues {
+    /// The object `value` was decoded into, with the logical key it carries, when `value` is one
+    /// of those remembered (the same bytes: see the module doc).
+    pub fn find(&self, value: &Bytes) -> Option<(CompleteObject, Arc<str>)> {
+        let slots = self.slots.lock();
+        slots
+            .decoded
+            .iter()
+            .flatten()
+            .find(|d| same(&d.value, value))
+            .map(|d| (d.object.clone(), d.logical.clone()))
+    }
+
+    /// Remembers that `value` (carrying `logical`) was decoded into `object`, in place of the
+    /// value remembered longest; once only (the readers of one value wake together, and more
+    /// than one may have decoded it).
+    pub fn remember(&self, value: Bytes, logical: Arc<str>, object: CompleteObject) {
+        let mut slots = self.slots.lock();
+        if slots
+            .decoded
+            .iter()
+            .flatten()
+            .any(|d| same(&d.value, &value))
+        {
+            return;
+        }
+        let next = slots.next;
+        // the slot's old value is dropped after the lock is let go
+        let old = slots.decoded[next].replace(Decoded {
+            value,
+            logical,
+            object,
+        });
+        slots.next = (next + 1) % SLOTS;
+        drop(slots);
+        drop(old);
+    }
+}
+
+/// Whether two values are the same bytes, by identity (see the module doc).
+fn same(a: &Bytes, b: &Bytes) -> bool {
+    a.as_ptr() == b.as_ptr() && a.len() == b.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::object::{Body, StoredMeta};
+
+    fn object_of(value: &Bytes) -> CompleteObject {
+        CompleteObject::detached(StoredMeta::empty(), Body::from_chunks(vec![value.clone()]))
+    }
+
+    #[test]
+    fn a_value_is_found_by_identity_never_by_content() {
+        let decoded = DecodedValues::default();
+        let value = Bytes::from(vec![7u8; 100]);
+        decoded.remember(value.clone(), "k".into(), object_of(&value));
+        let (found, logical) = decoded.find(&value.clone()).expect("the same value");
+        assert_eq!(&*logical, "k");
+        assert_eq!(found.chunks(), std::slice::from_ref(&value));
+        // the same bytes elsewhere, or a part of the value, are other values
+        assert!(decoded.find(&Bytes::copy_from_slice(&value)).is_none());
+        assert!(decoded.find(&value.slice(..50)).is_none());
+        assert!(decoded.find(&value.slice(1..)).is_none());
+    }
+
+    #[test]
+    fn a_value_is_remembered_once() {
+        let decoded = DecodedValues::default();
+        let values: Vec<Bytes> = (0..SLOTS).map(|i| Bytes::from(vec![i as u8; 10])).collect();
+        for value in &values {
+            decoded.remember(value.clone(), "k".into(), object_of(value));
+            // its other readers, who decoded it too
+            decoded.remember(value.clone(), "k".into(), object_of(value));
+        }
+        for value in &values {
+            assert!(
+                decoded.find(value).is_some(),
+                "a second copy pushed a value out"
+            );
+        }
+    }
+
+    #[test]
+    fn the_value_remembered_longest_is_the_one_forgotten() {
+        let decoded = DecodedValues::default();
+        let values: Vec<Bytes> = (0..=SLOTS)
+            .map(|i| Bytes::from(vec![i as u8; 10]))
+            .collect();
+        for value in &values {
+            decoded.remember(value.clone(), "k".into(), object_of(value));
+        }
+        assert!(decoded.find(&values[0]).is_none());
+        for value in &values[1..] {
+            assert!(decoded.find(value).is_some());
+        }
+    }
+}
