@@ -16,6 +16,13 @@ wait_port() {
   return 1
 }
 
+# tls_certificate CERT KEY [DAYS]: writes a self-signed ECDSA P-256 certificate for localhost
+# (what issue 18's TLS scenarios name), valid for DAYS (default 30), to CERT and its key to KEY.
+tls_certificate() {
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days "${3:-30}" \
+    -subj /CN=localhost -keyout "$2" -out "$1" 2>/dev/null
+}
+
 # Sets HARNESS, unless the caller already has, to the shared harness (../shared/bench from the
 # repository's root, or /work/shared/bench); leaves it empty when neither is there.
 find_harness() {

@@ -70,8 +70,7 @@ trap 'stop_all' EXIT
 trap 'exit 130' INT TERM
 
 CERT=$RUN/tls/cert.pem KEY=$RUN/tls/key.pem
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 30 \
-  -subj /CN=localhost -keyout "$KEY" -out "$CERT" 2>/dev/null
+tls_certificate "$CERT" "$KEY"
 cat "$CERT" "$KEY" >"$RUN/tls/haproxy.pem"
 
 DOCROOT=$RUN/www

@@ -93,8 +93,7 @@ stop() { kill -TERM "$proxy"; wait "$proxy" || true; }
 
 # TLS 1.3 (one ECDSA P-256 certificate, as bench/tls_h2.sh): the handshake and record layer
 # (rustls, ring) are trained with the rest
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
-  -subj /CN=localhost -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
+tls_certificate "$work/cert.pem" "$work/key.pem" 1
 tls_port=$(free_port)
 printf '[tls]\nlisten = ["127.0.0.1:%s"]\ncert = "%s"\nkey = "%s"\n' \
   "$tls_port" "$work/cert.pem" "$work/key.pem" >"$work/memory.toml"
