@@ -9,6 +9,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_util::io::poll_write_buf;
 
+use std::cell::Cell;
 use std::io::{self, Cursor};
 
 // A macro to get around a method needing to borrow &mut self
@@ -66,6 +67,34 @@ enum Next<B> {
 /// frame that big.
 const DEFAULT_BUFFER_CAPACITY: usize = 16 * 1_024;
 
+// LACQUER PATCH (write buffer while it holds bytes): the encoder's 16 KiB buffer is taken when a
+// frame is buffered and given back once a flush has written everything, so an idle connection
+// holds none (it was 16 KiB of every idle HTTP/2 client connection's memory). A buffer given
+// back goes to a one-buffer spare slot of its thread, where the next encoder that needs one takes
+// it: allocated and freed through the allocator for every batch, a 16 KiB block alone on its page
+// would take the allocator's slow path each time (as pingora-core's write buffer found).
+thread_local! {
+    /// The thread's spare write buffer, see above.
+    static SPARE: Cell<Option<BytesMut>> = const { Cell::new(None) };
+}
+
+/// An empty write buffer of `DEFAULT_BUFFER_CAPACITY`: the thread's spare one when it has one.
+fn take_buffer() -> BytesMut {
+    match SPARE.with(Cell::take) {
+        Some(spare) => spare,
+        None => BytesMut::with_capacity(DEFAULT_BUFFER_CAPACITY),
+    }
+}
+
+/// Keeps `buf` (emptied) as the thread's spare buffer when it has the usual capacity (one that
+/// grew for a large frame is freed); the one it replaces, if any, is freed.
+fn give_back_buffer(mut buf: BytesMut) {
+    buf.clear();
+    if buf.capacity() == DEFAULT_BUFFER_CAPACITY {
+        drop(SPARE.with(|spare| spare.replace(Some(buf))));
+    }
+}
+
 /// Chain payloads bigger than this when vectored I/O is enabled. The remote
 /// will never advertise a max frame size less than this (well, the spec says
 /// the max frame size can't be less than 16kb, so not even close).
@@ -93,7 +122,8 @@ where
             final_flush_done: false,
             encoder: Encoder {
                 hpack: hpack::Encoder::default(),
-                buf: Cursor::new(BytesMut::with_capacity(DEFAULT_BUFFER_CAPACITY)),
+                // LACQUER PATCH (write buffer while it holds bytes): taken at the first frame
+                buf: Cursor::new(BytesMut::new()),
                 next: None,
                 last_data_frame: None,
                 max_frame_size: frame::DEFAULT_MAX_FRAME_SIZE,
@@ -149,6 +179,13 @@ where
         tracing::trace!("flushing buffer");
         // Flush the upstream
         ready!(Pin::new(&mut self.inner).poll_flush(cx))?;
+
+        // LACQUER PATCH (write buffer while it holds bytes): everything is written, so the
+        // buffer goes back until the next frame
+        if self.encoder.next.is_none() && self.encoder.buf.get_ref().capacity() > 0 {
+            give_back_buffer(std::mem::take(self.encoder.buf.get_mut()));
+            self.encoder.buf.set_position(0);
+        }
 
         Poll::Ready(Ok(()))
     }
@@ -236,6 +273,11 @@ where
     fn buffer(&mut self, item: Frame<B>) -> Result<(), UserError> {
         // Ensure that we have enough capacity to accept the write.
         assert!(self.has_capacity());
+        // LACQUER PATCH (write buffer while it holds bytes): none while nothing is buffered
+        if self.buf.get_ref().capacity() == 0 {
+            *self.buf.get_mut() = take_buffer();
+            self.buf.set_position(0);
+        }
         let span = tracing::trace_span!("FramedWrite::buffer", frame = ?item);
         let _e = span.enter();
 
@@ -320,9 +362,11 @@ where
     }
 
     fn has_capacity(&self) -> bool {
+        // LACQUER PATCH (write buffer while it holds bytes): no buffer yet is an empty one
         self.next.is_none()
-            && (self.buf.get_ref().capacity() - self.buf.get_ref().len()
-                >= self.min_buffer_capacity)
+            && (self.buf.get_ref().capacity() == 0
+                || self.buf.get_ref().capacity() - self.buf.get_ref().len()
+                    >= self.min_buffer_capacity)
     }
 
     fn is_empty(&self) -> bool {
