@@ -78,20 +78,22 @@ thread_local! {
     static SPARE: Cell<Option<BytesMut>> = const { Cell::new(None) };
 }
 
-/// An empty write buffer of `DEFAULT_BUFFER_CAPACITY`: the thread's spare one when it has one.
+/// An empty write buffer of `DEFAULT_BUFFER_CAPACITY`: the thread's spare one when it has one
+/// (none once the thread's locals are gone, at its exit).
 fn take_buffer() -> BytesMut {
-    match SPARE.with(Cell::take) {
+    match SPARE.try_with(Cell::take).ok().flatten() {
         Some(spare) => spare,
         None => BytesMut::with_capacity(DEFAULT_BUFFER_CAPACITY),
     }
 }
 
 /// Keeps `buf` (emptied) as the thread's spare buffer when it has the usual capacity (one that
-/// grew for a large frame is freed); the one it replaces, if any, is freed.
+/// grew for a large frame is freed, as is every one once the thread's locals are gone); the one
+/// it replaces, if any, is freed.
 fn give_back_buffer(mut buf: BytesMut) {
     buf.clear();
     if buf.capacity() == DEFAULT_BUFFER_CAPACITY {
-        drop(SPARE.with(|spare| spare.replace(Some(buf))));
+        let _ = SPARE.try_with(|spare| drop(spare.replace(Some(buf))));
     }
 }
 
