@@ -83,6 +83,15 @@ pub struct StoredMeta {
 }
 
 impl StoredMeta {
+    /// When this entry turns stale under a soft purge or ban stamped `since`, or `None` when it
+    /// is stale by then anyway. Not later than now: a ban's stamp is rounded up to the
+    /// millisecond, and a request that arrives within that millisecond after a soft purge
+    /// returned must already find the entry stale. The one rule of both tiers.
+    pub fn stale_from(&self, since: SystemTime) -> Option<SystemTime> {
+        let since = since.min(SystemTime::now());
+        (self.fresh_until > since).then_some(since)
+    }
+
     /// Placeholder metadata for internal entries that are never served.
     pub fn empty() -> Self {
         StoredMeta {

@@ -249,12 +249,14 @@ impl TieredStorage {
     fn served(&self, verdict: Verdict, object: CompleteObject) -> Option<CompleteObject> {
         let object = match verdict {
             Verdict::Valid => object,
-            Verdict::StaleSince(since) => {
-                // not later than now: the ban's stamp is rounded up to the millisecond
-                let mut meta = object.meta().clone();
-                meta.fresh_until = meta.fresh_until.min(since).min(SystemTime::now());
-                CompleteObject::detached(meta, object.body().clone())
-            }
+            Verdict::StaleSince(since) => match object.meta().stale_from(since) {
+                None => object,
+                Some(until) => {
+                    let mut meta = object.meta().clone();
+                    meta.fresh_until = until;
+                    CompleteObject::detached(meta, object.body().clone())
+                }
+            },
             Verdict::Invalid => {
                 self.counters.invalidated.fetch_add(1, Ordering::Relaxed);
                 return None;
@@ -344,8 +346,9 @@ impl TieredStorage {
         match verdict {
             Verdict::Valid => {}
             Verdict::StaleSince(since) => {
-                // not later than now: the ban's stamp is rounded up to the millisecond
-                meta.fresh_until = meta.fresh_until.min(since).min(SystemTime::now());
+                if let Some(until) = meta.stale_from(since) {
+                    meta.fresh_until = until;
+                }
             }
             Verdict::Invalid => {
                 self.counters.invalidated.fetch_add(1, Ordering::Relaxed);

@@ -411,16 +411,14 @@ impl MemoryTier {
     }
 }
 
-/// `meta` marked stale from `since` on (if it was fresh longer), or from now if `since` is later:
-/// a ban's stamp is rounded up to the millisecond (see `ms_after`), and a request that arrives
-/// within that millisecond after a soft purge returned must already find the object stale.
+/// `meta` marked stale from `since` on ([`StoredMeta::stale_from`]; the ban's stamp is rounded
+/// up to the millisecond, see `ms_after`).
 fn stale_since(meta: &Arc<StoredMeta>, since: SystemTime) -> Arc<StoredMeta> {
-    let since = since.min(SystemTime::now());
-    if meta.fresh_until <= since {
+    let Some(until) = meta.stale_from(since) else {
         return meta.clone();
-    }
+    };
     let mut stale = (**meta).clone();
-    stale.fresh_until = since;
+    stale.fresh_until = until;
     Arc::new(stale)
 }
 
