@@ -438,57 +438,80 @@ async fn on_the_filling_node_waiters_queue_on_the_local_cache_lock() {
     assert_eq!(admin_stat(admin_a, "fills_awaited").await, 0);
 }
 
+/// A node reading only memcached (`local_ttl = "0s"`), whose memcached operations wait far
+/// beyond a freeze (no queued read gives up and fetches for itself), with an admin listener
+/// whose invalidation API takes [`ADMIN_TOKEN`] (the token file is in `dir`).
+fn reading_only_memcached(
+    cluster: &Cluster,
+    origin: &TestOrigin,
+    dir: &TempDir,
+) -> (LacquerProcess, u16) {
+    let admin = free_port();
+    dir.write("admin.token", format!("{ADMIN_TOKEN}\n"));
+    let servers: Vec<String> = cluster.names().iter().map(|n| format!("\"{n}\"")).collect();
+    let extra = format!(
+        "[log]\naccess = \"off\"\n{}\
+         [cache.memcached]\nservers = [{}]\nlocal_ttl = \"0s\"\nop_timeout = \"10s\"",
+        admin_toml(admin, &dir.path().join("admin.token"), "A"),
+        servers.join(", ")
+    );
+    (LacquerProcess::start_simple(origin.addr(), &extra), admin)
+}
+
+/// `CLIENTS` requests for `path`, queued behind `owner` (frozen while they reach the proxy, then
+/// thawed); their answers.
+async fn queued_behind(owner: &MemcachedProcess, url: &str) -> Vec<Resp> {
+    const CLIENTS: usize = 24;
+    owner.freeze();
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let url = url.to_string();
+            tokio::spawn(async move { get(&url, &SITE).await })
+        })
+        .collect();
+    // they reach the proxy and queue behind the two reads in flight
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    owner.thaw();
+    let mut answers = Vec::with_capacity(CLIENTS);
+    for client in clients {
+        answers.push(client.await.unwrap());
+    }
+    answers
+}
+
+/// The memcached server holding `path`'s entry.
+fn owner_of<'a>(cluster: &'a Cluster, path: &str) -> &'a MemcachedProcess {
+    let key = memcached_key("lq", &lacquer::proxy::cache_key::of_url(SITE[0].1, path));
+    &cluster.servers[cluster.server_for(&key)]
+}
+
 /// Clients of one page queued behind a frozen memcached server (`local_ttl = "0s"`: every hit is
 /// a memcached read) share one read of it, and the value that comes back is decoded once for
 /// all of them (`decodes_shared`). Sharing goes by the value, never by the URL: after a purge and
 /// a new render, clients queued the same way all get the new page, none the old one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn clients_queued_for_one_memcached_value_share_its_decoding_and_never_an_older_one() {
-    const CLIENTS: usize = 24;
     let cluster = Cluster::start();
     let origin = scripted_origin();
-    let admin = free_port();
-    let servers: Vec<String> = cluster.names().iter().map(|n| format!("\"{n}\"")).collect();
-    // an op_timeout far beyond the freeze: no queued read may give up and fetch for itself
-    let extra = format!(
-        "[log]\naccess = \"off\"\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n\
-         [cache.memcached]\nservers = [{}]\nlocal_ttl = \"0s\"\nop_timeout = \"10s\"",
-        servers.join(", ")
-    );
-    let node = LacquerProcess::start_simple(origin.addr(), &extra);
+    let dir = TempDir::new("decodings");
+    let (node, admin) = reading_only_memcached(&cluster, &origin, &dir);
     let path = "/popular?cc=max-age%3D300";
-    let key = memcached_key("lq", &lacquer::proxy::cache_key::of_url(SITE[0].1, path));
-    let owner = &cluster.servers[cluster.server_for(&key)];
-
-    let queued_round = |expected: Bytes| {
-        let url = node.url(path);
-        async move {
-            owner.freeze();
-            let clients: Vec<_> = (0..CLIENTS)
-                .map(|_| {
-                    let url = url.clone();
-                    tokio::spawn(async move { get(&url, &SITE).await })
-                })
-                .collect();
-            // they reach the proxy and queue behind the two reads in flight
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            owner.thaw();
-            for client in clients {
-                let resp = client.await.unwrap();
-                assert!(resp.is_hit(), "{:?}", resp.cache_status());
-                assert_eq!(resp.body, expected, "{}", resp.text());
-            }
+    let owner = owner_of(&cluster, path);
+    let all_hits_of = |answers: Vec<Resp>, expected: &Bytes| {
+        for resp in answers {
+            assert!(resp.is_hit(), "{:?}", resp.cache_status());
+            assert_eq!(&resp.body, expected, "{}", resp.text());
         }
     };
 
     let first = get(&node.url(path), &SITE).await;
     assert_eq!(wait_for_stat(admin, "writes", 1, STAT_WAIT).await, 1);
-    queued_round(first.body.clone()).await;
-    assert_eq!(admin_stat(admin, "hits").await, CLIENTS as u64);
+    all_hits_of(queued_behind(owner, &node.url(path)).await, &first.body);
+    assert_eq!(admin_stat(admin, "hits").await, 24);
     let shared = admin_stat(admin, "decodes_shared").await;
     assert!(
-        shared >= 1 && shared < CLIENTS as u64,
-        "{shared} of {CLIENTS} hits shared a decoding"
+        (1..24).contains(&shared),
+        "{shared} of 24 hits shared a decoding"
     );
 
     let purged = request("PURGE", &node.url(path), &SITE, None).await;
@@ -496,7 +519,59 @@ async fn clients_queued_for_one_memcached_value_share_its_decoding_and_never_an_
     let second = get(&node.url(path), &SITE).await;
     assert_ne!(second.body, first.body, "purged: rendered again");
     assert_eq!(wait_for_stat(admin, "writes", 2, STAT_WAIT).await, 2);
-    queued_round(second.body.clone()).await;
+    all_hits_of(queued_behind(owner, &node.url(path)).await, &second.body);
     assert_eq!(origin.hits_for(path), 2);
     assert!(admin_stat(admin, "decodes_shared").await > shared);
+}
+
+/// The ban list judges every reader of a shared decoding (`local_ttl = "0s"`). With a ban of
+/// another tag on the list, queued clients share a decoding and are served; after a ban of the
+/// page's tag (which deletes nothing in memcached) clients queued the same way never get the
+/// banned copy; after a soft ban of another page's tag, its copy is stale and fetched again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_reader_of_a_shared_memcached_decoding_is_judged_by_the_bans() {
+    let cluster = Cluster::start();
+    let origin = scripted_origin();
+    let dir = TempDir::new("decodings-bans");
+    let (node, admin) = reading_only_memcached(&cluster, &origin, &dir);
+    let red = "/red?cc=max-age%3D300&hdr=Surrogate-Key:red";
+    let blue = "/blue?cc=max-age%3D300&hdr=Surrogate-Key:blue";
+    let ban = |body: &'static str| async move {
+        let answer = admin_post(admin, "/ban", Some(ADMIN_TOKEN), body).await;
+        assert_eq!(answer.status, 200, "{}", answer.text());
+    };
+    let old_red = get(&node.url(red), &SITE).await.body;
+    let old_blue = get(&node.url(blue), &SITE).await.body;
+    assert_eq!(wait_for_stat(admin, "writes", 2, STAT_WAIT).await, 2);
+
+    // a ban that covers neither: the list is not empty, each reader is judged by it
+    ban(r#"{"tag": "green"}"#).await;
+    for resp in queued_behind(owner_of(&cluster, red), &node.url(red)).await {
+        assert!(resp.is_hit(), "{:?}", resp.cache_status());
+        assert_eq!(resp.body, old_red);
+    }
+    assert!(admin_stat(admin, "decodes_shared").await >= 1);
+
+    // the page's own tag: its entry still sits in memcached, and no queued reader serves it
+    ban(r#"{"tag": "red"}"#).await;
+    let invalidated = admin_stat(admin, "invalidated").await;
+    for resp in queued_behind(owner_of(&cluster, red), &node.url(red)).await {
+        assert_eq!(resp.status, 200);
+        assert_ne!(resp.body, old_red, "a reader served the banned copy");
+    }
+    assert!(admin_stat(admin, "invalidated").await > invalidated);
+    // fetched again: once, or a few times when readers find the banned copy before the new
+    // one's write to memcached lands (nothing is kept locally with `local_ttl = "0s"`)
+    assert!(origin.hits_for(red) >= 2);
+
+    // a soft ban: the copy in memcached is stale (no stale-while-revalidate here), so it is
+    // fetched again
+    ban(r#"{"tag": "blue", "soft": true}"#).await;
+    let again = get(&node.url(blue), &SITE).await;
+    assert_eq!(again.status, 200);
+    assert_ne!(
+        again.body, old_blue,
+        "the softly banned copy was served as fresh"
+    );
+    assert_eq!(origin.hits_for(blue), 2);
 }
