@@ -575,3 +575,34 @@ async fn every_reader_of_a_shared_memcached_decoding_is_judged_by_the_bans() {
     );
     assert_eq!(origin.hits_for(blue), 2);
 }
+
+/// A value that fails verification is never remembered for the readers queued behind it
+/// (`local_ttl = "0s"`): each of them rejects it (a value planted in memcached under the page's
+/// key, with the format's first bytes and nothing valid after), none is served it, and the page
+/// is fetched from the origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_planted_value_is_rejected_by_every_reader_queued_behind_it() {
+    let cluster = Cluster::start();
+    let origin = scripted_origin();
+    let dir = TempDir::new("decodings-planted");
+    let (node, admin) = reading_only_memcached(&cluster, &origin, &dir);
+    let path = "/planted-popular?cc=max-age%3D300";
+    let key = memcached_key("lq", &lacquer::proxy::cache_key::of_url(SITE[0].1, path));
+    let owner = owner_of(&cluster, path);
+    let planted = b"LQ\x01\x01not an entry, though it starts like one";
+    let reply = owner.command(&format!("set {key} 0 300 {}", planted.len()), Some(planted));
+    assert!(reply.starts_with("STORED"), "{reply}");
+
+    for resp in queued_behind(owner, &node.url(path)).await {
+        assert_eq!(resp.status, 200);
+        assert!(
+            resp.text().starts_with(&format!("{path} #")),
+            "served something else than the origin's page: {}",
+            resp.text()
+        );
+    }
+    // each queued reader decoded it for itself (a remembered rejection would count once)
+    let rejected = admin_stat(admin, "rejected").await;
+    assert!(rejected >= 24, "rejected {rejected} times");
+    assert!(origin.hits_for(path) >= 1);
+}
