@@ -446,13 +446,23 @@ fn reading_only_memcached(
     origin: &TestOrigin,
     dir: &TempDir,
 ) -> (LacquerProcess, u16) {
+    reading_only_memcached_named(cluster, origin, dir, "A")
+}
+
+/// [`reading_only_memcached`], named `name` in the cluster's invalidation reports.
+fn reading_only_memcached_named(
+    cluster: &Cluster,
+    origin: &TestOrigin,
+    dir: &TempDir,
+    name: &str,
+) -> (LacquerProcess, u16) {
     let admin = free_port();
     dir.write("admin.token", format!("{ADMIN_TOKEN}\n"));
     let servers: Vec<String> = cluster.names().iter().map(|n| format!("\"{n}\"")).collect();
     let extra = format!(
         "[log]\naccess = \"off\"\n{}\
          [cache.memcached]\nservers = [{}]\nlocal_ttl = \"0s\"\nop_timeout = \"10s\"",
-        admin_toml(admin, &dir.path().join("admin.token"), "A"),
+        admin_toml(admin, &dir.path().join("admin.token"), name),
         servers.join(", ")
     );
     (LacquerProcess::start_simple(origin.addr(), &extra), admin)
@@ -605,4 +615,101 @@ async fn a_planted_value_is_rejected_by_every_reader_queued_behind_it() {
     let rejected = admin_stat(admin, "rejected").await;
     assert!(rejected >= 24, "rejected {rejected} times");
     assert!(origin.hits_for(path) >= 1);
+}
+
+/// GETs of `urls`, all sent at once; their answers.
+async fn at_once(urls: impl IntoIterator<Item = String>) -> Vec<Resp> {
+    let requests: Vec<_> = urls
+        .into_iter()
+        .map(|url| tokio::spawn(async move { get(&url, &SITE).await }))
+        .collect();
+    let mut answers = Vec::new();
+    for request in requests {
+        answers.push(request.await.unwrap());
+    }
+    answers
+}
+
+/// Requests that waited for one fill are served by it when the node keeps no trusted copy of
+/// its own (`local_ttl = "0s"`): the fill is trusted here until its write to memcached has
+/// landed, and a waiter that wakes after that reads memcached rather than asking the origin.
+/// Before, 16 concurrent misses of a slow page made 2 to 10 origin fetches. After a ban of the
+/// page's tag (its entry stays in memcached, banned), the same: one more fetch, where there
+/// were 11 to 16 more, and no request waits for the first fill's lease (before, left to run
+/// out, it held them all for up to `fill_lease`). 96 requests: with 16, waiters that wake after
+/// the write has landed were too rare to be seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_a_node_reading_only_memcached_concurrent_misses_make_one_origin_fetch() {
+    let cluster = Cluster::start();
+    let origin = scripted_origin();
+    let dir = TempDir::new("one-fetch");
+    let (node, admin) = reading_only_memcached(&cluster, &origin, &dir);
+    let path = "/one-fetch?cc=max-age%3D300&sleep=400&hdr=Surrogate-Key:red";
+
+    let first = at_once((0..96).map(|_| node.url(path))).await;
+    for resp in &first {
+        assert_eq!(resp.status, 200);
+        assert_eq!(resp.body, first[0].body, "two renders were served");
+    }
+    assert_eq!(origin.hits_for(path), 1, "96 concurrent misses");
+    assert_eq!(wait_for_stat(admin, "writes", 1, STAT_WAIT).await, 1);
+
+    let answer = admin_post(admin, "/ban", Some(ADMIN_TOKEN), r#"{"tag": "red"}"#).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let after_ban = at_once((0..96).map(|_| node.url(path))).await;
+    for resp in &after_ban {
+        assert_eq!(resp.status, 200);
+        assert_ne!(resp.body, first[0].body, "the banned copy was served");
+        assert_eq!(resp.body, after_ban[0].body, "two renders were served");
+    }
+    assert_eq!(
+        origin.hits_for(path),
+        2,
+        "96 concurrent requests after the ban"
+    );
+    // none waited for a lease: the first fill's was deleted when its entry was written
+    assert_eq!(admin_stat(admin, "fill_waits").await, 0);
+}
+
+/// Right after a popular page is stored, a ban of its tag: both nodes (`local_ttl = "0s"`) get
+/// requests for it at once, find the banned entry in memcached, and the page is rendered once
+/// for the whole cluster. The first fill's lease is deleted when its entry is written, so the
+/// node that claims the new fill's lease gets it, and the other waits for that fill instead
+/// of waiting out the old lease and fetching for itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn after_a_tag_ban_a_popular_page_is_fetched_once_for_the_whole_cluster() {
+    let cluster = Cluster::start();
+    let origin = scripted_origin();
+    let (dir_a, dir_b) = (TempDir::new("ban-once-a"), TempDir::new("ban-once-b"));
+    let (a, admin_a) = reading_only_memcached_named(&cluster, &origin, &dir_a, "A");
+    let (b, admin_b) = reading_only_memcached_named(&cluster, &origin, &dir_b, "B");
+    let path = "/ban-once?cc=max-age%3D300&sleep=300&hdr=Surrogate-Key:red";
+
+    let stored = get(&a.url(path), &SITE).await;
+    assert!(stored.is_stored(), "{:?}", stored.cache_status());
+    assert_eq!(wait_for_stat(admin_a, "writes", 1, STAT_WAIT).await, 1);
+    assert!(get(&b.url(path), &SITE).await.is_hit());
+
+    let answer = admin_post(admin_a, "/ban", Some(ADMIN_TOKEN), r#"{"tag": "red"}"#).await;
+    assert_eq!(
+        answer.status,
+        200,
+        "the ban reached both nodes: {}",
+        answer.text()
+    );
+    let urls = (0..16).map(|i| if i % 2 == 0 { a.url(path) } else { b.url(path) });
+    let answers = at_once(urls).await;
+    for resp in &answers {
+        assert_eq!(resp.status, 200);
+        assert_ne!(resp.body, stored.body, "the banned copy was served");
+        assert_eq!(resp.body, answers[0].body, "two renders were served");
+    }
+    assert_eq!(
+        origin.hits_for(path),
+        2,
+        "A: {} fills claimed, B: {} fills claimed, {} awaited",
+        admin_stat(admin_a, "fills_claimed").await,
+        admin_stat(admin_b, "fills_claimed").await,
+        admin_stat(admin_b, "fills_awaited").await
+    );
 }

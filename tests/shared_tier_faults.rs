@@ -124,16 +124,21 @@ async fn get_within_patience(url: String) -> Resp {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_fill_lease_lives_on_the_server_of_the_entry_it_guards() {
     let cluster = Cluster::start();
-    let origin = origin_slow_at_first(Duration::ZERO, 0);
+    // each first answer takes long enough for the lease to be looked at while the fill is out
+    let origin = origin_slow_at_first(Duration::from_millis(600), 0);
     let (a, admin_a) = cluster.node(&origin, "");
     for wanted in 0..3 {
         let url = Url::on(&cluster, "placed", wanted);
-        assert_eq!(get(&a.url(&url.path), &SITE).await.status, 200);
-        assert_eq!(
-            admin_stat(admin_a, "fills_claimed").await,
-            wanted as u64 + 1
-        );
-        // a stored fill leaves its lease to expire: it is there, on the entry's server only
+        let filling = tokio::spawn(get_within_patience(a.url(&url.path)));
+        let claimed = poll_until_async(PATIENCE, || {
+            cluster
+                .servers
+                .iter()
+                .any(|server| server.holds(&url.lease))
+        })
+        .await;
+        assert!(claimed, "no lease for {} while it was filled", url.path);
+        // the lease is on the entry's server only
         for (i, server) in cluster.servers.iter().enumerate() {
             assert_eq!(
                 server.holds(&url.lease),
@@ -143,6 +148,21 @@ async fn the_fill_lease_lives_on_the_server_of_the_entry_it_guards() {
                 url.server
             );
         }
+        assert_eq!(filling.await.unwrap().status, 200);
+        assert_eq!(
+            admin_stat(admin_a, "fills_claimed").await,
+            wanted as u64 + 1
+        );
+        // a fill written to memcached deletes its lease
+        assert_eq!(
+            wait_for_stat(admin_a, "writes", wanted as u64 + 1, PATIENCE).await,
+            wanted as u64 + 1
+        );
+        assert!(
+            !cluster.servers[url.server].holds(&url.lease),
+            "the lease of {} outlived its written fill",
+            url.path
+        );
     }
 }
 
@@ -281,9 +301,12 @@ async fn a_lease_older_than_its_length_holds_nobody_up() {
         "the lease was found taken"
     );
     assert_eq!(admin_stat(admin_b, "fills_awaited").await, 0);
+    // not taken over by a claim (`fills_claimed` is 0): deleted, as any lease of a URL whose
+    // fill has been written is, once B's was
+    assert_eq!(wait_for_stat(admin_b, "writes", 1, PATIENCE).await, 1);
     assert!(
-        server.holds(&url.lease),
-        "the stale lease itself was left alone"
+        !server.holds(&url.lease),
+        "the lease outlived the fill written after it"
     );
 }
 

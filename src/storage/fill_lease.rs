@@ -17,8 +17,9 @@
 //! * **Release**: a fill that stored nothing (uncacheable, or the fetch failed) deletes the lease
 //!   when its request ends ([`HeldLease::on_request_end`]), and so does a fill whose write to
 //!   memcached failed ([`FillLeases::on_write_failed`]), so the waiters fetch for themselves at
-//!   once instead of being held behind a fill they will never see. A stored and written fill
-//!   leaves the lease to expire, since the waiters find the entry first.
+//!   once instead of being held behind a fill they will never see. A stored fill deletes the
+//!   lease once its entry is written ([`FillLeases::on_written`]); a waiter that finds the
+//!   lease gone looks for the entry once more before it fetches for itself.
 //! * **Bounds**: memcached failing is never waited on. When the URL's server is ejected or its
 //!   last operation failed (the miss that brought the request here may have been a timeout), no
 //!   lease is claimed or waited for, and a wait ends as soon as one of its looks fails: a dead
@@ -196,7 +197,7 @@ impl FillLeases {
         }
         // the holder's claim time bounds the wait, whenever the lease came to be in memcached
         let Some(remaining) = self.lease_remaining(key).await else {
-            return self.wait_cut(key);
+            return self.lease_gone(key, &mut look).await;
         };
         self.counters.fill_waits.fetch_add(1, Ordering::Relaxed);
         let deadline = Instant::now() + remaining;
@@ -214,8 +215,28 @@ impl FillLeases {
                 return self.wait_cut(key);
             }
             if self.lease_remaining(key).await.is_none() {
-                return self.wait_cut(key);
+                return self.lease_gone(key, &mut look).await;
             }
+        }
+    }
+
+    /// The lease this request found taken is gone: released by a fill that stored nothing,
+    /// expired, or deleted because its fill has been written ([`FillLeases::on_written`]). One
+    /// more look tells the last from the others: the fill may have landed since the last look.
+    async fn lease_gone<T, F, Fut>(&self, key: &CacheKey, look: &mut F) -> AfterSharedMiss<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Sighting<T>>,
+    {
+        if self.server_failing(key) {
+            return self.wait_cut(key);
+        }
+        match look().await {
+            Sighting::Arrived(fill) => {
+                self.counters.fills_awaited.fetch_add(1, Ordering::Relaxed);
+                AfterSharedMiss::Filled(fill)
+            }
+            _ => self.wait_cut(key),
         }
     }
 
@@ -340,6 +361,25 @@ impl FillLeases {
         });
     }
 
+    /// `key`'s fill has been written to memcached: its lease, if any, is deleted. The nodes
+    /// waiting on it look for the entry before they give up on a lease that is gone, so they are
+    /// served it; and a lease left to run out would hold every node's requests for the URL back
+    /// behind a fill that is over should the entry turn unusable before it expires (a ban of
+    /// the URL's tag right after it was stored: the banned entry stays in memcached, and each
+    /// node would wait out the lease, then fetch at once). Whoever holds the lease by then, the
+    /// worst this does is one more origin fetch.
+    pub async fn on_written(&self, key: &CacheKey) {
+        if self.lease.is_zero() || self.server_failing(key) {
+            return;
+        }
+        self.cluster
+            .delete_with(
+                self.entry_key(key).as_bytes(),
+                self.lease_key(key).as_bytes(),
+            )
+            .await;
+    }
+
     /// `key`'s URL was purged: a lease on it belongs to a fill from before the purge (or one
     /// that will find the URL purged), so it is deleted and the nodes that miss the URL now
     /// fetch it at once instead of waiting for the lease to expire.
@@ -359,9 +399,8 @@ impl HeldLease {
     /// The request that holds the lease is over (`logging`). When its fill `stored` nothing
     /// (uncacheable, or the fetch failed: the proxy passes `false` for any request that ended in
     /// an error), the lease is deleted too: the nodes waiting for it then fetch for themselves at
-    /// once instead of at the lease's expiry. A stored fill leaves the lease to expire; the
-    /// waiters find the entry first (and should its write to memcached fail,
-    /// [`FillLeases::on_write_failed`] releases them).
+    /// once instead of at the lease's expiry. A stored fill's lease is deleted when its write to
+    /// memcached lands ([`FillLeases::on_written`]) or fails ([`FillLeases::on_write_failed`]).
     pub fn on_request_end(self, stored: bool) {
         let Held {
             leases,

@@ -454,13 +454,17 @@ impl TieredStorage {
 
     /// Writes what the memory tier holds for `key` to memcached, in the background.
     fn spawn_write(&'static self, key: CacheKey) {
-        let Some((meta, body)) = self.memory.stored_parts(&key) else {
+        let Some((meta, body, in_flight)) = self.memory.stored_for_sharing(&key) else {
             // the memory tier did not keep it (admission, eviction): nothing will be written
             self.fill_leases.on_write_failed(&key);
             return;
         };
         tokio::spawn(async move {
-            if self.write_entry(&key, &meta, &body).await {
+            let written = self.write_entry(&key, &meta, &body).await;
+            // memcached has it now (or never will): the copy is trusted for `local_ttl` only
+            drop(in_flight);
+            if written {
+                self.fill_leases.on_written(&key).await;
                 self.counters.writes.fetch_add(1, Ordering::Relaxed);
             } else {
                 self.counters.write_failures.fetch_add(1, Ordering::Relaxed);
@@ -494,7 +498,16 @@ impl Storage for PrimaryKnownMissing {
         trace: &SpanHandle,
     ) -> Result<Option<(CacheMeta, HitHandler)>> {
         if key.variance().is_none() {
-            self.tier.memory.lookup(key, trace).await
+            if let Some(hit) = self.tier.memory.lookup(key, trace).await? {
+                return Ok(Some(hit));
+            }
+            if !self.tier.memory.holds(key) {
+                return Ok(None);
+            }
+            // Stored here since memcached was asked, and no longer trusted here (`local_ttl`):
+            // the fill this request waited for on the cache lock, whose write has landed.
+            // Memcached has it now.
+            self.tier.lookup(key, trace).await
         } else {
             self.tier.lookup(key, trace).await
         }

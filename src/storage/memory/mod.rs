@@ -55,6 +55,7 @@ use pingora_cache::trace::SpanHandle;
 use pingora_cache::{CacheKey, CacheMeta};
 use pingora_error::Result;
 use std::any::Any;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -102,6 +103,26 @@ pub enum NoCompleteObject {
     Filling,
     /// Nothing is stored under the key, or nothing this node still trusts.
     Absent,
+}
+
+/// An object this node has just filled, trusted here while its write to the shared tier is
+/// on its way; dropped when the write has landed or failed.
+///
+/// Until the write lands, the shared tier holds an older answer, a banned one or none, and
+/// this copy is the newest there is: with a short `local_ttl` (zero: the copy is never trusted
+/// otherwise) the requests that waited on the cache lock for this fill, and those arriving
+/// meanwhile, would find nothing here, read the shared tier's older answer or nothing, and ask
+/// the origin again, one after another. A purge or ban of the URL on this node still takes
+/// the copy out at once; once the write has landed, the shared tier has this answer and the
+/// copy is trusted for `local_ttl` from when it was stored, as before.
+pub struct SharedWriteInFlight(Arc<MemoryObject>);
+
+impl Drop for SharedWriteInFlight {
+    fn drop(&mut self) {
+        self.0
+            .shared_write_in_flight
+            .store(false, Ordering::Release);
+    }
 }
 
 fn key_of(hash: [u8; 16]) -> u128 {
@@ -315,13 +336,24 @@ impl MemoryTier {
         touched
     }
 
-    /// The metadata and body stored under `key`, for writing them to a shared tier.
-    pub fn stored_parts(&self, key: &CacheKey) -> Option<(Arc<StoredMeta>, Body)> {
+    /// The metadata and body stored under `key`, for writing them to a shared tier, and the
+    /// object's trust while that write is on its way ([`SharedWriteInFlight`]).
+    pub fn stored_for_sharing(
+        &self,
+        key: &CacheKey,
+    ) -> Option<(Arc<StoredMeta>, Body, SharedWriteInFlight)> {
         // not `trusted_object`: the writer wants what was just stored, even when this node's own
         // trust in it has already run out (a `local_ttl` of zero)
         let object = self.index.get(key_of(key.combined_bin()))?;
         let meta = object.meta.read().clone();
-        Some((meta, object.body.clone()))
+        let body = object.body.clone();
+        object.shared_write_in_flight.store(true, Ordering::Release);
+        Some((meta, body, SharedWriteInFlight(object)))
+    }
+
+    /// Whether an object is stored under `key`, trusted here or not.
+    pub fn holds(&self, key: &CacheKey) -> bool {
+        self.index.get(key_of(key.combined_bin())).is_some()
     }
 
     /// A hit handler over a body that is not (or not yet) stored here.
@@ -334,7 +366,12 @@ impl MemoryTier {
     fn trusted_object(&self, key: u128) -> Option<Arc<MemoryObject>> {
         let object = self.index.get(key)?;
         match object.local_until {
-            Some(until) if Instant::now() >= until => None,
+            Some(until)
+                if Instant::now() >= until
+                    && !object.shared_write_in_flight.load(Ordering::Acquire) =>
+            {
+                None
+            }
             _ => Some(object),
         }
     }
