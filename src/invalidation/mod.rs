@@ -27,8 +27,9 @@
 //! When memcached servers are down: a purge is published to the servers that answer, and every
 //! node reads whichever it can reach; as long as one server took it, every node learns it. When
 //! none did, the answer is 503: this node has applied it and keeps trying to publish it, other
-//! nodes keep serving their memory copies for at most `local_ttl` (then they look in memcached,
-//! which is down: a miss).
+//! nodes keep serving their memory copies for at most `local_ttl`, or, for a copy a node has
+//! just filled, until its write to memcached ends (each item's write is bounded by
+//! `op_timeout`), if that is later; then they look in memcached, which is down: a miss.
 
 pub mod cluster_log;
 pub mod record;

@@ -196,10 +196,12 @@ impl FillLeases {
             FillClaim::Theirs => {}
         }
         // the holder's claim time bounds the wait, whenever the lease came to be in memcached
-        let Some(remaining) = self.lease_remaining(key).await else {
+        let remaining = self.lease_remaining(key).await;
+        self.counters.fill_waits.fetch_add(1, Ordering::Relaxed);
+        let Some(remaining) = remaining else {
+            // a wait over as it begins: the lease went between the claim and this look
             return self.lease_gone(key, &mut look).await;
         };
-        self.counters.fill_waits.fetch_add(1, Ordering::Relaxed);
         let deadline = Instant::now() + remaining;
         loop {
             tokio::time::sleep(FILL_POLL).await;
@@ -236,7 +238,8 @@ impl FillLeases {
                 self.counters.fills_awaited.fetch_add(1, Ordering::Relaxed);
                 AfterSharedMiss::Filled(fill)
             }
-            _ => self.wait_cut(key),
+            Sighting::Elsewhere => AfterSharedMiss::fill_here(false),
+            Sighting::NotYet => self.wait_cut(key),
         }
     }
 
@@ -366,8 +369,9 @@ impl FillLeases {
     /// served it; and a lease left to run out would hold every node's requests for the URL back
     /// behind a fill that is over should the entry turn unusable before it expires (a ban of
     /// the URL's tag right after it was stored: the banned entry stays in memcached, and each
-    /// node would wait out the lease, then fetch at once). Whoever holds the lease by then, the
-    /// worst this does is one more origin fetch.
+    /// node would wait out the lease, then fetch at once). Should the lease be another fill's by
+    /// then (this fill outlasted `fill_lease` and another node claimed the URL again), its
+    /// waiters fetch for themselves, once per node, as when a lease expires.
     pub async fn on_written(&self, key: &CacheKey) {
         if self.lease.is_zero() || self.server_failing(key) {
             return;

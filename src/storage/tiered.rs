@@ -445,15 +445,22 @@ impl TieredStorage {
             .await
     }
 
+    /// Whether the memcached server holding `key`'s entry is ejected or has just failed.
+    fn shared_server_failing(&self, key: &CacheKey) -> bool {
+        let mc_key = memcached_key(&self.namespace, key);
+        self.cluster.server_failing(mc_key.as_bytes())
+    }
+
     /// Shares a complete object this node stored outside a fill (parts combined, see
     /// `proxy/partial_content.rs`): what the memory tier holds for `key` is written to memcached
     /// in the background, as a finished fill is.
     pub fn share(&'static self, key: CacheKey) {
-        self.spawn_write(key);
+        self.spawn_write(key, false);
     }
 
-    /// Writes what the memory tier holds for `key` to memcached, in the background.
-    fn spawn_write(&'static self, key: CacheKey) {
+    /// Writes what the memory tier holds for `key` to memcached, in the background; a `fill`'s
+    /// written entry ends the URL's fill lease ([`FillLeases::on_written`]).
+    fn spawn_write(&'static self, key: CacheKey, fill: bool) {
         let Some((meta, body, in_flight)) = self.memory.stored_for_sharing(&key) else {
             // the memory tier did not keep it (admission, eviction): nothing will be written
             self.fill_leases.on_write_failed(&key);
@@ -464,7 +471,9 @@ impl TieredStorage {
             // memcached has it now (or never will): the copy is trusted for `local_ttl` only
             drop(in_flight);
             if written {
-                self.fill_leases.on_written(&key).await;
+                if fill {
+                    self.fill_leases.on_written(&key).await;
+                }
                 self.counters.writes.fetch_add(1, Ordering::Relaxed);
             } else {
                 self.counters.write_failures.fetch_add(1, Ordering::Relaxed);
@@ -477,11 +486,18 @@ impl TieredStorage {
 
 /// The tiered store as seen by a request whose primary key the hit fast path has just looked up
 /// in memcached and not found: the primary lookup reads the memory tier only (which may have
-/// been filled since), so a miss costs one memcached round trip, not two. Everything else,
+/// been filled since), so a miss costs one memcached round trip, not two; memcached is read
+/// again only for a copy this node stored within the last [`JUST_STORED`] and no longer trusts
+/// (a fill the request waited for on the cache lock, already written). Everything else,
 /// including variant lookups, fills and purges, is the tiered store's.
 pub struct PrimaryKnownMissing {
     tier: &'static TieredStorage,
 }
+
+/// How recently a copy must have been stored for a request that found memcached empty to read
+/// memcached again ([`PrimaryKnownMissing`]): a waiter on the cache lock wakes as the fill it
+/// waited for lands, well within this even on a loaded machine.
+const JUST_STORED: Duration = Duration::from_secs(1);
 
 impl PrimaryKnownMissing {
     /// A view of `tier`; one per process is enough, as it holds no per-request state.
@@ -501,12 +517,15 @@ impl Storage for PrimaryKnownMissing {
             if let Some(hit) = self.tier.memory.lookup(key, trace).await? {
                 return Ok(Some(hit));
             }
-            if !self.tier.memory.holds(key) {
+            // Stored here just now and already untrusted (`local_ttl`): the fill this request
+            // waited for on the cache lock, whose write to memcached landed before it woke.
+            // Memcached has it now. (Not for an older copy, nor from a failing server: then
+            // memcached is as the fast path found it.)
+            if !self.tier.memory.stored_within(key, JUST_STORED)
+                || self.tier.shared_server_failing(key)
+            {
                 return Ok(None);
             }
-            // Stored here since memcached was asked, and no longer trusted here (`local_ttl`):
-            // the fill this request waited for on the cache lock, whose write has landed.
-            // Memcached has it now.
             self.tier.lookup(key, trace).await
         } else {
             self.tier.lookup(key, trace).await
@@ -576,7 +595,7 @@ impl HandleMiss for TieredMiss {
     async fn finish(self: Box<Self>) -> Result<MissFinishType> {
         let TieredMiss { inner, key, tier } = *self;
         let finished = inner.finish().await?;
-        tier.spawn_write(key);
+        tier.spawn_write(key, true);
         Ok(finished)
     }
 
@@ -650,7 +669,7 @@ impl Storage for TieredStorage {
     ) -> Result<bool> {
         let updated = self.memory.update_meta(key, meta, trace).await?;
         if updated {
-            self.spawn_write(key.clone());
+            self.spawn_write(key.clone(), false);
         }
         Ok(updated)
     }

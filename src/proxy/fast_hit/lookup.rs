@@ -3,7 +3,8 @@
 //! The object is looked for in the memory tier, then (when a memcached cluster is configured and
 //! the memory tier has nothing under the URL) in memcached, through the same verified read and
 //! promotion the tiered store uses. A memcached miss is reported as [`Lookup::Absent`], so the
-//! standard path does not ask memcached a second time.
+//! standard path does not ask memcached a second time (unless this node stored the URL just
+//! since: see `storage::tiered::PrimaryKnownMissing`).
 //!
 //! Variants are resolved the way Pingora's state machine does it, with the same
 //! [`vary::variance_key`]: the object under the primary key names the `Vary` fields; if the

@@ -273,8 +273,12 @@ impl HandleMiss for MemoryMiss {
         let size = body.len();
         // index the complete object before dropping the in-flight entry, so lookups never see a gap
         let scopes = self.scopes.take();
-        self.tier
-            .insert(self.key, self.primary, self.meta.clone(), body, scopes);
+        if self
+            .tier
+            .insert(self.key, self.primary, self.meta.clone(), body, scopes)
+        {
+            self.tier.awaits_shared_write(self.key);
+        }
         self.body.state.send_replace(FillState::Complete);
         self.finished = true;
         self.tier.fills.remove(self.key, self.write_id.into());

@@ -106,7 +106,9 @@ pub enum NoCompleteObject {
 }
 
 /// An object this node has just filled, trusted here while its write to the shared tier is
-/// on its way; dropped when the write has landed or failed.
+/// on its way; dropped when the write has landed or failed. (The trust is set when the fill is
+/// indexed, before its in-flight entry goes, so no lookup sees a gap; the write task holds
+/// this guard, and ends it.)
 ///
 /// Until the write lands, the shared tier holds an older answer, a banned one or none, and
 /// this copy is the newest there is: with a short `local_ttl` (zero: the copy is never trusted
@@ -230,8 +232,10 @@ impl MemoryTier {
     }
 
     /// Makes this tier a near cache in front of a shared tier: every object is trusted for at most
-    /// `ttl` after it was stored here, then looked up in the shared tier again. This bounds how
-    /// long a purge made through another node can go unseen here. A `ttl` of zero keeps no copy
+    /// `ttl` after it was stored here (or, for this node's own fill, until its write to the shared
+    /// tier has ended, if that is later: [`SharedWriteInFlight`]), then looked up in the shared
+    /// tier again. This bounds how long a purge made through another node can go unseen here
+    /// when the invalidation log does not bring it sooner. A `ttl` of zero keeps no copy
     /// of shared-tier hits (see [`Self::promote`]).
     pub fn set_local_ttl(&mut self, ttl: Duration) {
         self.local_ttl = Some(ttl);
@@ -351,9 +355,30 @@ impl MemoryTier {
         Some((meta, body, SharedWriteInFlight(object)))
     }
 
-    /// Whether an object is stored under `key`, trusted here or not.
-    pub fn holds(&self, key: &CacheKey) -> bool {
-        self.index.get(key_of(key.combined_bin())).is_some()
+    /// Whether an object was stored under `key` (a fill, or a shared-tier hit promoted) less
+    /// than `within` ago, trusted here or not. Only in near-cache mode, where that is known.
+    pub fn stored_within(&self, key: &CacheKey, within: Duration) -> bool {
+        let (Some(ttl), Some(object)) =
+            (self.local_ttl, self.index.get(key_of(key.combined_bin())))
+        else {
+            return false;
+        };
+        // trusted from when it was stored for `local_ttl`
+        object
+            .local_until
+            .is_some_and(|until| until + within > Instant::now() + ttl)
+    }
+
+    /// A fill of `key` has just been indexed, and the tiered store will write it to the shared
+    /// tier: it is trusted until that write ends ([`SharedWriteInFlight`]), from now on, before
+    /// the fill's in-flight entry (which lookups find until then) is dropped. Only in near-cache
+    /// mode, the only one with a shared tier.
+    pub(super) fn awaits_shared_write(&self, key: u128) {
+        if self.local_ttl.is_some() {
+            if let Some(object) = self.index.get(key) {
+                object.shared_write_in_flight.store(true, Ordering::Release);
+            }
+        }
     }
 
     /// A hit handler over a body that is not (or not yet) stored here.
