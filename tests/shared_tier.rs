@@ -473,20 +473,11 @@ fn reading_only_memcached_named(
 async fn queued_behind(owner: &MemcachedProcess, url: &str) -> Vec<Resp> {
     const CLIENTS: usize = 24;
     owner.freeze();
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|_| {
-            let url = url.to_string();
-            tokio::spawn(async move { get(&url, &SITE).await })
-        })
-        .collect();
+    let clients = tokio::spawn(at_once(vec![url.to_string(); CLIENTS]));
     // they reach the proxy and queue behind the two reads in flight
     tokio::time::sleep(Duration::from_millis(500)).await;
     owner.thaw();
-    let mut answers = Vec::with_capacity(CLIENTS);
-    for client in clients {
-        answers.push(client.await.unwrap());
-    }
-    answers
+    clients.await.unwrap()
 }
 
 /// The memcached server holding `path`'s entry.

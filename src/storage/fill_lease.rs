@@ -158,8 +158,15 @@ impl FillLeases {
         format!("{}:{}", self.namespace, key.primary())
     }
 
+    /// Deletes a URL's lease (`lease_key`), placed by the key of its entry (`entry_key`).
+    async fn delete(&self, entry_key: &str, lease_key: &str) {
+        self.cluster
+            .delete_with(entry_key.as_bytes(), lease_key.as_bytes())
+            .await;
+    }
+
     /// Whether the server holding `key`'s entry is ejected or has just failed.
-    fn server_failing(&self, key: &CacheKey) -> bool {
+    pub(super) fn server_failing(&self, key: &CacheKey) -> bool {
         self.cluster.server_failing(self.entry_key(key).as_bytes())
     }
 
@@ -357,11 +364,7 @@ impl FillLeases {
             return;
         }
         let (entry_key, lease_key) = (self.entry_key(key), self.lease_key(key));
-        tokio::spawn(async move {
-            self.cluster
-                .delete_with(entry_key.as_bytes(), lease_key.as_bytes())
-                .await;
-        });
+        tokio::spawn(async move { self.delete(&entry_key, &lease_key).await });
     }
 
     /// `key`'s fill has been written to memcached: its lease, if any, is deleted. The nodes
@@ -376,11 +379,7 @@ impl FillLeases {
         if self.lease.is_zero() || self.server_failing(key) {
             return;
         }
-        self.cluster
-            .delete_with(
-                self.entry_key(key).as_bytes(),
-                self.lease_key(key).as_bytes(),
-            )
+        self.delete(&self.entry_key(key), &self.lease_key(key))
             .await;
     }
 
@@ -389,11 +388,7 @@ impl FillLeases {
     /// fetch it at once instead of waiting for the lease to expire.
     pub async fn on_purge(&self, key: &CacheKey) {
         if !self.lease.is_zero() {
-            self.cluster
-                .delete_with(
-                    self.entry_key(key).as_bytes(),
-                    self.lease_key(key).as_bytes(),
-                )
+            self.delete(&self.entry_key(key), &self.lease_key(key))
                 .await;
         }
     }
@@ -416,11 +411,6 @@ impl HeldLease {
         if stored {
             return;
         }
-        tokio::spawn(async move {
-            leases
-                .cluster
-                .delete_with(entry_key.as_bytes(), lease_key.as_bytes())
-                .await;
-        });
+        tokio::spawn(async move { leases.delete(&entry_key, &lease_key).await });
     }
 }

@@ -445,12 +445,6 @@ impl TieredStorage {
             .await
     }
 
-    /// Whether the memcached server holding `key`'s entry is ejected or has just failed.
-    fn shared_server_failing(&self, key: &CacheKey) -> bool {
-        let mc_key = memcached_key(&self.namespace, key);
-        self.cluster.server_failing(mc_key.as_bytes())
-    }
-
     /// Shares a complete object this node stored outside a fill (parts combined, see
     /// `proxy/partial_content.rs`): what the memory tier holds for `key` is written to memcached
     /// in the background, as a finished fill is.
@@ -522,7 +516,7 @@ impl Storage for PrimaryKnownMissing {
             // Memcached has it now. (Not for an older copy, nor from a failing server: then
             // memcached is as the fast path found it.)
             if !self.tier.memory.stored_within(key, JUST_STORED)
-                || self.tier.shared_server_failing(key)
+                || self.tier.fill_leases.server_failing(key)
             {
                 return Ok(None);
             }
