@@ -473,7 +473,7 @@ fn reading_only_memcached_named(
 async fn queued_behind(owner: &MemcachedProcess, url: &str) -> Vec<Resp> {
     const CLIENTS: usize = 24;
     owner.freeze();
-    let clients = tokio::spawn(at_once(vec![url.to_string(); CLIENTS]));
+    let clients = tokio::spawn(gets_at_once(vec![url.to_string(); CLIENTS], &SITE));
     // they reach the proxy and queue behind the two reads in flight
     tokio::time::sleep(Duration::from_millis(500)).await;
     owner.thaw();
@@ -608,19 +608,6 @@ async fn a_planted_value_is_rejected_by_every_reader_queued_behind_it() {
     assert!(origin.hits_for(path) >= 1);
 }
 
-/// GETs of `urls`, all sent at once; their answers.
-async fn at_once(urls: impl IntoIterator<Item = String>) -> Vec<Resp> {
-    let requests: Vec<_> = urls
-        .into_iter()
-        .map(|url| tokio::spawn(async move { get(&url, &SITE).await }))
-        .collect();
-    let mut answers = Vec::new();
-    for request in requests {
-        answers.push(request.await.unwrap());
-    }
-    answers
-}
-
 /// Requests that waited for one fill are served by it when the node keeps no trusted copy of
 /// its own (`local_ttl = "0s"`): the fill is trusted here until its write to memcached has
 /// landed, and a waiter that wakes after that reads memcached rather than asking the origin.
@@ -637,7 +624,7 @@ async fn on_a_node_reading_only_memcached_concurrent_misses_make_one_origin_fetc
     let (node, admin) = reading_only_memcached(&cluster, &origin, &dir);
     let path = "/one-fetch?cc=max-age%3D300&sleep=400&hdr=Surrogate-Key:red";
 
-    let first = at_once((0..96).map(|_| node.url(path))).await;
+    let first = gets_at_once((0..96).map(|_| node.url(path)), &SITE).await;
     for resp in &first {
         assert_eq!(resp.status, 200);
         assert_eq!(resp.body, first[0].body, "two renders were served");
@@ -647,7 +634,7 @@ async fn on_a_node_reading_only_memcached_concurrent_misses_make_one_origin_fetc
 
     let answer = admin_post(admin, "/ban", Some(ADMIN_TOKEN), r#"{"tag": "red"}"#).await;
     assert_eq!(answer.status, 200, "{}", answer.text());
-    let after_ban = at_once((0..96).map(|_| node.url(path))).await;
+    let after_ban = gets_at_once((0..96).map(|_| node.url(path)), &SITE).await;
     for resp in &after_ban {
         assert_eq!(resp.status, 200);
         assert_ne!(resp.body, first[0].body, "the banned copy was served");
@@ -689,7 +676,7 @@ async fn after_a_tag_ban_a_popular_page_is_fetched_once_for_the_whole_cluster() 
         answer.text()
     );
     let urls = (0..16).map(|i| if i % 2 == 0 { a.url(path) } else { b.url(path) });
-    let answers = at_once(urls).await;
+    let answers = gets_at_once(urls, &SITE).await;
     for resp in &answers {
         assert_eq!(resp.status, 200);
         assert_ne!(resp.body, stored.body, "the banned copy was served");

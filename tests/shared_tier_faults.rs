@@ -43,6 +43,17 @@ impl Cluster {
     /// A node with a 60 s fill lease and a 200 ms operation timeout; `extra` is appended to
     /// `[cache.memcached]`.
     fn node(&self, origin: &TestOrigin, extra: &str) -> (LacquerProcess, u16) {
+        self.node_tuned(origin, LEASE, "200ms", extra)
+    }
+
+    /// A node with the given fill lease and operation timeout.
+    fn node_tuned(
+        &self,
+        origin: &TestOrigin,
+        lease: &str,
+        op_timeout: &str,
+        extra: &str,
+    ) -> (LacquerProcess, u16) {
         let admin = free_port();
         let servers: Vec<String> = self
             .servers
@@ -51,8 +62,8 @@ impl Cluster {
             .collect();
         let config = format!(
             "[log]\naccess = \"off\"\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n\
-             [cache.memcached]\nservers = [{}]\nfill_lease = \"{LEASE}\"\n\
-             op_timeout = \"200ms\"\nconnect_timeout = \"100ms\"\nretry_after = \"1s\"\n{extra}",
+             [cache.memcached]\nservers = [{}]\nfill_lease = \"{lease}\"\n\
+             op_timeout = \"{op_timeout}\"\nconnect_timeout = \"100ms\"\nretry_after = \"1s\"\n{extra}",
             servers.join(", ")
         );
         (LacquerProcess::start_simple(origin.addr(), &config), admin)
@@ -349,4 +360,103 @@ async fn a_fill_whose_write_is_refused_releases_the_other_node() {
         "a server that refuses a value answered: it is not ejected"
     );
     assert!(!cluster.servers[url.server].holds(&url.entry));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fill_written_to_a_frozen_server_is_trusted_here_only_until_the_write_times_out() {
+    let cluster = Cluster::start();
+    let origin = origin_slow_at_first(Duration::from_millis(600), 0);
+    // local_ttl = 0s: this node trusts its memory tier for nothing of its own, only a fill
+    // whose write to memcached is still in flight; the write is given 4 s before it fails
+    let (a, admin_a) = cluster.node_tuned(&origin, LEASE, "4s", "local_ttl = \"0s\"");
+    let url = Url::on(&cluster, "frozen-write", 1);
+    let server = &cluster.servers[url.server];
+    let filling = tokio::spawn(get_within_patience(a.url(&url.path)));
+    // the lease is claimed as the fetch starts; the server freezes before the fill is written
+    assert!(
+        poll_until_async(PATIENCE, || server.holds(&url.lease)).await,
+        "no lease while the page was fetched"
+    );
+    server.freeze();
+    let filled = filling.await.unwrap();
+    assert_eq!(filled.status, 200);
+    let first = format!("{} #1", url.path);
+    assert_eq!(filled.text(), first);
+    // while the write hangs, this node serves its fill: no origin fetch, no wait on memcached
+    let during = gets_at_once(vec![a.url(&url.path); 8], &SITE).await;
+    for resp in &during {
+        assert_eq!((resp.status, resp.text()), (200, first.clone()));
+    }
+    assert_eq!(
+        admin_stat(admin_a, "write_failures").await,
+        0,
+        "the write ended before the requests meant to run beside it"
+    );
+    assert_eq!(origin.hits_for(&url.path), 1);
+    // once the write has timed out, the copy is not trusted: the next request fetches again
+    assert_eq!(
+        wait_for_stat(admin_a, "write_failures", 1, PATIENCE).await,
+        1,
+        "the write to a frozen server never failed"
+    );
+    let after = get_within_patience(a.url(&url.path)).await;
+    assert_eq!(after.status, 200);
+    assert_eq!(
+        after.text(),
+        format!("{} #2", url.path),
+        "a copy whose write failed was still trusted with local_ttl = 0s"
+    );
+    server.thaw();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hostile_value_under_a_lease_key_holds_a_request_up_for_one_fill_lease_at_most() {
+    let cluster = Cluster::start();
+    let origin = origin_slow_at_first(Duration::ZERO, 0);
+    // a 1 s lease: a wait bounded by anything the planted value says (an hour, forever) would
+    // outlast PATIENCE
+    let (a, admin_a) = cluster.node_tuned(&origin, "1s", "200ms", "");
+    let hour_ahead_ms = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 3_600_000)
+        .to_string();
+    let planted: Vec<Vec<u8>> = vec![
+        b"not a time".to_vec(),
+        hour_ahead_ms.into_bytes(),
+        u64::MAX.to_string().into_bytes(),
+        b"-5".to_vec(),
+        Vec::new(),
+        vec![b'9'; 64 << 10],
+    ];
+    for (i, value) in planted.iter().enumerate() {
+        let url = Url::on(&cluster, &format!("planted{i}"), i % 3);
+        let server = &cluster.servers[url.server];
+        // stored with no expiry: only a fill written after it takes it away
+        let reply = server.command(
+            &format!("set {} 0 0 {}", url.lease, value.len()),
+            Some(value),
+        );
+        assert!(reply.starts_with("STORED"), "{reply}");
+        let resp = get_within_patience(a.url(&url.path)).await;
+        assert_eq!(resp.status, 200, "lease value {i}");
+        assert_eq!(resp.text(), format!("{} #{}", url.path, i + 1));
+        assert_eq!(
+            admin_stat(admin_a, "fill_waits").await,
+            i as u64 + 1,
+            "lease value {i} was not taken for another node's claim"
+        );
+        assert_eq!(admin_stat(admin_a, "fills_claimed").await, 0);
+        // the fill written after the wait takes the planted lease away
+        assert_eq!(
+            wait_for_stat(admin_a, "writes", i as u64 + 1, PATIENCE).await,
+            i as u64 + 1
+        );
+        assert!(
+            !server.holds(&url.lease),
+            "lease value {i} outlived the fill written after it"
+        );
+    }
+    assert_eq!(origin.hits(), planted.len());
 }

@@ -196,6 +196,26 @@ pub async fn get(url: &str, headers: &[(&str, &str)]) -> Resp {
     request("GET", url, headers, None).await
 }
 
+/// A [`get`] of each of `urls` with `headers`, all sent at once (each on a task of its own);
+/// their answers, in the order of `urls`.
+pub async fn gets_at_once(
+    urls: impl IntoIterator<Item = String>,
+    headers: &[(&'static str, &'static str)],
+) -> Vec<Resp> {
+    let requests: Vec<_> = urls
+        .into_iter()
+        .map(|url| {
+            let headers = headers.to_vec();
+            tokio::spawn(async move { get(&url, &headers).await })
+        })
+        .collect();
+    let mut answers = Vec::with_capacity(requests.len());
+    for request in requests {
+        answers.push(request.await.unwrap());
+    }
+    answers
+}
+
 /// Like [`get`] but returns transport errors (connection refused/reset, timeout, ...).
 pub async fn try_get(url: &str, headers: &[(&str, &str)]) -> Result<Resp, reqwest::Error> {
     send(&http_client(), "GET", url, headers, None).await
