@@ -430,3 +430,83 @@ async fn a_host_ban_and_a_prefix_ban_cover_their_urls_only() {
     }
     assert!(get(&a.proxy.url(img), &other_site).await.is_hit());
 }
+
+/// A fill that a ban refuses when it is stored writes nothing to memcached: not even the older
+/// copy this node still holds under the URL, which would land over the newer answer another node
+/// wrote there (before, the write took whatever the memory tier held under the key).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fill_a_ban_refuses_leaves_the_newer_answer_in_memcached() {
+    let cluster = MemcachedCluster::start(3);
+    let path = "/refused";
+    let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let origin = TestOrigin::start({
+        let served = served.clone();
+        move |_req| match served.fetch_add(1, Ordering::SeqCst) + 1 {
+            // A's first copy, stale a second later
+            1 => OriginResponse::ok("body-v1")
+                .header("cache-control", "max-age=1")
+                .header("surrogate-key", "old"),
+            // B's refresh of it, written over it in memcached
+            2 => OriginResponse::ok("body-v2")
+                .header("cache-control", "max-age=300")
+                .header("surrogate-key", "other"),
+            // A's refresh: its head at once, its body over two seconds, tagged for the ban
+            3 => OriginResponse::ok(Body::Paced {
+                chunks: vec![Bytes::from_static(b"body-v3-"), Bytes::from_static(b"late")],
+                interval: Duration::from_secs(1),
+            })
+            .header("cache-control", "max-age=300")
+            .header("surrogate-key", "new"),
+            _ => OriginResponse::ok("body-later").header("cache-control", "max-age=300"),
+        }
+    });
+    let a = cluster.node(&origin, "A", NODE);
+    let b = cluster.node(&origin, "B", NODE);
+    let key = MemcachedCluster::key_of(HOST, path);
+    let server = &cluster.servers[cluster.server_for(&key)];
+    let holds = |body: &[u8]| {
+        server
+            .get_raw(&key)
+            .is_some_and(|raw| raw.windows(body.len()).any(|w| w == body))
+    };
+    assert!(get(&a.proxy.url(path), &SITE).await.is_stored());
+    wait_for_entry(&cluster, path).await;
+    assert!(holds(b"body-v1"));
+    // v1 goes stale (max-age=1); B refreshes it and writes v2 over it
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let from_b = get(&b.proxy.url(path), &SITE).await;
+    assert_eq!(from_b.text(), "body-v2");
+    assert!(
+        poll_until_async(STAT_WAIT, || holds(b"body-v2")).await,
+        "B's refresh never reached memcached"
+    );
+    let writes_before = admin_stat(a.admin, "writes").await;
+    // A still trusts its own stale v1 (local_ttl 30 s) and refreshes it: v3, banned by its tag
+    // between its head and the end of its body, so the fill is refused when it is stored
+    let response = http_client()
+        .get(a.proxy.url(path))
+        .header("host", HOST)
+        .send()
+        .await
+        .expect("A's refresh");
+    assert_eq!(response.status(), 200);
+    let ban = admin_post(a.admin, "/ban", Some(ADMIN_TOKEN), r#"{"tag": "new"}"#).await;
+    assert_eq!(ban.status, 200, "{}", ban.text());
+    let body = response.bytes().await.expect("A's refreshed body");
+    assert_eq!(&body[..], b"body-v3-late");
+    assert_eq!(served.load(Ordering::SeqCst), 3);
+    // nothing A holds replaces v2 in memcached
+    let overwritten = poll_until_async(Duration::from_secs(2), || !holds(b"body-v2")).await;
+    assert!(
+        !overwritten,
+        "A wrote over B's newer answer; memcached now holds {:?}",
+        server
+            .get_raw(&key)
+            .map(|raw| String::from_utf8_lossy(&raw).into_owned())
+    );
+    assert_eq!(
+        admin_stat(a.admin, "writes").await,
+        writes_before,
+        "A wrote something for a fill the ban refused"
+    );
+}

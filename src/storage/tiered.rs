@@ -20,7 +20,7 @@
 use super::decoded_values::DecodedValues;
 use super::entry::{self, ChunkList, EntryBody};
 use super::fill_lease::FillLeases;
-use super::memory::{CompleteObject, MemoryTier};
+use super::memory::{CompleteObject, MemoryMiss, MemoryTier, SharedWriteInFlight};
 use super::object::{owned_chunk, with_room_for_hit_fields, Body, StoredMeta};
 use super::shared_counters::SharedCounters;
 use super::shared_framing;
@@ -446,21 +446,24 @@ impl TieredStorage {
     }
 
     /// Shares a complete object this node stored outside a fill (parts combined, see
-    /// `proxy/partial_content.rs`): what the memory tier holds for `key` is written to memcached
-    /// in the background, as a finished fill is.
+    /// `proxy/partial_content.rs`, or its head refreshed by a `304`): what the memory tier holds
+    /// for `key` is written to memcached in the background, as a finished fill is.
     pub fn share(&'static self, key: CacheKey) {
-        self.spawn_write(key, false);
+        let stored = self.memory.stored_for_sharing(&key);
+        self.spawn_write(key, stored, false);
     }
 
-    /// Writes what the memory tier holds for `key` to memcached, in the background; a `fill`'s
-    /// written entry ends the URL's fill lease ([`FillLeases::on_written`]).
-    fn spawn_write(&'static self, key: CacheKey, fill: bool) {
-        let Some((meta, body, in_flight)) = self.memory.stored_for_sharing(&key) else {
-            // the memory tier did not keep it (admission, eviction): nothing will be written
+    /// Writes `stored` (`None`: the memory tier did not keep it, so nothing will be written) to
+    /// memcached under `key`, in the background; a `fill`'s written entry ends the URL's fill
+    /// lease ([`FillLeases::on_written`]).
+    fn spawn_write(&'static self, key: CacheKey, stored: Option<SharedWriteInFlight>, fill: bool) {
+        let Some(in_flight) = stored else {
+            // admission, eviction or a ban refused it: nodes waiting for it would never see it
             self.fill_leases.on_write_failed(&key);
             return;
         };
         tokio::spawn(async move {
+            let (meta, body) = in_flight.contents();
             let written = self.write_entry(&key, &meta, &body).await;
             // memcached has it now (or never will): the copy is trusted for `local_ttl` only
             drop(in_flight);
@@ -575,7 +578,7 @@ impl Storage for PrimaryKnownMissing {
 
 /// A fill that, once complete in memory, is also written to memcached.
 struct TieredMiss {
-    inner: MissHandler,
+    inner: Box<MemoryMiss>,
     key: CacheKey,
     tier: &'static TieredStorage,
 }
@@ -588,8 +591,10 @@ impl HandleMiss for TieredMiss {
 
     async fn finish(self: Box<Self>) -> Result<MissFinishType> {
         let TieredMiss { inner, key, tier } = *self;
-        let finished = inner.finish().await?;
-        tier.spawn_write(key, true);
+        // what this fill stored is written, not what the key holds by then (a fill a ban refused
+        // leaves an older copy there)
+        let (finished, stored) = (*inner).finish_fill()?;
+        tier.spawn_write(key, stored, true);
         Ok(finished)
     }
 
@@ -629,9 +634,9 @@ impl Storage for TieredStorage {
         &'static self,
         key: &CacheKey,
         meta: &CacheMeta,
-        trace: &SpanHandle,
+        _trace: &SpanHandle,
     ) -> Result<MissHandler> {
-        let inner = self.memory.get_miss_handler(key, meta, trace).await?;
+        let inner = self.memory.start_fill(key, meta);
         Ok(Box::new(TieredMiss {
             inner,
             key: key.clone(),
@@ -663,7 +668,7 @@ impl Storage for TieredStorage {
     ) -> Result<bool> {
         let updated = self.memory.update_meta(key, meta, trace).await?;
         if updated {
-            self.spawn_write(key.clone(), false);
+            self.share(key.clone());
         }
         Ok(updated)
     }

@@ -14,7 +14,7 @@
 //! the process's short-lived I/O buffers. Under churn of large objects those pieces kept pages
 //! half used, and RSS about 1.3 times the bytes the tier held (docs/benchmarks.md, "Memory").
 
-use super::{key_of, MemoryTier};
+use super::{key_of, MemoryTier, SharedWriteInFlight};
 use crate::storage::ban_list::scope::EntryScopes;
 use crate::storage::object::{owned_chunk, Body, StoredMeta};
 use async_trait::async_trait;
@@ -150,7 +150,8 @@ impl InFlightFills {
 }
 
 /// Writes a fill; on `finish` the object becomes visible as complete.
-pub(super) struct MemoryMiss {
+/// A fill of the memory tier: the body is copied in as it arrives, and lookups stream it.
+pub struct MemoryMiss {
     tier: &'static MemoryTier,
     key: u128,
     primary: u128,
@@ -259,7 +260,20 @@ impl HandleMiss for MemoryMiss {
         Ok(())
     }
 
-    async fn finish(mut self: Box<Self>) -> Result<MissFinishType> {
+    async fn finish(self: Box<Self>) -> Result<MissFinishType> {
+        Ok((*self).finish_fill()?.0)
+    }
+
+    fn streaming_write_tag(&self) -> Option<&[u8]> {
+        Some(self.write_id.as_bytes())
+    }
+}
+
+impl MemoryMiss {
+    /// Ends the fill: the object is indexed (unless admission or a ban refuses it) and lookups
+    /// are woken. In near-cache mode, an object stored is returned trusted until the caller has
+    /// written it to the shared tier: that object, not whatever the key holds by then.
+    pub fn finish_fill(mut self) -> Result<(MissFinishType, Option<SharedWriteInFlight>)> {
         let mut chunks = self.body.chunks.read().clone();
         if self.buffer.has_unused_room() {
             // shorter than declared: keep an exact copy, not the whole declared allocation
@@ -273,20 +287,14 @@ impl HandleMiss for MemoryMiss {
         let size = body.len();
         // index the complete object before dropping the in-flight entry, so lookups never see a gap
         let scopes = self.scopes.take();
-        if self
+        let shared_write = self
             .tier
             .insert(self.key, self.primary, self.meta.clone(), body, scopes)
-        {
-            self.tier.awaits_shared_write(self.key);
-        }
+            .and_then(|object| self.tier.awaits_shared_write(object));
         self.body.state.send_replace(FillState::Complete);
         self.finished = true;
         self.tier.fills.remove(self.key, self.write_id.into());
-        Ok(MissFinishType::Created(size))
-    }
-
-    fn streaming_write_tag(&self) -> Option<&[u8]> {
-        Some(self.write_id.as_bytes())
+        Ok((MissFinishType::Created(size), shared_write))
     }
 }
 

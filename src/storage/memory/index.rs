@@ -94,7 +94,7 @@ impl ObjectIndex {
         self.objects.get(&key).filter(|obj| obj.key == key)
     }
 
-    /// Inserts a complete object, replacing any previous one; returns whether it was admitted.
+    /// Inserts a complete object, replacing any previous one; returns it if it was admitted.
     pub(super) fn insert(
         &self,
         key: u128,
@@ -103,7 +103,7 @@ impl ObjectIndex {
         body: Body,
         local_until: Option<Instant>,
         scopes: Option<Box<EntryScopes>>,
-    ) -> bool {
+    ) -> Option<Arc<MemoryObject>> {
         let scope_charge = scopes.as_ref().map_or(0, |s| {
             s.heap_bytes() + INDEX_ENTRY_CHARGE * (1 + s.tags.len())
         });
@@ -113,7 +113,7 @@ impl ObjectIndex {
             + OBJECT_OVERHEAD
             + scope_charge;
         if charged > self.max_charge || charged > self.limit {
-            return false;
+            return None;
         }
         let weight = charged.div_ceil(self.unit) as u16;
         let object = Arc::new(MemoryObject {
@@ -133,7 +133,7 @@ impl ObjectIndex {
             self.scopes.add(key, scopes);
         }
         let mut admitted = true;
-        for evicted in self.objects.force_put(key, object, weight) {
+        for evicted in self.objects.force_put(key, object.clone(), weight) {
             if evicted.data.key == key {
                 admitted = false;
                 self.variants.forget(evicted.data.primary, key);
@@ -150,7 +150,7 @@ impl ObjectIndex {
             self.bytes.fetch_add(charged, Ordering::Relaxed);
             self.count.fetch_add(1, Ordering::Relaxed);
         }
-        admitted
+        admitted.then_some(object)
     }
 
     /// Removes the object under `key`; returns whether there was one.

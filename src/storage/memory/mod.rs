@@ -42,7 +42,8 @@ use super::partial::PartialObject;
 use crate::storage::ban_list::scope::{EntryScopes, Scope};
 use crate::storage::ban_list::{BanList, Verdict};
 use async_trait::async_trait;
-use fill::{InFlightFills, MemoryMiss};
+use fill::InFlightFills;
+pub use fill::MemoryMiss;
 use hit::{complete_hit, streaming_hit};
 use index::{MemoryObject, ObjectIndex};
 use pingora_cache::eviction::CacheEntryKey;
@@ -118,6 +119,13 @@ pub enum NoCompleteObject {
 /// the copy out at once; once the write has landed, the shared tier has this answer and the
 /// copy is trusted for `local_ttl` from when it was stored, as before.
 pub struct SharedWriteInFlight(Arc<MemoryObject>);
+
+impl SharedWriteInFlight {
+    /// The metadata and body to write.
+    pub fn contents(&self) -> (Arc<StoredMeta>, Body) {
+        (self.0.meta.read().clone(), self.0.body.clone())
+    }
+}
 
 impl Drop for SharedWriteInFlight {
     fn drop(&mut self) {
@@ -209,6 +217,7 @@ impl MemoryTier {
             body,
             scopes,
         )
+        .is_some()
     }
 
     /// Stores a complete object assembled outside a fill (parts of a representation combined,
@@ -223,6 +232,7 @@ impl MemoryTier {
             body,
             scopes,
         )
+        .is_some()
     }
 
     /// Removes the partial object of the URL whose primary key hash is `primary` (a complete
@@ -270,6 +280,7 @@ impl MemoryTier {
             body.clone(),
             scopes,
         )
+        .is_some()
     }
 
     /// Whether shared-tier hits are kept here at all (not with a `local_ttl` of zero).
@@ -340,19 +351,20 @@ impl MemoryTier {
         touched
     }
 
-    /// The metadata and body stored under `key`, for writing them to a shared tier, and the
-    /// object's trust while that write is on its way ([`SharedWriteInFlight`]).
-    pub fn stored_for_sharing(
-        &self,
-        key: &CacheKey,
-    ) -> Option<(Arc<StoredMeta>, Body, SharedWriteInFlight)> {
+    /// What is stored under `key`, for writing it to a shared tier, trusted while that write is
+    /// on its way ([`SharedWriteInFlight`]).
+    pub fn stored_for_sharing(&self, key: &CacheKey) -> Option<SharedWriteInFlight> {
         // not `trusted_object`: the writer wants what was just stored, even when this node's own
         // trust in it has already run out (a `local_ttl` of zero)
         let object = self.index.get(key_of(key.combined_bin()))?;
-        let meta = object.meta.read().clone();
-        let body = object.body.clone();
         object.shared_write_in_flight.store(true, Ordering::Release);
-        Some((meta, body, SharedWriteInFlight(object)))
+        Some(SharedWriteInFlight(object))
+    }
+
+    /// Starts a fill of `key` whose stored object the caller will write to a shared tier
+    /// ([`MemoryMiss::finish_fill`]); the memory tier's own miss handler, as a type.
+    pub fn start_fill(&'static self, key: &CacheKey, meta: &CacheMeta) -> Box<MemoryMiss> {
+        Box::new(MemoryMiss::start(self, key, meta))
     }
 
     /// Whether an object was stored under `key` (a fill, or a shared-tier hit promoted) less
@@ -369,16 +381,14 @@ impl MemoryTier {
             .is_some_and(|until| until + within > Instant::now() + ttl)
     }
 
-    /// A fill of `key` has just been indexed, and the tiered store will write it to the shared
-    /// tier: it is trusted until that write ends ([`SharedWriteInFlight`]), from now on, before
-    /// the fill's in-flight entry (which lookups find until then) is dropped. Only in near-cache
-    /// mode, the only one with a shared tier.
-    pub(super) fn awaits_shared_write(&self, key: u128) {
-        if self.local_ttl.is_some() {
-            if let Some(object) = self.index.get(key) {
-                object.shared_write_in_flight.store(true, Ordering::Release);
-            }
-        }
+    /// A fill has just been indexed as `object`, and the tiered store will write it to the
+    /// shared tier: it is trusted until that write ends ([`SharedWriteInFlight`]), from now on,
+    /// before the fill's in-flight entry (which lookups find until then) is dropped. Only in
+    /// near-cache mode, the only one with a shared tier.
+    fn awaits_shared_write(&self, object: Arc<MemoryObject>) -> Option<SharedWriteInFlight> {
+        self.local_ttl?;
+        object.shared_write_in_flight.store(true, Ordering::Release);
+        Some(SharedWriteInFlight(object))
     }
 
     /// A hit handler over a body that is not (or not yet) stored here.
@@ -401,7 +411,7 @@ impl MemoryTier {
         }
     }
 
-    /// Inserts a complete object, trusted for `local_ttl` from now; returns whether it was
+    /// Inserts a complete object, trusted for `local_ttl` from now; returns it if it was
     /// admitted. With a ban list, the object is judged first: one a purge or ban covers is not
     /// stored (a soft one stores it stale), and one a ban covers that arrived while it was
     /// being stored is taken out again.
@@ -412,7 +422,7 @@ impl MemoryTier {
         meta: Arc<StoredMeta>,
         body: Body,
         scopes: Option<Box<EntryScopes>>,
-    ) -> bool {
+    ) -> Option<Arc<MemoryObject>> {
         let local_until = self.local_ttl.map(|ttl| Instant::now() + ttl);
         let (Some(bans), Some(entry)) = (self.bans, scopes.as_deref()) else {
             return self
@@ -423,31 +433,27 @@ impl MemoryTier {
         let meta = match bans.judge(entry, meta.validated()) {
             Verdict::Valid => meta,
             Verdict::StaleSince(since) => stale_since(&meta, since),
-            Verdict::Invalid => return false,
+            Verdict::Invalid => return None,
         };
-        if !self
+        let object = self
             .index
-            .insert(key, primary, meta, body, local_until, scopes)
-        {
-            return false;
-        }
+            .insert(key, primary, meta, body, local_until, scopes)?;
         if bans.generation() != generation {
-            if let Some(object) = self.index.get(key) {
-                match object
-                    .scopes
-                    .as_deref()
-                    .map(|s| bans.judge(s, object.meta.read().validated()))
-                {
-                    Some(Verdict::Invalid) => {
-                        self.index.remove_exact(&object);
-                        return false;
-                    }
-                    Some(Verdict::StaleSince(since)) => soften(&object, since),
-                    _ => {}
+            // a ban came in while it was stored: judged again, by the bans it may have missed
+            match object
+                .scopes
+                .as_deref()
+                .map(|s| bans.judge(s, object.meta.read().validated()))
+            {
+                Some(Verdict::Invalid) => {
+                    self.index.remove_exact(&object);
+                    return None;
                 }
+                Some(Verdict::StaleSince(since)) => soften(&object, since),
+                _ => {}
             }
         }
-        true
+        Some(object)
     }
 
     fn lookup_key(&'static self, key: u128) -> Option<(CacheMeta, HitHandler)> {
@@ -522,7 +528,7 @@ impl Storage for MemoryTier {
         meta: &CacheMeta,
         _trace: &SpanHandle,
     ) -> Result<MissHandler> {
-        Ok(Box::new(MemoryMiss::start(self, key, meta)))
+        Ok(self.start_fill(key, meta))
     }
 
     async fn purge(
@@ -575,14 +581,17 @@ impl Storage for MemoryTier {
                 if scopes.as_ref().map(|s| &s.tags) != object.scopes.as_ref().map(|s| &s.tags) {
                     // the origin's 304 changed the tags: stored again, so the index follows
                     let body = object.body.clone();
-                    let stored = self.index.insert(
-                        object.key,
-                        object.primary,
-                        updated,
-                        body,
-                        object.local_until,
-                        scopes,
-                    );
+                    let stored = self
+                        .index
+                        .insert(
+                            object.key,
+                            object.primary,
+                            updated,
+                            body,
+                            object.local_until,
+                            scopes,
+                        )
+                        .is_some();
                     return Ok(stored);
                 }
                 *object.meta.write() = updated;
