@@ -42,6 +42,7 @@ use pingora_core::services::background::background_service;
 use pingora_core::services::listening::Service;
 use std::convert::Infallible;
 use std::fmt;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Why the server could not start.
@@ -164,12 +165,6 @@ fn serve(
         .map_err(|e| StartError(format!("log.access: cannot open: {e}")))?
         .map(Arc::new);
     let in_flight = InFlightRequests::leak();
-    drain::watch(
-        server.watch_execution_phase(),
-        in_flight,
-        config.shutdown_timeout,
-    )
-    .map_err(|e| StartError(format!("cannot start the drain watcher: {e}")))?;
     let live = Arc::new(Live::new(LiveSettings::initial(config)));
     let reloader = Arc::new(Reloader::new(cli.clone(), live.clone(), access_log.clone()));
     let config = live.load_full().config.clone();
@@ -179,6 +174,20 @@ fn serve(
         .memcached
         .as_ref()
         .map(|shared| &*Box::leak(Box::new(TieredStorage::new(memory, shared, bans))));
+    let shared_writes: drain::Background = match tiered {
+        Some(tiered) => {
+            let counters = tiered.counters.clone();
+            Box::new(move || counters.background.load(Ordering::Acquire))
+        }
+        None => Box::new(|| 0),
+    };
+    drain::watch(
+        server.watch_execution_phase(),
+        in_flight,
+        shared_writes,
+        config.shutdown_timeout,
+    )
+    .map_err(|e| StartError(format!("cannot start the drain watcher: {e}")))?;
     let invalidator = Invalidator::new(&config.invalidation, bans, memory, tiered).leak();
     server.add_service(background_service(
         "invalidation",

@@ -460,3 +460,39 @@ async fn a_hostile_value_under_a_lease_key_holds_a_request_up_for_one_fill_lease
     }
     assert_eq!(origin.hits(), planted.len());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stopping_node_finishes_the_write_of_its_last_fill() {
+    let cluster = Cluster::start();
+    let origin = origin_slow_at_first(Duration::from_millis(600), 0);
+    // the write may wait 5 s for a frozen server
+    let (mut a, _admin) = cluster.node_tuned(&origin, LEASE, "5s", "");
+    let url = Url::on(&cluster, "last-fill", 2);
+    let server = &cluster.servers[url.server];
+    let filling = tokio::spawn(get_within_patience(a.url(&url.path)));
+    assert!(
+        poll_until_async(PATIENCE, || server.holds(&url.lease)).await,
+        "no lease while the page was fetched"
+    );
+    // the fill's write hangs until the server thaws
+    server.freeze();
+    assert_eq!(filling.await.unwrap().status, 200);
+    // SIGTERM with no request left, only the write: the node waits for it
+    assert!(a.signal("TERM"));
+    let exited_at_once = a.wait_exit(Duration::from_secs(1));
+    server.thaw();
+    assert!(
+        exited_at_once.is_none(),
+        "the node exited with its last fill's write in flight"
+    );
+    let status = a.wait_exit(PATIENCE).expect("the node never exited");
+    assert!(status.success(), "{status:?}");
+    assert!(
+        server.holds(&url.entry),
+        "the last fill never reached memcached"
+    );
+    assert!(
+        !server.holds(&url.lease),
+        "its lease was left to hold the other nodes up until it expires"
+    );
+}

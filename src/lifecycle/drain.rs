@@ -7,6 +7,12 @@
 //! thread ends the process as soon as, the listeners stopped, none is left, or when
 //! `shutdown_timeout` has passed. Pingora's sleep is set just past `shutdown_timeout`, as a
 //! backstop the watcher makes unreachable.
+//!
+//! What requests leave behind counts too: a fill's write to the shared tier runs in a task of
+//! its own after the response is sent, and so do the deletes of fill leases. Cut by the exit,
+//! the write would be lost and its lease left to hold every other node's requests for the URL
+//! until it expires; so the watcher also waits for the work the caller counts as background
+//! (each write is bounded by memcached's `op_timeout`, all of it by `shutdown_timeout`).
 
 use pingora_core::server::ExecutionPhase;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -48,18 +54,23 @@ impl Drop for RequestInFlight {
     }
 }
 
+/// Work that requests leave behind, counted by whoever spawns it (the shared tier's writes and
+/// lease deletes): how many such tasks are not done yet.
+pub type Background = Box<dyn Fn() -> u64 + Send>;
+
 /// Starts the thread that ends the process once a shutdown has stopped the listeners and no
-/// request is left (or `timeout` has passed since).
+/// request and no `background` task is left (or `timeout` has passed since).
 pub fn watch(
     mut phases: broadcast::Receiver<ExecutionPhase>,
     requests: &'static InFlightRequests,
+    background: Background,
     timeout: Duration,
 ) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("drain".into())
         .spawn(move || loop {
             match phases.blocking_recv() {
-                Ok(ExecutionPhase::ShutdownGracePeriod) => drain(requests, timeout),
+                Ok(ExecutionPhase::ShutdownGracePeriod) => drain(requests, &background, timeout),
                 Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
                 Err(broadcast::error::RecvError::Closed) => return,
             }
@@ -67,21 +78,25 @@ pub fn watch(
         .map(|_| ())
 }
 
-fn drain(requests: &InFlightRequests, timeout: Duration) -> ! {
+fn drain(requests: &InFlightRequests, background: &Background, timeout: Duration) -> ! {
     let started = Instant::now();
     log::info!(
-        "draining: {} requests in flight, waiting up to {timeout:?}",
-        requests.count()
+        "draining: {} requests in flight and {} shared-tier writes, waiting up to {timeout:?}",
+        requests.count(),
+        background()
     );
     loop {
+        // requests first: a request ending spawns its write before it stops being counted
         let left = requests.count();
-        if left == 0 {
+        let writes = background();
+        if left == 0 && writes == 0 {
             log::info!("drained after {:?}, exiting", started.elapsed());
             std::process::exit(0);
         }
         if started.elapsed() >= timeout {
             log::warn!(
-                "shutdown_timeout {timeout:?} reached with {left} requests in flight, exiting"
+                "shutdown_timeout {timeout:?} reached with {left} requests in flight and \
+                 {writes} shared-tier writes, exiting"
             );
             std::process::exit(0);
         }

@@ -364,7 +364,11 @@ impl FillLeases {
             return;
         }
         let (entry_key, lease_key) = (self.entry_key(key), self.lease_key(key));
-        tokio::spawn(async move { self.delete(&entry_key, &lease_key).await });
+        let task = self.counters.background_task();
+        tokio::spawn(async move {
+            self.delete(&entry_key, &lease_key).await;
+            drop(task);
+        });
     }
 
     /// `key`'s fill has been written to memcached: its lease, if any, is deleted. The nodes
@@ -411,6 +415,10 @@ impl HeldLease {
         if stored {
             return;
         }
-        tokio::spawn(async move { leases.delete(&entry_key, &lease_key).await });
+        let task = leases.counters.background_task();
+        tokio::spawn(async move {
+            leases.delete(&entry_key, &lease_key).await;
+            drop(task);
+        });
     }
 }

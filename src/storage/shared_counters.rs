@@ -1,7 +1,8 @@
 //! What the shared tier has done, for `/stats`: counted by the tiered store (reads, writes) and
 //! by the fill leases (claims, waits), read by the admin endpoint.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Counters of the shared tier since start.
 #[derive(Debug, Default)]
@@ -35,4 +36,27 @@ pub struct SharedCounters {
     pub fill_waits: AtomicU64,
     /// Waits for another node's fill cut short because the URL's memcached server failed.
     pub fill_waits_cut: AtomicU64,
+    /// Not a count since start but a gauge: writes and lease deletes spawned for requests that
+    /// may have ended, not done yet. A stopping process lets them finish, as it lets requests
+    /// finish (`lifecycle::drain`): a fill's write cut by the exit would leave its lease to hold
+    /// every other node's requests for the URL until it expires.
+    pub background: AtomicU64,
+}
+
+impl SharedCounters {
+    /// Counts one background task in [`SharedCounters::background`] until the returned guard
+    /// is dropped; taken before the task is spawned, while its request is still counted.
+    pub fn background_task(self: &Arc<Self>) -> BackgroundTask {
+        self.background.fetch_add(1, Ordering::Relaxed);
+        BackgroundTask(self.clone())
+    }
+}
+
+/// One background write or delete of the shared tier, counted until it is dropped.
+pub struct BackgroundTask(Arc<SharedCounters>);
+
+impl Drop for BackgroundTask {
+    fn drop(&mut self) {
+        self.0.background.fetch_sub(1, Ordering::Release);
+    }
 }

@@ -462,6 +462,7 @@ impl TieredStorage {
             self.fill_leases.on_write_failed(&key);
             return;
         };
+        let task = self.counters.background_task();
         tokio::spawn(async move {
             let (meta, body) = in_flight.contents();
             let written = self.write_entry(&key, &meta, &body).await;
@@ -477,6 +478,7 @@ impl TieredStorage {
                 // nodes waiting for this fill would never see it
                 self.fill_leases.on_write_failed(&key);
             }
+            drop(task);
         });
     }
 }
