@@ -297,6 +297,16 @@ async fn a_tag_ban_reaches_every_tagged_entry_on_both_nodes_and_in_memcached() {
         "the tag field is for the cache, not the client"
     );
     old.insert(red_on_b.clone(), from_b.body);
+    // each writer is done with its entries (it judges each once more after writing it, and
+    // would delete one a ban it learned of then covers), so the ban leaves them in memcached
+    for node in [&a, &b] {
+        assert_eq!(
+            wait_for_stat_at_most(node.admin, "background_writes", 0, STAT_WAIT).await,
+            0,
+            "{}: writes still in flight",
+            node.name
+        );
+    }
 
     let answer = admin_post(a.admin, "/ban", Some(ADMIN_TOKEN), r#"{"tag": "red"}"#).await;
     assert_eq!(answer.status, 200, "{}", answer.text());
@@ -509,4 +519,75 @@ async fn a_fill_a_ban_refuses_leaves_the_newer_answer_in_memcached() {
         writes_before,
         "A wrote something for a fill the ban refused"
     );
+}
+
+/// A fill that began before a purge and is written to memcached after the purge's delete (here
+/// on the other node, which has not read the purge yet) does not stay there. The purge's ban is
+/// kept for five minutes only when its delete was answered (`SHORT_RETENTION`): an entry left
+/// behind would be judged banned until then, and served again afterwards, on every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fill_written_after_a_purge_through_another_node_does_not_outlive_the_purge() {
+    let cluster = MemcachedCluster::start(3);
+    let path = "/purged-mid-fill";
+    let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let origin = TestOrigin::start({
+        let served = served.clone();
+        move |_req| {
+            let n = served.fetch_add(1, Ordering::SeqCst) + 1;
+            // the head at once, the body over two seconds
+            OriginResponse::ok(Body::Paced {
+                chunks: vec![
+                    Bytes::from(format!("body-{n}-")),
+                    Bytes::from_static(b"late"),
+                ],
+                interval: Duration::from_secs(1),
+            })
+            .header("cache-control", "max-age=3600")
+        }
+    });
+    // A reads the log every 4 s: it learns of the purge only after its fill is complete
+    let a = cluster.node_with_invalidation(&origin, "A", "poll_interval = \"4s\"", NODE);
+    let b = cluster.node(&origin, "B", NODE);
+    let key = MemcachedCluster::key_of(HOST, path);
+    let server = &cluster.servers[cluster.server_for(&key)];
+    let holds_first = || {
+        server
+            .get_raw(&key)
+            .is_some_and(|raw| raw.windows(7).any(|w| w == b"body-1-"))
+    };
+    let writes_before = admin_stat(a.admin, "writes").await;
+    let response = http_client()
+        .get(a.proxy.url(path))
+        .header("host", HOST)
+        .send()
+        .await
+        .expect("A's fill");
+    assert_eq!(response.status(), 200);
+    // A's fill has its head (validated now); the purge goes through B
+    let purge = format!(r#"{{"url": "http://{HOST}{path}", "by": "test", "wait": false}}"#);
+    let answer = admin_post(b.admin, "/purge", Some(ADMIN_TOKEN), &purge).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let body = response.bytes().await.expect("A's body");
+    assert_eq!(&body[..], b"body-1-late");
+    assert_eq!(
+        wait_for_stat(a.admin, "writes", writes_before + 1, STAT_WAIT).await,
+        writes_before + 1,
+        "A's fill was not written"
+    );
+    // once A has read the purge from the log (within 4 s), its entry is gone from memcached
+    assert!(
+        poll_until_async(Duration::from_secs(15), || !holds_first()).await,
+        "the purged page stays in memcached, to be served again when the purge's ban is forgotten"
+    );
+    assert!(admin_stat(a.admin, "written_then_banned").await >= 1);
+    // and no node serves it meanwhile
+    for node in [&a, &b] {
+        let resp = get(&node.proxy.url(path), &SITE).await;
+        assert_ne!(
+            &resp.body[..],
+            b"body-1-late",
+            "{} served the purged page",
+            node.name
+        );
+    }
 }

@@ -168,6 +168,9 @@ struct SharedReport {
     invalidated: u64,
     writes: u64,
     write_failures: u64,
+    written_then_banned: u64,
+    /// Writes and lease deletes not done yet (a gauge).
+    background_writes: u64,
     fills_claimed: u64,
     fills_awaited: u64,
     fills_unguarded: u64,
@@ -192,6 +195,8 @@ impl SharedReport {
             invalidated: c.invalidated.load(Ordering::Relaxed),
             writes: c.writes.load(Ordering::Relaxed),
             write_failures: c.write_failures.load(Ordering::Relaxed),
+            written_then_banned: c.written_then_banned.load(Ordering::Relaxed),
+            background_writes: c.background.load(Ordering::Relaxed),
             fills_claimed: c.fills_claimed.load(Ordering::Relaxed),
             fills_awaited: c.fills_awaited.load(Ordering::Relaxed),
             fills_unguarded: c.fills_unguarded.load(Ordering::Relaxed),

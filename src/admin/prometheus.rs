@@ -10,7 +10,7 @@
 //!   `purge_requests_total{result}`, `read_ahead_bytes` (cache fills held for slow clients);
 //! * memory tier: `memory_bytes`, `memory_limit_bytes`, `memory_objects`,
 //!   `memory_evictions_total`, `memory_fills_in_flight`, `decoded_copies_total{result}`;
-//! * memcached: `memcached_{hits,decodes_shared,misses,rejected,writes,write_failures,ejections}_total`,
+//! * memcached: `memcached_{hits,decodes_shared,misses,rejected,writes,write_failures,written_then_banned,ejections}_total`,
 //!   `fill_leases_claimed_total`, `fill_lease_waits_total`, and per server
 //!   `memcached_server_up`, `memcached_server_errors_total`, `memcached_server_timeouts_total`,
 //!   `memcached_server_connections`, `memcached_server_latency_seconds` and
@@ -333,6 +333,12 @@ impl Collector for NodeCollector {
                     "memcached_write_failures",
                     "Entries that could not be written to memcached.",
                     load(&c.write_failures),
+                ),
+                (
+                    "memcached_written_then_banned",
+                    "Entries deleted from memcached right after they were written: a purge or \
+                     ban learned of only then covers them.",
+                    load(&c.written_then_banned),
                 ),
                 (
                     "memcached_ejections",

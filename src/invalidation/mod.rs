@@ -189,7 +189,7 @@ impl Invalidator {
         shared: Option<&'static TieredStorage>,
     ) -> Invalidator {
         let log = shared.map(|tier| {
-            bans.expect_catch_up();
+            bans.expect_catch_up(config.poll_interval);
             SharedLog::new(tier.cluster_handle(), tier.namespace(), bans.retention())
         });
         Invalidator {
@@ -483,17 +483,19 @@ impl Invalidator {
     /// One read of the log: applies what other nodes published since the last one.
     async fn poll(&self, log: &SharedLog) {
         let started = Instant::now();
-        let (records, answered) = log.read_new(ms_after(SystemTime::now())).await;
+        let began_ms = ms_after(SystemTime::now());
+        let (records, answered) = log.read_new(began_ms).await;
         log::trace!(
             "invalidation: log read in {:?}: {} records from {} servers",
             started.elapsed(),
             records.len(),
             answered.len()
         );
-        if answered.is_empty() && log.server_count() > 0 {
-            self.counters.failed_polls.fetch_add(1, Ordering::Relaxed);
-        } else {
+        let read = !answered.is_empty() || log.server_count() == 0;
+        if read {
             self.counters.polls.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.counters.failed_polls.fetch_add(1, Ordering::Relaxed);
         }
         for record in records {
             if record.id.issuer == self.instance {
@@ -523,6 +525,11 @@ impl Invalidator {
                 record.target.describe(),
                 record.asked_by
             );
+        }
+        if read {
+            // what a write that landed before this read began must be judged by is known now
+            // (`TieredStorage` waits for it, see `storage::tiered`)
+            self.bans.log_read(began_ms);
         }
     }
 
@@ -597,7 +604,11 @@ impl Invalidator {
         loop {
             tokio::select! {
                 _ = ticker.tick() => {}
-                _ = shutdown.changed() => return,
+                _ = shutdown.changed() => {
+                    // writes waiting to be judged by the next read stop waiting (the drain)
+                    self.bans.log_stopped();
+                    return;
+                }
             }
             if let (Some(log), Some(shared)) = (&self.log, self.shared) {
                 let started = Instant::now();

@@ -23,6 +23,9 @@ pub struct SharedCounters {
     pub writes: AtomicU64,
     /// Entries that could not be written.
     pub write_failures: AtomicU64,
+    /// Entries deleted again right after they were written: a purge or ban this node learned
+    /// of only then covers them (see `TieredStorage::judge_written`).
+    pub written_then_banned: AtomicU64,
     /// Fills this node claimed for the cluster (see [`super::fill_lease`]).
     pub fills_claimed: AtomicU64,
     /// Requests that waited for another node's fill and were served by it (requests on the

@@ -26,7 +26,7 @@ use super::shared_counters::SharedCounters;
 use super::shared_framing;
 use crate::config::memcached::MemcachedConfig;
 use crate::storage::ban_list::scope::EntryScopes;
-use crate::storage::ban_list::{BanList, Verdict};
+use crate::storage::ban_list::{ms_after, BanList, Verdict};
 use async_trait::async_trait;
 use bytes::Bytes;
 use lacquer_memcached::{Cluster, ClusterConfig, ClusterServer, DeleteOutcome};
@@ -445,6 +445,53 @@ impl TieredStorage {
             .await
     }
 
+    /// Judges an entry this node has just written to memcached once more, when every purge and
+    /// ban that could cover it is known here, and deletes it if one does (unless a newer answer
+    /// has replaced it since).
+    ///
+    /// A purge is published to the cluster's log after its delete of the URL's entry is
+    /// answered (by at most `op_timeout`), and this node reads the log every `poll_interval`.
+    /// So a fill that began before a purge, on this node or another, can be judged valid when
+    /// it is stored and written after the purge's delete. Readers judge the entry banned, but
+    /// only for as long as the ban is kept: a purge whose delete was answered is kept for
+    /// [`SHORT_RETENTION`](crate::storage::ban_list::SHORT_RETENTION) only, after which the
+    /// entry (kept for its freshness lifetime) would be served again on every node. Waiting for
+    /// a log read that began `op_timeout` after the write landed closes that gap.
+    async fn judge_written(&self, key: &CacheKey, meta: &StoredMeta) {
+        let op_timeout = self.cluster.op_timeout();
+        let landed_ms = ms_after(SystemTime::now()) + op_timeout.as_millis() as u64;
+        self.bans.wait_log_read_from(landed_ms, op_timeout).await;
+        if self.bans.is_empty() {
+            return;
+        }
+        let logical = logical_key(key);
+        let covered = |meta: &StoredMeta| {
+            let primary_text = logical.split('#').next().unwrap_or(&logical);
+            let primary = u128::from_be_bytes(key.primary_bin());
+            let scopes = self.bans.scopes_of(primary_text, primary, &meta.header);
+            self.bans.judge(&scopes, meta.validated()) != Verdict::Valid
+        };
+        if !covered(meta) {
+            return;
+        }
+        // what the key holds now: this write, or a newer answer written since (the refetch
+        // after the purge), which stays
+        let mc_key = memcached_key(&self.namespace, key);
+        let Some(value) = self.cluster.get(mc_key.as_bytes()).await else {
+            return;
+        };
+        if let Some((now_there, _)) = self.decoded_value(&value, &logical) {
+            if !covered(&now_there) {
+                return;
+            }
+        }
+        if self.cluster.delete(mc_key.as_bytes()).await {
+            self.counters
+                .written_then_banned
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Shares a complete object this node stored outside a fill (parts combined, see
     /// `proxy/partial_content.rs`, or its head refreshed by a `304`): what the memory tier holds
     /// for `key` is written to memcached in the background, as a finished fill is.
@@ -468,11 +515,13 @@ impl TieredStorage {
             let written = self.write_entry(&key, &meta, &body).await;
             // memcached has it now (or never will): the copy is trusted for `local_ttl` only
             drop(in_flight);
+            drop(body);
             if written {
                 if fill {
                     self.fill_leases.on_written(&key).await;
                 }
                 self.counters.writes.fetch_add(1, Ordering::Relaxed);
+                self.judge_written(&key, &meta).await;
             } else {
                 self.counters.write_failures.fetch_add(1, Ordering::Relaxed);
                 // nodes waiting for this fill would never see it

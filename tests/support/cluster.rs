@@ -56,10 +56,22 @@ impl MemcachedCluster {
     /// Starts a node named `name` in front of `origin`, with `extra` TOML appended to its
     /// `[cache.memcached]` section (it is the last section written).
     pub fn node(&self, origin: &TestOrigin, name: &str, extra: &str) -> Node {
+        self.node_with_invalidation(origin, name, "", extra)
+    }
+
+    /// [`MemcachedCluster::node`] with `invalidation` TOML (keys) added to its `[invalidation]`
+    /// section, e.g. a `poll_interval`.
+    pub fn node_with_invalidation(
+        &self,
+        origin: &TestOrigin,
+        name: &str,
+        invalidation: &str,
+        extra: &str,
+    ) -> Node {
         let admin = free_port();
         let servers: Vec<String> = self.names().iter().map(|n| format!("\"{n}\"")).collect();
         let config = format!(
-            "[log]\naccess = \"off\"\n{}\
+            "[log]\naccess = \"off\"\n{}{invalidation}\n\
              [cache.memcached]\nservers = [{}]\nretry_after = \"1s\"\n\
              op_timeout = \"200ms\"\nconnect_timeout = \"100ms\"\n{extra}",
             admin_toml(admin, &self.dir.path().join("admin.token"), name),

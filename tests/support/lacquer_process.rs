@@ -683,6 +683,18 @@ pub async fn wait_for_stat(admin_port: u16, key: &str, n: u64, timeout: Duration
     }
 }
 
+/// Polls `/stats` until `key` (a gauge) is at most `n`, or `timeout`; returns the last value.
+pub async fn wait_for_stat_at_most(admin_port: u16, key: &str, n: u64, timeout: Duration) -> u64 {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let value = admin_stat(admin_port, key).await;
+        if value <= n || std::time::Instant::now() >= deadline {
+            return value;
+        }
+        tokio::time::sleep(super::poll::POLL_INTERVAL).await;
+    }
+}
+
 /// Calls the admin invalidation API: `POST http://127.0.0.1:{admin_port}{path}` with the JSON
 /// `body` and, when given, `Authorization: Bearer {token}`.
 pub async fn admin_post(admin_port: u16, path: &str, token: Option<&str>, body: &str) -> Resp {

@@ -15,7 +15,9 @@
 //! applied to it may have been forgotten. A purge of a URL whose memcached entry was deleted
 //! covers nothing left in memcached: its ban only has to outlive memory copies and fills in
 //! flight, and is kept for [`SHORT_RETENTION`] instead, so that purging many URLs does not grow
-//! the list for a day.
+//! the list for a day. (A fill in flight on any node can still be written after the delete;
+//! its writer judges the entry again once the purge has reached it and deletes it:
+//! `TieredStorage::judge_written`, which waits with [`BanList::wait_log_read_from`].)
 //!
 //! Who consults it: the memory tier, when it stores an object (an in-flight fill that started
 //! before a ban finishes after it), and the tiered store, when it reads an entry from memcached
@@ -149,6 +151,12 @@ pub struct BanList {
     /// Whether the cluster's log has been read once since start (see [`BanList::wait_ready`]).
     ready: AtomicBool,
     became_ready: Notify,
+    /// How often the cluster's log is read, in ms (0: bans come from this node only).
+    log_poll_ms: AtomicU64,
+    /// When (ms since the epoch) the latest read of the log that got an answer began: every
+    /// ban published before then is in the list (see [`BanList::wait_log_read_from`]).
+    log_read_from: AtomicU64,
+    log_read: Notify,
 }
 
 impl BanList {
@@ -163,6 +171,9 @@ impl BanList {
             tag_field,
             ready: AtomicBool::new(true),
             became_ready: Notify::new(),
+            log_poll_ms: AtomicU64::new(0),
+            log_read_from: AtomicU64::new(0),
+            log_read: Notify::new(),
         }
     }
 
@@ -277,9 +288,46 @@ impl BanList {
     }
 
     /// Marks the list as not yet complete: memcached entries are not judged (readers wait, see
-    /// [`BanList::wait_ready`]) until the cluster's log has been read once.
-    pub fn expect_catch_up(&self) {
+    /// [`BanList::wait_ready`]) until the cluster's log, read every `poll_interval`, has been
+    /// read once.
+    pub fn expect_catch_up(&self, poll_interval: Duration) {
+        self.log_poll_ms
+            .store(poll_interval.as_millis() as u64, Ordering::Release);
         self.ready.store(false, Ordering::Release);
+    }
+
+    /// A read of the cluster's log that began at `began_ms` (ms since the epoch, this node's
+    /// clock) got an answer, and what it found has been added.
+    pub fn log_read(&self, began_ms: u64) {
+        self.log_read_from.fetch_max(began_ms, Ordering::AcqRel);
+        self.log_read.notify_waiters();
+    }
+
+    /// The cluster's log is no longer read (the process is stopping): nobody waits for a read.
+    pub fn log_stopped(&self) {
+        self.log_poll_ms.store(0, Ordering::Release);
+        self.log_read.notify_waiters();
+    }
+
+    /// Waits until a read of the cluster's log that began at or after `from_ms` has been
+    /// applied, so that every ban published before then is known here. Gives up after `extra`
+    /// plus three of the log's poll intervals (the log could not be read) or when the log stops
+    /// being read; returns at once on a node that reads no log.
+    pub async fn wait_log_read_from(&self, from_ms: u64, extra: Duration) {
+        let poll_ms = self.log_poll_ms.load(Ordering::Acquire);
+        let deadline =
+            tokio::time::Instant::now() + extra + Duration::from_millis(poll_ms.saturating_mul(3));
+        loop {
+            let read = self.log_read.notified();
+            if self.log_read_from.load(Ordering::Acquire) >= from_ms
+                || self.log_poll_ms.load(Ordering::Acquire) == 0
+            {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, read).await.is_err() {
+                return;
+            }
+        }
     }
 
     /// The cluster's log has been read (or could not be): memcached entries may be judged.
@@ -307,6 +355,40 @@ impl BanList {
 mod tests {
     use super::*;
     use scope::scope_hash;
+
+    #[tokio::test]
+    async fn a_wait_for_a_log_read_ends_with_the_read_the_stop_or_at_once_without_a_log() {
+        let list = BanList::new(Duration::from_secs(60), None).leak();
+        let long = Duration::from_secs(3600);
+        // no log: nothing to wait for
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            list.wait_log_read_from(10_000, long),
+        )
+        .await
+        .expect("waited on a node that reads no log");
+        list.expect_catch_up(Duration::from_secs(3600));
+        let waiting = tokio::spawn(list.wait_log_read_from(10_000, long));
+        tokio::task::yield_now().await;
+        list.log_read(9_999);
+        tokio::task::yield_now().await;
+        assert!(
+            !waiting.is_finished(),
+            "a read begun before the write ended the wait"
+        );
+        list.log_read(10_000);
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("a read begun after the write did not end the wait")
+            .unwrap();
+        let waiting = tokio::spawn(list.wait_log_read_from(20_000, long));
+        tokio::task::yield_now().await;
+        list.log_stopped();
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("the log stopping did not end the wait")
+            .unwrap();
+    }
 
     /// The page `url` (host + path), whose primary hash is `7`, tagged `tags`.
     fn entry(url: &str, tags: &[&str]) -> EntryScopes {
