@@ -16,8 +16,9 @@
 //!   ([`FillLeases::on_shared_miss`]).
 //! * **Release**: a fill that stored nothing (uncacheable, or the fetch failed) deletes the lease
 //!   when its request ends ([`HeldLease::on_request_end`]), and so does a fill whose write to
-//!   memcached failed ([`FillLeases::on_write_failed`]), so the waiters fetch for themselves at
-//!   once instead of being held behind a fill they will never see. A stored fill deletes the
+//!   memcached failed ([`FillLeases::on_write_failed`]), or that admission or a ban refused
+//!   when it was stored (the same call, as nothing is written), so the waiters fetch for
+//!   themselves at once instead of being held behind a fill they will never see. A stored fill deletes the
 //!   lease once its entry is written ([`FillLeases::on_written`]); a waiter that finds the
 //!   lease gone looks for the entry once more before it fetches for itself.
 //! * **Bounds**: memcached failing is never waited on. When the URL's server is ejected or its

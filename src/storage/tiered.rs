@@ -115,6 +115,12 @@ impl TieredStorage {
         config: &MemcachedConfig,
         bans: &'static BanList,
     ) -> Self {
+        // a fill's stored object comes back only in near-cache mode (`MemoryMiss::finish_fill`);
+        // without it every fill would count as refused and write nothing
+        debug_assert!(
+            memory.is_near_cache(),
+            "the memory tier must be a near cache"
+        );
         let seed = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
@@ -505,7 +511,8 @@ impl TieredStorage {
     /// lease ([`FillLeases::on_written`]).
     fn spawn_write(&'static self, key: CacheKey, stored: Option<SharedWriteInFlight>, fill: bool) {
         let Some(in_flight) = stored else {
-            // admission, eviction or a ban refused it: nodes waiting for it would never see it
+            // a fill that admission or a ban refused, or (`share`) a copy evicted meanwhile:
+            // nodes waiting for it would never see it
             self.fill_leases.on_write_failed(&key);
             return;
         };

@@ -149,8 +149,8 @@ impl InFlightFills {
     }
 }
 
-/// Writes a fill; on `finish` the object becomes visible as complete.
-/// A fill of the memory tier: the body is copied in as it arrives, and lookups stream it.
+/// A fill of the memory tier: the body is copied in as it arrives, and lookups stream it; on
+/// `finish` the object becomes visible as complete.
 pub struct MemoryMiss {
     tier: &'static MemoryTier,
     key: u128,

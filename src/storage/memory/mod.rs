@@ -283,6 +283,11 @@ impl MemoryTier {
         .is_some()
     }
 
+    /// Whether this tier is a near cache in front of a shared tier (`local_ttl` set).
+    pub fn is_near_cache(&self) -> bool {
+        self.local_ttl.is_some()
+    }
+
     /// Whether shared-tier hits are kept here at all (not with a `local_ttl` of zero).
     pub fn promotes(&self) -> bool {
         !self.local_ttl.is_some_and(|ttl| ttl.is_zero())
