@@ -591,3 +591,85 @@ async fn a_fill_written_after_a_purge_through_another_node_does_not_outlive_the_
         );
     }
 }
+
+/// A soft ban right after a page was written leaves its entry in memcached, to be served stale:
+/// a soft ban is kept for the whole retention, so the writer's second look at what it wrote
+/// deletes only what a hard purge or ban covers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_soft_ban_just_after_a_write_leaves_the_entry_in_memcached() {
+    let cluster = MemcachedCluster::start(3);
+    let origin = scripted_origin();
+    // A reads the log every 2 s: its second look at the write waits for the read after the ban
+    let a = cluster.node_with_invalidation(&origin, "A", "poll_interval = \"2s\"", NODE);
+    let b = cluster.node(&origin, "B", NODE);
+    let path = format!(
+        "/soft-after-write?cc={}&hdr=Surrogate-Key:{}",
+        q("max-age=3600, stale-while-revalidate=600"),
+        q("red")
+    );
+    assert!(get(&a.proxy.url(&path), &SITE).await.is_stored());
+    let ban = r#"{"tag": "red", "soft": true, "wait": false}"#;
+    let answer = admin_post(b.admin, "/ban", Some(ADMIN_TOKEN), ban).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    wait_for_entry(&cluster, &path).await;
+    assert_eq!(
+        wait_for_stat_at_most(a.admin, "background_writes", 0, Duration::from_secs(15)).await,
+        0
+    );
+    assert_eq!(admin_stat(a.admin, "written_then_banned").await, 0);
+    let key = MemcachedCluster::key_of(HOST, &path);
+    assert!(
+        cluster.servers[cluster.server_for(&key)]
+            .get_raw(&key)
+            .is_some(),
+        "a softly banned entry was deleted"
+    );
+}
+
+/// A node draining after SIGTERM keeps reading the log: a fill that completes during the drain
+/// and is written after a purge of its URL through another node is judged by that purge and
+/// deleted before the node exits (when the log stopped at SIGTERM, it stayed in memcached).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_draining_node_still_applies_purges_to_what_it_writes() {
+    let cluster = MemcachedCluster::start(3);
+    let path = "/purged-while-draining";
+    let origin = TestOrigin::start(|_req| {
+        // the head at once, the body over two seconds
+        OriginResponse::ok(Body::Paced {
+            chunks: vec![Bytes::from_static(b"body-1-"), Bytes::from_static(b"late")],
+            interval: Duration::from_secs(1),
+        })
+        .header("cache-control", "max-age=3600")
+    });
+    // A reads the log at start and then every 6 s: it learns of the purge only after its fill
+    // is written, and before its drain (shutdown_timeout, 10 s) ends
+    let mut a = cluster.node_with_invalidation(&origin, "A", "poll_interval = \"6s\"", NODE);
+    let b = cluster.node(&origin, "B", NODE);
+    let response = http_client()
+        .get(a.proxy.url(path))
+        .header("host", HOST)
+        .send()
+        .await
+        .expect("A's fill");
+    assert_eq!(response.status(), 200);
+    assert!(a.proxy.signal("TERM"));
+    let purge = format!(r#"{{"url": "http://{HOST}{path}", "by": "test", "wait": false}}"#);
+    let answer = admin_post(b.admin, "/purge", Some(ADMIN_TOKEN), &purge).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let body = response
+        .bytes()
+        .await
+        .expect("A's body, sent while it drains");
+    assert_eq!(&body[..], b"body-1-late");
+    let status = a
+        .proxy
+        .wait_exit(Duration::from_secs(30))
+        .expect("A never exited");
+    assert!(status.success(), "{status:?}");
+    let key = MemcachedCluster::key_of(HOST, path);
+    let left = cluster.servers[cluster.server_for(&key)].get_raw(&key);
+    assert!(
+        !left.is_some_and(|raw| raw.windows(7).any(|w| w == b"body-1-")),
+        "the page purged while A drained was left in memcached by A"
+    );
+}

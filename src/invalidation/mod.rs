@@ -314,8 +314,20 @@ impl Invalidator {
                     pending.push(format!("publication to {}", log.server_name(index)));
                 }
                 if !missed.is_empty() {
-                    let what = (bytes, record.short_lived);
-                    self.retry_later(|p| &mut p.publications, what, missed.clone());
+                    let mut what = (bytes, record.short_lived);
+                    let mut to = missed.clone();
+                    if record.short_lived {
+                        // Late, a short-lived ban could be learned after a fill begun before it
+                        // was written back to memcached and judged valid by its writer
+                        // (`TieredStorage::judge_written` waits only so long): kept for the
+                        // whole retention instead, here and, republished, on every server.
+                        record.short_lived = false;
+                        self.bans
+                            .add(&record.target.scope(), issued_ms, record.soft, false);
+                        what = (record.encode(), false);
+                        to = servers.clone();
+                    }
+                    self.retry_later(|p| &mut p.publications, what, to);
                 }
                 let names = |list: &[usize]| -> Vec<String> {
                     list.iter()
@@ -595,21 +607,20 @@ impl Invalidator {
     }
 
     /// The background loop: read the log every `poll_interval` (the first read is the
-    /// catch-up), retry what is pending, write the heartbeat; tidy up every 30 s.
-    async fn run(&'static self, mut shutdown: ShutdownWatch) {
+    /// catch-up), retry what is pending, write the heartbeat; tidy up every 30 s. A shutdown
+    /// does not stop it: a draining node keeps applying purges until the process exits (its
+    /// fills in flight are judged by them when stored, and its writes once they land, see
+    /// `TieredStorage::judge_written`), and the drain ends the process.
+    async fn run(&'static self, _shutdown: ShutdownWatch) {
         let mut ticker = tokio::time::interval(self.poll_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut tidied = Instant::now();
         let mut first = true;
         loop {
-            tokio::select! {
-                _ = ticker.tick() => {}
-                _ = shutdown.changed() => {
-                    // writes waiting to be judged by the next read stop waiting (the drain)
-                    self.bans.log_stopped();
-                    return;
-                }
-            }
+            // Not stopped by a shutdown: a draining node keeps applying purges (its fills in
+            // flight are judged by them when stored, and its writes after they land, see
+            // `TieredStorage::judge_written`) until the process exits.
+            ticker.tick().await;
             if let (Some(log), Some(shared)) = (&self.log, self.shared) {
                 let started = Instant::now();
                 if first {

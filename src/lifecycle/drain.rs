@@ -12,7 +12,10 @@
 //! its own after the response is sent, and so do the deletes of fill leases. Cut by the exit,
 //! the write would be lost and its lease left to hold every other node's requests for the URL
 //! until it expires; so the watcher also waits for the work the caller counts as background
-//! (each write is bounded by memcached's `op_timeout`, all of it by `shutdown_timeout`).
+//! (each write is bounded by memcached's `op_timeout` per item, its second look at the bans by
+//! three of the log's poll intervals, and all of it by `shutdown_timeout`). The invalidation
+//! service keeps reading the log meanwhile, so what is written during the drain is judged by
+//! the purges made during it.
 
 use pingora_core::server::ExecutionPhase;
 use std::sync::atomic::{AtomicUsize, Ordering};

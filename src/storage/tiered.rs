@@ -455,18 +455,20 @@ impl TieredStorage {
     /// ban that could cover it is known here, and deletes it if one does (unless a newer answer
     /// has replaced it since).
     ///
-    /// A purge is published to the cluster's log after its delete of the URL's entry is
-    /// answered (by at most `op_timeout`), and this node reads the log every `poll_interval`.
+    /// A purge is published to the cluster's log after its delete of the URL's entry and of its
+    /// fill lease are answered (by at most two `op_timeout`s; a publication that misses a server
+    /// makes the ban long-lived instead, see `invalidation`), and this node reads the log every
+    /// `poll_interval`, also while it drains.
     /// So a fill that began before a purge, on this node or another, can be judged valid when
     /// it is stored and written after the purge's delete. Readers judge the entry banned, but
     /// only for as long as the ban is kept: a purge whose delete was answered is kept for
     /// [`SHORT_RETENTION`](crate::storage::ban_list::SHORT_RETENTION) only, after which the
     /// entry (kept for its freshness lifetime) would be served again on every node. Waiting for
-    /// a log read that began `op_timeout` after the write landed closes that gap.
+    /// a log read that began two `op_timeout`s after the write landed closes that gap.
     async fn judge_written(&self, key: &CacheKey, meta: &StoredMeta) {
-        let op_timeout = self.cluster.op_timeout();
-        let landed_ms = ms_after(SystemTime::now()) + op_timeout.as_millis() as u64;
-        self.bans.wait_log_read_from(landed_ms, op_timeout).await;
+        let publication = self.cluster.op_timeout() * 2;
+        let landed_ms = ms_after(SystemTime::now()) + publication.as_millis() as u64;
+        self.bans.wait_log_read_from(landed_ms, publication).await;
         if self.bans.is_empty() {
             return;
         }
@@ -475,7 +477,9 @@ impl TieredStorage {
             let primary_text = logical.split('#').next().unwrap_or(&logical);
             let primary = u128::from_be_bytes(key.primary_bin());
             let scopes = self.bans.scopes_of(primary_text, primary, &meta.header);
-            self.bans.judge(&scopes, meta.validated()) != Verdict::Valid
+            // a soft purge or ban is kept for the whole retention (readers serve the entry
+            // stale meanwhile): only a hard one is the writer's to act on
+            self.bans.judge(&scopes, meta.validated()) == Verdict::Invalid
         };
         if !covered(meta) {
             return;

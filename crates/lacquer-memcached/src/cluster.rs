@@ -341,6 +341,9 @@ impl Cluster {
 
     /// Deletes one value and says what happened, and on which server (by index; `None` when
     /// the ring is empty): for callers that must report what they could and could not reach.
+    /// The outcome is the owner's: while it is ejected, the value is deleted from the server
+    /// standing in for it (`rehash_on_eject`), but the owner, which may come back with its old
+    /// copy, is reported `Skipped`.
     pub async fn delete_reporting(&self, key: &[u8]) -> (Option<usize>, DeleteOutcome) {
         let Some(owner) = self.ring.server_for(key) else {
             return (None, DeleteOutcome::Skipped);
@@ -350,11 +353,12 @@ impl Cluster {
         };
         let result = self.nodes[index].client.delete(key).await;
         let outcome = match self.record(index, result) {
+            _ if index != owner => DeleteOutcome::Skipped,
             Some(true) => DeleteOutcome::Deleted,
             Some(false) => DeleteOutcome::NotFound,
             None => DeleteOutcome::Failed,
         };
-        (Some(index), outcome)
+        (Some(owner), outcome)
     }
 
     /// Every server, in configured order, with whether it is ejected now and its operation

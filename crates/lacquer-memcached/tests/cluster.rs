@@ -11,6 +11,10 @@ use std::time::Duration;
 use support::*;
 
 fn cluster(servers: &[&Memcached], failure_limit: u32) -> Cluster {
+    cluster_rehashing(servers, failure_limit, false)
+}
+
+fn cluster_rehashing(servers: &[&Memcached], failure_limit: u32, rehash: bool) -> Cluster {
     Cluster::new(&ClusterConfig {
         servers: servers_at(servers.iter().map(|m| m.addr())),
         pool_size: 4,
@@ -18,7 +22,7 @@ fn cluster(servers: &[&Memcached], failure_limit: u32) -> Cluster {
         op_timeout: Duration::from_millis(300),
         failure_limit,
         retry_after: Duration::from_secs(60),
-        rehash_on_eject: false,
+        rehash_on_eject: rehash,
     })
 }
 
@@ -186,4 +190,31 @@ async fn a_value_the_server_refuses_is_not_stored_and_does_not_count_against_it(
         "failure_limit = 1, yet not ejected"
     );
     assert!(within(cluster.set_with(b"small", b"small", Bytes::from_static(b"v"), 60)).await);
+}
+
+/// With `rehash_on_eject`, a delete while the key's server is ejected goes to the server standing
+/// in for it, but is reported for the owner, as skipped: the owner may come back with its old
+/// copy, so a purge must not count it gone (its ban would be short-lived, and the old copy
+/// served again once the ban is forgotten).
+#[tokio::test]
+async fn a_delete_while_the_owner_is_ejected_is_reported_skipped_for_the_owner() {
+    let (a, b) = (Memcached::start(), Memcached::start());
+    let servers = [&a, &b];
+    let cluster = cluster_rehashing(&servers, 1, true);
+    let (on_b, _) = keys_on(&servers, 1);
+    let key = on_b.as_bytes();
+    assert!(within(cluster.set_with(key, key, Bytes::from_static(b"old"), 60)).await);
+    b.signal("-STOP");
+    assert_eq!(within(cluster.get(key)).await, None);
+    assert_eq!(cluster.ejected(), vec![b.addr().to_string()]);
+    let (server, outcome) = within(cluster.delete_reporting(key)).await;
+    assert_eq!(server, Some(1), "reported for the owner, not the stand-in");
+    assert_eq!(outcome, lacquer_memcached::DeleteOutcome::Skipped);
+    b.signal("-CONT");
+    // the owner still holds what the delete could not reach
+    let owner = client(b.addr(), 1);
+    assert_eq!(
+        within(owner.get(key)).await.ok().flatten(),
+        Some(Bytes::from_static(b"old"))
+    );
 }
