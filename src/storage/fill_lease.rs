@@ -34,6 +34,7 @@
 //! not answering the claim.
 
 use super::shared_counters::SharedCounters;
+use super::tiered::namespaced_hex;
 use bytes::Bytes;
 use lacquer_memcached::Cluster;
 use parking_lot::Mutex;
@@ -150,13 +151,13 @@ impl FillLeases {
     }
 
     fn lease_key(&self, key: &CacheKey) -> String {
-        format!("{}:fill:{}", self.namespace, key.primary())
+        namespaced_hex(&self.namespace, "fill:", &key.primary_bin())
     }
 
     /// The memcached key of the URL's primary entry (`tiered::memcached_key` of the key without
     /// variance), by which the lease is placed.
     fn entry_key(&self, key: &CacheKey) -> String {
-        format!("{}:{}", self.namespace, key.primary())
+        namespaced_hex(&self.namespace, "", &key.primary_bin())
     }
 
     /// Deletes a URL's lease (`lease_key`), placed by the key of its entry (`entry_key`).
@@ -381,7 +382,9 @@ impl FillLeases {
     /// then (this fill outlasted `fill_lease` and another node claimed the URL again), its
     /// waiters fetch for themselves, once per node, as when a lease expires.
     pub async fn on_written(&self, key: &CacheKey) {
-        if self.lease.is_zero() || self.server_failing(key) {
+        // (the server has just answered the write: not asked whether it is failing, which
+        // costs a key's formatting and placement)
+        if self.lease.is_zero() {
             return;
         }
         self.delete(&self.entry_key(key), &self.lease_key(key))
