@@ -44,7 +44,7 @@ impl CompleteObject {
             meta: RwLock::new(meta.clone()),
             charged: 0,
             local_until: None,
-            shared_write_in_flight: Default::default(),
+            shared_writes_in_flight: Default::default(),
             scopes: None,
             body,
         });

@@ -17,7 +17,7 @@ use crate::storage::ban_list::scope::EntryScopes;
 use crate::storage::object::{Body, StoredMeta, OBJECT_OVERHEAD};
 use crate::storage::wire_head::WireHead;
 use parking_lot::{Mutex, RwLock};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use tinyufo::TinyUfo;
@@ -38,7 +38,7 @@ pub(super) struct MemoryObject {
     /// This node filled it and its write to the shared tier has not landed yet: until it has,
     /// the shared tier holds an older answer (or none), so this copy is trusted past
     /// `local_until` (see [`super::SharedWriteInFlight`]).
-    pub(super) shared_write_in_flight: AtomicBool,
+    pub(super) shared_writes_in_flight: AtomicU32,
     /// What purges and bans can name it by (its URL, host, path, tags); `None` when the tier
     /// has no ban list.
     pub(super) scopes: Option<Box<EntryScopes>>,
@@ -123,7 +123,7 @@ impl ObjectIndex {
             body,
             charged,
             local_until,
-            shared_write_in_flight: AtomicBool::new(false),
+            shared_writes_in_flight: AtomicU32::new(0),
             scopes,
         });
         let _serialized = self.insert_lock.lock();

@@ -118,9 +118,20 @@ pub enum NoCompleteObject {
 /// the origin again, one after another. A purge or ban of the URL on this node still takes
 /// the copy out at once; once the write has landed, the shared tier has this answer and the
 /// copy is trusted for `local_ttl` from when it was stored, as before.
+///
+/// Counted, not flagged: a fill's write and a `share()` of the same object (its head refreshed by
+/// a `304`) may be in flight together, and the copy stays trusted until both have ended.
 pub struct SharedWriteInFlight(Arc<MemoryObject>);
 
 impl SharedWriteInFlight {
+    /// Trusts `object` until the returned guard is dropped.
+    fn start(object: Arc<MemoryObject>) -> SharedWriteInFlight {
+        object
+            .shared_writes_in_flight
+            .fetch_add(1, Ordering::AcqRel);
+        SharedWriteInFlight(object)
+    }
+
     /// The metadata and body to write.
     pub fn contents(&self) -> (Arc<StoredMeta>, Body) {
         (self.0.meta.read().clone(), self.0.body.clone())
@@ -130,8 +141,8 @@ impl SharedWriteInFlight {
 impl Drop for SharedWriteInFlight {
     fn drop(&mut self) {
         self.0
-            .shared_write_in_flight
-            .store(false, Ordering::Release);
+            .shared_writes_in_flight
+            .fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -362,8 +373,7 @@ impl MemoryTier {
         // not `trusted_object`: the writer wants what was just stored, even when this node's own
         // trust in it has already run out (a `local_ttl` of zero)
         let object = self.index.get(key_of(key.combined_bin()))?;
-        object.shared_write_in_flight.store(true, Ordering::Release);
-        Some(SharedWriteInFlight(object))
+        Some(SharedWriteInFlight::start(object))
     }
 
     /// Starts a fill of `key` whose stored object the caller will write to a shared tier
@@ -392,8 +402,7 @@ impl MemoryTier {
     /// near-cache mode, the only one with a shared tier.
     fn awaits_shared_write(&self, object: Arc<MemoryObject>) -> Option<SharedWriteInFlight> {
         self.local_ttl?;
-        object.shared_write_in_flight.store(true, Ordering::Release);
-        Some(SharedWriteInFlight(object))
+        Some(SharedWriteInFlight::start(object))
     }
 
     /// A hit handler over a body that is not (or not yet) stored here.
@@ -408,7 +417,7 @@ impl MemoryTier {
         match object.local_until {
             Some(until)
                 if Instant::now() >= until
-                    && !object.shared_write_in_flight.load(Ordering::Acquire) =>
+                    && object.shared_writes_in_flight.load(Ordering::Acquire) == 0 =>
             {
                 None
             }
@@ -733,6 +742,32 @@ mod tests {
         assert_eq!(outcome, PurgeOutcome::Purged(None));
         assert!(tier.partial_object(primary).is_none());
         assert_eq!(tier.stats().bytes, 0);
+    }
+
+    #[tokio::test]
+    async fn with_a_zero_local_ttl_a_copy_is_trusted_while_any_of_its_shared_writes_is_in_flight() {
+        let span = Span::inactive().handle();
+        let key = CacheKey::new("/written", "");
+        let meta = StoredMeta::from_meta(&test_support::meta());
+        let body = Body::from_chunks(vec![bytes::Bytes::from_static(b"just filled")]);
+        let mut tier = MemoryTier::new(4 << 20, 1 << 20, 1024);
+        tier.set_local_ttl(Duration::ZERO);
+        let tier = tier.leak();
+        assert!(tier.store_complete(&key, meta, body));
+        assert!(
+            tier.lookup(&key, &span).await.unwrap().is_none(),
+            "trusted with no write in flight"
+        );
+        let fill_write = tier.stored_for_sharing(&key).unwrap();
+        let refresh_write = tier.stored_for_sharing(&key).unwrap();
+        assert!(tier.lookup(&key, &span).await.unwrap().is_some());
+        drop(refresh_write);
+        assert!(
+            tier.lookup(&key, &span).await.unwrap().is_some(),
+            "one write ending ended the other's trust"
+        );
+        drop(fill_write);
+        assert!(tier.lookup(&key, &span).await.unwrap().is_none());
     }
 
     #[tokio::test]
