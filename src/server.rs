@@ -181,13 +181,6 @@ fn serve(
         }
         None => Box::new(|| 0),
     };
-    drain::watch(
-        server.watch_execution_phase(),
-        in_flight,
-        shared_writes,
-        config.shutdown_timeout,
-    )
-    .map_err(|e| StartError(format!("cannot start the drain watcher: {e}")))?;
     let invalidator = Invalidator::new(&config.invalidation, bans, memory, tiered).leak();
     server.add_service(background_service(
         "invalidation",
@@ -261,6 +254,14 @@ fn serve(
         ProxyProtocolApp::new(http, expecting_header),
         config.client_limits.max_connections,
     );
+    drain::watch(
+        server.watch_execution_phase(),
+        in_flight,
+        shared_writes,
+        Box::new(app.serving()),
+        config.shutdown_timeout,
+    )
+    .map_err(|e| StartError(format!("cannot start the drain watcher: {e}")))?;
     server.add_service(Service::with_listeners(
         "lacquer".to_string(),
         listeners,

@@ -25,6 +25,12 @@ use tokio::sync::broadcast;
 /// How often a draining process looks at the count.
 const POLL: Duration = Duration::from_millis(20);
 
+/// How long, once no request and no background task is left, the process lets the client
+/// connections still served finish: an HTTP/2 connection sends the last frames of streams that
+/// are over for the proxy (their request is no longer counted) from its own buffers, and Pingora
+/// closes idle connections as the shutdown reaches them.
+const CONNECTIONS_PATIENCE: Duration = Duration::from_secs(2);
+
 /// The number of requests being handled by this process.
 #[derive(Debug, Default)]
 pub struct InFlightRequests(AtomicUsize);
@@ -62,18 +68,22 @@ impl Drop for RequestInFlight {
 pub type Background = Box<dyn Fn() -> u64 + Send>;
 
 /// Starts the thread that ends the process once a shutdown has stopped the listeners and no
-/// request and no `background` task is left (or `timeout` has passed since).
+/// request and no `background` task is left, and the client `connections` still served have
+/// closed (for at most [`CONNECTIONS_PATIENCE`] more); or when `timeout` has passed since.
 pub fn watch(
     mut phases: broadcast::Receiver<ExecutionPhase>,
     requests: &'static InFlightRequests,
     background: Background,
+    connections: Background,
     timeout: Duration,
 ) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("drain".into())
         .spawn(move || loop {
             match phases.blocking_recv() {
-                Ok(ExecutionPhase::ShutdownGracePeriod) => drain(requests, &background, timeout),
+                Ok(ExecutionPhase::ShutdownGracePeriod) => {
+                    drain(requests, &background, &connections, timeout)
+                }
                 Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
                 Err(broadcast::error::RecvError::Closed) => return,
             }
@@ -81,7 +91,12 @@ pub fn watch(
         .map(|_| ())
 }
 
-fn drain(requests: &InFlightRequests, background: &Background, timeout: Duration) -> ! {
+fn drain(
+    requests: &InFlightRequests,
+    background: &Background,
+    connections: &Background,
+    timeout: Duration,
+) -> ! {
     let started = Instant::now();
     log::info!(
         "draining: {} requests in flight and {} shared-tier writes, waiting up to {timeout:?}",
@@ -93,7 +108,18 @@ fn drain(requests: &InFlightRequests, background: &Background, timeout: Duration
         let left = requests.count();
         let writes = background();
         if left == 0 && writes == 0 {
-            log::info!("drained after {:?}, exiting", started.elapsed());
+            let settled = Instant::now();
+            while connections() > 0
+                && settled.elapsed() < CONNECTIONS_PATIENCE
+                && started.elapsed() < timeout
+            {
+                std::thread::sleep(POLL);
+            }
+            log::info!(
+                "drained after {:?} ({} client connections still open), exiting",
+                started.elapsed(),
+                connections()
+            );
             std::process::exit(0);
         }
         if started.elapsed() >= timeout {

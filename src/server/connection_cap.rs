@@ -23,15 +23,25 @@ use tokio::sync::Semaphore;
 pub struct ConnectionCap<A> {
     inner: Arc<A>,
     slots: Arc<Semaphore>,
+    max: usize,
 }
 
 impl<A> ConnectionCap<A> {
     /// `inner` serves each connection that gets one of the `max` slots.
     pub fn new(inner: A, max: usize) -> Self {
+        let max = max.min(Semaphore::MAX_PERMITS);
         ConnectionCap {
             inner: Arc::new(inner),
-            slots: Arc::new(Semaphore::new(max.min(Semaphore::MAX_PERMITS))),
+            slots: Arc::new(Semaphore::new(max)),
+            max,
         }
+    }
+
+    /// How many connections are being served, read from anywhere (the drain waits for an
+    /// HTTP/2 connection to send what its finished streams left in its buffers).
+    pub fn serving(&self) -> impl Fn() -> u64 + Send + 'static {
+        let (slots, max) = (self.slots.clone(), self.max);
+        move || max.saturating_sub(slots.available_permits()) as u64
     }
 }
 
