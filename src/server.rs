@@ -174,7 +174,7 @@ fn serve(
         .memcached
         .as_ref()
         .map(|shared| &*Box::leak(Box::new(TieredStorage::new(memory, shared, bans))));
-    let shared_writes: drain::Background = match tiered {
+    let shared_writes: drain::Count = match tiered {
         Some(tiered) => {
             let counters = tiered.counters.clone();
             Box::new(move || counters.background.load(Ordering::Acquire))

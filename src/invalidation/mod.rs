@@ -277,11 +277,9 @@ impl Invalidator {
         let memcached = match (&self.log, self.shared) {
             (Some(log), Some(shared)) => {
                 let delete = self.delete_url_entry(shared, &record, &mut pending).await;
-                record.short_lived = delete.as_ref().is_some_and(DeleteReport::answered);
-                if !record.short_lived {
-                    // entries are left in memcached: keep the ban for the whole retention
-                    let scope = record.target.scope();
-                    self.bans.add(&scope, issued_ms, record.soft, false);
+                if !delete.as_ref().is_some_and(DeleteReport::answered) {
+                    // entries are left in memcached
+                    self.keep_for_retention(&mut record);
                 }
                 let nothing_stored = touched == Touched::default()
                     && delete.as_ref().is_some_and(|d| d.outcome == "not_found");
@@ -321,9 +319,7 @@ impl Invalidator {
                         // was written back to memcached and judged valid by its writer
                         // (`TieredStorage::judge_written` waits only so long): kept for the
                         // whole retention instead, here and, republished, on every server.
-                        record.short_lived = false;
-                        self.bans
-                            .add(&record.target.scope(), issued_ms, record.soft, false);
+                        self.keep_for_retention(&mut record);
                         what = (record.encode(), false);
                         to = servers.clone();
                     }
@@ -436,6 +432,15 @@ impl Invalidator {
             self.retry_later(|p| &mut p.deletes, mc_key, Vec::new());
         }
         Some(delete)
+    }
+
+    /// `record`'s ban is kept for the whole retention, not
+    /// [`SHORT_RETENTION`](crate::storage::ban_list::SHORT_RETENTION): here at once,
+    /// and on every node that reads it as published from now on.
+    fn keep_for_retention(&self, record: &mut Record) {
+        record.short_lived = false;
+        self.bans
+            .add(&record.target.scope(), record.issued_ms, record.soft, false);
     }
 
     fn retry_later<T>(

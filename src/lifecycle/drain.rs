@@ -63,9 +63,9 @@ impl Drop for RequestInFlight {
     }
 }
 
-/// Work that requests leave behind, counted by whoever spawns it (the shared tier's writes and
-/// lease deletes): how many such tasks are not done yet.
-pub type Background = Box<dyn Fn() -> u64 + Send>;
+/// A count the watcher reads from elsewhere: the work requests leave behind (the shared tier's
+/// writes and lease deletes, counted by whoever spawns them), the client connections served.
+pub type Count = Box<dyn Fn() -> u64 + Send>;
 
 /// Starts the thread that ends the process once a shutdown has stopped the listeners and no
 /// request and no `background` task is left, and the client `connections` still served have
@@ -73,8 +73,8 @@ pub type Background = Box<dyn Fn() -> u64 + Send>;
 pub fn watch(
     mut phases: broadcast::Receiver<ExecutionPhase>,
     requests: &'static InFlightRequests,
-    background: Background,
-    connections: Background,
+    background: Count,
+    connections: Count,
     timeout: Duration,
 ) -> std::io::Result<()> {
     std::thread::Builder::new()
@@ -93,8 +93,8 @@ pub fn watch(
 
 fn drain(
     requests: &InFlightRequests,
-    background: &Background,
-    connections: &Background,
+    background: &Count,
+    connections: &Count,
     timeout: Duration,
 ) -> ! {
     let started = Instant::now();

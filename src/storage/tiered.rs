@@ -481,13 +481,13 @@ impl TieredStorage {
             return;
         }
         let logical = logical_key(key);
+        // a soft purge or ban is kept for the whole retention (readers serve the entry stale
+        // meanwhile): only a hard one is the writer's to act on
         let covered = |meta: &StoredMeta| {
-            let primary_text = logical.split('#').next().unwrap_or(&logical);
-            let primary = u128::from_be_bytes(key.primary_bin());
-            let scopes = self.bans.scopes_of(primary_text, primary, &meta.header);
-            // a soft purge or ban is kept for the whole retention (readers serve the entry
-            // stale meanwhile): only a hard one is the writer's to act on
-            self.bans.judge(&scopes, meta.validated()) == Verdict::Invalid
+            matches!(
+                self.verdict(key, &logical, meta, false),
+                Some((Verdict::Invalid, _))
+            )
         };
         if !covered(meta) {
             return;
