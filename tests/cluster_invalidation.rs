@@ -37,6 +37,40 @@ async fn wait_for_entry(cluster: &MemcachedCluster, path: &str) {
     assert!(written, "{path} was not written to memcached");
 }
 
+/// Whether memcached's entry for `path` holds `bytes` (part of a body) right now.
+fn entry_holds(cluster: &MemcachedCluster, path: &str, bytes: &[u8]) -> bool {
+    let key = MemcachedCluster::key_of(HOST, path);
+    cluster.servers[cluster.server_for(&key)]
+        .get_raw(&key)
+        .is_some_and(|raw| raw.windows(bytes.len()).any(|w| w == bytes))
+}
+
+/// An origin's `200` whose head goes at once and whose body, `first` then `late`, takes two
+/// seconds: long enough for a purge or ban to arrive between the two.
+fn paced(first: impl Into<Bytes>) -> OriginResponse {
+    OriginResponse::ok(Body::Paced {
+        chunks: vec![first.into(), Bytes::from_static(b"late")],
+        interval: Duration::from_secs(1),
+    })
+}
+
+/// A GET of `path` through `node` whose `200` head has arrived; its body is the caller's to read.
+async fn head_through(node: &Node, path: &str) -> reqwest::Response {
+    let response = http_client()
+        .get(node.proxy.url(path))
+        .header("host", HOST)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET {path} through {}: {e}", node.name));
+    assert_eq!(response.status(), 200);
+    response
+}
+
+/// The admin API's body for a purge of `path` that does not wait for the other nodes.
+fn purge_of(path: &str) -> String {
+    format!(r#"{{"url": "http://{HOST}{path}", "by": "test", "wait": false}}"#)
+}
+
 /// Stores `path` through `a` (written to memcached) and makes `b` hold a copy of it; returns the
 /// body every node now serves.
 async fn stored_on_both(cluster: &MemcachedCluster, a: &Node, b: &Node, path: &str) -> Bytes {
@@ -461,24 +495,15 @@ async fn a_fill_a_ban_refuses_leaves_the_newer_answer_in_memcached() {
                 .header("cache-control", "max-age=300")
                 .header("surrogate-key", "other"),
             // A's refresh: its head at once, its body over two seconds, tagged for the ban
-            3 => OriginResponse::ok(Body::Paced {
-                chunks: vec![Bytes::from_static(b"body-v3-"), Bytes::from_static(b"late")],
-                interval: Duration::from_secs(1),
-            })
-            .header("cache-control", "max-age=300")
-            .header("surrogate-key", "new"),
+            3 => paced("body-v3-")
+                .header("cache-control", "max-age=300")
+                .header("surrogate-key", "new"),
             _ => OriginResponse::ok("body-later").header("cache-control", "max-age=300"),
         }
     });
     let a = cluster.node(&origin, "A", NODE);
     let b = cluster.node(&origin, "B", NODE);
-    let key = MemcachedCluster::key_of(HOST, path);
-    let server = &cluster.servers[cluster.server_for(&key)];
-    let holds = |body: &[u8]| {
-        server
-            .get_raw(&key)
-            .is_some_and(|raw| raw.windows(body.len()).any(|w| w == body))
-    };
+    let holds = |body: &[u8]| entry_holds(&cluster, path, body);
     assert!(get(&a.proxy.url(path), &SITE).await.is_stored());
     wait_for_entry(&cluster, path).await;
     assert!(holds(b"body-v1"));
@@ -493,13 +518,7 @@ async fn a_fill_a_ban_refuses_leaves_the_newer_answer_in_memcached() {
     let writes_before = admin_stat(a.admin, "writes").await;
     // A still trusts its own stale v1 (local_ttl 30 s) and refreshes it: v3, banned by its tag
     // between its head and the end of its body, so the fill is refused when it is stored
-    let response = http_client()
-        .get(a.proxy.url(path))
-        .header("host", HOST)
-        .send()
-        .await
-        .expect("A's refresh");
-    assert_eq!(response.status(), 200);
+    let response = head_through(&a, path).await;
     let ban = admin_post(a.admin, "/ban", Some(ADMIN_TOKEN), r#"{"tag": "new"}"#).await;
     assert_eq!(ban.status, 200, "{}", ban.text());
     let body = response.bytes().await.expect("A's refreshed body");
@@ -507,13 +526,7 @@ async fn a_fill_a_ban_refuses_leaves_the_newer_answer_in_memcached() {
     assert_eq!(served.load(Ordering::SeqCst), 3);
     // nothing A holds replaces v2 in memcached
     let overwritten = poll_until_async(Duration::from_secs(2), || !holds(b"body-v2")).await;
-    assert!(
-        !overwritten,
-        "A wrote over B's newer answer; memcached now holds {:?}",
-        server
-            .get_raw(&key)
-            .map(|raw| String::from_utf8_lossy(&raw).into_owned())
-    );
+    assert!(!overwritten, "A wrote over B's newer answer");
     assert_eq!(
         admin_stat(a.admin, "writes").await,
         writes_before,
@@ -534,38 +547,16 @@ async fn a_fill_written_after_a_purge_through_another_node_does_not_outlive_the_
         let served = served.clone();
         move |_req| {
             let n = served.fetch_add(1, Ordering::SeqCst) + 1;
-            // the head at once, the body over two seconds
-            OriginResponse::ok(Body::Paced {
-                chunks: vec![
-                    Bytes::from(format!("body-{n}-")),
-                    Bytes::from_static(b"late"),
-                ],
-                interval: Duration::from_secs(1),
-            })
-            .header("cache-control", "max-age=3600")
+            paced(format!("body-{n}-")).header("cache-control", "max-age=3600")
         }
     });
     // A reads the log every 4 s: it learns of the purge only after its fill is complete
     let a = cluster.node_with_invalidation(&origin, "A", "poll_interval = \"4s\"", NODE);
     let b = cluster.node(&origin, "B", NODE);
-    let key = MemcachedCluster::key_of(HOST, path);
-    let server = &cluster.servers[cluster.server_for(&key)];
-    let holds_first = || {
-        server
-            .get_raw(&key)
-            .is_some_and(|raw| raw.windows(7).any(|w| w == b"body-1-"))
-    };
     let writes_before = admin_stat(a.admin, "writes").await;
-    let response = http_client()
-        .get(a.proxy.url(path))
-        .header("host", HOST)
-        .send()
-        .await
-        .expect("A's fill");
-    assert_eq!(response.status(), 200);
+    let response = head_through(&a, path).await;
     // A's fill has its head (validated now); the purge goes through B
-    let purge = format!(r#"{{"url": "http://{HOST}{path}", "by": "test", "wait": false}}"#);
-    let answer = admin_post(b.admin, "/purge", Some(ADMIN_TOKEN), &purge).await;
+    let answer = admin_post(b.admin, "/purge", Some(ADMIN_TOKEN), &purge_of(path)).await;
     assert_eq!(answer.status, 200, "{}", answer.text());
     let body = response.bytes().await.expect("A's body");
     assert_eq!(&body[..], b"body-1-late");
@@ -576,7 +567,10 @@ async fn a_fill_written_after_a_purge_through_another_node_does_not_outlive_the_
     );
     // once A has read the purge from the log (within 4 s), its entry is gone from memcached
     assert!(
-        poll_until_async(Duration::from_secs(15), || !holds_first()).await,
+        poll_until_async(Duration::from_secs(15), || {
+            !entry_holds(&cluster, path, b"body-1-")
+        })
+        .await,
         "the purged page stays in memcached, to be served again when the purge's ban is forgotten"
     );
     assert!(admin_stat(a.admin, "written_then_banned").await >= 1);
@@ -617,11 +611,8 @@ async fn a_soft_ban_just_after_a_write_leaves_the_entry_in_memcached() {
         0
     );
     assert_eq!(admin_stat(a.admin, "written_then_banned").await, 0);
-    let key = MemcachedCluster::key_of(HOST, &path);
     assert!(
-        cluster.servers[cluster.server_for(&key)]
-            .get_raw(&key)
-            .is_some(),
+        entry_holds(&cluster, &path, b"/soft-after-write"),
         "a softly banned entry was deleted"
     );
 }
@@ -633,28 +624,14 @@ async fn a_soft_ban_just_after_a_write_leaves_the_entry_in_memcached() {
 async fn a_draining_node_still_applies_purges_to_what_it_writes() {
     let cluster = MemcachedCluster::start(3);
     let path = "/purged-while-draining";
-    let origin = TestOrigin::start(|_req| {
-        // the head at once, the body over two seconds
-        OriginResponse::ok(Body::Paced {
-            chunks: vec![Bytes::from_static(b"body-1-"), Bytes::from_static(b"late")],
-            interval: Duration::from_secs(1),
-        })
-        .header("cache-control", "max-age=3600")
-    });
+    let origin = TestOrigin::start(|_req| paced("body-1-").header("cache-control", "max-age=3600"));
     // A reads the log at start and then every 6 s: it learns of the purge only after its fill
     // is written, and before its drain (shutdown_timeout, 10 s) ends
     let mut a = cluster.node_with_invalidation(&origin, "A", "poll_interval = \"6s\"", NODE);
     let b = cluster.node(&origin, "B", NODE);
-    let response = http_client()
-        .get(a.proxy.url(path))
-        .header("host", HOST)
-        .send()
-        .await
-        .expect("A's fill");
-    assert_eq!(response.status(), 200);
+    let response = head_through(&a, path).await;
     assert!(a.proxy.signal("TERM"));
-    let purge = format!(r#"{{"url": "http://{HOST}{path}", "by": "test", "wait": false}}"#);
-    let answer = admin_post(b.admin, "/purge", Some(ADMIN_TOKEN), &purge).await;
+    let answer = admin_post(b.admin, "/purge", Some(ADMIN_TOKEN), &purge_of(path)).await;
     assert_eq!(answer.status, 200, "{}", answer.text());
     let body = response
         .bytes()
@@ -666,10 +643,8 @@ async fn a_draining_node_still_applies_purges_to_what_it_writes() {
         .wait_exit(Duration::from_secs(30))
         .expect("A never exited");
     assert!(status.success(), "{status:?}");
-    let key = MemcachedCluster::key_of(HOST, path);
-    let left = cluster.servers[cluster.server_for(&key)].get_raw(&key);
     assert!(
-        !left.is_some_and(|raw| raw.windows(7).any(|w| w == b"body-1-")),
+        !entry_holds(&cluster, path, b"body-1-"),
         "the page purged while A drained was left in memcached by A"
     );
 }

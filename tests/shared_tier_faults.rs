@@ -126,6 +126,22 @@ fn origin_slow_at_first(first_delay: Duration, len: usize) -> TestOrigin {
     })
 }
 
+/// Fills `url` through `node` (an origin slow at first) and freezes the server of its entry once
+/// the fill's lease is there, before the fill is written; returns the fill's `200` answer.
+async fn fill_then_freeze(cluster: &Cluster, node: &LacquerProcess, url: &Url) -> Resp {
+    let server = &cluster.servers[url.server];
+    let filling = tokio::spawn(get_within_patience(node.url(&url.path)));
+    // the lease is claimed as the fetch starts
+    assert!(
+        poll_until_async(PATIENCE, || server.holds(&url.lease)).await,
+        "no lease while the page was fetched"
+    );
+    server.freeze();
+    let filled = filling.await.unwrap();
+    assert_eq!(filled.status, 200);
+    filled
+}
+
 async fn get_within_patience(url: String) -> Resp {
     tokio::time::timeout(PATIENCE, get(&url, &SITE))
         .await
@@ -371,15 +387,7 @@ async fn a_fill_written_to_a_frozen_server_is_trusted_here_only_until_the_write_
     let (a, admin_a) = cluster.node_tuned(&origin, LEASE, "4s", "local_ttl = \"0s\"");
     let url = Url::on(&cluster, "frozen-write", 1);
     let server = &cluster.servers[url.server];
-    let filling = tokio::spawn(get_within_patience(a.url(&url.path)));
-    // the lease is claimed as the fetch starts; the server freezes before the fill is written
-    assert!(
-        poll_until_async(PATIENCE, || server.holds(&url.lease)).await,
-        "no lease while the page was fetched"
-    );
-    server.freeze();
-    let filled = filling.await.unwrap();
-    assert_eq!(filled.status, 200);
+    let filled = fill_then_freeze(&cluster, &a, &url).await;
     let first = format!("{} #1", url.path);
     assert_eq!(filled.text(), first);
     // while the write hangs, this node serves its fill: no origin fetch, no wait on memcached
@@ -469,14 +477,8 @@ async fn a_stopping_node_finishes_the_write_of_its_last_fill() {
     let (mut a, _admin) = cluster.node_tuned(&origin, LEASE, "5s", "");
     let url = Url::on(&cluster, "last-fill", 2);
     let server = &cluster.servers[url.server];
-    let filling = tokio::spawn(get_within_patience(a.url(&url.path)));
-    assert!(
-        poll_until_async(PATIENCE, || server.holds(&url.lease)).await,
-        "no lease while the page was fetched"
-    );
     // the fill's write hangs until the server thaws
-    server.freeze();
-    assert_eq!(filling.await.unwrap().status, 200);
+    fill_then_freeze(&cluster, &a, &url).await;
     // SIGTERM with no request left, only the write: the node waits for it
     assert!(a.signal("TERM"));
     let exited_at_once = a.wait_exit(Duration::from_secs(1));

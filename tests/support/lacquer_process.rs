@@ -673,22 +673,25 @@ pub fn stat_in(text: &str, key: &str) -> u64 {
 /// Waits until the node's `/stats` counter `key` reaches `n`, for at most `timeout`; returns its
 /// last value (the caller asserts on it, so a wait that runs out fails with its own message).
 pub async fn wait_for_stat(admin_port: u16, key: &str, n: u64, timeout: Duration) -> u64 {
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        let value = admin_stat(admin_port, key).await;
-        if value >= n || std::time::Instant::now() >= deadline {
-            return value;
-        }
-        tokio::time::sleep(super::poll::POLL_INTERVAL).await;
-    }
+    wait_for_stat_where(admin_port, key, timeout, |value| value >= n).await
 }
 
 /// Polls `/stats` until `key` (a gauge) is at most `n`, or `timeout`; returns the last value.
 pub async fn wait_for_stat_at_most(admin_port: u16, key: &str, n: u64, timeout: Duration) -> u64 {
+    wait_for_stat_where(admin_port, key, timeout, |value| value <= n).await
+}
+
+/// Polls `/stats` until `key` satisfies `done`, or `timeout`; returns the last value.
+async fn wait_for_stat_where(
+    admin_port: u16,
+    key: &str,
+    timeout: Duration,
+    done: impl Fn(u64) -> bool,
+) -> u64 {
     let deadline = std::time::Instant::now() + timeout;
     loop {
         let value = admin_stat(admin_port, key).await;
-        if value <= n || std::time::Instant::now() >= deadline {
+        if done(value) || std::time::Instant::now() >= deadline {
             return value;
         }
         tokio::time::sleep(super::poll::POLL_INTERVAL).await;
