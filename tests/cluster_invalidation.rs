@@ -648,3 +648,129 @@ async fn a_draining_node_still_applies_purges_to_what_it_writes() {
         "the page purged while A drained was left in memcached by A"
     );
 }
+
+/// Whether the cluster's log on memcached server `server` holds a record naming `path` among
+/// the long-lived records (`short: false`) or the short-lived ones, in the buckets of the last
+/// minute.
+fn log_names(cluster: &MemcachedCluster, server: usize, path: &str, short: bool) -> bool {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        / 10_000;
+    let class = if short { "s:" } else { "" };
+    (now.saturating_sub(6)..=now + 1).any(|bucket| {
+        cluster.servers[server]
+            .get_raw(&format!("lq:inval:{class}{bucket}"))
+            .is_some_and(|value| value.windows(path.len()).any(|w| w == path.as_bytes()))
+    })
+}
+
+/// A fill written after a purge of its URL whose server freezes before its writer can delete it
+/// stays in memcached: the purge, short-lived since its own delete was answered, is then kept for
+/// the whole retention and published again as such, so no node forgets it while the entry may
+/// still be there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_purge_whose_late_entry_cannot_be_deleted_is_kept_for_the_whole_retention() {
+    let cluster = MemcachedCluster::start(3);
+    let path = "/purged-then-frozen";
+    let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let origin = TestOrigin::start({
+        let served = served.clone();
+        move |_req| {
+            let n = served.fetch_add(1, Ordering::SeqCst) + 1;
+            paced(format!("body-{n}-")).header("cache-control", "max-age=3600")
+        }
+    });
+    // A reads the log every 4 s: it learns of the purge only after its fill is written
+    let a = cluster.node_with_invalidation(&origin, "A", "poll_interval = \"4s\"", NODE);
+    let b = cluster.node(&origin, "B", NODE);
+    let key = MemcachedCluster::key_of(HOST, path);
+    let owner = cluster.server_for(&key);
+    let other = (owner + 1) % 3;
+    let writes_before = admin_stat(a.admin, "writes").await;
+    let response = head_through(&a, path).await;
+    let answer = admin_post(b.admin, "/purge", Some(ADMIN_TOKEN), &purge_of(path)).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert!(
+        log_names(&cluster, other, path, true),
+        "B's purge is published short-lived (its delete was answered)"
+    );
+    assert_eq!(
+        &response.bytes().await.expect("A's body")[..],
+        b"body-1-late"
+    );
+    assert_eq!(
+        wait_for_stat(a.admin, "writes", writes_before + 1, STAT_WAIT).await,
+        writes_before + 1,
+        "A's fill was not written"
+    );
+    // the entry's server freezes before A has read the purge from the log
+    cluster.servers[owner].freeze();
+    assert_eq!(
+        wait_for_stat(a.admin, "purges_kept", 1, Duration::from_secs(20)).await,
+        1,
+        "A did not keep the purge it could not act on"
+    );
+    assert_eq!(admin_stat(a.admin, "written_then_banned").await, 0);
+    assert!(
+        poll_until_async(Duration::from_secs(10), || log_names(
+            &cluster, other, path, false
+        ))
+        .await,
+        "the purge was not published again as long-lived"
+    );
+    cluster.servers[owner].thaw();
+    assert!(
+        entry_holds(&cluster, path, b"body-1-"),
+        "the purged page is still in memcached, as the freeze left it"
+    );
+    // and no node serves it: neither these two nor one started now
+    let c = cluster.node(&origin, "C", NODE);
+    for node in [&a, &b, &c] {
+        let resp = get(&node.proxy.url(path), &SITE).await;
+        assert_eq!(resp.status, 200);
+        assert_ne!(
+            &resp.body[..],
+            b"body-1-late",
+            "{} served the purged page",
+            node.name
+        );
+    }
+}
+
+/// What the writer reads back before deleting a purged entry may be anything: here garbage put
+/// under the entry's key after the write. It is no newer answer to keep, so it is deleted, and the
+/// node goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn garbage_under_a_purged_entry_at_the_writers_second_look_is_deleted() {
+    let cluster = MemcachedCluster::start(3);
+    let path = "/purged-then-garbage";
+    let origin = TestOrigin::start(|_req| paced("body-").header("cache-control", "max-age=3600"));
+    // A reads the log every 4 s: it learns of the purge only after its fill is written
+    let a = cluster.node_with_invalidation(&origin, "A", "poll_interval = \"4s\"", NODE);
+    let b = cluster.node(&origin, "B", NODE);
+    let key = MemcachedCluster::key_of(HOST, path);
+    let owner = cluster.server_for(&key);
+    let writes_before = admin_stat(a.admin, "writes").await;
+    let response = head_through(&a, path).await;
+    let answer = admin_post(b.admin, "/purge", Some(ADMIN_TOKEN), &purge_of(path)).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(&response.bytes().await.expect("A's body")[..], b"body-late");
+    assert_eq!(
+        wait_for_stat(a.admin, "writes", writes_before + 1, STAT_WAIT).await,
+        writes_before + 1,
+        "A's fill was not written"
+    );
+    let garbage = [&b"\x00\xffLQ-not-an-entry"[..], &[0x5a; 3000]].concat();
+    cluster.servers[owner].set_raw(&key, &garbage, 300);
+    assert_eq!(
+        wait_for_stat(a.admin, "written_then_banned", 1, Duration::from_secs(20)).await,
+        1,
+        "A left what it found under the purged entry's key"
+    );
+    assert!(cluster.servers[owner].get_raw(&key).is_none());
+    assert_eq!(admin_stat(a.admin, "purges_kept").await, 0);
+    let after = get(&a.proxy.url("/after?cc=max-age%3D60"), &SITE).await;
+    assert_eq!(after.status, 200, "A serves on");
+}

@@ -169,6 +169,7 @@ struct SharedReport {
     writes: u64,
     write_failures: u64,
     written_then_banned: u64,
+    purges_kept: u64,
     /// Writes and lease deletes not done yet (a gauge).
     background_writes: u64,
     fills_claimed: u64,
@@ -196,6 +197,7 @@ impl SharedReport {
             writes: c.writes.load(Ordering::Relaxed),
             write_failures: c.write_failures.load(Ordering::Relaxed),
             written_then_banned: c.written_then_banned.load(Ordering::Relaxed),
+            purges_kept: c.purges_kept.load(Ordering::Relaxed),
             background_writes: c.background.load(Ordering::Relaxed),
             fills_claimed: c.fills_claimed.load(Ordering::Relaxed),
             fills_awaited: c.fills_awaited.load(Ordering::Relaxed),

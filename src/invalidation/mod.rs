@@ -594,6 +594,53 @@ impl Invalidator {
         *pending = still;
     }
 
+    /// Publishes again, kept for the whole retention, the purges this node's writes made it keep
+    /// ([`BanList::keep_url_purge`]: an entry written after one could not be deleted), so that
+    /// every node keeps them as long as the entry may stay in memcached; a server missed is
+    /// retried as any publication.
+    async fn publish_kept_purges(&self, log: &SharedLog) {
+        let kept = self.bans.take_kept_purges();
+        if kept.is_empty() {
+            return;
+        }
+        let servers: Vec<usize> = (0..log.server_count()).collect();
+        for purge in kept {
+            let (host, path) = purge.host_and_path();
+            let record = Record {
+                id: RecordId {
+                    issuer: self.instance,
+                    seq: self.next_seq.fetch_add(1, Ordering::Relaxed),
+                },
+                issued_ms: purge.issued_ms,
+                soft: false,
+                short_lived: false,
+                target: Target::Url {
+                    host: host.to_string(),
+                    path: path.to_string(),
+                },
+                asked_by: format!(
+                    "{} (kept: an entry written after it could not be deleted)",
+                    self.name
+                ),
+            };
+            log::info!(
+                "invalidation: the purge of {} is kept for the whole retention",
+                record.target.describe()
+            );
+            let bytes = record.encode();
+            let now_ms = ms_after(SystemTime::now());
+            let published = log.publish(&bytes, false, &servers, now_ms).await;
+            let missed: Vec<usize> = servers
+                .iter()
+                .copied()
+                .filter(|i| !published.contains(i))
+                .collect();
+            if !missed.is_empty() {
+                self.retry_later(|p| &mut p.publications, (bytes, false), missed);
+            }
+        }
+    }
+
     /// What this node's invalidation holds and has done, for `/stats`.
     pub fn stats(&self) -> InvalidationStats {
         let pending = self.pending.lock();
@@ -642,6 +689,7 @@ impl Invalidator {
                     );
                 }
                 self.retry_pending(log, shared).await;
+                self.publish_kept_purges(log).await;
                 let beat = Heartbeat {
                     name: self.name.clone(),
                     applied: self.applied.lock().clone(),

@@ -26,6 +26,9 @@ pub struct SharedCounters {
     /// Entries deleted again right after they were written: a purge or ban this node learned
     /// of only then covers them (see `TieredStorage::judge_written`).
     pub written_then_banned: AtomicU64,
+    /// Purges kept for the whole retention because an entry this node wrote after one could
+    /// not be deleted (its server did not answer; see `TieredStorage::judge_written`).
+    pub purges_kept: AtomicU64,
     /// Fills this node claimed for the cluster (see [`super::fill_lease`]).
     pub fills_claimed: AtomicU64,
     /// Requests that waited for another node's fill and were served by it (requests on the

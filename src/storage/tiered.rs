@@ -472,7 +472,10 @@ impl TieredStorage {
     /// only for as long as the ban is kept: a purge whose delete was answered is kept for
     /// [`SHORT_RETENTION`](crate::storage::ban_list::SHORT_RETENTION) only, after which the
     /// entry (kept for its freshness lifetime) would be served again on every node. Waiting for
-    /// a log read that began two `op_timeout`s after the write landed closes that gap.
+    /// a log read that began two `op_timeout`s after the write landed closes that gap. When the
+    /// entry's server does not answer the read-back or the delete, the purge is kept for the
+    /// whole retention instead ([`BanList::keep_url_purge`]), here and, republished by the
+    /// invalidation service, on every node: the entry outlives no purge.
     async fn judge_written(&self, key: &CacheKey, meta: &StoredMeta) {
         let publication = self.cluster.op_timeout() * 2;
         let landed_ms = ms_after(SystemTime::now()) + publication.as_millis() as u64;
@@ -495,18 +498,45 @@ impl TieredStorage {
         // what the key holds now: this write, or a newer answer written since (the refetch
         // after the purge), which stays
         let mc_key = memcached_key(&self.namespace, key);
-        let Some(value) = self.cluster.get(mc_key.as_bytes()).await else {
-            return;
-        };
-        if let Some((now_there, _)) = self.decoded_value(&value, &logical) {
-            if !covered(&now_there) {
-                return;
+        let looked = self
+            .cluster
+            .get_multi_with(mc_key.as_bytes(), &[mc_key.as_bytes().to_vec()])
+            .await;
+        let reached = match looked.map(|values| values.into_iter().next().flatten()) {
+            // the server did not answer (frozen, failing, ejected)
+            None => false,
+            // gone already
+            Some(None) => return,
+            Some(Some(value)) => {
+                if let Some((now_there, _)) = self.decoded_value(&value, &logical) {
+                    if !covered(&now_there) {
+                        return;
+                    }
+                }
+                match self.cluster.delete_reporting(mc_key.as_bytes()).await.1 {
+                    DeleteOutcome::Deleted => {
+                        self.counters
+                            .written_then_banned
+                            .fetch_add(1, Ordering::Relaxed);
+                        true
+                    }
+                    DeleteOutcome::NotFound => true,
+                    DeleteOutcome::Skipped | DeleteOutcome::Failed => false,
+                }
             }
-        }
-        if self.cluster.delete(mc_key.as_bytes()).await {
-            self.counters
-                .written_then_banned
-                .fetch_add(1, Ordering::Relaxed);
+        };
+        if !reached {
+            // The entry stays in memcached, for as long as its TTL (up to the retention): a
+            // short-lived purge must not be forgotten before it, here or on any node.
+            let primary_text = logical.split('#').next().unwrap_or(&logical);
+            let primary = u128::from_be_bytes(key.primary_bin());
+            if self.bans.keep_url_purge(primary, primary_text) {
+                self.counters.purges_kept.fetch_add(1, Ordering::Relaxed);
+                log::warn!(
+                    "memcached: {primary_text} was written after its purge and could not be \
+                     deleted; the purge is kept for the whole retention"
+                );
+            }
         }
     }
 

@@ -157,6 +157,40 @@ pub struct BanList {
     /// ban published before then is in the list (see [`BanList::wait_log_read_from`]).
     log_read_from: AtomicU64,
     log_read: Notify,
+    /// URL purges kept for the whole retention by [`BanList::keep_url_purge`], waiting for the
+    /// invalidation service to publish them so (see [`BanList::take_kept_purges`]).
+    kept_purges: parking_lot::Mutex<Vec<KeptPurge>>,
+}
+
+/// The most kept purges waiting for publication; beyond it the oldest is published no more (it
+/// is still kept here).
+const MAX_KEPT_PURGES: usize = 10_000;
+
+/// A purge of one URL that this node keeps for the whole retention instead of
+/// [`SHORT_RETENTION`], and that the other nodes must keep as long: see
+/// [`BanList::keep_url_purge`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptPurge {
+    /// The purged entry's primary key text (host, with `https://` for an `https` key, and path).
+    pub primary_text: String,
+    /// When the purge was issued (ms since the Unix epoch): what it covers.
+    pub issued_ms: u64,
+}
+
+impl KeptPurge {
+    /// The key text split into the host as a URL purge names it (`https://` kept, so that the
+    /// purge's scope is the same key's) and the path with its query.
+    pub fn host_and_path(&self) -> (&str, &str) {
+        let text = &self.primary_text;
+        let host_from = text
+            .strip_prefix(crate::proxy::cache_key::HTTPS_PREFIX)
+            .map_or(0, |rest| text.len() - rest.len());
+        text.split_at(
+            text[host_from..]
+                .find('/')
+                .map_or(text.len(), |at| host_from + at),
+        )
+    }
 }
 
 impl BanList {
@@ -174,6 +208,7 @@ impl BanList {
             log_poll_ms: AtomicU64::new(0),
             log_read_from: AtomicU64::new(0),
             log_read: Notify::new(),
+            kept_purges: parking_lot::Mutex::new(Vec::new()),
         }
     }
 
@@ -208,6 +243,43 @@ impl BanList {
             self.generation.fetch_add(1, Ordering::AcqRel);
         }
         raised
+    }
+
+    /// Keeps the purge of the URL whose primary hash is `primary` (key text `primary_text`) for
+    /// the whole retention, when it was short-lived: an entry it covers was written to memcached
+    /// after it (a fill in flight), and the writer could not delete it (its server frozen or
+    /// ejected), so the entry may outlive [`SHORT_RETENTION`] there, and so must the purge, here
+    /// and, once the invalidation service has published it again
+    /// ([`BanList::take_kept_purges`]), on every node. Returns whether such a purge was found.
+    pub fn keep_url_purge(&self, primary: u128, primary_text: &str) -> bool {
+        let mut bans = self.bans.write();
+        let Some(stamp) = bans.urls.get_mut(&primary) else {
+            return false;
+        };
+        let keep_until = stamp
+            .hard_ms
+            .saturating_add(self.retention.as_millis() as u64);
+        if stamp.hard_ms == 0 || stamp.keep_until_ms >= keep_until {
+            // soft only (not the writer's to act on), or kept that long already
+            return false;
+        }
+        stamp.keep_until_ms = keep_until;
+        let issued_ms = stamp.hard_ms;
+        drop(bans);
+        let mut kept = self.kept_purges.lock();
+        if kept.len() >= MAX_KEPT_PURGES {
+            kept.remove(0);
+        }
+        kept.push(KeptPurge {
+            primary_text: primary_text.to_string(),
+            issued_ms,
+        });
+        true
+    }
+
+    /// The purges [`BanList::keep_url_purge`] kept since the last call, for publication.
+    pub fn take_kept_purges(&self) -> Vec<KeptPurge> {
+        std::mem::take(&mut *self.kept_purges.lock())
     }
 
     /// Changes whenever a ban tells something new.
@@ -443,6 +515,38 @@ mod tests {
         assert!(list.beyond_horizon(at(5_000), at(15_001)));
         assert!(!list.beyond_horizon(at(5_000), at(15_000)));
         assert!(!list.beyond_horizon(at(20_000), at(15_000)), "clock skew");
+    }
+
+    #[test]
+    fn a_short_lived_url_purge_its_writer_could_not_act_on_is_kept_for_the_retention() {
+        let list = BanList::new(Duration::from_secs(86_400), None);
+        let (primary, https) = (Scope::Url(7), Scope::Url(8));
+        list.add(&primary, 5_000, false, true);
+        list.add(&https, 6_000, false, true);
+        assert!(list.keep_url_purge(7, "shop.example/a?b=/c"));
+        assert!(list.keep_url_purge(8, "https://shop.example:8443/d"));
+        // once only, and never for what has no hard purge of that URL
+        assert!(!list.keep_url_purge(7, "shop.example/a?b=/c"));
+        assert!(!list.keep_url_purge(9, "shop.example/none"));
+        list.add(&Scope::Url(10), 5_000, true, true);
+        assert!(!list.keep_url_purge(10, "shop.example/soft"));
+        let kept = list.take_kept_purges();
+        assert_eq!(
+            kept.iter()
+                .map(|k| (k.host_and_path(), k.issued_ms))
+                .collect::<Vec<_>>(),
+            [
+                (("shop.example", "/a?b=/c"), 5_000),
+                (("https://shop.example:8443", "/d"), 6_000)
+            ]
+        );
+        assert!(list.take_kept_purges().is_empty(), "taken once");
+        list.prune(at(6_000) + SHORT_RETENTION + Duration::from_secs(1));
+        assert_eq!(list.len(), 2, "both kept past the short retention");
+        let page = entry("shop.example/a?b=/c", &[]);
+        assert_eq!(list.judge(&page, at(4_000)), Verdict::Invalid);
+        list.prune(at(6_000) + Duration::from_secs(86_401));
+        assert!(list.is_empty(), "and forgotten after the retention");
     }
 
     #[test]
