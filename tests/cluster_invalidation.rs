@@ -774,3 +774,59 @@ async fn garbage_under_a_purged_entry_at_the_writers_second_look_is_deleted() {
     let after = get(&a.proxy.url("/after?cc=max-age%3D60"), &SITE).await;
     assert_eq!(after.status, 200, "A serves on");
 }
+
+/// A POST through one node invalidates its URL on every node even when nothing of it is stored
+/// yet anywhere, if a fill of it is in flight on another node (its fill lease says so): that
+/// fill holds what the URL was before the POST, and must not be kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_post_invalidates_a_fill_in_flight_on_another_node() {
+    let cluster = MemcachedCluster::start(3);
+    let path = "/posted-mid-fill";
+    let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let origin = TestOrigin::start({
+        let served = served.clone();
+        move |req| {
+            if req.method == "POST" {
+                return OriginResponse::ok("changed");
+            }
+            let n = served.fetch_add(1, Ordering::SeqCst) + 1;
+            paced(format!("body-{n}-")).header("cache-control", "max-age=3600")
+        }
+    });
+    let a = cluster.node(&origin, "A", NODE);
+    let b = cluster.node_with_invalidation(&origin, "B", "poll_interval = \"1s\"", NODE);
+    let response = head_through(&b, path).await;
+    // B's fill is in flight (it holds the URL's fill lease); the POST goes through A, which has
+    // nothing of the URL, nor has memcached
+    let posted = send(
+        &http_client(),
+        "POST",
+        &a.proxy.url(path),
+        &SITE,
+        Some(Bytes::from_static(b"x=1")),
+    )
+    .await
+    .expect("the POST");
+    assert_eq!(posted.status, 200);
+    assert_eq!(
+        &response.bytes().await.expect("B's body")[..],
+        b"body-1-late"
+    );
+    // once B has read the log (every second), the pre-POST page is neither kept nor served
+    let gone = poll_until_async(Duration::from_secs(10), || {
+        !entry_holds(&cluster, path, b"body-1-")
+    })
+    .await;
+    assert!(gone, "B's pre-POST page stays in memcached");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for node in [&a, &b] {
+        let resp = get(&node.proxy.url(path), &SITE).await;
+        assert_eq!(resp.status, 200);
+        assert_ne!(
+            &resp.body[..],
+            b"body-1-late",
+            "{} served the page as it was before the POST",
+            node.name
+        );
+    }
+}

@@ -103,9 +103,9 @@ pub struct Request {
     pub asked_by: String,
     /// Wait (up to a few poll intervals) for the other nodes to confirm, and report them.
     pub wait: bool,
-    /// Tell the other nodes only if this node or memcached had something under the target (the
-    /// invalidation by unsafe methods, which mostly names URLs nobody stored), and log it at
-    /// debug level rather than info.
+    /// Tell the other nodes only if this node or memcached had something under the target, or a
+    /// node was filling it (its fill lease was there): the invalidation by unsafe methods, which
+    /// mostly names URLs nobody stored; logged at debug level rather than info.
     pub only_if_stored: bool,
 }
 
@@ -276,13 +276,19 @@ impl Invalidator {
         let mut pending = Vec::new();
         let memcached = match (&self.log, self.shared) {
             (Some(log), Some(shared)) => {
-                let delete = self.delete_url_entry(shared, &record, &mut pending).await;
+                let mut fill_in_flight = false;
+                let delete = self
+                    .delete_url_entry(shared, &record, &mut pending, &mut fill_in_flight)
+                    .await;
                 if !delete.as_ref().is_some_and(DeleteReport::answered) {
                     // entries are left in memcached
                     self.keep_for_retention(&mut record);
                 }
+                // (a fill in flight on another node would store what the URL was before: its
+                // lease, just deleted, says there is one, and it must learn of this)
                 let nothing_stored = touched == Touched::default()
-                    && delete.as_ref().is_some_and(|d| d.outcome == "not_found");
+                    && delete.as_ref().is_some_and(|d| d.outcome == "not_found")
+                    && !fill_in_flight;
                 if request.only_if_stored && nothing_stored {
                     log::debug!(
                         "invalidation of {} asked by {}: nothing stored",
@@ -404,12 +410,14 @@ impl Invalidator {
     }
 
     /// A hard purge of a URL deletes its entry in memcached; a delete that did not reach the
-    /// server is retried (the ban keeps the entry from being served meanwhile).
+    /// server is retried (the ban keeps the entry from being served meanwhile). The URL's fill
+    /// lease is deleted too; `fill_in_flight` tells whether there was one.
     async fn delete_url_entry(
         &self,
         shared: &TieredStorage,
         record: &Record,
         pending: &mut Vec<String>,
+        fill_in_flight: &mut bool,
     ) -> Option<DeleteReport> {
         let Target::Url { host, path } = &record.target else {
             return None;
@@ -419,10 +427,11 @@ impl Invalidator {
         }
         let key = crate::proxy::cache_key::of_url(host, path);
         let mc_key = shared.memcached_key(&key);
-        let ((server, outcome), ()) = tokio::join!(
+        let ((server, outcome), lease_found) = tokio::join!(
             shared.delete_shared(&mc_key),
             shared.fill_leases().on_purge(&key)
         );
+        *fill_in_flight = lease_found;
         let delete = DeleteReport::new(server, outcome);
         if !delete.answered() {
             pending.push(format!(

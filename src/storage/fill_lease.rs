@@ -161,10 +161,11 @@ impl FillLeases {
     }
 
     /// Deletes a URL's lease (`lease_key`), placed by the key of its entry (`entry_key`).
-    async fn delete(&self, entry_key: &str, lease_key: &str) {
+    /// Deletes a lease; returns whether it was there.
+    async fn delete(&self, entry_key: &str, lease_key: &str) -> bool {
         self.cluster
             .delete_with(entry_key.as_bytes(), lease_key.as_bytes())
-            .await;
+            .await
     }
 
     /// Whether the server holding `key`'s entry is ejected or has just failed.
@@ -393,12 +394,13 @@ impl FillLeases {
 
     /// `key`'s URL was purged: a lease on it belongs to a fill from before the purge (or one
     /// that will find the URL purged), so it is deleted and the nodes that miss the URL now
-    /// fetch it at once instead of waiting for the lease to expire.
-    pub async fn on_purge(&self, key: &CacheKey) {
-        if !self.lease.is_zero() {
-            self.delete(&self.entry_key(key), &self.lease_key(key))
-                .await;
-        }
+    /// fetch it at once instead of waiting for the lease to expire. Returns whether there was
+    /// one: a fill of the URL is then in flight on some node.
+    pub async fn on_purge(&self, key: &CacheKey) -> bool {
+        !self.lease.is_zero()
+            && self
+                .delete(&self.entry_key(key), &self.lease_key(key))
+                .await
     }
 }
 
