@@ -830,3 +830,39 @@ async fn a_post_invalidates_a_fill_in_flight_on_another_node() {
         );
     }
 }
+
+/// A POST naming a URL nobody stored and nobody is filling is not published to the cluster: most
+/// POSTs are, and publishing each would fill the log (found by review: a first version took a
+/// lease delete the server answered for a lease found).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_post_to_a_url_nobody_stored_or_fills_is_not_published() {
+    let cluster = MemcachedCluster::start(3);
+    let origin = TestOrigin::start(|req| {
+        if req.method == "POST" {
+            return OriginResponse::ok("changed");
+        }
+        OriginResponse::ok("page").header("cache-control", "max-age=3600")
+    });
+    let a = cluster.node(&origin, "A", NODE);
+    assert_eq!(get(&a.proxy.url("/warm"), &SITE).await.status, 200);
+    let path = "/never-stored-never-filled";
+    let posted = send(
+        &http_client(),
+        "POST",
+        &a.proxy.url(path),
+        &SITE,
+        Some(Bytes::from_static(b"x=1")),
+    )
+    .await
+    .expect("the POST");
+    assert_eq!(posted.status, 200);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for server in 0..3 {
+        for short in [true, false] {
+            assert!(
+                !log_names(&cluster, server, path, short),
+                "a POST naming a URL nobody stored or filled was published to the cluster's log"
+            );
+        }
+    }
+}

@@ -160,12 +160,13 @@ impl FillLeases {
         namespaced_hex(&self.namespace, "", &key.primary_bin())
     }
 
-    /// Deletes a URL's lease (`lease_key`), placed by the key of its entry (`entry_key`).
-    /// Deletes a lease; returns whether it was there.
+    /// Deletes a URL's lease (`lease_key`), placed by the key of its entry (`entry_key`);
+    /// returns whether it was there (`false` also when its server did not answer).
     async fn delete(&self, entry_key: &str, lease_key: &str) -> bool {
         self.cluster
             .delete_with(entry_key.as_bytes(), lease_key.as_bytes())
             .await
+            == Some(true)
     }
 
     /// Whether the server holding `key`'s entry is ejected or has just failed.

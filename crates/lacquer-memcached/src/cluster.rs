@@ -326,17 +326,16 @@ impl Cluster {
 
     /// Deletes one value; returns whether the server answered.
     pub async fn delete(&self, key: &[u8]) -> bool {
-        self.delete_with(key, key).await
+        self.delete_with(key, key).await.is_some()
     }
 
-    /// Deletes one value stored on the server of `placement_key`; returns whether the server
-    /// answered.
-    pub async fn delete_with(&self, placement_key: &[u8], key: &[u8]) -> bool {
-        let Some(index) = self.node_for(placement_key) else {
-            return false;
-        };
+    /// Deletes one value stored on the server of `placement_key`; returns whether the value was
+    /// there (`Some(true)`), or not (`Some(false)`), or `None` when the server did not answer
+    /// or is ejected.
+    pub async fn delete_with(&self, placement_key: &[u8], key: &[u8]) -> Option<bool> {
+        let index = self.node_for(placement_key)?;
         let result = self.nodes[index].client.delete(key).await;
-        self.record(index, result).is_some()
+        self.record(index, result)
     }
 
     /// Deletes one value and says what happened, and on which server (by index; `None` when

@@ -77,8 +77,16 @@ async fn values_placed_with_another_key_live_on_that_keys_server() {
         within(cluster.get_with(object.as_bytes(), lease.as_bytes())).await,
         Some(Bytes::from_static(b"1"))
     );
-    assert!(within(cluster.delete_with(object.as_bytes(), lease.as_bytes())).await);
+    assert_eq!(
+        within(cluster.delete_with(object.as_bytes(), lease.as_bytes())).await,
+        Some(true)
+    );
     assert_eq!(within(direct.get(lease.as_bytes())).await.unwrap(), None);
+    assert_eq!(
+        within(cluster.delete_with(object.as_bytes(), lease.as_bytes())).await,
+        Some(false),
+        "a delete of what is not there says so"
+    );
 }
 
 #[tokio::test]
