@@ -301,3 +301,31 @@ fn a_get_with_content_length_zero_is_cached() {
     assert_eq!(first.text(), "origin #1");
     assert_eq!(second.text(), "origin #1");
 }
+
+/// `Host: https:` (an empty port: a valid authority) and the target `//shop.example/x` spelled,
+/// in an `http` key, the text of the `https` key of shop.example/x, so a plain-http client stored
+/// its answer as the page of https users (found by review). An empty port is the default port
+/// (RFC 3986 §6.2.3) and is keyed as none.
+#[test]
+fn an_empty_port_cannot_make_an_http_key_spell_an_https_one() {
+    let origin = CaptureOrigin::start();
+    let lacquer = LacquerProcess::start_simple(
+        origin.addr(),
+        "[log]\naccess = \"off\"\n[proxy]\ntrusted_proxies = [\"127.0.0.1\"]",
+    );
+    let hostile = get(&lacquer, "https:", "//shop.example/x");
+    assert_eq!(hostile.status, 200);
+    let https = exchange(
+        &lacquer,
+        b"GET /x HTTP/1.1\r\nHost: shop.example\r\nX-Forwarded-Proto: https\r\n\r\n",
+    );
+    assert_eq!(https.status, 200);
+    assert_ne!(
+        https.body, hostile.body,
+        "the https page was a plain-http client's answer"
+    );
+    // the empty port is the default one: both spellings share an entry
+    let plain = get(&lacquer, "shop.example", "/y");
+    let empty_port = get(&lacquer, "shop.example:", "/y");
+    assert_eq!(plain.body, empty_port.body);
+}

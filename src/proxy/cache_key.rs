@@ -97,7 +97,7 @@ impl<'a> KeyParts<'a> {
     fn of(https: bool, req: &'a RequestHeader) -> Self {
         KeyParts {
             https,
-            host: request_host(req),
+            host: without_empty_port(request_host(req)),
             path_and_query: path(req),
         }
     }
@@ -110,7 +110,7 @@ impl<'a> KeyParts<'a> {
         };
         KeyParts {
             https,
-            host,
+            host: without_empty_port(host),
             path_and_query,
         }
     }
@@ -181,6 +181,14 @@ pub fn request_host(req: &RequestHeader) -> &str {
         .and_then(|h| h.to_str().ok())
         .or_else(|| req.uri.authority().map(|a| a.as_str()))
         .unwrap_or("")
+}
+
+/// `host` without an empty port (`shop.example:` is `shop.example`, RFC 3986 §6.2.3). Kept, the
+/// colon would let an `http` key spell an `https` one: `Host: https:` (a valid authority) with the
+/// target `//shop.example/x` is the text `https://shop.example/x`, the `https` page of another
+/// host, stored by a plain-http client.
+fn without_empty_port(host: &str) -> &str {
+    host.trim_end_matches(':')
 }
 
 /// The path and query part of the key: the target's; `/` when it has none (absolute-form
@@ -268,6 +276,29 @@ mod tests {
         let same_url = of_url(request_host(&req), "/A/b?Q=1");
         assert_eq!(same_url.primary_key(), key.primary_key());
         assert_eq!(same_url.primary_bin(), key.primary_bin());
+    }
+
+    #[test]
+    fn an_empty_port_is_keyed_as_none_and_cannot_spell_the_https_prefix() {
+        let mut hostile = RequestKey::default();
+        let hostile_req = request("https:", b"//shop.example/x");
+        assert_eq!(
+            hostile.get(&hostile_req).primary_key(),
+            b"https//shop.example/x"
+        );
+        let https = of_url("https://shop.example", "/x");
+        assert_eq!(https.primary_key(), b"https://shop.example/x");
+        assert_ne!(hostile.primary_bin(&hostile_req), https.primary_bin());
+        let mut plain = RequestKey::default();
+        let mut empty_port = RequestKey::default();
+        assert_eq!(
+            plain.primary_bin(&request("shop.example", b"/y")),
+            empty_port.primary_bin(&request("Shop.Example:", b"/y"))
+        );
+        assert_eq!(
+            of_url("shop.example:", "/y").primary_bin(),
+            of_url("shop.example", "/y").primary_bin()
+        );
     }
 
     #[test]

@@ -476,7 +476,11 @@ impl TieredStorage {
     /// entry's server does not answer the read-back or the delete, the purge is kept for the
     /// whole retention instead ([`BanList::keep_url_purge`]), here and, republished by the
     /// invalidation service, on every node: the entry outlives no purge.
-    async fn judge_written(&self, key: &CacheKey, meta: &StoredMeta) {
+    ///
+    /// `written` is false for a write that failed: it may have landed all the same (a server
+    /// that froze carries out what is in its socket when it thaws), so a purge that covers it
+    /// is kept as for an entry that could not be deleted.
+    async fn judge_written(&self, key: &CacheKey, meta: &StoredMeta, written: bool) {
         let publication = self.cluster.op_timeout() * 2;
         let landed_ms = ms_after(SystemTime::now()) + publication.as_millis() as u64;
         self.bans.wait_log_read_from(landed_ms, publication).await;
@@ -498,10 +502,19 @@ impl TieredStorage {
         // what the key holds now: this write, or a newer answer written since (the refetch
         // after the purge), which stays
         let mc_key = memcached_key(&self.namespace, key);
-        let looked = self
+        // asked of the key's own server only: while it is ejected, a stand-in
+        // (`rehash_on_eject`) would answer for a key the owner may still hold
+        let owner_usable = self
             .cluster
-            .get_multi_with(mc_key.as_bytes(), &[mc_key.as_bytes().to_vec()])
-            .await;
+            .owner(mc_key.as_bytes())
+            .is_some_and(|owner| self.cluster.is_usable(owner));
+        let looked = if written && owner_usable {
+            self.cluster
+                .get_multi_with(mc_key.as_bytes(), &[mc_key.as_bytes().to_vec()])
+                .await
+        } else {
+            None
+        };
         let reached = match looked.map(|values| values.into_iter().next().flatten()) {
             // the server did not answer (frozen, failing, ejected)
             None => false,
@@ -530,7 +543,9 @@ impl TieredStorage {
             // short-lived purge must not be forgotten before it, here or on any node.
             let primary_text = logical.split('#').next().unwrap_or(&logical);
             let primary = u128::from_be_bytes(key.primary_bin());
-            if self.bans.keep_url_purge(primary, primary_text) {
+            // the drain waits for the purge's publication as for this write
+            let task = self.counters.background_task();
+            if self.bans.keep_url_purge(primary, primary_text, Some(task)) {
                 self.counters.purges_kept.fetch_add(1, Ordering::Relaxed);
                 log::warn!(
                     "memcached: {primary_text} was written after its purge and could not be \
@@ -570,11 +585,14 @@ impl TieredStorage {
                     self.fill_leases.on_written(&key).await;
                 }
                 self.counters.writes.fetch_add(1, Ordering::Relaxed);
-                self.judge_written(&key, &meta).await;
+                self.judge_written(&key, &meta, true).await;
             } else {
                 self.counters.write_failures.fetch_add(1, Ordering::Relaxed);
                 // nodes waiting for this fill would never see it
                 self.fill_leases.on_write_failed(&key);
+                // a write its server did not answer may still land (a frozen server carries
+                // it out when it thaws)
+                self.judge_written(&key, &meta, false).await;
             }
             drop(task);
         });

@@ -28,6 +28,7 @@
 pub mod scope;
 pub mod tags;
 
+use crate::storage::shared_counters::BackgroundTask;
 use parking_lot::RwLock;
 use pingora_http::ResponseHeader;
 use scope::{prefix_covers, EntryScopes, Scope};
@@ -169,12 +170,14 @@ const MAX_KEPT_PURGES: usize = 10_000;
 /// A purge of one URL that this node keeps for the whole retention instead of
 /// [`SHORT_RETENTION`], and that the other nodes must keep as long: see
 /// [`BanList::keep_url_purge`].
-#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeptPurge {
     /// The purged entry's primary key text (host, with `https://` for an `https` key, and path).
     pub primary_text: String,
     /// When the purge was issued (ms since the Unix epoch): what it covers.
     pub issued_ms: u64,
+    /// Held until the purge is published (dropped with it), so that a draining node does not
+    /// exit before.
+    pub publication: Option<BackgroundTask>,
 }
 
 impl KeptPurge {
@@ -251,7 +254,15 @@ impl BanList {
     /// ejected), so the entry may outlive [`SHORT_RETENTION`] there, and so must the purge, here
     /// and, once the invalidation service has published it again
     /// ([`BanList::take_kept_purges`]), on every node. Returns whether such a purge was found.
-    pub fn keep_url_purge(&self, primary: u128, primary_text: &str) -> bool {
+    ///
+    /// `publication` is held until the purge is published; on a node that reads no log (nobody
+    /// would publish it) the purge is kept here only.
+    pub fn keep_url_purge(
+        &self,
+        primary: u128,
+        primary_text: &str,
+        publication: Option<BackgroundTask>,
+    ) -> bool {
         let mut bans = self.bans.write();
         let Some(stamp) = bans.urls.get_mut(&primary) else {
             return false;
@@ -266,13 +277,22 @@ impl BanList {
         stamp.keep_until_ms = keep_until;
         let issued_ms = stamp.hard_ms;
         drop(bans);
+        if self.log_poll_ms.load(Ordering::Acquire) == 0 {
+            return true;
+        }
         let mut kept = self.kept_purges.lock();
         if kept.len() >= MAX_KEPT_PURGES {
-            kept.remove(0);
+            let dropped = kept.remove(0);
+            log::warn!(
+                "invalidation: more than {MAX_KEPT_PURGES} kept purges wait for publication; \
+                 {} is kept on this node only",
+                dropped.primary_text
+            );
         }
         kept.push(KeptPurge {
             primary_text: primary_text.to_string(),
             issued_ms,
+            publication,
         });
         true
     }
@@ -523,13 +543,14 @@ mod tests {
         let (primary, https) = (Scope::Url(7), Scope::Url(8));
         list.add(&primary, 5_000, false, true);
         list.add(&https, 6_000, false, true);
-        assert!(list.keep_url_purge(7, "shop.example/a?b=/c"));
-        assert!(list.keep_url_purge(8, "https://shop.example:8443/d"));
+        list.expect_catch_up(Duration::from_secs(1));
+        assert!(list.keep_url_purge(7, "shop.example/a?b=/c", None));
+        assert!(list.keep_url_purge(8, "https://shop.example:8443/d", None));
         // once only, and never for what has no hard purge of that URL
-        assert!(!list.keep_url_purge(7, "shop.example/a?b=/c"));
-        assert!(!list.keep_url_purge(9, "shop.example/none"));
+        assert!(!list.keep_url_purge(7, "shop.example/a?b=/c", None));
+        assert!(!list.keep_url_purge(9, "shop.example/none", None));
         list.add(&Scope::Url(10), 5_000, true, true);
-        assert!(!list.keep_url_purge(10, "shop.example/soft"));
+        assert!(!list.keep_url_purge(10, "shop.example/soft", None));
         let kept = list.take_kept_purges();
         assert_eq!(
             kept.iter()
