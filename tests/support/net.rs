@@ -4,12 +4,37 @@
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
-/// A currently free TCP port on 127.0.0.1 (bind port 0, read it, release it).
+/// The ports [`free_port`] hands out: below the kernel's ephemeral range (32768-60999 by
+/// default), which a port from `bind(0)` comes from, and which every outgoing connection of
+/// every process takes its source port from too.
+const PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+/// A currently free TCP port on 127.0.0.1, never handed out before by this process.
 ///
-/// Another process could take it before you bind it; that race is rare on loopback.
+/// A port from `bind(0)` comes from the ephemeral range: released, it could be taken as the source
+/// port of any outgoing connection, or be handed out again to a test running beside, before the
+/// child meant to listen on it bound it (a CI run's admin listener found its port "in use", and
+/// the test read another node's counters there). So ports come from a range of their own, from
+/// a per-process counter that starts at a random place in it, each checked free when handed out.
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().expect("local_addr").port()
+    static NEXT: std::sync::OnceLock<std::sync::atomic::AtomicU32> = std::sync::OnceLock::new();
+    let next = NEXT.get_or_init(|| {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .subsec_nanos()
+            ^ std::process::id().wrapping_mul(2_654_435_761);
+        std::sync::atomic::AtomicU32::new(seed % u32::from(PORTS.end - PORTS.start))
+    });
+    let span = u32::from(PORTS.end - PORTS.start);
+    for _ in 0..span {
+        let offset = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % span;
+        let port = PORTS.start + offset as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {PORTS:?}");
 }
 
 /// `127.0.0.1:<port>` as a `SocketAddr`.
