@@ -4,37 +4,45 @@
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
-/// The ports [`free_port`] hands out: below the kernel's ephemeral range (32768-60999 by
-/// default), which a port from `bind(0)` comes from, and which every outgoing connection of
-/// every process takes its source port from too.
-const PORTS: std::ops::Range<u16> = 20_000..32_000;
+/// The ports [`free_port`] hands out: from 10000 (above the ports of system services) to the
+/// kernel's ephemeral range (`net.ipv4.ip_local_port_range`, 32768-60999 by default), which a
+/// port from `bind(0)` comes from, and which every outgoing connection of every process takes
+/// its source port from too; at most up to 32000. Empty when the ephemeral range starts too low.
+fn ports() -> std::ops::Range<u16> {
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    10_000..ephemeral_low.min(32_000)
+}
 
-/// A currently free TCP port on 127.0.0.1, never handed out before by this process.
+/// A currently free TCP port on 127.0.0.1, never handed out before by this process (by this
+/// function or [`unassigned_port`]).
 ///
 /// A port from `bind(0)` comes from the ephemeral range: released, it could be taken as the source
 /// port of any outgoing connection, or be handed out again to a test running beside, before the
 /// child meant to listen on it bound it (a CI run's admin listener found its port "in use", and
-/// the test read another node's counters there). So ports come from a range of their own, from
-/// a per-process counter that starts at a random place in it, each checked free when handed out.
+/// the test read another node's counters there). So ports come from [`ports`], from a
+/// per-process counter that starts at a random place in it, each checked free when handed out.
+/// (Another process running tests at the same time could still pick one; `cargo test` runs
+/// test binaries one after another.)
 pub fn free_port() -> u16 {
-    static NEXT: std::sync::OnceLock<std::sync::atomic::AtomicU32> = std::sync::OnceLock::new();
-    let next = NEXT.get_or_init(|| {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .subsec_nanos()
-            ^ std::process::id().wrapping_mul(2_654_435_761);
-        std::sync::atomic::AtomicU32::new(seed % u32::from(PORTS.end - PORTS.start))
-    });
-    let span = u32::from(PORTS.end - PORTS.start);
+    static NEXT: std::sync::OnceLock<std::sync::atomic::AtomicU64> = std::sync::OnceLock::new();
+    let range = ports();
+    let span = u64::from(range.end.saturating_sub(range.start));
+    if span < 1000 {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        return l.local_addr().expect("local_addr").port();
+    }
+    let next = NEXT.get_or_init(|| std::sync::atomic::AtomicU64::new(pseudo_random() % span));
     for _ in 0..span {
         let offset = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % span;
-        let port = PORTS.start + offset as u16;
+        let port = range.start + offset as u16;
         if TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }
     }
-    panic!("no free port in {PORTS:?}");
+    panic!("no free port in {range:?}");
 }
 
 /// `127.0.0.1:<port>` as a `SocketAddr`.
@@ -83,34 +91,15 @@ pub fn process_listens_on(pid: u32, port: u16) -> bool {
     })
 }
 
-/// A free TCP port on 127.0.0.1 from below the kernel's ephemeral range
-/// (`net.ipv4.ip_local_port_range`), for a listener configured by number (an admin port, a
-/// proxy's listen port).
-///
-/// [`free_port`] hands out a port from the ephemeral range, which the kernel keeps handing out
-/// meanwhile: to every other test's `bind(127.0.0.1:0)` (an origin) and as the source port of
-/// every outgoing connection, so the port can be gone before the process it was meant for binds
-/// it. A port below that range is never handed out by the kernel; only another test that picked
-/// the same number can take it, so a caller still checks that its process holds the port
-/// ([`process_listens_on`]) and picks again when not ([`LacquerProcess::start_with_admin`]).
+/// A free TCP port on 127.0.0.1 from below the kernel's ephemeral range, for a listener
+/// configured by number (an admin port, a proxy's listen port): [`free_port`]'s, which hands out
+/// only such ports, each once. A port below that range is never handed out by the kernel; only
+/// another process that picked the same number can take it, so a caller still checks that its
+/// process holds the port ([`process_listens_on`]) and picks again when not
+/// ([`LacquerProcess::start_with_admin`]).
 ///
 /// [`LacquerProcess::start_with_admin`]: super::lacquer_process::LacquerProcess::start_with_admin
 pub fn unassigned_port() -> u16 {
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|text| text.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32768);
-    // well above the ports of system services; below the ephemeral range
-    const LOW: u16 = 10_000;
-    if ephemeral_low <= LOW + 1000 {
-        return free_port();
-    }
-    for _ in 0..100 {
-        let port = LOW + (pseudo_random() % u64::from(ephemeral_low - LOW)) as u16;
-        if TcpListener::bind(local_addr(port)).is_ok() {
-            return port;
-        }
-    }
     free_port()
 }
 
