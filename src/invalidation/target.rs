@@ -40,9 +40,14 @@ impl Target {
                 Scope::Url(u128::from_be_bytes(cache_key::url_hash(host, path)))
             }
             Target::Tag(tag) => Scope::Tag(scope_hash(tag)),
-            Target::Host(host) => Scope::Host(scope_hash(&host.to_ascii_lowercase())),
+            // hosts as keys spell them: lowercase, without an empty port
+            Target::Host(host) => Scope::Host(scope_hash(
+                &cache_key::without_empty_port(host).to_ascii_lowercase(),
+            )),
             Target::Prefix { host, prefix } => Scope::Prefix {
-                host: host.as_deref().map(|h| scope_hash(&h.to_ascii_lowercase())),
+                host: host
+                    .as_deref()
+                    .map(|h| scope_hash(&cache_key::without_empty_port(h).to_ascii_lowercase())),
                 prefix: prefix.clone(),
             },
         }
@@ -89,5 +94,20 @@ mod tests {
             prefix: "/a/".into(),
         };
         assert!(prefix.scope().covers(&entry));
+    }
+
+    #[test]
+    fn host_and_prefix_bans_name_hosts_as_keys_spell_them_without_an_empty_port() {
+        let key = cache_key::of_url("shop.example:", "/a/b");
+        let text = std::str::from_utf8(key.primary_key()).unwrap();
+        let entry = EntryScopes::new(text, u128::from_be_bytes(key.primary_bin()), Box::new([]));
+        for host in ["shop.example", "Shop.Example:"] {
+            assert!(Target::Host(host.into()).scope().covers(&entry), "{host}");
+            let prefix = Target::Prefix {
+                host: Some(host.into()),
+                prefix: "/a/".into(),
+            };
+            assert!(prefix.scope().covers(&entry), "{host}");
+        }
     }
 }

@@ -187,7 +187,7 @@ pub fn request_host(req: &RequestHeader) -> &str {
 /// colon would let an `http` key spell an `https` one: `Host: https:` (a valid authority) with the
 /// target `//shop.example/x` is the text `https://shop.example/x`, the `https` page of another
 /// host, stored by a plain-http client.
-fn without_empty_port(host: &str) -> &str {
+pub fn without_empty_port(host: &str) -> &str {
     host.trim_end_matches(':')
 }
 

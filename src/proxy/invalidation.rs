@@ -81,7 +81,10 @@ pub fn same_host_target(host: &str, value: &str) -> Option<String> {
     }
     let uri: http::Uri = value.parse().ok()?;
     let authority = uri.authority()?;
-    if !authority.as_str().eq_ignore_ascii_case(host) {
+    // as keys compare hosts: an empty port is none
+    if !cache_key::without_empty_port(authority.as_str())
+        .eq_ignore_ascii_case(cache_key::without_empty_port(host))
+    {
         return None;
     }
     Some(
@@ -140,5 +143,14 @@ mod tests {
         );
         assert_eq!(same_host_target("a.test", "http://b.test/z"), None);
         assert_eq!(same_host_target("a.test", "//b.test/z"), None);
+        // an empty port is none, as in the key
+        assert_eq!(
+            same_host_target("a.test:", "http://a.test/z"),
+            Some("/z".into())
+        );
+        assert_eq!(
+            same_host_target("a.test", "http://a.test:/z"),
+            Some("/z".into())
+        );
     }
 }
