@@ -261,10 +261,7 @@ impl Invalidator {
         }
         let issued_ms = ms_after(SystemTime::now());
         let mut record = Record {
-            id: RecordId {
-                issuer: self.instance,
-                seq: self.next_seq.fetch_add(1, Ordering::Relaxed),
-            },
+            id: self.next_id(),
             issued_ms,
             soft: request.soft,
             // what the delete does not reach stays in memcached: decided below
@@ -309,11 +306,7 @@ impl Invalidator {
                 let published = log
                     .publish(&bytes, record.short_lived, &servers, issued_ms)
                     .await;
-                let missed: Vec<usize> = servers
-                    .iter()
-                    .copied()
-                    .filter(|i| !published.contains(i))
-                    .collect();
+                let missed = not_in(&servers, &published);
                 for &index in &missed {
                     pending.push(format!("publication to {}", log.server_name(index)));
                 }
@@ -441,6 +434,14 @@ impl Invalidator {
             self.retry_later(|p| &mut p.deletes, mc_key, Vec::new());
         }
         Some(delete)
+    }
+
+    /// The id of the next record this node issues.
+    fn next_id(&self) -> RecordId {
+        RecordId {
+            issuer: self.instance,
+            seq: self.next_seq.fetch_add(1, Ordering::Relaxed),
+        }
     }
 
     /// `record`'s ban is kept for the whole retention, not
@@ -616,10 +617,7 @@ impl Invalidator {
         for purge in kept {
             let (host, path) = purge.host_and_path();
             let record = Record {
-                id: RecordId {
-                    issuer: self.instance,
-                    seq: self.next_seq.fetch_add(1, Ordering::Relaxed),
-                },
+                id: self.next_id(),
                 issued_ms: purge.issued_ms,
                 soft: false,
                 short_lived: false,
@@ -639,11 +637,7 @@ impl Invalidator {
             let bytes = record.encode();
             let now_ms = ms_after(SystemTime::now());
             let published = log.publish(&bytes, false, &servers, now_ms).await;
-            let missed: Vec<usize> = servers
-                .iter()
-                .copied()
-                .filter(|i| !published.contains(i))
-                .collect();
+            let missed = not_in(&servers, &published);
             if !missed.is_empty() {
                 self.retry_later(|p| &mut p.publications, (bytes, false), missed);
             }
@@ -715,6 +709,15 @@ impl Invalidator {
             }
         }
     }
+}
+
+/// The servers of `servers` a publication did not reach (`published`).
+fn not_in(servers: &[usize], published: &[usize]) -> Vec<usize> {
+    servers
+        .iter()
+        .copied()
+        .filter(|i| !published.contains(i))
+        .collect()
 }
 
 /// Refuses targets the log cannot carry or that name nothing.

@@ -389,8 +389,7 @@ impl TieredStorage {
         if self.bans.is_empty() && !promotes {
             return Some((Verdict::Valid, None));
         }
-        let primary_text = logical.split('#').next().unwrap_or(logical);
-        let primary = u128::from_be_bytes(key.primary_bin());
+        let (primary_text, primary) = primary_of(key, logical);
         let scopes = self.bans.scopes_of(primary_text, primary, &meta.header);
         let verdict = self.bans.judge(&scopes, meta.validated());
         Some((verdict, promotes.then_some(scopes)))
@@ -541,8 +540,7 @@ impl TieredStorage {
         if !reached {
             // The entry stays in memcached, for as long as its TTL (up to the retention): a
             // short-lived purge must not be forgotten before it, here or on any node.
-            let primary_text = logical.split('#').next().unwrap_or(&logical);
-            let primary = u128::from_be_bytes(key.primary_bin());
+            let (primary_text, primary) = primary_of(key, &logical);
             // the drain waits for the purge's publication as for this write
             let task = self.counters.background_task();
             if self.bans.keep_url_purge(primary, primary_text, Some(task)) {
@@ -597,6 +595,13 @@ impl TieredStorage {
             drop(task);
         });
     }
+}
+
+/// The primary key's text (the logical key's part before a variant's `#`) and hash of `key`,
+/// whose logical key is `logical`: what bans name an entry by.
+fn primary_of<'a>(key: &CacheKey, logical: &'a str) -> (&'a str, u128) {
+    let text = logical.split('#').next().unwrap_or(logical);
+    (text, u128::from_be_bytes(key.primary_bin()))
 }
 
 /// The tiered store as seen by a request whose primary key the hit fast path has just looked up
