@@ -540,50 +540,20 @@ async fn a_fill_a_ban_refuses_leaves_the_newer_answer_in_memcached() {
 /// behind would be judged banned until then, and served again afterwards, on every node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_fill_written_after_a_purge_through_another_node_does_not_outlive_the_purge() {
-    let cluster = MemcachedCluster::start(3);
-    let path = "/purged-mid-fill";
-    let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let origin = TestOrigin::start({
-        let served = served.clone();
-        move |_req| {
-            let n = served.fetch_add(1, Ordering::SeqCst) + 1;
-            paced(format!("body-{n}-")).header("cache-control", "max-age=3600")
-        }
-    });
-    // A reads the log every 4 s: it learns of the purge only after its fill is complete
-    let a = cluster.node_with_invalidation(&origin, "A", "poll_interval = \"4s\"", NODE);
-    let b = cluster.node(&origin, "B", NODE);
-    let writes_before = admin_stat(a.admin, "writes").await;
-    let response = head_through(&a, path).await;
-    // A's fill has its head (validated now); the purge goes through B
-    let answer = admin_post(b.admin, "/purge", Some(ADMIN_TOKEN), &purge_of(path)).await;
-    assert_eq!(answer.status, 200, "{}", answer.text());
-    let body = response.bytes().await.expect("A's body");
-    assert_eq!(&body[..], b"body-1-late");
-    assert_eq!(
-        wait_for_stat(a.admin, "writes", writes_before + 1, STAT_WAIT).await,
-        writes_before + 1,
-        "A's fill was not written"
-    );
+    // A's fill has its head (validated then) when the purge goes through B
+    let mut t = PurgedMidFill::start("/purged-mid-fill", "").await;
+    t.fill_written().await;
     // once A has read the purge from the log (within 4 s), its entry is gone from memcached
     assert!(
         poll_until_async(Duration::from_secs(15), || {
-            !entry_holds(&cluster, path, b"body-1-")
+            !entry_holds(&t.cluster, t.path, b"body-1-")
         })
         .await,
         "the purged page stays in memcached, to be served again when the purge's ban is forgotten"
     );
-    assert!(admin_stat(a.admin, "written_then_banned").await >= 1);
+    assert!(admin_stat(t.a.admin, "written_then_banned").await >= 1);
     // and no node serves it meanwhile
-    for node in [&a, &b] {
-        let resp = get(&node.proxy.url(path), &SITE).await;
-        assert_ne!(
-            &resp.body[..],
-            b"body-1-late",
-            "{} served the purged page",
-            node.name
-        );
-    }
+    none_serves(&[&t.a, &t.b], t.path, "the purged page").await;
 }
 
 /// A soft ban right after a page was written leaves its entry in memcached, to be served stale:
@@ -666,6 +636,34 @@ fn log_names(cluster: &MemcachedCluster, server: usize, path: &str, short: bool)
     })
 }
 
+/// An origin whose GETs are answered `body-N-` then `late` ([`paced`]), N counting its answers,
+/// so a refetch is told from a page answered before; a POST is answered `changed`.
+fn counting_origin() -> TestOrigin {
+    let served = std::sync::atomic::AtomicUsize::new(0);
+    TestOrigin::start(move |req| {
+        if req.method == "POST" {
+            return OriginResponse::ok("changed");
+        }
+        let n = served.fetch_add(1, Ordering::SeqCst) + 1;
+        paced(format!("body-{n}-")).header("cache-control", "max-age=3600")
+    })
+}
+
+/// Asserts that each of `nodes` answers a GET of `path` with a `200` other than the first
+/// answer (`body-1-late`), which is `what`.
+async fn none_serves(nodes: &[&Node], path: &str, what: &str) {
+    for node in nodes {
+        let resp = get(&node.proxy.url(path), &SITE).await;
+        assert_eq!(resp.status, 200);
+        assert_ne!(
+            &resp.body[..],
+            b"body-1-late",
+            "{} served {what}",
+            node.name
+        );
+    }
+}
+
 /// A node A whose fill of `path` began before a purge of it through node B, and which reads the
 /// cluster's log only every 4 s (so it learns of the purge only after its write): the fill's head
 /// has arrived and the purge was published short-lived (its delete was answered). A is
@@ -688,11 +686,7 @@ struct PurgedMidFill {
 impl PurgedMidFill {
     async fn start(path: &'static str, a_extra: &str) -> PurgedMidFill {
         let cluster = MemcachedCluster::start(3);
-        let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let origin = TestOrigin::start(move |_req| {
-            let n = served.fetch_add(1, Ordering::SeqCst) + 1;
-            paced(format!("body-{n}-")).header("cache-control", "max-age=3600")
-        });
+        let origin = counting_origin();
         let a = cluster.node_with_invalidation(
             &origin,
             "A",
@@ -764,16 +758,8 @@ impl PurgedMidFill {
             "the purged page is in memcached, as the freeze left it"
         );
         let c = self.cluster.node(&self.origin, "C", NODE);
-        for node in nodes.iter().copied().chain([&c]) {
-            let resp = get(&node.proxy.url(self.path), &SITE).await;
-            assert_eq!(resp.status, 200);
-            assert_ne!(
-                &resp.body[..],
-                b"body-1-late",
-                "{} served the purged page",
-                node.name
-            );
-        }
+        let all: Vec<&Node> = nodes.iter().copied().chain([&c]).collect();
+        none_serves(&all, self.path, "the purged page").await;
     }
 }
 
@@ -867,34 +853,19 @@ async fn a_draining_node_publishes_the_purge_it_kept_before_it_exits() {
 /// node goes on serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn garbage_under_a_purged_entry_at_the_writers_second_look_is_deleted() {
-    let cluster = MemcachedCluster::start(3);
-    let path = "/purged-then-garbage";
-    let origin = TestOrigin::start(|_req| paced("body-").header("cache-control", "max-age=3600"));
-    // A reads the log every 4 s: it learns of the purge only after its fill is written
-    let a = cluster.node_with_invalidation(&origin, "A", "poll_interval = \"4s\"", NODE);
-    let b = cluster.node(&origin, "B", NODE);
-    let key = MemcachedCluster::key_of(HOST, path);
-    let owner = cluster.server_for(&key);
-    let writes_before = admin_stat(a.admin, "writes").await;
-    let response = head_through(&a, path).await;
-    let answer = admin_post(b.admin, "/purge", Some(ADMIN_TOKEN), &purge_of(path)).await;
-    assert_eq!(answer.status, 200, "{}", answer.text());
-    assert_eq!(&response.bytes().await.expect("A's body")[..], b"body-late");
-    assert_eq!(
-        wait_for_stat(a.admin, "writes", writes_before + 1, STAT_WAIT).await,
-        writes_before + 1,
-        "A's fill was not written"
-    );
+    let mut t = PurgedMidFill::start("/purged-then-garbage", "").await;
+    t.fill_written().await;
+    let key = MemcachedCluster::key_of(HOST, t.path);
     let garbage = [&b"\x00\xffLQ-not-an-entry"[..], &[0x5a; 3000]].concat();
-    cluster.servers[owner].set_raw(&key, &garbage, 300);
+    t.cluster.servers[t.owner].set_raw(&key, &garbage, 300);
     assert_eq!(
-        wait_for_stat(a.admin, "written_then_banned", 1, Duration::from_secs(20)).await,
+        wait_for_stat(t.a.admin, "written_then_banned", 1, Duration::from_secs(20)).await,
         1,
         "A left what it found under the purged entry's key"
     );
-    assert!(cluster.servers[owner].get_raw(&key).is_none());
-    assert_eq!(admin_stat(a.admin, "purges_kept").await, 0);
-    let after = get(&a.proxy.url("/after?cc=max-age%3D60"), &SITE).await;
+    assert!(t.cluster.servers[t.owner].get_raw(&key).is_none());
+    assert_eq!(admin_stat(t.a.admin, "purges_kept").await, 0);
+    let after = get(&t.a.proxy.url("/after?cc=max-age%3D60"), &SITE).await;
     assert_eq!(after.status, 200, "A serves on");
 }
 
@@ -905,17 +876,7 @@ async fn garbage_under_a_purged_entry_at_the_writers_second_look_is_deleted() {
 async fn a_post_invalidates_a_fill_in_flight_on_another_node() {
     let cluster = MemcachedCluster::start(3);
     let path = "/posted-mid-fill";
-    let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let origin = TestOrigin::start({
-        let served = served.clone();
-        move |req| {
-            if req.method == "POST" {
-                return OriginResponse::ok("changed");
-            }
-            let n = served.fetch_add(1, Ordering::SeqCst) + 1;
-            paced(format!("body-{n}-")).header("cache-control", "max-age=3600")
-        }
-    });
+    let origin = counting_origin();
     let a = cluster.node(&origin, "A", NODE);
     let b = cluster.node_with_invalidation(&origin, "B", "poll_interval = \"1s\"", NODE);
     let response = head_through(&b, path).await;
@@ -942,16 +903,7 @@ async fn a_post_invalidates_a_fill_in_flight_on_another_node() {
     .await;
     assert!(gone, "B's pre-POST page stays in memcached");
     tokio::time::sleep(Duration::from_secs(2)).await;
-    for node in [&a, &b] {
-        let resp = get(&node.proxy.url(path), &SITE).await;
-        assert_eq!(resp.status, 200);
-        assert_ne!(
-            &resp.body[..],
-            b"body-1-late",
-            "{} served the page as it was before the POST",
-            node.name
-        );
-    }
+    none_serves(&[&a, &b], path, "the page as it was before the POST").await;
 }
 
 /// A POST naming a URL nobody stored and nobody is filling is not published to the cluster: most

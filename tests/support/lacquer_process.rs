@@ -7,7 +7,7 @@
 
 use super::child::{read_lossy, run_with_timeout, send_signal, tail, OwnedChild, StartFailure};
 use super::client::{get, Resp};
-use super::net::{free_port, local_addr, port_accepts, process_listens_on, unassigned_port};
+use super::net::{free_port, local_addr, port_accepts, process_listens_on};
 use super::poll::poll_until;
 use super::temp_dir::TempDir;
 use std::net::SocketAddr;
@@ -186,7 +186,7 @@ impl LacquerProcess {
 
     /// Starts lacquer with `config_for(port, admin_port)` (which must listen on
     /// `127.0.0.1:<port>` and put the admin listener on `127.0.0.1:<admin_port>`), both ports
-    /// from [`unassigned_port`], and returns it with its admin port once the process holds both
+    /// from [`free_port`], and returns it with its admin port once the process holds both
     /// listening sockets.
     ///
     /// Pingora retries a failed bind every second instead of exiting, so an admin port that
@@ -196,7 +196,7 @@ impl LacquerProcess {
     pub fn start_with_admin(config_for: impl Fn(u16, u16) -> String) -> (LacquerProcess, u16) {
         let mut last = String::new();
         for _ in 0..3 {
-            let (port, admin) = (unassigned_port(), unassigned_port());
+            let (port, admin) = (free_port(), free_port());
             if port == admin {
                 continue;
             }

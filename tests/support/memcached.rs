@@ -2,7 +2,7 @@
 //! on drop, with a text-protocol side door to plant values and read its stats.
 
 use super::child::{read_lossy, send_signal, OwnedChild, StartFailure};
-use super::net::{local_addr, process_listens_on, unassigned_port};
+use super::net::{free_port, local_addr, process_listens_on};
 use super::temp_dir::TempDir;
 use std::collections::HashMap;
 use std::fs::File;
@@ -48,7 +48,7 @@ impl MemcachedProcess {
         for _ in 0..3 {
             let mut m = MemcachedProcess {
                 child: OwnedChild::default(),
-                port: unassigned_port(),
+                port: free_port(),
                 dir: TempDir::new("memcached-test"),
             };
             match m.spawn_and_wait() {

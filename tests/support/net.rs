@@ -16,8 +16,7 @@ fn ports() -> std::ops::Range<u16> {
     10_000..ephemeral_low.min(32_000)
 }
 
-/// A currently free TCP port on 127.0.0.1, never handed out before by this process (by this
-/// function or [`unassigned_port`]).
+/// A currently free TCP port on 127.0.0.1, never handed out before by this process.
 ///
 /// A port from `bind(0)` comes from the ephemeral range: released, it could be taken as the source
 /// port of any outgoing connection, or be handed out again to a test running beside, before the
@@ -89,18 +88,6 @@ pub fn process_listens_on(pid: u32, port: u16) -> bool {
             })
             .unwrap_or(false)
     })
-}
-
-/// A free TCP port on 127.0.0.1 from below the kernel's ephemeral range, for a listener
-/// configured by number (an admin port, a proxy's listen port): [`free_port`]'s, which hands out
-/// only such ports, each once. A port below that range is never handed out by the kernel; only
-/// another process that picked the same number can take it, so a caller still checks that its
-/// process holds the port ([`process_listens_on`]) and picks again when not
-/// ([`LacquerProcess::start_with_admin`]).
-///
-/// [`LacquerProcess::start_with_admin`]: super::lacquer_process::LacquerProcess::start_with_admin
-pub fn unassigned_port() -> u16 {
-    free_port()
 }
 
 /// A number that differs from call to call and from process to process (no `rand` dependency).
