@@ -314,3 +314,56 @@ async fn a_purge_by_host_and_path_removes_the_page_of_both_schemes() {
     assert!(!hit_over(&node, path, true).await);
     assert_eq!(origin.hits_for(path), 5);
 }
+
+/// Hosts in purge and ban bodies are checked as a request's `Host` is: a host that no key can
+/// hold (`a/b`, a space, an empty one) is refused with a 400 that says why, and the node goes on
+/// serving. (A host with `/` once reached the cache key's writer, where a debug build asserts.)
+/// A URL's port is kept as written, as a request's `Host` is keyed: `:080` purges the page asked
+/// for as `shop.example:080`, which `:80` does not name.
+#[tokio::test]
+async fn purge_and_ban_hosts_are_checked_and_ports_kept_as_written() {
+    let origin = scripted_origin();
+    let node = node(&origin, "", true, "");
+    for (call, body) in [
+        ("/purge", r#"{"host": "a/b", "path": "/x"}"#),
+        ("/purge", r#"{"host": "a b", "path": "/x"}"#),
+        ("/purge", r#"{"host": "", "path": "/x"}"#),
+        ("/ban", r#"{"host": "a/b"}"#),
+        ("/ban", r#"{"host": "shop.example:8o"}"#),
+        ("/ban", r#"{"host": "a/b", "prefix": "/x"}"#),
+    ] {
+        let answer = admin_post(node.admin, call, Some(TOKEN), body).await;
+        assert_eq!(answer.status, 400, "{call} {body}: {}", answer.text());
+        let reason = json(&answer)["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            reason.contains("not a host") || reason.contains("empty host"),
+            "{call} {body}: {reason}"
+        );
+    }
+    let path = "/zero-port?cc=max-age%3D300";
+    let as_sent = [("host", "shop.example:080")];
+    assert!(get(&node.proxy.url(path), &as_sent).await.is_stored());
+    assert!(get(&node.proxy.url(path), &as_sent).await.is_hit());
+    let other_port = format!(r#"{{"url": "http://shop.example:80{path}"}}"#);
+    let answer = admin_post(node.admin, "/purge", Some(TOKEN), &other_port).await;
+    assert_eq!(
+        json(&answer)["this_node"]["objects"],
+        0,
+        "{}",
+        answer.text()
+    );
+    let written = format!(r#"{{"url": "http://shop.example:080{path}"}}"#);
+    let answer = admin_post(node.admin, "/purge", Some(TOKEN), &written).await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(
+        json(&answer)["this_node"]["objects"],
+        1,
+        "{}",
+        answer.text()
+    );
+    assert!(!get(&node.proxy.url(path), &as_sent).await.is_hit());
+    assert_eq!(origin.hits_for(path), 2);
+}

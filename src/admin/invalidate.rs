@@ -227,8 +227,9 @@ fn purge_target(body: &PurgeBody) -> Result<Target, String> {
                 .host()
                 .filter(|_| matches!(uri.scheme_str(), Some("http" | "https")))
                 .ok_or_else(|| format!("\"{url}\" is not an http(s) URL with a host"))?;
-            let host = match uri.port_u16() {
-                Some(port) => format!("{host}:{port}"),
+            // the port as written: keys hold it as the client sent it (`:080` is not `:80`)
+            let host = match uri.port() {
+                Some(port) => format!("{host}:{}", port.as_str()),
                 None => host.to_string(),
             };
             let path = uri.path_and_query().map_or("/", |pq| pq.as_str());

@@ -239,6 +239,22 @@ fn conditions(entry: &RuleEntry, fail: &Fail) -> Result<Conditions, ConfigError>
             .map(|text| Regex::new(text).map_err(|e| fail(field, format!("bad regex: {e}"))))
             .transpose()
     };
+    if let Some(host) = &entry.host {
+        // matched against the request's host without its port: a port here matches nothing
+        let without_port = match host.starts_with('[') {
+            true => host.ends_with(']'),
+            false => !host.contains(':'),
+        };
+        if host.is_empty()
+            || !crate::proxy::request_head::authority::is_valid(host.as_bytes())
+            || !without_port
+        {
+            return Err(fail(
+                "host",
+                format!("\"{host}\" is not a host name or IP address without a port"),
+            ));
+        }
+    }
     if let Some(path) = &entry.path {
         if !path.starts_with('/') {
             return Err(fail("path", format!("\"{path}\" must start with '/'")));
@@ -448,6 +464,29 @@ mod tests {
 
         let e = parse("[[rules]]\ngrace = \"1500ms\"").unwrap_err();
         assert_eq!(e.key, "rules[0].grace");
+    }
+
+    #[test]
+    fn a_rule_host_is_a_host_without_a_port() {
+        for good in ["shop.example", "Shop.Example", "10.0.0.1", "[::1]"] {
+            let rules = parse(&format!("[[rules]]\nhost = \"{good}\"\npass = true")).unwrap();
+            assert_eq!(
+                rules[0].when.host.as_deref(),
+                Some(&*good.to_ascii_lowercase())
+            );
+        }
+        for bad in [
+            "",
+            "shop.example:8080",
+            "shop.example/x",
+            "a b",
+            "[::1]:80",
+            "[::1",
+        ] {
+            let e = parse(&format!("[[rules]]\nhost = \"{bad}\"\npass = true")).unwrap_err();
+            assert_eq!(e.key, "rules[0].host", "{bad:?}");
+            assert!(e.reason.contains("without a port"), "{e}");
+        }
     }
 
     #[test]

@@ -733,6 +733,9 @@ fn check_target(target: &Target) -> Result<(), Refused> {
             "a target longer than {MAX_TARGET_TEXT} bytes"
         )));
     }
+    if let Some(problem) = target.host_problem() {
+        return Err(Refused(problem));
+    }
     match target {
         Target::Tag(tag)
             if tag.is_empty() || tag.contains(|c: char| c.is_ascii_whitespace() || c == ',') =>
@@ -741,7 +744,6 @@ fn check_target(target: &Target) -> Result<(), Refused> {
                 "a tag must be one non-empty word (no spaces or commas)".into(),
             ))
         }
-        Target::Host(host) if host.is_empty() => Err(Refused("an empty host".into())),
         Target::Prefix { prefix, .. } if !prefix.starts_with('/') => {
             Err(Refused("a path prefix must start with '/'".into()))
         }

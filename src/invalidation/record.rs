@@ -131,6 +131,10 @@ fn decode_one(body: &[u8]) -> Option<Record> {
         },
         _ => return None,
     };
+    if target.host_problem().is_some() {
+        // no node makes one (`Invalidator::invalidate` refuses it): damaged or hostile
+        return None;
+    }
     Some(Record {
         id,
         issued_ms,
@@ -225,6 +229,19 @@ mod tests {
         log.extend_from_slice(&record(3, Target::Tag("c".into())).encode());
         let (records, end) = decode_from(&log, 0);
         assert_eq!(records, vec![record(3, Target::Tag("c".into()))]);
+        assert_eq!(end, log.len());
+    }
+
+    #[test]
+    fn a_record_whose_host_no_key_holds_is_skipped() {
+        // no node writes one (the invalidator refuses such targets); a hostile writer could
+        let mut log = record(1, Target::url("a/b", "/x")).encode().to_vec();
+        log.extend_from_slice(&record(2, Target::Host("a b".into())).encode());
+        log.extend_from_slice(&record(3, Target::url("https://", "/x")).encode());
+        let kept = record(4, Target::url("https://shop.example:8443", "/x"));
+        log.extend_from_slice(&kept.encode());
+        let (records, end) = decode_from(&log, 0);
+        assert_eq!(records, vec![kept]);
         assert_eq!(end, log.len());
     }
 

@@ -3,6 +3,7 @@
 //! resolves it into the storage's terms (hashes), once per ban.
 
 use crate::proxy::cache_key;
+use crate::proxy::request_head::authority;
 use crate::storage::ban_list::scope::{scope_hash, Scope};
 use serde::Serialize;
 
@@ -31,6 +32,26 @@ impl Target {
             host: host.to_ascii_lowercase(),
             path: path.to_string(),
         }
+    }
+
+    /// Why the target's host cannot be one a cache key holds, if it cannot: an empty host, or
+    /// one that is not `host[:port]` in RFC 3986 syntax (a request with such a `Host` is refused
+    /// with a 400 before it is keyed). Such a target names nothing; worse, a host holding `/`
+    /// would push part of its path into the key's host part (`docs/security.md`).
+    pub fn host_problem(&self) -> Option<String> {
+        let host = match self {
+            Target::Url { host, .. } => host.strip_prefix(cache_key::HTTPS_PREFIX).unwrap_or(host),
+            Target::Host(host) => host,
+            Target::Prefix {
+                host: Some(host), ..
+            } => host,
+            Target::Prefix { host: None, .. } | Target::Tag(_) => return None,
+        };
+        if host.is_empty() {
+            return Some("an empty host".into());
+        }
+        (!authority::is_valid(host.as_bytes()))
+            .then(|| format!("{host:?} is not a host (host or host:port)"))
     }
 
     /// The scope entries are matched by.
