@@ -906,6 +906,74 @@ async fn a_post_invalidates_a_fill_in_flight_on_another_node() {
     none_serves(&[&a, &b], path, "the page as it was before the POST").await;
 }
 
+/// The same when the fill is slower than its lease (`fill_lease = "1s"`, a body that takes 4 s):
+/// the filling node keeps its lease alive while the fill lasts, so a POST in the fill's third
+/// second still finds it and is published. (Without the renewal the lease had expired, the POST
+/// reached no one, and B stored and served the page as it was before the POST.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_post_invalidates_a_fill_slower_than_its_lease() {
+    let cluster = MemcachedCluster::start(3);
+    let path = "/posted-mid-slow-fill";
+    let served = std::sync::atomic::AtomicUsize::new(0);
+    let origin = TestOrigin::start(move |req| {
+        if req.method == "POST" {
+            return OriginResponse::ok("changed");
+        }
+        let n = served.fetch_add(1, Ordering::SeqCst) + 1;
+        OriginResponse::ok(Body::Paced {
+            chunks: vec![
+                Bytes::from(format!("body-{n}-")),
+                Bytes::from_static(b"late"),
+            ],
+            interval: Duration::from_secs(4),
+        })
+        .header("cache-control", "max-age=3600")
+    });
+    let a = cluster.node(&origin, "A", NODE);
+    let b = cluster.node_with_invalidation(
+        &origin,
+        "B",
+        "poll_interval = \"1s\"",
+        &format!("{NODE}\nfill_lease = \"1s\""),
+    );
+    let response = head_through(&b, path).await;
+    // well past the lease's own second (memcached's whole-second expiry: at most two)
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(
+        admin_stat(b.admin, "fill_leases_renewed").await >= 2,
+        "B did not keep its fill's lease alive"
+    );
+    let posted = send(
+        &http_client(),
+        "POST",
+        &a.proxy.url(path),
+        &SITE,
+        Some(Bytes::from_static(b"x=1")),
+    )
+    .await
+    .expect("the POST");
+    assert_eq!(posted.status, 200);
+    let published = poll_until_async(Duration::from_secs(5), || {
+        (0..3).any(|server| log_names(&cluster, server, path, true))
+    })
+    .await;
+    assert!(
+        published,
+        "the POST in a slow fill's third second was not published"
+    );
+    assert_eq!(
+        &response.bytes().await.expect("B's body")[..],
+        b"body-1-late"
+    );
+    let gone = poll_until_async(Duration::from_secs(10), || {
+        !entry_holds(&cluster, path, b"body-1-")
+    })
+    .await;
+    assert!(gone, "B's pre-POST page stays in memcached");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    none_serves(&[&a, &b], path, "the page as it was before the POST").await;
+}
+
 /// A POST naming a URL nobody stored and nobody is filling is not published to the cluster: most
 /// POSTs are, and publishing each would fill the log (found by review: a first version took a
 /// lease delete the server answered for a lease found).

@@ -173,6 +173,7 @@ struct SharedReport {
     /// Writes and lease deletes not done yet (a gauge).
     background_writes: u64,
     fills_claimed: u64,
+    fill_leases_renewed: u64,
     fills_awaited: u64,
     fills_unguarded: u64,
     fill_waits: u64,
@@ -200,6 +201,7 @@ impl SharedReport {
             purges_kept: c.purges_kept.load(Ordering::Relaxed),
             background_writes: c.background.load(Ordering::Relaxed),
             fills_claimed: c.fills_claimed.load(Ordering::Relaxed),
+            fill_leases_renewed: c.fill_leases_renewed.load(Ordering::Relaxed),
             fills_awaited: c.fills_awaited.load(Ordering::Relaxed),
             fills_unguarded: c.fills_unguarded.load(Ordering::Relaxed),
             fill_waits: c.fill_waits.load(Ordering::Relaxed),

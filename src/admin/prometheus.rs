@@ -357,6 +357,11 @@ impl Collector for NodeCollector {
                     load(&c.fills_claimed),
                 ),
                 (
+                    "fill_leases_renewed",
+                    "Touches that kept the lease of a slow fill alive.",
+                    load(&c.fill_leases_renewed),
+                ),
+                (
                     "fill_lease_waits",
                     "Requests served by another node's fill after waiting for it.",
                     load(&c.fills_awaited),

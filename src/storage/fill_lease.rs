@@ -29,6 +29,16 @@
 //!   an `add` that a frozen server applies only when it thaws holds nobody up), and the lease
 //!   expires on its own after `fill_lease` (default 3 s), so a node that dies mid-fill holds
 //!   the others up for at most that long.
+//! * **Renewal**: while its fill lasts, the holder touches the lease every half `fill_lease`
+//!   ([`FillLeases::keep_alive`]), so that a fill slower than `fill_lease` is still seen in
+//!   flight: an unsafe method's invalidation on any node deletes the lease and, having found one,
+//!   publishes itself to the cluster ([`FillLeases::on_purge`]); without the renewal a POST in
+//!   the fourth second of a slow fill would reach no one, and the fill would store the page as
+//!   it was before. The touch keeps the value (the claim time), so it holds no waiter longer
+//!   than before: past `fill_lease` from the claim, other nodes fetch for themselves at once
+//!   (one fetch per node, their cache locks coalescing the rest) instead of one of them
+//!   claiming the URL again. A touch that finds the lease gone (purged) does not bring it back,
+//!   and the renewal ends with its request, or at the first touch that fails.
 //!
 //! `fill_lease = 0` switches coordination off (`FillClaim::Uncoordinated`); so does memcached
 //! not answering the claim.
@@ -118,6 +128,18 @@ struct Held {
     lease_key: String,
     /// The key of the URL's entry, by which the lease is placed.
     entry_key: String,
+    /// Keeps the lease alive while the fill lasts; ends when dropped.
+    renewal: Renewal,
+}
+
+/// The task that touches a held lease every half lease ([`FillLeases::keep_alive`]), aborted when
+/// the request that holds the lease ends (or is dropped).
+struct Renewal(tokio::task::AbortHandle);
+
+impl Drop for Renewal {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Unmarks a URL as being claimed on this node when its claim fails or the claiming request is
@@ -191,15 +213,18 @@ impl FillLeases {
     {
         match self.claim(key).await {
             FillClaim::Ours => {
+                let (lease_key, entry_key) = (self.lease_key(key), self.entry_key(key));
+                let renewal = self.keep_alive(entry_key.clone(), lease_key.clone());
                 return AfterSharedMiss::FillHere {
                     lease: Some(HeldLease(Box::new(Held {
                         leases: self,
                         primary: key.primary_bin(),
-                        lease_key: self.lease_key(key),
-                        entry_key: self.entry_key(key),
+                        lease_key,
+                        entry_key,
+                        renewal,
                     }))),
                     known_missing: true,
-                }
+                };
             }
             FillClaim::Uncoordinated | FillClaim::ThisNode => {
                 return AfterSharedMiss::fill_here(true)
@@ -327,7 +352,7 @@ impl FillLeases {
             fills: &self.local_fills,
             primary,
         };
-        let ttl = self.lease.as_secs() as u32;
+        let ttl = self.lease_ttl();
         let lease = self.lease_key(key);
         let claimed_at = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -357,6 +382,38 @@ impl FillLeases {
                 FillClaim::Uncoordinated
             }
         }
+    }
+
+    /// The memcached expiry of a lease, claimed or touched: one second past `fill_lease`.
+    /// memcached counts expiry in whole seconds from a clock that ticks once a second, so a key
+    /// given `n` seconds lasts between `n - 1` and `n`; given `n + 1`, a lease outlasts the half
+    /// lease to its holder's next touch. (Waiters are bounded by the claim time the lease
+    /// carries, not by its expiry.)
+    fn lease_ttl(&self) -> u32 {
+        self.lease.as_secs() as u32 + 1
+    }
+
+    /// Touches the lease `lease_key` (placed by `entry_key`) every half `fill_lease` until the
+    /// returned [`Renewal`] is dropped, or until a touch finds it gone or fails.
+    fn keep_alive(&'static self, entry_key: String, lease_key: String) -> Renewal {
+        let every = self.lease / 2;
+        let ttl = self.lease_ttl();
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let touched = self
+                    .cluster
+                    .touch_with(entry_key.as_bytes(), lease_key.as_bytes(), ttl)
+                    .await;
+                if touched != Some(true) {
+                    return;
+                }
+                self.counters
+                    .fill_leases_renewed
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        Renewal(task.abort_handle())
     }
 
     /// The tiered store could not write `key`'s fill to memcached: the nodes waiting for it
@@ -417,7 +474,9 @@ impl HeldLease {
             primary,
             lease_key,
             entry_key,
+            renewal,
         } = *self.0;
+        drop(renewal);
         leases.local_fills.lock().remove(&primary);
         if stored {
             return;

@@ -324,6 +324,25 @@ impl Cluster {
         self.record(index, result)
     }
 
+    /// Resets the TTL of `key`, stored on the server of `placement_key`, without fetching it
+    /// (memcached `touch`): `Some(true)` when it was there, `Some(false)` when it was not, `None`
+    /// when the server could not be asked. A fill lease is kept alive this way while its fill
+    /// lasts: its value (the claim time) must stay as it was, and a lease deleted meanwhile must
+    /// not come back, which a `set` would do.
+    pub async fn touch_with(
+        &self,
+        placement_key: &[u8],
+        key: &[u8],
+        ttl_secs: u32,
+    ) -> Option<bool> {
+        let index = self.node_for(placement_key)?;
+        let touched = self.nodes[index].client.touch(key, ttl_secs);
+        let result = tokio::time::timeout(self.op_timeout, touched)
+            .await
+            .unwrap_or(Err(McError::Timeout));
+        self.record(index, result)
+    }
+
     /// Deletes one value; returns whether the server answered.
     pub async fn delete(&self, key: &[u8]) -> bool {
         self.delete_with(key, key).await.is_some()
