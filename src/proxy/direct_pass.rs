@@ -307,6 +307,11 @@ impl LacquerProxy {
             }
             _ => (CachePhase::Disabled(NoCacheReason::NeverEnabled), None),
         };
+        if storable.is_none() {
+            if let Some(lease) = ctx.fill_lease.take() {
+                lease.on_not_stored();
+            }
+        }
         let ttl = storable
             .as_ref()
             .map(|meta| freshness::remaining_secs(meta.fresh_until(), SystemTime::now()));

@@ -920,6 +920,9 @@ impl ProxyHttp for LacquerProxy {
             RespCacheable::Cacheable(_) => ctx.seen.storable = true,
             RespCacheable::Uncacheable(reason) => {
                 ctx.seen.not_stored_reason = Some(reason.as_str());
+                if let Some(lease) = ctx.fill_lease.take() {
+                    lease.on_not_stored();
+                }
             }
         }
         self.uncacheable

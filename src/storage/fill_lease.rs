@@ -25,20 +25,22 @@
 //!   last operation failed (the miss that brought the request here may have been a timeout), no
 //!   lease is claimed or waited for, and a wait ends as soon as one of its looks fails: a dead
 //!   or frozen server costs a request at most one `op_timeout`. Every wait also ends when the
-//!   lease would have expired, counted from the holder's claim time written in the lease (so
+//!   lease would have expired, counted from the holder's claim (or renewal) time written in the lease (so
 //!   an `add` that a frozen server applies only when it thaws holds nobody up), and the lease
 //!   expires on its own after `fill_lease` (default 3 s), so a node that dies mid-fill holds
 //!   the others up for at most that long.
-//! * **Renewal**: while its fill lasts, the holder touches the lease every half `fill_lease`
-//!   ([`FillLeases::keep_alive`]), so that a fill slower than `fill_lease` is still seen in
-//!   flight: an unsafe method's invalidation on any node deletes the lease and, having found one,
-//!   publishes itself to the cluster ([`FillLeases::on_purge`]); without the renewal a POST in
-//!   the fourth second of a slow fill would reach no one, and the fill would store the page as
-//!   it was before. The touch keeps the value (the claim time), so it holds no waiter longer
-//!   than before: past `fill_lease` from the claim, other nodes fetch for themselves at once
-//!   (one fetch per node, their cache locks coalescing the rest) instead of one of them
-//!   claiming the URL again. A touch that finds the lease gone (purged) does not bring it back,
-//!   and the renewal ends with its request, or at the first touch that fails.
+//! * **Renewal**: while its fill lasts, the holder renews the lease every third of `fill_lease`
+//!   with a memcached `replace` of its time (one task per process, [`FillLeases::keep_alive`],
+//!   renews the leases held longer than that: a fill that ends sooner costs nothing more).
+//!   So a fill slower than `fill_lease` is still seen in flight: an unsafe method's
+//!   invalidation on any node deletes the lease and, having found one, publishes itself to the
+//!   cluster ([`FillLeases::on_purge`]); without the renewal a POST in the fourth second of a
+//!   slow fill would reach no one, and the fill would store the page as it was before. And
+//!   requests arriving after `fill_lease` still wait for that fill (each at most `fill_lease`
+//!   from the renewal it read) instead of fetching once per node. A `replace` never brings back a
+//!   lease a purge deleted; a renewal that finds the lease gone stops, one whose server did not
+//!   answer is tried again at the next tick, and the renewal ends with its request, or as soon
+//!   as the answer is known not to be stored ([`HeldLease::on_not_stored`]).
 //!
 //! `fill_lease = 0` switches coordination off (`FillClaim::Uncoordinated`); so does memcached
 //! not answering the claim.
@@ -52,7 +54,7 @@ use pingora_cache::key::{CacheHashKey, HashBinary};
 use pingora_cache::CacheKey;
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -112,8 +114,10 @@ pub struct FillLeases {
     namespace: String,
     /// How long a lease lasts; zero means fills are not coordinated across nodes.
     lease: Duration,
-    /// Primary keys whose lease a request on this node is claiming (`false`) or holds (`true`).
-    local_fills: Mutex<HashMap<HashBinary, bool>>,
+    /// Primary keys whose lease a request on this node is claiming or holds.
+    local_fills: Mutex<HashMap<HashBinary, LocalFill>>,
+    /// Whether the task that keeps held leases alive ([`FillLeases::keep_alive`]) is running.
+    renewing: AtomicBool,
     /// `fills_claimed` and `fills_awaited` are counted here.
     counters: Arc<SharedCounters>,
 }
@@ -128,24 +132,23 @@ struct Held {
     lease_key: String,
     /// The key of the URL's entry, by which the lease is placed.
     entry_key: String,
-    /// Keeps the lease alive while the fill lasts; ends when dropped.
-    renewal: Renewal,
 }
 
-/// The task that touches a held lease every half lease ([`FillLeases::keep_alive`]), aborted when
-/// the request that holds the lease ends (or is dropped).
-struct Renewal(tokio::task::AbortHandle);
-
-impl Drop for Renewal {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
+/// A URL's lease as this node's requests have it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LocalFill {
+    /// A request is claiming it (its `add` is out).
+    Claiming,
+    /// A request holds it, since it was claimed (or last touched): kept alive while it is here.
+    Held(Instant),
+    /// A request holds it, but it is no longer kept alive: a renewal found it gone (purged).
+    Unrenewed,
 }
 
 /// Unmarks a URL as being claimed on this node when its claim fails or the claiming request is
 /// dropped mid-`add`.
 struct PendingClaim<'a> {
-    fills: &'a Mutex<HashMap<HashBinary, bool>>,
+    fills: &'a Mutex<HashMap<HashBinary, LocalFill>>,
     primary: HashBinary,
 }
 
@@ -168,6 +171,7 @@ impl FillLeases {
             namespace: namespace.to_string(),
             lease,
             local_fills: Mutex::default(),
+            renewing: AtomicBool::new(false),
             counters,
         }
     }
@@ -213,15 +217,15 @@ impl FillLeases {
     {
         match self.claim(key).await {
             FillClaim::Ours => {
-                let (lease_key, entry_key) = (self.lease_key(key), self.entry_key(key));
-                let renewal = self.keep_alive(entry_key.clone(), lease_key.clone());
+                if !self.renewing.swap(true, Ordering::Relaxed) {
+                    tokio::spawn(self.keep_alive());
+                }
                 return AfterSharedMiss::FillHere {
                     lease: Some(HeldLease(Box::new(Held {
                         leases: self,
                         primary: key.primary_bin(),
-                        lease_key,
-                        entry_key,
-                        renewal,
+                        lease_key: self.lease_key(key),
+                        entry_key: self.entry_key(key),
                     }))),
                     known_missing: true,
                 };
@@ -231,7 +235,7 @@ impl FillLeases {
             }
             FillClaim::Theirs => {}
         }
-        // the holder's claim time bounds the wait, whenever the lease came to be in memcached
+        // the holder's claim (or renewal) time bounds the wait, whenever the lease came to be in memcached
         let remaining = self.lease_remaining(key).await;
         self.counters.fill_waits.fetch_add(1, Ordering::Relaxed);
         let Some(remaining) = remaining else {
@@ -289,7 +293,7 @@ impl FillLeases {
     }
 
     /// How much longer another node's lease on `key` may hold this request up: what is left of
-    /// `fill_lease` since the claim time the lease carries (never more than `fill_lease`).
+    /// `fill_lease` since the claim (or renewal) time the lease carries (never more than `fill_lease`).
     /// `None` when the lease is gone or its server failed.
     async fn lease_remaining(&self, key: &CacheKey) -> Option<Duration> {
         let value = self
@@ -334,10 +338,10 @@ impl FillLeases {
             {
                 let mut fills = self.local_fills.lock();
                 match fills.get(&primary) {
-                    Some(true) => return FillClaim::ThisNode,
-                    Some(false) => {}
+                    Some(LocalFill::Held(_) | LocalFill::Unrenewed) => return FillClaim::ThisNode,
+                    Some(LocalFill::Claiming) => {}
                     None => {
-                        fills.insert(primary, false);
+                        fills.insert(primary, LocalFill::Claiming);
                         break;
                     }
                 }
@@ -354,23 +358,21 @@ impl FillLeases {
         };
         let ttl = self.lease_ttl();
         let lease = self.lease_key(key);
-        let claimed_at = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or_default();
         match self
             .cluster
             .add_with(
                 self.entry_key(key).as_bytes(),
                 lease.as_bytes(),
-                Bytes::from(claimed_at.to_string()),
+                lease_time(),
                 ttl,
             )
             .await
         {
             Some(true) => {
                 std::mem::forget(pending);
-                self.local_fills.lock().insert(primary, true);
+                self.local_fills
+                    .lock()
+                    .insert(primary, LocalFill::Held(Instant::now()));
                 self.counters.fills_claimed.fetch_add(1, Ordering::Relaxed);
                 FillClaim::Ours
             }
@@ -384,36 +386,71 @@ impl FillLeases {
         }
     }
 
-    /// The memcached expiry of a lease, claimed or touched: one second past `fill_lease`.
+    /// The memcached expiry of a lease, claimed or renewed: one second past `fill_lease`.
     /// memcached counts expiry in whole seconds from a clock that ticks once a second, so a key
-    /// given `n` seconds lasts between `n - 1` and `n`; given `n + 1`, a lease outlasts the half
-    /// lease to its holder's next touch. (Waiters are bounded by the claim time the lease
-    /// carries, not by its expiry.)
+    /// given `n` seconds lasts between `n - 1` and `n`; given `n + 1`, a lease lasts at least
+    /// `fill_lease` after its claim or renewal, which outlasts two thirds of a lease to its
+    /// holder's next renewal but one. (Waiters are bounded by the time the lease carries, not by
+    /// its expiry.)
     fn lease_ttl(&self) -> u32 {
         self.lease.as_secs() as u32 + 1
     }
 
-    /// Touches the lease `lease_key` (placed by `entry_key`) every half `fill_lease` until the
-    /// returned [`Renewal`] is dropped, or until a touch finds it gone or fails.
-    fn keep_alive(&'static self, entry_key: String, lease_key: String) -> Renewal {
-        let every = self.lease / 2;
-        let ttl = self.lease_ttl();
-        let task = tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                let touched = self
-                    .cluster
-                    .touch_with(entry_key.as_bytes(), lease_key.as_bytes(), ttl)
-                    .await;
-                if touched != Some(true) {
-                    return;
-                }
-                self.counters
-                    .fill_leases_renewed
-                    .fetch_add(1, Ordering::Relaxed);
+    /// The process's renewal task, started at its first claim: every third of `fill_lease`,
+    /// renews each lease a request here has held for that long (since its claim or its last
+    /// renewal), until its request ends (`HeldLease::on_request_end` takes it out of
+    /// `local_fills`). A renewal is a `replace` of the lease's time, so it never brings back a
+    /// lease that a purge deleted: one found gone is not renewed again. One whose server did not
+    /// answer is tried again at the next tick; a lease lives at least `fill_lease` from its last
+    /// renewal ([`Self::lease_ttl`]), so one missed renewal loses nothing. Each renewal runs as
+    /// a task of its own, so a frozen server delays no other lease's. One memcached round trip
+    /// per slow fill per third of a lease, out of any request's path; fills shorter than that
+    /// are never renewed.
+    async fn keep_alive(&'static self) {
+        let every = self.lease / 3;
+        loop {
+            tokio::time::sleep(every).await;
+            let Some(due_since) = Instant::now().checked_sub(every) else {
+                continue;
+            };
+            let due: Vec<HashBinary> = self
+                .local_fills
+                .lock()
+                .iter()
+                .filter(|(_, fill)| matches!(fill, LocalFill::Held(since) if *since <= due_since))
+                .map(|(primary, _)| *primary)
+                .collect();
+            for primary in due {
+                tokio::spawn(self.renew(primary));
             }
-        });
-        Renewal(task.abort_handle())
+        }
+    }
+
+    /// Renews the lease of `primary`, held here ([`Self::keep_alive`]).
+    async fn renew(&'static self, primary: HashBinary) {
+        let renewed = self
+            .cluster
+            .replace_with(
+                namespaced_hex(&self.namespace, "", &primary).as_bytes(),
+                namespaced_hex(&self.namespace, "fill:", &primary).as_bytes(),
+                lease_time(),
+                self.lease_ttl(),
+            )
+            .await;
+        let mut fills = self.local_fills.lock();
+        // still held here (its request may have ended meanwhile)
+        if let Some(fill @ LocalFill::Held(_)) = fills.get_mut(&primary) {
+            match renewed {
+                Some(true) => {
+                    *fill = LocalFill::Held(Instant::now());
+                    self.counters
+                        .fill_leases_renewed
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                Some(false) => *fill = LocalFill::Unrenewed,
+                None => {}
+            }
+        }
     }
 
     /// The tiered store could not write `key`'s fill to memcached: the nodes waiting for it
@@ -462,7 +499,24 @@ impl FillLeases {
     }
 }
 
+/// A lease's value: the time of its claim or renewal, in ms since the Unix epoch, as text.
+fn lease_time() -> Bytes {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default();
+    Bytes::from(ms.to_string())
+}
+
 impl HeldLease {
+    /// The answer will not be stored (judged uncacheable, or passed on unjudged): the lease is
+    /// released now rather than when the request ends, so the nodes waiting for it fetch for
+    /// themselves at once, and the lease of a long uncacheable answer (a stream) is not kept
+    /// alive for as long as it lasts, where every POST to its URL would be published.
+    pub fn on_not_stored(self) {
+        self.on_request_end(false);
+    }
+
     /// The request that holds the lease is over (`logging`). When its fill `stored` nothing
     /// (uncacheable, or the fetch failed: the proxy passes `false` for any request that ended in
     /// an error), the lease is deleted too: the nodes waiting for it then fetch for themselves at
@@ -474,9 +528,7 @@ impl HeldLease {
             primary,
             lease_key,
             entry_key,
-            renewal,
         } = *self.0;
-        drop(renewal);
         leases.local_fills.lock().remove(&primary);
         if stored {
             return;

@@ -12,7 +12,7 @@
 
 use crate::error::McError;
 use crate::pool::{Pool, ServerConfig};
-use crate::protocol::{check_key, Command, Reply};
+use crate::protocol::{check_key, Command, Reply, StoreMode};
 use crate::server_stats::ServerStats;
 use bytes::Bytes;
 
@@ -106,7 +106,7 @@ impl ServerClient {
             key,
             value: &value,
             ttl: ttl_secs,
-            add: false,
+            mode: StoreMode::Set,
         };
         match self.pool.execute(&cmd).await? {
             Reply::Flag(true) => Ok(()),
@@ -122,11 +122,28 @@ impl ServerClient {
             key,
             value: &value,
             ttl: ttl_secs,
-            add: true,
+            mode: StoreMode::Add,
         };
         match self.pool.execute(&cmd).await? {
             Reply::Flag(stored) => Ok(stored),
             _ => unreachable!("add yields a flag"),
+        }
+    }
+
+    /// Stores `value` only if `key` is present (memcached `replace`): `Ok(true)` if stored,
+    /// `Ok(false)` if the key is absent, which it stays. Used to renew fill leases: a lease a
+    /// purge deleted does not come back.
+    pub async fn replace(&self, key: &[u8], value: Bytes, ttl_secs: u32) -> Result<bool, McError> {
+        check_key(key)?;
+        let cmd = Command::Store {
+            key,
+            value: &value,
+            ttl: ttl_secs,
+            mode: StoreMode::Replace,
+        };
+        match self.pool.execute(&cmd).await? {
+            Reply::Flag(stored) => Ok(stored),
+            _ => unreachable!("replace yields a flag"),
         }
     }
 

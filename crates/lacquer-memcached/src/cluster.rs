@@ -324,20 +324,21 @@ impl Cluster {
         self.record(index, result)
     }
 
-    /// Resets the TTL of `key`, stored on the server of `placement_key`, without fetching it
-    /// (memcached `touch`): `Some(true)` when it was there, `Some(false)` when it was not, `None`
-    /// when the server could not be asked. A fill lease is kept alive this way while its fill
-    /// lasts: its value (the claim time) must stay as it was, and a lease deleted meanwhile must
-    /// not come back, which a `set` would do.
-    pub async fn touch_with(
+    /// Stores `value` under `key` on the server of `placement_key`, only if `key` is there
+    /// (memcached `replace`): `Some(true)` when it was replaced, `Some(false)` when it was absent
+    /// (and stays absent), `None` when the server could not be asked. A fill lease is renewed
+    /// this way while its fill lasts: a lease a purge deleted meanwhile must not come back, which
+    /// a `set` would do.
+    pub async fn replace_with(
         &self,
         placement_key: &[u8],
         key: &[u8],
+        value: Bytes,
         ttl_secs: u32,
     ) -> Option<bool> {
         let index = self.node_for(placement_key)?;
-        let touched = self.nodes[index].client.touch(key, ttl_secs);
-        let result = tokio::time::timeout(self.op_timeout, touched)
+        let replaced = self.nodes[index].client.replace(key, value, ttl_secs);
+        let result = tokio::time::timeout(self.op_timeout, replaced)
             .await
             .unwrap_or(Err(McError::Timeout));
         self.record(index, result)

@@ -38,6 +38,15 @@ pub(crate) fn check_key(key: &[u8]) -> Result<(), McError> {
     Ok(())
 }
 
+/// Which store a `Store` command is: whatever is there, only when nothing is, or only when
+/// something is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StoreMode {
+    Set,
+    Add,
+    Replace,
+}
+
 /// One request, so a single exchange routine serves every call (and its retry).
 /// Keys are checked by [`check_key`] before a command is built.
 pub(crate) enum Command<'a> {
@@ -47,7 +56,7 @@ pub(crate) enum Command<'a> {
         key: &'a [u8],
         value: &'a [u8],
         ttl: u32,
-        add: bool,
+        mode: StoreMode,
     },
     Delete(&'a [u8]),
     Touch(&'a [u8], u32),
@@ -64,7 +73,10 @@ impl Command<'_> {
     pub(crate) fn is_idempotent(&self) -> bool {
         !matches!(
             self,
-            Command::Store { add: true, .. } | Command::Append { .. }
+            Command::Store {
+                mode: StoreMode::Add,
+                ..
+            } | Command::Append { .. }
         )
     }
 
@@ -84,13 +96,17 @@ impl Command<'_> {
                 key,
                 value,
                 ttl,
-                add,
+                mode,
             } => {
                 put(out, &[b"ms ", key, b" "]);
                 put_number(out, value.len());
                 put(out, &[b" T"]);
                 put_number(out, ttl.min(MAX_TTL_SECS));
-                let mode: &[u8] = if add { b" ME\r\n" } else { b"\r\n" };
+                let mode: &[u8] = match mode {
+                    StoreMode::Set => b"\r\n",
+                    StoreMode::Add => b" ME\r\n",
+                    StoreMode::Replace => b" MR\r\n",
+                };
                 put(out, &[mode, value, b"\r\n"]);
             }
             Command::Delete(key) => put(out, &[b"md ", key, b"\r\n"]),
@@ -330,17 +346,27 @@ mod tests {
         let keys: Vec<&[u8]> = vec![b"k"; 12];
         let batch = encoded(Command::GetMulti(&keys));
         assert!(batch.ends_with("mg k v q O9\r\nmg k v q O10\r\nmg k v q O11\r\nmn\r\n"));
-        let store = |add, ttl| Command::Store {
+        let store = |mode, ttl| Command::Store {
             key: b"k",
             value: b"v\r\nEN\r\n",
             ttl,
-            add,
+            mode,
         };
-        assert_eq!(encoded(store(false, 60)), "ms k 7 T60\r\nv\r\nEN\r\n\r\n");
-        assert_eq!(encoded(store(true, 0)), "ms k 7 T0 ME\r\nv\r\nEN\r\n\r\n");
+        assert_eq!(
+            encoded(store(StoreMode::Set, 60)),
+            "ms k 7 T60\r\nv\r\nEN\r\n\r\n"
+        );
+        assert_eq!(
+            encoded(store(StoreMode::Add, 0)),
+            "ms k 7 T0 ME\r\nv\r\nEN\r\n\r\n"
+        );
+        assert_eq!(
+            encoded(store(StoreMode::Replace, 3)),
+            "ms k 7 T3 MR\r\nv\r\nEN\r\n\r\n"
+        );
         // More than 30 days would be read as an absolute time: capped at 30 days.
         assert_eq!(
-            encoded(store(false, 31 * 24 * 3600)),
+            encoded(store(StoreMode::Set, 31 * 24 * 3600)),
             "ms k 7 T2592000\r\nv\r\nEN\r\n\r\n"
         );
         let big = vec![b'x'; 1_048_576];
@@ -348,7 +374,7 @@ mod tests {
             key: b"big",
             value: &big,
             ttl: 2_591_999,
-            add: false,
+            mode: StoreMode::Set,
         };
         assert!(encoded(store_big).starts_with("ms big 1048576 T2591999\r\nxx"));
         assert_eq!(encoded(Command::Delete(b"k")), "md k\r\n");
@@ -374,14 +400,14 @@ mod tests {
             key: b"k",
             value: b"v",
             ttl: 0,
-            add: true,
+            mode: StoreMode::Add,
         };
         assert_eq!(reply_to(store, b"HD\r\n").await.unwrap(), Reply::Flag(true));
         let store = Command::Store {
             key: b"k",
             value: b"v",
             ttl: 0,
-            add: true,
+            mode: StoreMode::Add,
         };
         assert_eq!(
             reply_to(store, b"NS\r\n").await.unwrap(),

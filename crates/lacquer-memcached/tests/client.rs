@@ -119,6 +119,31 @@ async fn add_only_stores_absent_keys() {
 }
 
 #[tokio::test]
+async fn replace_only_stores_present_keys() {
+    let mc = Memcached::start();
+    let c = client(mc.addr(), 2);
+    assert!(!within(c.replace(b"lease", Bytes::from_static(b"a"), 60))
+        .await
+        .unwrap());
+    assert_eq!(within(c.get(b"lease")).await.unwrap(), None);
+    within(c.set(b"lease", Bytes::from_static(b"b"), 60))
+        .await
+        .unwrap();
+    assert!(within(c.replace(b"lease", Bytes::from_static(b"c"), 60))
+        .await
+        .unwrap());
+    assert_eq!(
+        within(c.get(b"lease")).await.unwrap(),
+        Some(Bytes::from_static(b"c"))
+    );
+    assert!(within(c.delete(b"lease")).await.unwrap());
+    assert!(!within(c.replace(b"lease", Bytes::from_static(b"d"), 60))
+        .await
+        .unwrap());
+    assert_eq!(within(c.get(b"lease")).await.unwrap(), None);
+}
+
+#[tokio::test]
 async fn ttl_expires_and_touch_extends() {
     let mc = Memcached::start();
     let c = client(mc.addr(), 1);

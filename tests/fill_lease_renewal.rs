@@ -1,0 +1,206 @@
+//! A fill slower than its lease (`cache.memcached.fill_lease`): its node renews the lease while
+//! the fill lasts (`storage::fill_lease`, a `replace` of the lease's time every third of a lease),
+//! so the rest of the cluster still sees the fill in flight: requests arriving after the lease's
+//! first length wait for it instead of fetching once per node, a renewal memcached did not answer
+//! is tried again, and an answer that will not be stored gives its lease up at once. (A POST in
+//! a slow fill is in `tests/cluster_invalidation.rs`.) Real memcached processes, real origins.
+
+use lacquer_test_support as support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+use support::*;
+
+const HOST: &str = "shop.example";
+const SITE: [(&str, &str); 1] = [("host", HOST)];
+
+/// Whether the lease of `path` is in memcached (on the server of its entry).
+fn lease_present(cluster: &MemcachedCluster, path: &str) -> bool {
+    let entry = MemcachedCluster::key_of(HOST, path);
+    let lease = entry.replacen("lq:", "lq:fill:", 1);
+    cluster.servers[cluster.server_for(&entry)].holds(&lease)
+}
+
+/// Whether the cluster's log (one memcached server) holds a record naming `path`, among the
+/// short-lived or the long-lived ones of the last minute.
+fn log_names(cluster: &MemcachedCluster, path: &str) -> bool {
+    let bucket = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        / 10_000;
+    (bucket.saturating_sub(6)..=bucket + 1).any(|b| {
+        ["lq:inval:", "lq:inval:s:"].iter().any(|class| {
+            cluster.servers[0]
+                .get_raw(&format!("{class}{b}"))
+                .is_some_and(|v| v.windows(path.len()).any(|w| w == path.as_bytes()))
+        })
+    })
+}
+
+/// An origin whose GETs are answered `body-N-`, then `late` after `pause`, the body ending
+/// `pause` later (so it takes twice `pause`), with `cache_control`; N counts the GETs. A POST is
+/// answered `changed`.
+fn slow_origin(pause: Duration, cache_control: &'static str) -> TestOrigin {
+    let served = AtomicUsize::new(0);
+    TestOrigin::start(move |req| {
+        if req.method == "POST" {
+            return OriginResponse::ok("changed");
+        }
+        let n = served.fetch_add(1, Ordering::SeqCst) + 1;
+        OriginResponse::ok(Body::Paced {
+            chunks: vec![
+                Bytes::from(format!("body-{n}-")),
+                Bytes::from_static(b"late"),
+            ],
+            interval: pause,
+        })
+        .header("cache-control", cache_control)
+    })
+}
+
+/// Four nodes, `fill_lease = "2s"`, a page that takes 2.8 s. A fetches it; B, C and D ask for it
+/// 2.3 s later, past the lease's first length. Renewed, the lease still says A's fill is in
+/// flight, so they wait for it: one origin fetch for the cluster. (Before the renewal the lease
+/// had expired and one of them claimed it again: two fetches; with a renewal that only touched
+/// the lease, its old time let none of them wait: four.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn requests_after_the_lease_still_wait_for_a_slow_fill() {
+    let cluster = MemcachedCluster::start(1);
+    let path = "/slow-page";
+    let origin = slow_origin(Duration::from_millis(1400), "max-age=3600");
+    let nodes: Vec<Node> = ["A", "B", "C", "D"]
+        .iter()
+        .map(|name| cluster.node(&origin, name, "fill_lease = \"2s\""))
+        .collect();
+    let url = nodes[0].proxy.url(path);
+    let first = tokio::spawn(async move { get(&url, &SITE).await });
+    tokio::time::sleep(Duration::from_millis(2300)).await;
+    let rest = gets_at_once(nodes[1..].iter().map(|n| n.proxy.url(path)), &SITE).await;
+    let first = first.await.expect("A's request");
+    assert_eq!(&first.body[..], b"body-1-late");
+    for (node, resp) in nodes[1..].iter().zip(&rest) {
+        assert_eq!(resp.status, 200, "{}", node.name);
+        assert_eq!(
+            &resp.body[..],
+            b"body-1-late",
+            "{} fetched for itself",
+            node.name
+        );
+    }
+    assert_eq!(
+        origin.hits_for(path),
+        1,
+        "the cluster fetched the slow page more than once"
+    );
+    assert!(admin_stat(nodes[0].admin, "fill_leases_renewed").await >= 2);
+}
+
+/// The memcached server holding a slow fill's lease freezes over its first renewal (longer than
+/// `op_timeout`). The renewal is tried again, so the lease is still there in the fill's seventh
+/// second and a POST through another node, finding it, is published to the cluster. (A renewal
+/// that gave up at its first failure let the lease expire, a few seconds after the frozen server
+/// applied that renewal late: the POST reached no one and B stored and served the page as it
+/// was before it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_renewal_memcached_did_not_answer_is_tried_again() {
+    let cluster = MemcachedCluster::start(1);
+    let path = "/posted-while-frozen";
+    let origin = slow_origin(Duration::from_secs(4), "max-age=3600");
+    let a = cluster.node(&origin, "A", "local_ttl = \"30s\"\nfill_lease = \"3s\"");
+    let b = cluster.node_with_invalidation(
+        &origin,
+        "B",
+        "poll_interval = \"1s\"",
+        "local_ttl = \"30s\"\nfill_lease = \"3s\"",
+    );
+    let started = Instant::now();
+    let url = b.proxy.url(path);
+    let reader = tokio::spawn(async move { get(&url, &SITE).await });
+    // the first renewal goes 1 s after the claim: memcached is frozen from 0.7 s to 1.9 s
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    cluster.servers[0].freeze();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    cluster.servers[0].thaw();
+    tokio::time::sleep(Duration::from_millis(6500).saturating_sub(started.elapsed())).await;
+    assert!(
+        lease_present(&cluster, path),
+        "the lease of B's fill was gone in its seventh second"
+    );
+    assert!(admin_stat(b.admin, "fill_leases_renewed").await >= 3);
+    let posted = send(
+        &http_client(),
+        "POST",
+        &a.proxy.url(path),
+        &SITE,
+        Some(Bytes::from_static(b"x=1")),
+    )
+    .await
+    .expect("the POST");
+    assert_eq!(posted.status, 200);
+    assert!(
+        poll_until_async(Duration::from_secs(3), || log_names(&cluster, path)).await,
+        "the POST during the slow fill was not published"
+    );
+    let filled = reader.await.expect("B's request");
+    assert_eq!(&filled.body[..], b"body-1-late");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for node in [&a, &b] {
+        let resp = get(&node.proxy.url(path), &SITE).await;
+        assert_eq!(resp.status, 200);
+        assert_ne!(
+            &resp.body[..],
+            b"body-1-late",
+            "{} served the page as it was before the POST",
+            node.name
+        );
+    }
+}
+
+/// A `no-store` answer that streams for 8 s gives its lease up as soon as its head is judged,
+/// not when it ends: no other node waits for a fill that will not come, and a POST to the URL
+/// meanwhile is not published (a URL nobody stores or fills). (Renewed for as long as the
+/// request lasted, the lease made every such POST a write to the cluster's log.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_answer_that_will_not_be_stored_gives_its_lease_up_at_once() {
+    let cluster = MemcachedCluster::start(1);
+    let path = "/stream";
+    let origin = slow_origin(Duration::from_secs(4), "no-store");
+    let a = cluster.node(&origin, "A", "fill_lease = \"3s\"");
+    let b = cluster.node(&origin, "B", "fill_lease = \"3s\"");
+    let response = http_client()
+        .get(a.proxy.url(path))
+        .header("host", HOST)
+        .send()
+        .await
+        .expect("the stream's head");
+    assert_eq!(response.status(), 200);
+    assert_eq!(admin_stat(a.admin, "fills_claimed").await, 1);
+    let gone = poll_until_async(Duration::from_millis(1500), || {
+        !lease_present(&cluster, path)
+    })
+    .await;
+    assert!(
+        gone,
+        "the lease of an answer that will not be stored was kept"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!lease_present(&cluster, path), "the lease came back");
+    let posted = send(
+        &http_client(),
+        "POST",
+        &b.proxy.url(path),
+        &SITE,
+        Some(Bytes::from_static(b"x=1")),
+    )
+    .await
+    .expect("the POST");
+    assert_eq!(posted.status, 200);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !log_names(&cluster, path),
+        "a POST to a URL nobody stores or fills was published"
+    );
+    assert_eq!(admin_stat(a.admin, "fill_leases_renewed").await, 0);
+    drop(response);
+}
