@@ -319,7 +319,8 @@ async fn a_purge_by_host_and_path_removes_the_page_of_both_schemes() {
 /// hold (`a/b`, a space, an empty one) is refused with a 400 that says why, and the node goes on
 /// serving. (A host with `/` once reached the cache key's writer, where a debug build asserts.)
 /// A URL's port is kept as written, as a request's `Host` is keyed: `:080` purges the page asked
-/// for as `shop.example:080`, which `:80` does not name.
+/// for as `shop.example:080`, which `:80` does not name. Nothing a refused call names is
+/// carried out, not even half of a page of both schemes.
 #[tokio::test]
 async fn purge_and_ban_hosts_are_checked_and_ports_kept_as_written() {
     let origin = scripted_origin();
@@ -331,6 +332,13 @@ async fn purge_and_ban_hosts_are_checked_and_ports_kept_as_written() {
         ("/ban", r#"{"host": "a/b"}"#),
         ("/ban", r#"{"host": "shop.example:8o"}"#),
         ("/ban", r#"{"host": "a/b", "prefix": "/x"}"#),
+        // a port that is not digits is refused, not dropped (it would purge another page)
+        ("/purge", r#"{"url": "http://shop.example:8o/x"}"#),
+        // the scheme is "scheme"'s to say; and of a page's two schemes, neither is purged
+        (
+            "/purge",
+            r#"{"host": "https://shop.example", "path": "/x"}"#,
+        ),
     ] {
         let answer = admin_post(node.admin, call, Some(TOKEN), body).await;
         assert_eq!(answer.status, 400, "{call} {body}: {}", answer.text());
@@ -343,6 +351,11 @@ async fn purge_and_ban_hosts_are_checked_and_ports_kept_as_written() {
             "{call} {body}: {reason}"
         );
     }
+    assert_eq!(
+        admin_stat(node.admin, "issued").await,
+        0,
+        "a refused call did something"
+    );
     let path = "/zero-port?cc=max-age%3D300";
     let as_sent = [("host", "shop.example:080")];
     assert!(get(&node.proxy.url(path), &as_sent).await.is_stored());

@@ -22,7 +22,7 @@
 //! [`super::auth`]'s, checked before the body is read.
 
 use crate::invalidation::target::Target;
-use crate::invalidation::{Invalidator, Request};
+use crate::invalidation::{check_target, Invalidator, Request};
 use pingora_core::protocols::http::ServerSession;
 use serde::Deserialize;
 use std::net::IpAddr;
@@ -137,6 +137,11 @@ pub async fn on_request(
         Some(by) => format!("{client} (admin API, {by})"),
         None => format!("{client} (admin API)"),
     };
+    // every target checked before any is carried out: a page of both schemes is purged whole
+    // or not at all
+    if let Some(Err(refused)) = targets.iter().map(check_target).find(Result::is_err) {
+        return error(400, &refused.0);
+    }
     let mut reports = Vec::with_capacity(targets.len());
     for target in targets {
         let request = Request {
@@ -204,6 +209,10 @@ fn purge_targets(body: &PurgeBody) -> Result<Vec<Target>, String> {
     }
     match (&body.host, &body.path) {
         (Some(host), Some(path)) if body.url.is_none() => {
+            // checked as given: a scheme is "scheme"'s to say, not the host's
+            if let Some(problem) = Target::Host(host.clone()).host_problem() {
+                return Err(problem);
+            }
             let schemes: &[bool] = match body.scheme.as_deref() {
                 None => &[false, true],
                 Some("http") => &[false],
@@ -223,21 +232,28 @@ fn purge_target(body: &PurgeBody) -> Result<Target, String> {
     match (&body.url, &body.host, &body.path) {
         (Some(url), None, None) => {
             let uri: http::Uri = url.parse().map_err(|_| format!("\"{url}\" is not a URL"))?;
-            let host = uri
-                .host()
+            let authority = uri
+                .authority()
                 .filter(|_| matches!(uri.scheme_str(), Some("http" | "https")))
                 .ok_or_else(|| format!("\"{url}\" is not an http(s) URL with a host"))?;
-            // the port as written: keys hold it as the client sent it (`:080` is not `:80`)
-            let host = match uri.port() {
-                Some(port) => format!("{host}:{}", port.as_str()),
-                None => host.to_string(),
+            // the host and port as written (keys hold them as the client sent them: `:080` is
+            // not `:80`), less any userinfo; a port that is not digits is refused with the
+            // target (`Target::host_problem`), not dropped
+            let authority = authority.as_str();
+            let host = authority
+                .rsplit_once('@')
+                .map_or(authority, |(_, host)| host);
+            // `http://a.example?q` is keyed as `/?q`, as a request for it is
+            let path = match uri.path_and_query().map(|pq| pq.as_str()) {
+                Some(path) if path.starts_with('/') => path.to_string(),
+                Some(path) => format!("/{path}"),
+                None => "/".to_string(),
             };
-            let path = uri.path_and_query().map_or("/", |pq| pq.as_str());
             // the cache key has the scheme: an https URL names the https page
             let https = uri.scheme_str() == Some("https");
             Ok(Target::url(
-                &crate::proxy::cache_key::keyed_host(https, &host),
-                path,
+                &crate::proxy::cache_key::keyed_host(https, host),
+                &path,
             ))
         }
         _ => Err("give \"url\", or \"host\" and \"path\"".into()),
@@ -315,7 +331,21 @@ mod tests {
             purge(r#"{"host": "shop.example", "path": "/x", "scheme": "https"}"#),
             Ok(Target::url("https://shop.example", "/x"))
         );
+        // the port and host as written, userinfo dropped; a query without a path is `/?q`
+        assert_eq!(
+            purge(r#"{"url": "http://u@Shop.example:080?q=1"}"#),
+            Ok(Target::url("shop.example:080", "/?q=1"))
+        );
+        assert_eq!(
+            purge(r#"{"url": "http://shop.example:8o/x"}"#),
+            Ok(Target::url("shop.example:8o", "/x"))
+        );
+        assert!(Target::url("shop.example:8o", "/x")
+            .host_problem()
+            .is_some());
         for bad in [
+            r#"{"host": "https://shop.example", "path": "/x"}"#,
+            r#"{"host": "a/b", "path": "/x", "scheme": "http"}"#,
             r#"{}"#,
             r#"{"url": "/relative"}"#,
             r#"{"url": "ftp://h/x"}"#,

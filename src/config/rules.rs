@@ -357,7 +357,7 @@ fn actions(entry: &RuleEntry, groups: &[String], fail: &Fail) -> Result<Actions,
         sort_query: entry.sort_query.unwrap_or(false),
         ttl,
         grace,
-        set_request_headers: header_pairs("set_request_headers", &entry.set_request_headers, fail)?,
+        set_request_headers: request_header_pairs(&entry.set_request_headers, fail)?,
         remove_request_headers: header_names(
             "remove_request_headers",
             &entry.remove_request_headers,
@@ -391,6 +391,31 @@ fn header_pairs(
             Ok((name, value))
         })
         .collect()
+}
+
+/// `set_request_headers`: as [`header_pairs`], and a `Host` set is one a request could carry
+/// (`host[:port]`, RFC 3986): the cache key is made of it, and a host holding `/` would push part
+/// of the path into the key's host part, so that two hosts' pages share one entry.
+fn request_header_pairs(
+    map: &Option<BTreeMap<String, String>>,
+    fail: &Fail,
+) -> Result<Vec<(HeaderName, HeaderValue)>, ConfigError> {
+    let pairs = header_pairs("set_request_headers", map, fail)?;
+    for (name, value) in &pairs {
+        if name == http::header::HOST
+            && (value.is_empty()
+                || !crate::proxy::request_head::authority::is_valid(value.as_bytes()))
+        {
+            return Err(fail(
+                "set_request_headers",
+                format!(
+                    "host \"{}\" is not host or host:port",
+                    value.to_str().unwrap_or("?")
+                ),
+            ));
+        }
+    }
+    Ok(pairs)
 }
 
 fn header_names(
@@ -464,6 +489,20 @@ mod tests {
 
         let e = parse("[[rules]]\ngrace = \"1500ms\"").unwrap_err();
         assert_eq!(e.key, "rules[0].grace");
+    }
+
+    #[test]
+    fn a_host_a_rule_sets_is_one_a_request_could_carry() {
+        for good in ["b.example", "b.example:8080", "[::1]:80"] {
+            let text = format!("[[rules]]\nset_request_headers = {{ host = \"{good}\" }}");
+            assert_eq!(parse(&text).unwrap()[0].then.set_request_headers.len(), 1);
+        }
+        for bad in ["b.example/assets", "", "b example", "b.example:8o"] {
+            let text = format!("[[rules]]\nset_request_headers = {{ Host = \"{bad}\" }}");
+            let e = parse(&text).unwrap_err();
+            assert_eq!(e.key, "rules[0].set_request_headers", "{bad:?}");
+            assert!(e.reason.contains("is not host or host:port"), "{e}");
+        }
     }
 
     #[test]

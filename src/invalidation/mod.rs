@@ -720,8 +720,9 @@ fn not_in(servers: &[usize], published: &[usize]) -> Vec<usize> {
         .collect()
 }
 
-/// Refuses targets the log cannot carry or that name nothing.
-fn check_target(target: &Target) -> Result<(), Refused> {
+/// Refuses targets the log cannot carry or that name nothing (`Invalidator::invalidate` checks
+/// each; a caller with several checks them all first).
+pub fn check_target(target: &Target) -> Result<(), Refused> {
     let texts: Vec<&str> = match target {
         Target::Url { host, path } => vec![host, path],
         Target::Tag(tag) => vec![tag],
