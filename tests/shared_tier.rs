@@ -525,6 +525,62 @@ async fn clients_queued_for_one_memcached_value_share_its_decoding_and_never_an_
     assert!(admin_stat(admin, "decodes_shared").await > shared);
 }
 
+/// Readers of one page one after another (`local_ttl = "0s"`: every hit a memcached read, each
+/// value in a buffer of its own) share one decoding too: a value with the bytes of one decoded
+/// before is served as that one (`decodes_shared`). What is served is always what memcached
+/// holds: when the entry is replaced by other bytes (here deleted and filled again, no purge
+/// involved), the next reader decodes and serves the new page, and the old bytes put back are
+/// the old page again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn readers_one_after_another_share_a_decoding_of_the_bytes_memcached_holds() {
+    let cluster = Cluster::start();
+    let origin = scripted_origin();
+    let dir = TempDir::new("decodings-sequential");
+    let (node, admin) = reading_only_memcached(&cluster, &origin, &dir);
+    let path = "/read-again?cc=max-age%3D300";
+    let key = memcached_key("lq", &lacquer::proxy::cache_key::of_url(SITE[0].1, path));
+    let owner = owner_of(&cluster, path);
+    let first = get(&node.url(path), &SITE).await;
+    assert_eq!(wait_for_stat(admin, "writes", 1, STAT_WAIT).await, 1);
+    // past the second in which this node trusts its own fill's copy
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let shared = admin_stat(admin, "decodes_shared").await;
+    for _ in 0..10 {
+        let resp = get(&node.url(path), &SITE).await;
+        assert!(resp.is_hit(), "{:?}", resp.cache_status());
+        assert_eq!(resp.body, first.body);
+    }
+    assert!(
+        admin_stat(admin, "decodes_shared").await >= shared + 9,
+        "readers one after another decoded the same bytes again"
+    );
+    let old_entry = owner.get_raw(&key).expect("the entry");
+
+    // the entry replaced by other bytes: deleted (no purge, no ban) and filled again
+    assert!(owner
+        .command(&format!("delete {key}"), None)
+        .starts_with("DELETED"));
+    let second = get(&node.url(path), &SITE).await;
+    assert_ne!(second.body, first.body, "rendered again");
+    assert_eq!(wait_for_stat(admin, "writes", 2, STAT_WAIT).await, 2);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    for _ in 0..3 {
+        let resp = get(&node.url(path), &SITE).await;
+        assert!(resp.is_hit(), "{:?}", resp.cache_status());
+        assert_eq!(resp.body, second.body, "an older decoding was served");
+    }
+    owner.set_raw(&key, &old_entry, 300);
+    for _ in 0..3 {
+        let resp = get(&node.url(path), &SITE).await;
+        assert!(resp.is_hit(), "{:?}", resp.cache_status());
+        assert_eq!(
+            resp.body, first.body,
+            "the bytes memcached holds were not served"
+        );
+    }
+    assert_eq!(origin.hits_for(path), 2);
+}
+
 /// The ban list judges every reader of a shared decoding (`local_ttl = "0s"`). With a ban of
 /// another tag on the list, queued clients share a decoding and are served; after a ban of the
 /// page's tag (which deletes nothing in memcached) clients queued the same way never get the

@@ -8,11 +8,16 @@
 //! --memcached`), repeated for every client of a popular page.
 //!
 //! [`DecodedValues`] keeps the last few values with the object each was decoded into. A value is
-//! recognised by identity (where its bytes are, and how many), never by content: the slot holds
-//! a reference to the value, so its memory cannot be reused while it is remembered, and a value
-//! at the same place with the same length is the same bytes. What a remembered object is not
-//! spared is judgement: the ban list, freshness and variance are still the caller's on every
-//! read, so a purge between two reads of one value is seen by the second.
+//! recognised by its bytes: the same value handed to several waiters of one batch (found at once,
+//! by where its bytes are), or the same entry read again by a later request, in another batch
+//! and buffer (found by comparing the bytes, a `memcmp` that stops at the first difference: the
+//! logical key near a value's start tells two pages apart). Decoding is a function of the value's
+//! bytes alone (and of the logical key, which the caller checks), so equal bytes decode into an
+//! equal object, and a later reader served the remembered one gets what decoding its own value
+//! would have given, and that value is dropped. What a remembered object is not spared is
+//! judgement: the ban list, freshness and variance are still the caller's on every read, so a
+//! purge between two reads of one value is seen by the second; and an entry replaced in
+//! memcached is other bytes, decoded anew.
 
 use super::memory::CompleteObject;
 use bytes::Bytes;
@@ -32,7 +37,7 @@ struct Decoded {
     object: CompleteObject,
 }
 
-/// The last few memcached values decoded for the fast path, by identity; see the module doc.
+/// The last few memcached values decoded for the fast path, by their bytes; see the module doc.
 pub struct DecodedValues {
     slots: Mutex<Slots>,
 }
@@ -56,7 +61,7 @@ impl Default for DecodedValues {
 
 impl DecodedValues {
     /// The object `value` was decoded into, with the logical key it carries, when `value` is one
-    /// of those remembered (the same bytes: see the module doc).
+    /// of those remembered (the same bytes, wherever they are: see the module doc).
     pub fn find(&self, value: &Bytes) -> Option<(CompleteObject, Arc<str>)> {
         let slots = self.slots.lock();
         slots
@@ -93,9 +98,10 @@ impl DecodedValues {
     }
 }
 
-/// Whether two values are the same bytes, by identity (see the module doc).
+/// Whether two values are the same bytes: the same place (one batch's value, cloned), or an
+/// equal copy (see the module doc).
 fn same(a: &Bytes, b: &Bytes) -> bool {
-    a.as_ptr() == b.as_ptr() && a.len() == b.len()
+    a.len() == b.len() && (a.as_ptr() == b.as_ptr() || a[..] == b[..])
 }
 
 #[cfg(test)]
@@ -108,17 +114,24 @@ mod tests {
     }
 
     #[test]
-    fn a_value_is_found_by_identity_never_by_content() {
+    fn a_value_is_found_by_its_bytes_wherever_they_are() {
         let decoded = DecodedValues::default();
-        let value = Bytes::from(vec![7u8; 100]);
+        let value = Bytes::from((0..100u8).collect::<Vec<u8>>());
         decoded.remember(value.clone(), "k".into(), object_of(&value));
         let (found, logical) = decoded.find(&value.clone()).expect("the same value");
         assert_eq!(&*logical, "k");
         assert_eq!(found.chunks(), std::slice::from_ref(&value));
-        // the same bytes elsewhere, or a part of the value, are other values
-        assert!(decoded.find(&Bytes::copy_from_slice(&value)).is_none());
+        // the same bytes read again, into another buffer
+        let (found, _) = decoded
+            .find(&Bytes::copy_from_slice(&value))
+            .expect("an equal copy");
+        assert_eq!(found.chunks(), std::slice::from_ref(&value));
+        // a part of the value, or one byte changed, is another value
         assert!(decoded.find(&value.slice(..50)).is_none());
         assert!(decoded.find(&value.slice(1..)).is_none());
+        let mut changed = value.to_vec();
+        changed[99] ^= 1;
+        assert!(decoded.find(&Bytes::from(changed)).is_none());
     }
 
     #[test]
