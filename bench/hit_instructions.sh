@@ -10,6 +10,7 @@
 #   ORIGIN=127.0.0.1:28080 bench/hit_instructions.sh --path /gz/8k.html --header 'Accept-Encoding: gzip'
 #   bench/hit_instructions.sh --path /tagged/1         # a page with three tags (Surrogate-Key)
 #   bench/hit_instructions.sh --memcached              # every hit read from memcached (local_ttl 0s)
+#   URLS=100 bench/hit_instructions.sh --memcached --path '/page/{i}'   # ... over 100 pages in turn
 #   bench/hit_instructions.sh --memcached --bans 1000  # ... judged against 1,000 tag bans
 #   bench/hit_instructions.sh --rules 100              # with 100 request rules (bench/rules_config.py)
 #   ORIGIN=... bench/hit_instructions.sh --config br.toml --path /plain8k.html   # more config
@@ -104,12 +105,13 @@ VALGRIND=$!
 PIDS+=($VALGRIND)
 
 cat >"$WORK/client.py" <<'PY'
-import http.client, sys
+import http.client, os, sys
 port, n, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+urls = int(os.environ.get("URLS", "1"))
 headers = dict(h.split(": ", 1) for h in sys.argv[4:])
 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-for _ in range(n):
-    conn.request("GET", path, headers=headers)
+for i in range(n):
+    conn.request("GET", path.replace("{i}", str(i % urls)), headers=headers)
     resp = conn.getresponse()
     resp.read()
     if resp.status != 200:
