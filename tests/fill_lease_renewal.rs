@@ -204,3 +204,42 @@ async fn an_answer_that_will_not_be_stored_gives_its_lease_up_at_once() {
     assert_eq!(admin_stat(a.admin, "fill_leases_renewed").await, 0);
     drop(response);
 }
+
+/// A fill abandoned because its body outgrew `cache.max_object_size` (no length announced) gives
+/// its lease up when it is abandoned, not when the client has taken the rest of the answer
+/// (here 8 s later): nothing will be stored, and no other node should wait for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fill_abandoned_for_its_size_gives_its_lease_up() {
+    let cluster = MemcachedCluster::start(1);
+    let path = "/outgrown";
+    let origin = TestOrigin::start(|_| {
+        OriginResponse::ok(Body::Paced {
+            chunks: vec![
+                Bytes::from(vec![b'x'; 64 * 1024]),
+                Bytes::from_static(b"end"),
+            ],
+            interval: Duration::from_secs(4),
+        })
+        .header("cache-control", "max-age=3600")
+    });
+    let a = cluster.node(
+        &origin,
+        "A",
+        "fill_lease = \"3s\"\n[cache]\nmax_object_size = \"16KiB\"",
+    );
+    let response = http_client()
+        .get(a.proxy.url(path))
+        .header("host", HOST)
+        .send()
+        .await
+        .expect("the head");
+    assert_eq!(response.status(), 200);
+    assert_eq!(admin_stat(a.admin, "fills_claimed").await, 1);
+    let gone = poll_until_async(Duration::from_millis(2500), || {
+        !lease_present(&cluster, path)
+    })
+    .await;
+    assert!(gone, "the lease of an abandoned fill was kept");
+    let body = response.bytes().await.expect("the body");
+    assert_eq!(body.len(), 64 * 1024 + 3, "the client got the whole answer");
+}

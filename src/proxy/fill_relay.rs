@@ -290,6 +290,11 @@ impl LacquerProxy {
                 if let (Some(writing), Some(chunk)) = (fill.as_mut(), &data) {
                     if !writing.write(chunk).await {
                         fill = None;
+                        // nothing will be stored: the cluster's lease is given up now, not
+                        // kept alive for as long as the client takes the rest
+                        if let Some(lease) = lock_ctx(&ctx).fill_lease.take() {
+                            lease.on_not_stored();
+                        }
                     }
                 }
                 {
