@@ -298,6 +298,10 @@ async fn each_condition_selects_its_requests() {
     let bypassed = |resp: &Resp| resp.cache_fwd().as_deref() == Some("bypass");
     for (headers, passes) in [
         (vec![("host", "admin.example.test:80")], true),
+        // the final dot of a fully qualified name does not escape the rule
+        (vec![("host", "Admin.Example.test.")], true),
+        (vec![("host", "admin.example.test.:8080")], true),
+        (vec![("host", "admin.example.test..")], false),
         (vec![("host", "www.example.test")], false),
         (vec![("host", "api7.example.test")], true),
         (vec![("host", "www.api7.test")], false),

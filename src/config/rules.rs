@@ -23,7 +23,7 @@ use std::time::Duration;
 pub struct RuleEntry {
     /// A name for errors, logs and the reader.
     pub name: Option<String>,
-    /// Condition: the request's host (without port, any case), exactly.
+    /// Condition: the request's host (without port or final dot, any case), exactly.
     pub host: Option<String>,
     /// Condition: a regex the request's host (without port, lowercased) matches.
     pub host_regex: Option<String>,
@@ -252,6 +252,13 @@ fn conditions(entry: &RuleEntry, fail: &Fail) -> Result<Conditions, ConfigError>
             return Err(fail(
                 "host",
                 format!("\"{host}\" is not a host name or IP address without a port"),
+            ));
+        }
+        if host.ends_with('.') {
+            // requests' hosts are matched without their final dot
+            return Err(fail(
+                "host",
+                format!("\"{host}\": write the name without its final dot"),
             ));
         }
     }
@@ -526,6 +533,8 @@ mod tests {
             assert_eq!(e.key, "rules[0].host", "{bad:?}");
             assert!(e.reason.contains("without a port"), "{e}");
         }
+        let e = parse("[[rules]]\nhost = \"shop.example.\"\npass = true").unwrap_err();
+        assert!(e.reason.contains("without its final dot"), "{e}");
     }
 
     #[test]

@@ -90,7 +90,10 @@ impl<'a> Subject<'a> {
                 }
                 _ => host,
             };
-            without_port.to_ascii_lowercase()
+            // a fully qualified name's final dot names the same host (as nginx reads it): a
+            // rule on `shop.example` is not escaped by asking for `shop.example.`
+            let name = without_port.strip_suffix('.').unwrap_or(without_port);
+            name.to_ascii_lowercase()
         })
     }
 
