@@ -243,3 +243,56 @@ async fn a_fill_abandoned_for_its_size_gives_its_lease_up() {
     let body = response.bytes().await.expect("the body");
     assert_eq!(body.len(), 64 * 1024 + 3, "the client got the whole answer");
 }
+
+/// With `rehash_on_eject`, the server owning a slow fill's lease is ejected for a second (frozen:
+/// a read of another page through the node times out) while a renewal is due. The renewal waits
+/// for the owner instead of asking the stand-in, which has no lease and would answer "gone"
+/// (review: the renewal then ended for good, and the lease expired mid-fill).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_renewal_waits_for_an_ejected_owner_instead_of_its_stand_in() {
+    let cluster = MemcachedCluster::start(2);
+    let path = "/slow-while-ejected";
+    let entry = MemcachedCluster::key_of(HOST, path);
+    let owner = cluster.server_for(&entry);
+    let elsewhere_on_owner = (0..)
+        .map(|i| format!("/other-{i}"))
+        .find(|p| cluster.server_for(&MemcachedCluster::key_of(HOST, p)) == owner)
+        .expect("a page on the same server");
+    let origin = TestOrigin::start(|req| {
+        if req.path.starts_with("/other-") {
+            return OriginResponse::ok("other").header("cache-control", "max-age=3600");
+        }
+        OriginResponse::ok(Body::Paced {
+            chunks: vec![Bytes::from_static(b"slow-"), Bytes::from_static(b"page")],
+            interval: Duration::from_millis(4500),
+        })
+        .header("cache-control", "max-age=3600")
+    });
+    let b = cluster.node(
+        &origin,
+        "B",
+        "fill_lease = \"6s\"\nfailure_limit = 1\nrehash_on_eject = true",
+    );
+    let started = Instant::now();
+    let url = b.proxy.url(path);
+    let reader = tokio::spawn(async move { get(&url, &SITE).await });
+    // renewals are due every 2 s; the owner is frozen from 1 s to 2.1 s, and ejected (until
+    // about 2.2 s) by a read of another page that times out
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cluster.servers[owner].freeze();
+    let other = b.proxy.url(&elsewhere_on_owner);
+    let _other = tokio::spawn(async move { get(&other, &SITE).await });
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    cluster.servers[owner].thaw();
+    tokio::time::sleep(Duration::from_millis(7500).saturating_sub(started.elapsed())).await;
+    assert!(
+        admin_stat(b.admin, "fill_leases_renewed").await >= 1,
+        "the renewal ended while the owner was ejected"
+    );
+    assert!(
+        lease_present(&cluster, path),
+        "the lease of B's fill was gone in its eighth second"
+    );
+    let filled = reader.await.expect("B's request");
+    assert_eq!(&filled.body[..], b"slow-page");
+}

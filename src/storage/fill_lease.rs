@@ -124,7 +124,18 @@ pub struct FillLeases {
 
 /// The lease a request holds on its URL's fill, until its request ends. (Boxed: the request
 /// context that carries it is built and moved for every request, and few hold one.)
-pub struct HeldLease(Box<Held>);
+pub struct HeldLease(Option<Box<Held>>);
+
+/// A lease dropped without being ended (its request's task panicked, say) is ended as a fill
+/// that stored nothing: otherwise its URL would stay marked held on this node, renewed for
+/// ever, and every later request here would queue for a fill that is over.
+impl Drop for HeldLease {
+    fn drop(&mut self) {
+        if let Some(held) = self.0.take() {
+            (*held).end(false);
+        }
+    }
+}
 
 struct Held {
     leases: &'static FillLeases,
@@ -221,12 +232,12 @@ impl FillLeases {
                     tokio::spawn(self.keep_alive());
                 }
                 return AfterSharedMiss::FillHere {
-                    lease: Some(HeldLease(Box::new(Held {
+                    lease: Some(HeldLease(Some(Box::new(Held {
                         leases: self,
                         primary: key.primary_bin(),
                         lease_key: self.lease_key(key),
                         entry_key: self.entry_key(key),
-                    }))),
+                    })))),
                     known_missing: true,
                 };
             }
@@ -397,7 +408,7 @@ impl FillLeases {
     }
 
     /// The process's renewal task, started at its first claim: every third of `fill_lease`,
-    /// renews each lease a request here has held for that long (since its claim or its last
+    /// renews each lease a request here has held for half that (since its claim or its last
     /// renewal), until its request ends (`HeldLease::on_request_end` takes it out of
     /// `local_fills`). A renewal is a `replace` of the lease's time, so it never brings back a
     /// lease that a purge deleted: one found gone is not renewed again. One whose server did not
@@ -410,7 +421,9 @@ impl FillLeases {
         let every = self.lease / 3;
         loop {
             tokio::time::sleep(every).await;
-            let Some(due_since) = Instant::now().checked_sub(every) else {
+            // renewed at every tick once half a period old: a renewal's own time (taken when it
+            // was sent) is a little after its tick, and must not make the next tick skip it
+            let Some(due_since) = Instant::now().checked_sub(every / 2) else {
                 continue;
             };
             let due: Vec<HashBinary> = self
@@ -426,23 +439,35 @@ impl FillLeases {
         }
     }
 
-    /// Renews the lease of `primary`, held here ([`Self::keep_alive`]).
+    /// Renews the lease of `primary`, held here ([`Self::keep_alive`]). Only on the server
+    /// that owns the URL: while it is ejected, a stand-in (`rehash_on_eject`) has no lease and
+    /// would answer "gone", ending the renewal for good; the renewal waits for the owner.
     async fn renew(&'static self, primary: HashBinary) {
-        let renewed = self
+        let sent = Instant::now();
+        let entry_key = namespaced_hex(&self.namespace, "", &primary);
+        let owner_usable = self
             .cluster
-            .replace_with(
-                namespaced_hex(&self.namespace, "", &primary).as_bytes(),
-                namespaced_hex(&self.namespace, "fill:", &primary).as_bytes(),
-                lease_time(),
-                self.lease_ttl(),
-            )
-            .await;
+            .owner(entry_key.as_bytes())
+            .is_some_and(|owner| self.cluster.is_usable(owner));
+        let renewed = match owner_usable {
+            false => None,
+            true => {
+                self.cluster
+                    .replace_with(
+                        entry_key.as_bytes(),
+                        namespaced_hex(&self.namespace, "fill:", &primary).as_bytes(),
+                        lease_time(),
+                        self.lease_ttl(),
+                    )
+                    .await
+            }
+        };
         let mut fills = self.local_fills.lock();
         // still held here (its request may have ended meanwhile)
         if let Some(fill @ LocalFill::Held(_)) = fills.get_mut(&primary) {
             match renewed {
                 Some(true) => {
-                    *fill = LocalFill::Held(Instant::now());
+                    *fill = LocalFill::Held(sent);
                     self.counters
                         .fill_leases_renewed
                         .fetch_add(1, Ordering::Relaxed);
@@ -522,19 +547,32 @@ impl HeldLease {
     /// an error), the lease is deleted too: the nodes waiting for it then fetch for themselves at
     /// once instead of at the lease's expiry. A stored fill's lease is deleted when its write to
     /// memcached lands ([`FillLeases::on_written`]) or fails ([`FillLeases::on_write_failed`]).
-    pub fn on_request_end(self, stored: bool) {
+    pub fn on_request_end(mut self, stored: bool) {
+        if let Some(held) = self.0.take() {
+            (*held).end(stored);
+        }
+    }
+}
+
+impl Held {
+    /// See [`HeldLease::on_request_end`]. The delete is spawned on the runtime this runs in;
+    /// outside one (a lease dropped as the process ends) it is left to expire.
+    fn end(self, stored: bool) {
         let Held {
             leases,
             primary,
             lease_key,
             entry_key,
-        } = *self.0;
+        } = self;
         leases.local_fills.lock().remove(&primary);
         if stored {
             return;
         }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         let task = leases.counters.background_task();
-        tokio::spawn(async move {
+        runtime.spawn(async move {
             leases.delete(&entry_key, &lease_key).await;
             drop(task);
         });
