@@ -365,11 +365,7 @@ fn actions(entry: &RuleEntry, groups: &[String], fail: &Fail) -> Result<Actions,
         ttl,
         grace,
         set_request_headers: request_header_pairs(&entry.set_request_headers, fail)?,
-        remove_request_headers: header_names(
-            "remove_request_headers",
-            &entry.remove_request_headers,
-            fail,
-        )?,
+        remove_request_headers: removable_request_headers(&entry.remove_request_headers, fail)?,
         set_response_headers: header_pairs(
             "set_response_headers",
             &entry.set_response_headers,
@@ -423,6 +419,22 @@ fn request_header_pairs(
         }
     }
     Ok(pairs)
+}
+
+/// `remove_request_headers`: as [`header_names`], but never `Host`: the cache key is made of it,
+/// and without it every host's requests for a path would share one entry.
+fn removable_request_headers(
+    list: &Option<Vec<String>>,
+    fail: &Fail,
+) -> Result<Vec<HeaderName>, ConfigError> {
+    let names = header_names("remove_request_headers", list, fail)?;
+    if names.contains(&http::header::HOST) {
+        return Err(fail(
+            "remove_request_headers",
+            "Host cannot be removed: the cache key is made of it (set it instead)".into(),
+        ));
+    }
+    Ok(names)
 }
 
 fn header_names(
@@ -510,6 +522,14 @@ mod tests {
             assert_eq!(e.key, "rules[0].set_request_headers", "{bad:?}");
             assert!(e.reason.contains("is not host or host:port"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_rule_cannot_remove_the_host() {
+        let e = parse("[[rules]]\nremove_request_headers = [\"X-A\", \"HOST\"]").unwrap_err();
+        assert_eq!(e.key, "rules[0].remove_request_headers");
+        assert!(e.reason.contains("Host cannot be removed"), "{e}");
+        assert!(parse("[[rules]]\nremove_request_headers = [\"X-A\"]").is_ok());
     }
 
     #[test]
