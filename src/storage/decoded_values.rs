@@ -63,36 +63,68 @@ impl DecodedValues {
     /// The object `value` was decoded into, with the logical key it carries, when `value` is one
     /// of those remembered (the same bytes, wherever they are: see the module doc).
     pub fn find(&self, value: &Bytes) -> Option<(CompleteObject, Arc<str>)> {
-        let slots = self.slots.lock();
-        slots
-            .decoded
-            .iter()
+        // under the lock, only a cheap look (length, place, first bytes); the whole comparison
+        // of a candidate, up to an item's size, is made after it is let go
+        let mut candidates: [Option<(Bytes, CompleteObject, Arc<str>)>; SLOTS] = Default::default();
+        {
+            let slots = self.slots.lock();
+            let looked_alike = slots
+                .decoded
+                .iter()
+                .flatten()
+                .filter(|d| maybe_same(&d.value, value));
+            for (candidate, d) in candidates.iter_mut().zip(looked_alike) {
+                *candidate = Some((d.value.clone(), d.object.clone(), d.logical.clone()));
+            }
+        }
+        candidates
+            .into_iter()
             .flatten()
-            .find(|d| same(&d.value, value))
-            .map(|d| (d.object.clone(), d.logical.clone()))
+            .find(|(remembered, _, _)| same(remembered, value))
+            .map(|(_, object, logical)| (object, logical))
     }
 
     /// Remembers that `value` (carrying `logical`) was decoded into `object`, in place of the
     /// value remembered longest; once only (the readers of one value wake together, and more
     /// than one may have decoded it).
     pub fn remember(&self, value: Bytes, logical: Arc<str>, object: CompleteObject) {
-        let mut slots = self.slots.lock();
-        if slots
-            .decoded
-            .iter()
-            .flatten()
-            .any(|d| same(&d.value, &value))
+        // a value that looks the same (length, first bytes) is compared whole outside the lock:
+        // the same bytes are not remembered twice; other bytes (another version of the page)
+        // take that slot
+        let looked_alike = {
+            let slots = self.slots.lock();
+            slots.decoded.iter().enumerate().find_map(|(i, d)| {
+                d.as_ref()
+                    .filter(|d| maybe_same(&d.value, &value))
+                    .map(|d| (i, d.value.clone()))
+            })
+        };
+        if looked_alike
+            .as_ref()
+            .is_some_and(|(_, remembered)| same(remembered, &value))
         {
             return;
         }
-        let next = slots.next;
+        let mut slots = self.slots.lock();
+        let still_there = |i: usize, remembered: &Bytes| {
+            slots.decoded[i]
+                .as_ref()
+                .is_some_and(|d| d.value.as_ptr() == remembered.as_ptr())
+        };
+        let index = match looked_alike {
+            Some((i, remembered)) if still_there(i, &remembered) => i,
+            _ => {
+                let next = slots.next;
+                slots.next = (next + 1) % SLOTS;
+                next
+            }
+        };
         // the slot's old value is dropped after the lock is let go
-        let old = slots.decoded[next].replace(Decoded {
+        let old = slots.decoded[index].replace(Decoded {
             value,
             logical,
             object,
         });
-        slots.next = (next + 1) % SLOTS;
         drop(slots);
         drop(old);
     }
@@ -102,6 +134,16 @@ impl DecodedValues {
 /// equal copy (see the module doc).
 fn same(a: &Bytes, b: &Bytes) -> bool {
     a.len() == b.len() && (a.as_ptr() == b.as_ptr() || a[..] == b[..])
+}
+
+/// How many first bytes [`maybe_same`] compares: an entry's logical key starts at byte 7.
+const LOOK: usize = 128;
+
+/// Whether two values may be the same bytes: the same length, and the same place or the same
+/// first [`LOOK`] bytes. Cheap enough to run under the slots' lock.
+fn maybe_same(a: &Bytes, b: &Bytes) -> bool {
+    a.len() == b.len()
+        && (a.as_ptr() == b.as_ptr() || a[..a.len().min(LOOK)] == b[..b.len().min(LOOK)])
 }
 
 #[cfg(test)]
@@ -132,6 +174,33 @@ mod tests {
         let mut changed = value.to_vec();
         changed[99] ^= 1;
         assert!(decoded.find(&Bytes::from(changed)).is_none());
+    }
+
+    #[test]
+    fn another_version_that_looks_the_same_takes_its_slot_and_each_is_found_only_as_itself() {
+        let decoded = DecodedValues::default();
+        // the same first LOOK bytes and length, another last byte: another version of a page
+        let old = Bytes::from(vec![1u8; LOOK + 10]);
+        let mut newer = vec![1u8; LOOK + 10];
+        newer[LOOK + 9] = 2;
+        let newer = Bytes::from(newer);
+        let other = Bytes::from(vec![3u8; 10]);
+        decoded.remember(old.clone(), "k".into(), object_of(&old));
+        decoded.remember(other.clone(), "o".into(), object_of(&other));
+        assert!(decoded.find(&newer).is_none(), "found as the older version");
+        decoded.remember(newer.clone(), "k".into(), object_of(&newer));
+        let (found, _) = decoded
+            .find(&Bytes::copy_from_slice(&newer))
+            .expect("the newer");
+        assert_eq!(found.chunks(), std::slice::from_ref(&newer));
+        assert!(
+            decoded.find(&old).is_none(),
+            "the older version kept its slot"
+        );
+        assert!(
+            decoded.find(&other).is_some(),
+            "another value was pushed out"
+        );
     }
 
     #[test]
