@@ -317,8 +317,17 @@ impl Cluster {
     ) -> Option<bool> {
         let index = self.node_for(placement_key)?;
         let added = self.nodes[index].client.add(key, value, ttl_secs);
-        // a timeout is a failure of the server like any other (and counts towards ejection)
-        let result = tokio::time::timeout(self.op_timeout, added)
+        self.within_op_timeout(index, added).await
+    }
+
+    /// `operation` on server `index`, given at most `op_timeout`, its outcome recorded: a
+    /// timeout is a failure of the server like any other (and counts towards ejection).
+    async fn within_op_timeout<T>(
+        &self,
+        index: usize,
+        operation: impl std::future::Future<Output = Result<T, McError>>,
+    ) -> Option<T> {
+        let result = tokio::time::timeout(self.op_timeout, operation)
             .await
             .unwrap_or(Err(McError::Timeout));
         self.record(index, result)
@@ -338,10 +347,7 @@ impl Cluster {
     ) -> Option<bool> {
         let index = self.node_for(placement_key)?;
         let replaced = self.nodes[index].client.replace(key, value, ttl_secs);
-        let result = tokio::time::timeout(self.op_timeout, replaced)
-            .await
-            .unwrap_or(Err(McError::Timeout));
-        self.record(index, result)
+        self.within_op_timeout(index, replaced).await
     }
 
     /// Deletes one value; returns whether the server answered.
