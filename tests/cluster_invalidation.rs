@@ -636,19 +636,6 @@ fn log_names(cluster: &MemcachedCluster, server: usize, path: &str, short: bool)
     })
 }
 
-/// An origin whose GETs are answered `body-N-` then `late` ([`paced`]), N counting its answers,
-/// so a refetch is told from a page answered before; a POST is answered `changed`.
-fn counting_origin() -> TestOrigin {
-    let served = std::sync::atomic::AtomicUsize::new(0);
-    TestOrigin::start(move |req| {
-        if req.method == "POST" {
-            return OriginResponse::ok("changed");
-        }
-        let n = served.fetch_add(1, Ordering::SeqCst) + 1;
-        paced(format!("body-{n}-")).header("cache-control", "max-age=3600")
-    })
-}
-
 /// Asserts that each of `nodes` answers a GET of `path` with a `200` other than the first
 /// answer (`body-1-late`), which is `what`.
 async fn none_serves(nodes: &[&Node], path: &str, what: &str) {
@@ -686,7 +673,7 @@ struct PurgedMidFill {
 impl PurgedMidFill {
     async fn start(path: &'static str, a_extra: &str) -> PurgedMidFill {
         let cluster = MemcachedCluster::start(3);
-        let origin = counting_origin();
+        let origin = counting_origin(Duration::from_secs(1), "max-age=3600");
         let a = cluster.node_with_invalidation(
             &origin,
             "A",
@@ -876,21 +863,13 @@ async fn garbage_under_a_purged_entry_at_the_writers_second_look_is_deleted() {
 async fn a_post_invalidates_a_fill_in_flight_on_another_node() {
     let cluster = MemcachedCluster::start(3);
     let path = "/posted-mid-fill";
-    let origin = counting_origin();
+    let origin = counting_origin(Duration::from_secs(1), "max-age=3600");
     let a = cluster.node(&origin, "A", NODE);
     let b = cluster.node_with_invalidation(&origin, "B", "poll_interval = \"1s\"", NODE);
     let response = head_through(&b, path).await;
     // B's fill is in flight (it holds the URL's fill lease); the POST goes through A, which has
     // nothing of the URL, nor has memcached
-    let posted = send(
-        &http_client(),
-        "POST",
-        &a.proxy.url(path),
-        &SITE,
-        Some(Bytes::from_static(b"x=1")),
-    )
-    .await
-    .expect("the POST");
+    let posted = post(&a.proxy.url(path), &SITE, "x=1").await;
     assert_eq!(posted.status, 200);
     assert_eq!(
         &response.bytes().await.expect("B's body")[..],
@@ -906,7 +885,7 @@ async fn a_post_invalidates_a_fill_in_flight_on_another_node() {
     none_serves(&[&a, &b], path, "the page as it was before the POST").await;
 }
 
-/// The same when the fill is slower than its lease (`fill_lease = "1s"`, a body that takes 4 s):
+/// The same when the fill is slower than its lease (`fill_lease = "1s"`, a body that takes 8 s):
 /// the filling node keeps its lease alive while the fill lasts, so a POST in the fill's third
 /// second still finds it and is published. (Without the renewal the lease had expired, the POST
 /// reached no one, and B stored and served the page as it was before the POST.)
@@ -914,21 +893,7 @@ async fn a_post_invalidates_a_fill_in_flight_on_another_node() {
 async fn a_post_invalidates_a_fill_slower_than_its_lease() {
     let cluster = MemcachedCluster::start(3);
     let path = "/posted-mid-slow-fill";
-    let served = std::sync::atomic::AtomicUsize::new(0);
-    let origin = TestOrigin::start(move |req| {
-        if req.method == "POST" {
-            return OriginResponse::ok("changed");
-        }
-        let n = served.fetch_add(1, Ordering::SeqCst) + 1;
-        OriginResponse::ok(Body::Paced {
-            chunks: vec![
-                Bytes::from(format!("body-{n}-")),
-                Bytes::from_static(b"late"),
-            ],
-            interval: Duration::from_secs(4),
-        })
-        .header("cache-control", "max-age=3600")
-    });
+    let origin = counting_origin(Duration::from_secs(4), "max-age=3600");
     let a = cluster.node(&origin, "A", NODE);
     let b = cluster.node_with_invalidation(
         &origin,
@@ -943,15 +908,7 @@ async fn a_post_invalidates_a_fill_slower_than_its_lease() {
         admin_stat(b.admin, "fill_leases_renewed").await >= 2,
         "B did not keep its fill's lease alive"
     );
-    let posted = send(
-        &http_client(),
-        "POST",
-        &a.proxy.url(path),
-        &SITE,
-        Some(Bytes::from_static(b"x=1")),
-    )
-    .await
-    .expect("the POST");
+    let posted = post(&a.proxy.url(path), &SITE, "x=1").await;
     assert_eq!(posted.status, 200);
     let published = poll_until_async(Duration::from_secs(5), || {
         (0..3).any(|server| log_names(&cluster, server, path, true))
@@ -989,15 +946,7 @@ async fn a_post_to_a_url_nobody_stored_or_fills_is_not_published() {
     let a = cluster.node(&origin, "A", NODE);
     assert_eq!(get(&a.proxy.url("/warm"), &SITE).await.status, 200);
     let path = "/never-stored-never-filled";
-    let posted = send(
-        &http_client(),
-        "POST",
-        &a.proxy.url(path),
-        &SITE,
-        Some(Bytes::from_static(b"x=1")),
-    )
-    .await
-    .expect("the POST");
+    let posted = post(&a.proxy.url(path), &SITE, "x=1").await;
     assert_eq!(posted.status, 200);
     tokio::time::sleep(Duration::from_millis(500)).await;
     for server in 0..3 {

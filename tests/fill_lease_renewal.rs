@@ -7,7 +7,6 @@
 
 use lacquer_test_support as support;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 use support::*;
 
@@ -38,27 +37,6 @@ fn log_names(cluster: &MemcachedCluster, path: &str) -> bool {
     })
 }
 
-/// An origin whose GETs are answered `body-N-`, then `late` after `pause`, the body ending
-/// `pause` later (so it takes twice `pause`), with `cache_control`; N counts the GETs. A POST is
-/// answered `changed`.
-fn slow_origin(pause: Duration, cache_control: &'static str) -> TestOrigin {
-    let served = AtomicUsize::new(0);
-    TestOrigin::start(move |req| {
-        if req.method == "POST" {
-            return OriginResponse::ok("changed");
-        }
-        let n = served.fetch_add(1, Ordering::SeqCst) + 1;
-        OriginResponse::ok(Body::Paced {
-            chunks: vec![
-                Bytes::from(format!("body-{n}-")),
-                Bytes::from_static(b"late"),
-            ],
-            interval: pause,
-        })
-        .header("cache-control", cache_control)
-    })
-}
-
 /// Four nodes, `fill_lease = "2s"`, a page that takes 2.8 s. A fetches it; B, C and D ask for it
 /// 2.3 s later, past the lease's first length. Renewed, the lease still says A's fill is in
 /// flight, so they wait for it: one origin fetch for the cluster. (Before the renewal the lease
@@ -68,7 +46,7 @@ fn slow_origin(pause: Duration, cache_control: &'static str) -> TestOrigin {
 async fn requests_after_the_lease_still_wait_for_a_slow_fill() {
     let cluster = MemcachedCluster::start(1);
     let path = "/slow-page";
-    let origin = slow_origin(Duration::from_millis(1400), "max-age=3600");
+    let origin = counting_origin(Duration::from_millis(1400), "max-age=3600");
     let nodes: Vec<Node> = ["A", "B", "C", "D"]
         .iter()
         .map(|name| cluster.node(&origin, name, "fill_lease = \"2s\""))
@@ -106,7 +84,7 @@ async fn requests_after_the_lease_still_wait_for_a_slow_fill() {
 async fn a_renewal_memcached_did_not_answer_is_tried_again() {
     let cluster = MemcachedCluster::start(1);
     let path = "/posted-while-frozen";
-    let origin = slow_origin(Duration::from_secs(4), "max-age=3600");
+    let origin = counting_origin(Duration::from_secs(4), "max-age=3600");
     let a = cluster.node(&origin, "A", "local_ttl = \"30s\"\nfill_lease = \"3s\"");
     let b = cluster.node_with_invalidation(
         &origin,
@@ -128,15 +106,7 @@ async fn a_renewal_memcached_did_not_answer_is_tried_again() {
         "the lease of B's fill was gone in its seventh second"
     );
     assert!(admin_stat(b.admin, "fill_leases_renewed").await >= 3);
-    let posted = send(
-        &http_client(),
-        "POST",
-        &a.proxy.url(path),
-        &SITE,
-        Some(Bytes::from_static(b"x=1")),
-    )
-    .await
-    .expect("the POST");
+    let posted = post(&a.proxy.url(path), &SITE, "x=1").await;
     assert_eq!(posted.status, 200);
     assert!(
         poll_until_async(Duration::from_secs(3), || log_names(&cluster, path)).await,
@@ -165,7 +135,7 @@ async fn a_renewal_memcached_did_not_answer_is_tried_again() {
 async fn an_answer_that_will_not_be_stored_gives_its_lease_up_at_once() {
     let cluster = MemcachedCluster::start(1);
     let path = "/stream";
-    let origin = slow_origin(Duration::from_secs(4), "no-store");
+    let origin = counting_origin(Duration::from_secs(4), "no-store");
     let a = cluster.node(&origin, "A", "fill_lease = \"3s\"");
     let b = cluster.node(&origin, "B", "fill_lease = \"3s\"");
     let response = http_client()
@@ -186,15 +156,7 @@ async fn an_answer_that_will_not_be_stored_gives_its_lease_up_at_once() {
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(!lease_present(&cluster, path), "the lease came back");
-    let posted = send(
-        &http_client(),
-        "POST",
-        &b.proxy.url(path),
-        &SITE,
-        Some(Bytes::from_static(b"x=1")),
-    )
-    .await
-    .expect("the POST");
+    let posted = post(&b.proxy.url(path), &SITE, "x=1").await;
     assert_eq!(posted.status, 200);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(

@@ -24,6 +24,7 @@
 //! - `wire`: the HTTP/1.1 server loop behind [`TestOrigin`].
 
 pub mod capture;
+pub mod counting;
 pub mod raw;
 pub mod replica;
 pub mod request;
@@ -33,6 +34,7 @@ pub mod tls_front;
 mod wire;
 
 pub use capture::*;
+pub use counting::*;
 pub use raw::*;
 pub use replica::*;
 pub use request::*;
