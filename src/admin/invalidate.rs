@@ -210,7 +210,7 @@ fn purge_targets(body: &PurgeBody) -> Result<Vec<Target>, String> {
     match (&body.host, &body.path) {
         (Some(host), Some(path)) if body.url.is_none() => {
             // checked as given: a scheme is "scheme"'s to say, not the host's
-            if let Some(problem) = Target::Host(host.clone()).host_problem() {
+            if let Some(problem) = crate::invalidation::target::host_problem(host) {
                 return Err(problem);
             }
             let schemes: &[bool] = match body.scheme.as_deref() {

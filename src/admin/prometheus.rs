@@ -358,7 +358,7 @@ impl Collector for NodeCollector {
                 ),
                 (
                     "fill_leases_renewed",
-                    "Touches that kept the lease of a slow fill alive.",
+                    "Renewals that kept the lease of a slow fill alive.",
                     load(&c.fill_leases_renewed),
                 ),
                 (

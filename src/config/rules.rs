@@ -10,6 +10,7 @@
 use super::balancing::BackendConfig;
 use super::cache::TtlOverride;
 use super::{check, ConfigError};
+use crate::proxy::request_head::authority;
 use http::{HeaderName, HeaderValue, Method};
 use regex::Regex;
 use serde::Deserialize;
@@ -245,10 +246,7 @@ fn conditions(entry: &RuleEntry, fail: &Fail) -> Result<Conditions, ConfigError>
             true => host.ends_with(']'),
             false => !host.contains(':'),
         };
-        if host.is_empty()
-            || !crate::proxy::request_head::authority::is_valid(host.as_bytes())
-            || !without_port
-        {
+        if !authority::names_a_host(host.as_bytes()) || !without_port {
             return Err(fail(
                 "host",
                 format!("\"{host}\" is not a host name or IP address without a port"),
@@ -405,10 +403,7 @@ fn request_header_pairs(
 ) -> Result<Vec<(HeaderName, HeaderValue)>, ConfigError> {
     let pairs = header_pairs("set_request_headers", map, fail)?;
     for (name, value) in &pairs {
-        if name == http::header::HOST
-            && (value.is_empty()
-                || !crate::proxy::request_head::authority::is_valid(value.as_bytes()))
-        {
+        if name == http::header::HOST && !authority::names_a_host(value.as_bytes()) {
             return Err(fail(
                 "set_request_headers",
                 format!(

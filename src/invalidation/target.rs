@@ -39,19 +39,16 @@ impl Target {
     /// with a 400 before it is keyed). Such a target names nothing; worse, a host holding `/`
     /// would push part of its path into the key's host part (`docs/security.md`).
     pub fn host_problem(&self) -> Option<String> {
-        let host = match self {
-            Target::Url { host, .. } => host.strip_prefix(cache_key::HTTPS_PREFIX).unwrap_or(host),
-            Target::Host(host) => host,
+        match self {
+            Target::Url { host, .. } => {
+                host_problem(host.strip_prefix(cache_key::HTTPS_PREFIX).unwrap_or(host))
+            }
+            Target::Host(host) => host_problem(host),
             Target::Prefix {
                 host: Some(host), ..
-            } => host,
-            Target::Prefix { host: None, .. } | Target::Tag(_) => return None,
-        };
-        if host.is_empty() {
-            return Some("an empty host".into());
+            } => host_problem(host),
+            Target::Prefix { host: None, .. } | Target::Tag(_) => None,
         }
-        (!authority::is_valid(host.as_bytes()))
-            .then(|| format!("{host:?} is not a host (host or host:port)"))
     }
 
     /// The scope entries are matched by.
@@ -87,6 +84,16 @@ impl Target {
             Target::Prefix { host: None, prefix } => format!("prefix {prefix} (every host)"),
         }
     }
+}
+
+/// Why `host` (as a client writes it in `Host`, without a scheme) cannot be one a cache key
+/// holds, if it cannot (see [`Target::host_problem`]).
+pub fn host_problem(host: &str) -> Option<String> {
+    if host.is_empty() {
+        return Some("an empty host".into());
+    }
+    (!authority::names_a_host(host.as_bytes()))
+        .then(|| format!("{host:?} is not a host (host or host:port)"))
 }
 
 #[cfg(test)]

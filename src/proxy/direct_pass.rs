@@ -308,9 +308,7 @@ impl LacquerProxy {
             _ => (CachePhase::Disabled(NoCacheReason::NeverEnabled), None),
         };
         if storable.is_none() {
-            if let Some(lease) = ctx.fill_lease.take() {
-                lease.on_not_stored();
-            }
+            ctx.give_up_fill_lease();
         }
         let ttl = storable
             .as_ref()

@@ -292,9 +292,7 @@ impl LacquerProxy {
                         fill = None;
                         // nothing will be stored: the cluster's lease is given up now, not
                         // kept alive for as long as the client takes the rest
-                        if let Some(lease) = lock_ctx(&ctx).fill_lease.take() {
-                            lease.on_not_stored();
-                        }
+                        lock_ctx(&ctx).give_up_fill_lease();
                     }
                 }
                 {

@@ -151,6 +151,16 @@ pub struct RequestCtx {
     read_ahead: Option<fill_relay::Reservation>,
 }
 
+impl RequestCtx {
+    /// The answer will not be stored (judged uncacheable, or its fill abandoned): the cluster's
+    /// fill lease, when this request holds it, is given up now ([`HeldLease::on_not_stored`]).
+    fn give_up_fill_lease(&mut self) {
+        if let Some(lease) = self.fill_lease.take() {
+            lease.on_not_stored();
+        }
+    }
+}
+
 /// Lacquer's implementation of Pingora's [`ProxyHttp`].
 pub struct LacquerProxy {
     /// The settings a reload replaces (config, policy, `Via`, upstream choices, fairness): each
@@ -920,9 +930,7 @@ impl ProxyHttp for LacquerProxy {
             RespCacheable::Cacheable(_) => ctx.seen.storable = true,
             RespCacheable::Uncacheable(reason) => {
                 ctx.seen.not_stored_reason = Some(reason.as_str());
-                if let Some(lease) = ctx.fill_lease.take() {
-                    lease.on_not_stored();
-                }
+                ctx.give_up_fill_lease();
             }
         }
         self.uncacheable

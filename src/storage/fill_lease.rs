@@ -150,7 +150,7 @@ struct Held {
 enum LocalFill {
     /// A request is claiming it (its `add` is out).
     Claiming,
-    /// A request holds it, since it was claimed (or last touched): kept alive while it is here.
+    /// A request holds it, since it was claimed (or last renewed): kept alive while it is here.
     Held(Instant),
     /// A request holds it, but it is no longer kept alive: a renewal found it gone (purged).
     Unrenewed,

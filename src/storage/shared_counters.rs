@@ -31,8 +31,8 @@ pub struct SharedCounters {
     pub purges_kept: AtomicU64,
     /// Fills this node claimed for the cluster (see [`super::fill_lease`]).
     pub fills_claimed: AtomicU64,
-    /// Touches that kept a claimed fill's lease alive past half its length: fills slower than
-    /// half `fill_lease` (see [`super::fill_lease`]'s renewal).
+    /// Renewals that kept a claimed fill's lease alive: one per slow fill per third of
+    /// `fill_lease` (see [`super::fill_lease`]'s renewal).
     pub fill_leases_renewed: AtomicU64,
     /// Requests that waited for another node's fill and were served by it (requests on the
     /// filling node wait on Pingora's cache lock instead, and are not counted).

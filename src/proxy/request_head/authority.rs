@@ -72,6 +72,13 @@ pub fn is_valid(authority: &[u8]) -> bool {
     true
 }
 
+/// Whether `authority` names a host: valid ([`is_valid`]) and not empty. What a purge or ban's
+/// host, a rule's host and a `Host` a rule sets must be (an empty authority is valid only as the
+/// `Host` of a request whose target has none, which no key is made of by name).
+pub fn names_a_host(authority: &[u8]) -> bool {
+    !authority.is_empty() && is_valid(authority)
+}
+
 /// `port = *DIGIT` (RFC 3986 §3.2.3: it may be empty).
 fn is_port(port: &[u8]) -> bool {
     port.iter().all(u8::is_ascii_digit)
