@@ -117,33 +117,35 @@ impl ServerClient {
     /// Stores `value` only if `key` is absent: `Ok(true)` if stored, `Ok(false)`
     /// if the key exists.  Used for fill leases; never retried.
     pub async fn add(&self, key: &[u8], value: Bytes, ttl_secs: u32) -> Result<bool, McError> {
-        check_key(key)?;
-        let cmd = Command::Store {
-            key,
-            value: &value,
-            ttl: ttl_secs,
-            mode: StoreMode::Add,
-        };
-        match self.pool.execute(&cmd).await? {
-            Reply::Flag(stored) => Ok(stored),
-            _ => unreachable!("add yields a flag"),
-        }
+        self.store_if(StoreMode::Add, key, value, ttl_secs).await
     }
 
     /// Stores `value` only if `key` is present (memcached `replace`): `Ok(true)` if stored,
     /// `Ok(false)` if the key is absent, which it stays. Used to renew fill leases: a lease a
     /// purge deleted does not come back.
     pub async fn replace(&self, key: &[u8], value: Bytes, ttl_secs: u32) -> Result<bool, McError> {
+        self.store_if(StoreMode::Replace, key, value, ttl_secs)
+            .await
+    }
+
+    /// A conditional store ([`StoreMode::Add`] or [`StoreMode::Replace`]): whether it stored.
+    async fn store_if(
+        &self,
+        mode: StoreMode,
+        key: &[u8],
+        value: Bytes,
+        ttl_secs: u32,
+    ) -> Result<bool, McError> {
         check_key(key)?;
         let cmd = Command::Store {
             key,
             value: &value,
             ttl: ttl_secs,
-            mode: StoreMode::Replace,
+            mode,
         };
         match self.pool.execute(&cmd).await? {
             Reply::Flag(stored) => Ok(stored),
-            _ => unreachable!("replace yields a flag"),
+            _ => unreachable!("a store yields a flag"),
         }
     }
 
