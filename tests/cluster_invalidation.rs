@@ -636,19 +636,32 @@ fn log_names(cluster: &MemcachedCluster, server: usize, path: &str, short: bool)
     })
 }
 
-/// Asserts that each of `nodes` answers a GET of `path` with a `200` other than the first
-/// answer (`body-1-late`), which is `what`.
+/// [`none_serves_the_first_answer`] for this file's site.
 async fn none_serves(nodes: &[&Node], path: &str, what: &str) {
-    for node in nodes {
-        let resp = get(&node.proxy.url(path), &SITE).await;
-        assert_eq!(resp.status, 200);
-        assert_ne!(
-            &resp.body[..],
-            b"body-1-late",
-            "{} served {what}",
-            node.name
-        );
-    }
+    none_serves_the_first_answer(nodes, path, &SITE, what).await;
+}
+
+/// After a POST through `a` reached B's fill in flight (`response`, its head arrived): B's
+/// answer is still the page as it was, which once B has read the log (every second) is neither
+/// kept in memcached nor served by either node.
+async fn the_pre_post_fill_is_neither_kept_nor_served(
+    cluster: &MemcachedCluster,
+    response: reqwest::Response,
+    a: &Node,
+    b: &Node,
+    path: &str,
+) {
+    assert_eq!(
+        &response.bytes().await.expect("B's body")[..],
+        b"body-1-late"
+    );
+    let gone = poll_until_async(Duration::from_secs(10), || {
+        !entry_holds(cluster, path, b"body-1-")
+    })
+    .await;
+    assert!(gone, "B's pre-POST page stays in memcached");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    none_serves(&[a, b], path, "the page as it was before the POST").await;
 }
 
 /// A node A whose fill of `path` began before a purge of it through node B, and which reads the
@@ -871,18 +884,7 @@ async fn a_post_invalidates_a_fill_in_flight_on_another_node() {
     // nothing of the URL, nor has memcached
     let posted = post(&a.proxy.url(path), &SITE, "x=1").await;
     assert_eq!(posted.status, 200);
-    assert_eq!(
-        &response.bytes().await.expect("B's body")[..],
-        b"body-1-late"
-    );
-    // once B has read the log (every second), the pre-POST page is neither kept nor served
-    let gone = poll_until_async(Duration::from_secs(10), || {
-        !entry_holds(&cluster, path, b"body-1-")
-    })
-    .await;
-    assert!(gone, "B's pre-POST page stays in memcached");
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    none_serves(&[&a, &b], path, "the page as it was before the POST").await;
+    the_pre_post_fill_is_neither_kept_nor_served(&cluster, response, &a, &b, path).await;
 }
 
 /// The same when the fill is slower than its lease (`fill_lease = "1s"`, a body that takes 8 s):
@@ -918,17 +920,7 @@ async fn a_post_invalidates_a_fill_slower_than_its_lease() {
         published,
         "the POST in a slow fill's third second was not published"
     );
-    assert_eq!(
-        &response.bytes().await.expect("B's body")[..],
-        b"body-1-late"
-    );
-    let gone = poll_until_async(Duration::from_secs(10), || {
-        !entry_holds(&cluster, path, b"body-1-")
-    })
-    .await;
-    assert!(gone, "B's pre-POST page stays in memcached");
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    none_serves(&[&a, &b], path, "the page as it was before the POST").await;
+    the_pre_post_fill_is_neither_kept_nor_served(&cluster, response, &a, &b, path).await;
 }
 
 /// A POST naming a URL nobody stored and nobody is filling is not published to the cluster: most

@@ -115,16 +115,8 @@ async fn a_renewal_memcached_did_not_answer_is_tried_again() {
     let filled = reader.await.expect("B's request");
     assert_eq!(&filled.body[..], b"body-1-late");
     tokio::time::sleep(Duration::from_secs(2)).await;
-    for node in [&a, &b] {
-        let resp = get(&node.proxy.url(path), &SITE).await;
-        assert_eq!(resp.status, 200);
-        assert_ne!(
-            &resp.body[..],
-            b"body-1-late",
-            "{} served the page as it was before the POST",
-            node.name
-        );
-    }
+    none_serves_the_first_answer(&[&a, &b], path, &SITE, "the page as it was before the POST")
+        .await;
 }
 
 /// A `no-store` answer that streams for 8 s gives its lease up as soon as its head is judged,

@@ -2,6 +2,8 @@
 //! (a purge, a POST) from one answered after it.
 
 use super::{Body, OriginResponse, TestOrigin};
+use crate::client::get;
+use crate::cluster::Node;
 use bytes::Bytes;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -25,4 +27,24 @@ pub fn counting_origin(pause: Duration, cache_control: &'static str) -> TestOrig
         })
         .header("cache-control", cache_control)
     })
+}
+
+/// Asserts that each of `nodes` answers a GET of `path` (with `headers`) with a `200` other than
+/// a [`counting_origin`]'s first answer (`body-1-late`), which is `what`.
+pub async fn none_serves_the_first_answer(
+    nodes: &[&Node],
+    path: &str,
+    headers: &[(&str, &str)],
+    what: &str,
+) {
+    for node in nodes {
+        let resp = get(&node.proxy.url(path), headers).await;
+        assert_eq!(resp.status, 200);
+        assert_ne!(
+            &resp.body[..],
+            b"body-1-late",
+            "{} served {what}",
+            node.name
+        );
+    }
 }
