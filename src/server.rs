@@ -181,6 +181,19 @@ fn serve(
         }
         None => Box::new(|| 0),
     };
+    let release_fill_leases: drain::OnCut = match tiered {
+        Some(tiered) => Box::new(move || {
+            // the drain thread runs in no runtime: one of its own carries the deletes
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            if let Ok(runtime) = runtime {
+                let released = runtime.block_on(tiered.fill_leases().release_held());
+                log::info!("released {released} fill leases held by the requests cut");
+            }
+        }),
+        None => Box::new(|| {}),
+    };
     let invalidator = Invalidator::new(&config.invalidation, bans, memory, tiered).leak();
     server.add_service(background_service(
         "invalidation",
@@ -259,6 +272,7 @@ fn serve(
         in_flight,
         shared_writes,
         Box::new(app.serving()),
+        release_fill_leases,
         config.shutdown_timeout,
     )
     .map_err(|e| StartError(format!("cannot start the drain watcher: {e}")))?;

@@ -4,7 +4,9 @@
 //! fill's client gets the whole answer, the fill is stored in memcached, the lease is renewed
 //! for as long as the fill lasts (nodes asking after the lease's first length wait for it: one
 //! origin fetch for the cluster), and it is deleted once the fill is written, so nothing waits
-//! later for a fill that is over. Real memcached processes, real origins, real signals.
+//! later for a fill that is over. A drain that `shutdown_timeout` cuts in the middle of a fill
+//! deletes that fill's lease before the process exits, so nothing waits for a fill that will
+//! never come. Real memcached processes, real origins, real signals.
 
 use lacquer_test_support as support;
 
@@ -318,4 +320,57 @@ async fn a_hand_over_mid_fill_finishes_the_fill_and_leaves_no_lease() {
     );
     assert_eq!(&later.body[..], b"body-1-late");
     assert_eq!(origin.hits_for(path), 1);
+}
+
+/// A's drain is cut at `shutdown_timeout` (1 s) in the middle of the 2.8 s fill, after a renewal
+/// of its lease: its client's answer is cut, nothing is stored, and A deletes the lease before it
+/// exits, so B, asking right after, claims the URL and fetches it at once instead of waiting for
+/// a fill that will never come. (The lease was left in memcached, renewed a moment before the
+/// exit: B waited for it, about 1.6 s here and up to `fill_lease` in general, before it
+/// fetched.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drain_that_cuts_a_fill_releases_its_lease() {
+    let cluster = MemcachedCluster::start(1);
+    let path = "/cut-mid-fill";
+    let origin = counting_origin(Duration::from_millis(1400), "max-age=3600");
+    let mut a = cluster.node_with_top_level(&origin, "A", "shutdown_timeout = \"1s\"", "", LEASE);
+    let b = cluster.node(&origin, "B", LEASE);
+    let (fill, _) = start_fill(&a, path).await;
+    assert!(
+        wait_for_stat(a.admin, "fill_leases_renewed", 1, Duration::from_secs(2)).await >= 1,
+        "A did not renew its lease"
+    );
+    assert!(a.proxy.signal("TERM"));
+    let status = a.proxy.wait_exit(Duration::from_secs(5));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "A: {status:?}; stderr:\n{}",
+        a.proxy.stderr_log()
+    );
+    assert!(
+        a.proxy.stderr_log().contains("shutdown_timeout"),
+        "A's drain was not cut; stderr:\n{}",
+        a.proxy.stderr_log()
+    );
+    let cut = fill.await.unwrap();
+    assert!(
+        cut.as_ref().map_or(true, |r| &r.body[..] != b"body-1-late"),
+        "the fill was not cut"
+    );
+    assert!(
+        !lease_present(&cluster, path),
+        "A exited leaving the lease of the fill it cut in memcached"
+    );
+    assert!(!entry_present(&cluster, path), "the cut fill was stored");
+
+    let resp = get(&b.proxy.url(path), &SITE).await;
+    assert_eq!(resp.status, 200);
+    assert_eq!(&resp.body[..], b"body-2-late");
+    assert_eq!(
+        admin_stat(b.admin, "fill_waits").await,
+        0,
+        "B waited for the fill A cut"
+    );
+    assert_eq!(admin_stat(b.admin, "fills_claimed").await, 1);
+    assert_eq!(origin.hits_for(path), 2);
 }

@@ -13,7 +13,9 @@
 //! the write would be lost and its lease left to hold every other node's requests for the URL
 //! until it expires; so the watcher also waits for the work the caller counts as background
 //! (each write is bounded by memcached's `op_timeout` per item, its second look at the bans by
-//! three of the log's poll intervals, and all of it by `shutdown_timeout`). The invalidation
+//! three of the log's poll intervals, and all of it by `shutdown_timeout`). An exit at
+//! `shutdown_timeout` cuts the fills still running, which will never be written: their leases
+//! are deleted first (`OnCut`), so the other nodes do not wait for them. The invalidation
 //! service keeps reading the log meanwhile, so what is written during the drain is judged by
 //! the purges made during it.
 
@@ -63,18 +65,24 @@ impl Drop for RequestInFlight {
     }
 }
 
+/// What the watcher does before an exit that cuts requests still running: give up the fill
+/// leases they hold in the shared tier (a blocking call, bounded by memcached's `op_timeout`).
+pub type OnCut = Box<dyn Fn() + Send>;
+
 /// A count the watcher reads from elsewhere: the work requests leave behind (the shared tier's
 /// writes and lease deletes, counted by whoever spawns them), the client connections served.
 pub type Count = Box<dyn Fn() -> u64 + Send>;
 
 /// Starts the thread that ends the process once a shutdown has stopped the listeners and no
 /// request and no `background` task is left, and the client `connections` still served have
-/// closed (for at most [`CONNECTIONS_PATIENCE`] more); or when `timeout` has passed since.
+/// closed (for at most [`CONNECTIONS_PATIENCE`] more); or when `timeout` has passed since,
+/// after `on_cut`.
 pub fn watch(
     mut phases: broadcast::Receiver<ExecutionPhase>,
     requests: &'static InFlightRequests,
     background: Count,
     connections: Count,
+    on_cut: OnCut,
     timeout: Duration,
 ) -> std::io::Result<()> {
     std::thread::Builder::new()
@@ -82,7 +90,7 @@ pub fn watch(
         .spawn(move || loop {
             match phases.blocking_recv() {
                 Ok(ExecutionPhase::ShutdownGracePeriod) => {
-                    drain(requests, &background, &connections, timeout)
+                    drain(requests, &background, &connections, &on_cut, timeout)
                 }
                 Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
                 Err(broadcast::error::RecvError::Closed) => return,
@@ -95,6 +103,7 @@ fn drain(
     requests: &InFlightRequests,
     background: &Count,
     connections: &Count,
+    on_cut: &OnCut,
     timeout: Duration,
 ) -> ! {
     let started = Instant::now();
@@ -127,6 +136,7 @@ fn drain(
                 "shutdown_timeout {timeout:?} reached with {left} requests in flight and \
                  {writes} shared-tier writes, exiting"
             );
+            on_cut();
             std::process::exit(0);
         }
         std::thread::sleep(POLL);

@@ -28,7 +28,9 @@
 //!   lease would have expired, counted from the holder's claim (or renewal) time written in the lease (so
 //!   an `add` that a frozen server applies only when it thaws holds nobody up), and the lease
 //!   expires on its own after `fill_lease` (default 3 s), so a node that dies mid-fill holds
-//!   the others up for at most that long.
+//!   the others up for at most that long. A node whose drain `shutdown_timeout` cuts holds
+//!   nobody up: it deletes the leases of the fills it cuts before it exits
+//!   ([`FillLeases::release_held`]).
 //! * **Renewal**: while its fill lasts, the holder renews the lease every third of `fill_lease`
 //!   with a memcached `replace` of its time (one task per process, [`FillLeases::keep_alive`],
 //!   renews the leases held longer than that: a fill that ends sooner costs nothing more).
@@ -510,6 +512,33 @@ impl FillLeases {
         }
         self.delete(&self.entry_key(key), &self.lease_key(key))
             .await;
+    }
+
+    /// The process is exiting with requests still running (`shutdown_timeout` cut its drain,
+    /// `lifecycle::drain`): the leases they hold are deleted, as a fill that stored nothing
+    /// gives its lease up, so the other nodes fetch those URLs at once instead of waiting, up to
+    /// `fill_lease` from the last renewal, for fills that will never come. A lease whose renewal
+    /// found it gone is left alone: it may be another node's claim by now. Returns how many were
+    /// deleted.
+    pub async fn release_held(&'static self) -> usize {
+        let held: Vec<HashBinary> = self
+            .local_fills
+            .lock()
+            .iter()
+            .filter(|(_, fill)| matches!(fill, LocalFill::Held(_)))
+            .map(|(primary, _)| *primary)
+            .collect();
+        let mut deletes = tokio::task::JoinSet::new();
+        for primary in held {
+            deletes.spawn(async move {
+                self.delete(
+                    &namespaced_hex(&self.namespace, "", &primary),
+                    &namespaced_hex(&self.namespace, "fill:", &primary),
+                )
+                .await
+            });
+        }
+        deletes.join_all().await.into_iter().filter(|d| *d).count()
     }
 
     /// `key`'s URL was purged: a lease on it belongs to a fill from before the purge (or one

@@ -68,10 +68,23 @@ impl MemcachedCluster {
         invalidation: &str,
         extra: &str,
     ) -> Node {
+        self.node_with_top_level(origin, name, "", invalidation, extra)
+    }
+
+    /// [`MemcachedCluster::node_with_invalidation`] with `top_level` TOML (keys outside any
+    /// section, e.g. a `shutdown_timeout`) written before the sections.
+    pub fn node_with_top_level(
+        &self,
+        origin: &TestOrigin,
+        name: &str,
+        top_level: &str,
+        invalidation: &str,
+        extra: &str,
+    ) -> Node {
         let admin = free_port();
         let servers: Vec<String> = self.names().iter().map(|n| format!("\"{n}\"")).collect();
         let config = format!(
-            "[log]\naccess = \"off\"\n{}{invalidation}\n\
+            "{top_level}\n[log]\naccess = \"off\"\n{}{invalidation}\n\
              [cache.memcached]\nservers = [{}]\nretry_after = \"1s\"\n\
              op_timeout = \"200ms\"\nconnect_timeout = \"100ms\"\n{extra}",
             admin_toml(admin, &self.dir.path().join("admin.token"), name),
