@@ -95,6 +95,27 @@ async fn served_the_fill(nodes: &[&Node], answers: &[Resp], origin: &TestOrigin,
     }
 }
 
+/// `proxy` exits, cleanly, within `timeout`, and leaves behind the fill of `path` in memcached
+/// and no lease for it (the drain waited for the fill's write and the lease's delete).
+fn exits_with_the_fill_stored(
+    proxy: &mut LacquerProcess,
+    cluster: &MemcachedCluster,
+    path: &str,
+    timeout: Duration,
+) {
+    let status = proxy.wait_exit(timeout);
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}; stderr:\n{}",
+        proxy.stderr_log()
+    );
+    assert!(
+        !lease_present(cluster, path),
+        "the node exited leaving its lease in memcached"
+    );
+    assert!(entry_present(cluster, path), "the fill is not in memcached");
+}
+
 /// An origin like [`counting_origin`] (`body-N-late`, fresh for an hour) whose answers wait
 /// until `gate` is open (for at most 20 s): a fill that lasts as long as the test says.
 fn gated_origin(gate: Arc<AtomicBool>) -> TestOrigin {
@@ -215,24 +236,11 @@ async fn a_drain_mid_fill_finishes_the_fill_and_leaves_no_lease() {
     let filled = fill.await.unwrap().expect("A's answer");
     assert_eq!(&filled.body[..], b"body-1-late");
     let a = &mut nodes[0].proxy;
-    let status = a.wait_exit(Duration::from_secs(10));
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "A: {status:?}; stderr:\n{}",
-        a.stderr_log()
-    );
+    exits_with_the_fill_stored(a, &cluster, path, Duration::from_secs(10));
     assert!(
         a.stderr_log().contains("drained after"),
         "{}",
         a.stderr_log()
-    );
-    assert!(
-        !lease_present(&cluster, path),
-        "A exited leaving its lease in memcached"
-    );
-    assert!(
-        entry_present(&cluster, path),
-        "the fill is not in memcached"
     );
 
     let d = cluster.node(&origin, "D", LEASE);
@@ -299,20 +307,7 @@ async fn a_hand_over_mid_fill_finishes_the_fill_and_leaves_no_lease() {
     served_the_fill(&others, &answers, &origin, path).await;
     let filled = fill.await.unwrap().expect("A's answer");
     assert_eq!(&filled.body[..], b"body-1-late");
-    let status = a.proxy.wait_exit(Duration::from_secs(5));
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "A: {status:?}; stderr:\n{}",
-        a.proxy.stderr_log()
-    );
-    assert!(
-        !lease_present(&cluster, path),
-        "A exited leaving its lease in memcached"
-    );
-    assert!(
-        entry_present(&cluster, path),
-        "the fill is not in memcached"
-    );
+    exits_with_the_fill_stored(&mut a.proxy, &cluster, path, Duration::from_secs(5));
     let later = get(&successor.url(path), &SITE).await;
     assert!(
         later.is_hit(),
