@@ -131,24 +131,19 @@ fn build(
         bytes.extend_from_slice(value);
         bytes.extend_from_slice(b"\r\n");
     };
+    // the names as the origin wrote them when the head keeps their case (pingora-http keeps its
+    // case map in the field map's order; without one this iterator is empty), else the names'
+    // titled forms, as pingora-http writes a head
+    let mut cases = stored.case_header_iter();
     let mut has_date = false;
-    if stored.has_case() {
-        // the names as the origin wrote them, in the map's order (pingora-http keeps both maps
-        // in the same order)
-        let fields = stored.headers.iter().zip(stored.case_header_iter());
-        for ((name, value), (case, _)) in fields {
-            if !left_out(name) {
-                has_date |= name == header::DATE;
-                line(case.as_slice(), value.as_bytes());
-            }
+    for (name, value) in &stored.headers {
+        let case = cases.next();
+        if left_out(name) {
+            continue;
         }
-    } else {
-        for (name, value) in &stored.headers {
-            if !left_out(name) {
-                has_date |= name == header::DATE;
-                line(written_without_case(name).as_bytes(), value.as_bytes());
-            }
-        }
+        has_date |= name == header::DATE;
+        let written = case.map_or(written_without_case(name).as_bytes(), |(c, _)| c.as_slice());
+        line(written, value.as_bytes());
     }
     if add_length {
         line(
