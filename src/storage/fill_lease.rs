@@ -190,13 +190,23 @@ impl FillLeases {
     }
 
     fn lease_key(&self, key: &CacheKey) -> String {
-        namespaced_hex(&self.namespace, "fill:", &key.primary_bin())
+        self.lease_key_of(&key.primary_bin())
+    }
+
+    /// The memcached key of the lease of the URL whose primary hash is `primary`.
+    fn lease_key_of(&self, primary: &HashBinary) -> String {
+        namespaced_hex(&self.namespace, "fill:", primary)
     }
 
     /// The memcached key of the URL's primary entry (`tiered::memcached_key` of the key without
     /// variance), by which the lease is placed.
     fn entry_key(&self, key: &CacheKey) -> String {
-        namespaced_hex(&self.namespace, "", &key.primary_bin())
+        self.entry_key_of(&key.primary_bin())
+    }
+
+    /// [`Self::entry_key`] of the URL whose primary hash is `primary`.
+    fn entry_key_of(&self, primary: &HashBinary) -> String {
+        namespaced_hex(&self.namespace, "", primary)
     }
 
     /// Deletes a URL's lease (`lease_key`), placed by the key of its entry (`entry_key`);
@@ -446,7 +456,7 @@ impl FillLeases {
     /// would answer "gone", ending the renewal for good; the renewal waits for the owner.
     async fn renew(&'static self, primary: HashBinary) {
         let sent = Instant::now();
-        let entry_key = namespaced_hex(&self.namespace, "", &primary);
+        let entry_key = self.entry_key_of(&primary);
         let owner_usable = self
             .cluster
             .owner(entry_key.as_bytes())
@@ -457,7 +467,7 @@ impl FillLeases {
                 self.cluster
                     .replace_with(
                         entry_key.as_bytes(),
-                        namespaced_hex(&self.namespace, "fill:", &primary).as_bytes(),
+                        self.lease_key_of(&primary).as_bytes(),
                         lease_time(),
                         self.lease_ttl(),
                     )
@@ -531,11 +541,8 @@ impl FillLeases {
         let mut deletes = tokio::task::JoinSet::new();
         for primary in held {
             deletes.spawn(async move {
-                self.delete(
-                    &namespaced_hex(&self.namespace, "", &primary),
-                    &namespaced_hex(&self.namespace, "fill:", &primary),
-                )
-                .await
+                self.delete(&self.entry_key_of(&primary), &self.lease_key_of(&primary))
+                    .await
             });
         }
         deletes.join_all().await.into_iter().filter(|d| *d).count()
