@@ -33,3 +33,38 @@ find_harness() {
   done
   HARNESS=
 }
+
+# Memcached servers of their own, straight or behind Toxiproxy, for the item-7 scripts
+# (bench/shared_tier_latency.sh, bench/tier_fixed_rate.sh). The caller keeps PIDS, an array of
+# the daemons to kill at its exit, to which each one started here is added; ON_CPU, an optional
+# array, is put before each daemon's command (e.g. ON_CPU=(taskset -c 0)). They set variables
+# instead of echoing: a daemon started inside $(...) would belong to that subshell.
+#   start_toxiproxy DIR          builds bench/toxiproxy into DIR and starts it: TP, its API port
+#   memcached_for                a new memcached: PORT
+#   relayed NAME MICROS|none     a new memcached behind Toxiproxy, MICROS each way: PORT
+start_toxiproxy() {
+  (cd bench/toxiproxy && go build -o "$1/toxiproxy" .)
+  TP=$(free_port)
+  ${ON_CPU[@]+"${ON_CPU[@]}"} "$1/toxiproxy" -host 127.0.0.1 -port "$TP" 2>"$1/toxiproxy.log" &
+  PIDS+=($!)
+  wait_port "$TP" 5
+}
+toxi_post() { curl -sf -X POST "http://127.0.0.1:$TP$1" -d "$2" >/dev/null; }
+memcached_for() {
+  PORT=$(free_port)
+  ${ON_CPU[@]+"${ON_CPU[@]}"} memcached -u nobody -l 127.0.0.1 -p "$PORT" -U 0 -m 256 -t 1 &
+  PIDS+=($!)
+  wait_port "$PORT" 5
+}
+relayed() {
+  memcached_for
+  local upstream=$PORT
+  PORT=$(free_port)
+  toxi_post /proxies "{\"name\":\"$1\",\"listen\":\"127.0.0.1:$PORT\",\"upstream\":\"127.0.0.1:$upstream\",\"enabled\":true}"
+  if [ "$2" != none ]; then
+    for stream in upstream downstream; do
+      toxi_post "/proxies/$1/toxics" "{\"name\":\"$stream\",\"type\":\"latency_us\",\"stream\":\"$stream\",\"attributes\":{\"latency\":$2}}"
+    done
+  fi
+  wait_port "$PORT" 5
+}

@@ -25,32 +25,10 @@ if [ -z "${LACQUER_BIN:-}" ]; then
   cargo build --release --bin lacquer -q
   LACQUER_BIN=$(pwd)/target/release/lacquer
 fi
-(cd bench/toxiproxy && go build -o "$RUN/toxiproxy" .)
+start_toxiproxy "$RUN"
 
-TP=$(free_port)
-"$RUN/toxiproxy" -host 127.0.0.1 -port "$TP" 2>"$RUN/toxiproxy.log" & PIDS+=($!)
-wait_port "$TP" 5
-toxi() { curl -sf -X POST "http://127.0.0.1:$TP$1" -d "$2" >/dev/null; }
-
-# one memcached per variant, so no variant reads what another stored (functions set PORT, not
-# echo it: a daemon started inside $(...) would belong to that subshell and its EXIT trap)
-memcached_for() { # -> PORT: where a new memcached listens
-  PORT=$(free_port)
-  memcached -u nobody -l 127.0.0.1 -p "$PORT" -U 0 -m 256 -t 1 & PIDS+=($!)
-  wait_port "$PORT" 5
-}
-relayed() { # NAME MICROS|none -> PORT: a new memcached behind Toxiproxy, MICROS each way
-  memcached_for
-  local upstream=$PORT
-  PORT=$(free_port)
-  toxi /proxies "{\"name\":\"$1\",\"listen\":\"127.0.0.1:$PORT\",\"upstream\":\"127.0.0.1:$upstream\",\"enabled\":true}"
-  if [ "$2" != none ]; then
-    for stream in upstream downstream; do
-      toxi "/proxies/$1/toxics" "{\"name\":\"$stream\",\"type\":\"latency_us\",\"stream\":\"$stream\",\"attributes\":{\"latency\":$2}}"
-    done
-  fi
-  wait_port "$PORT" 5
-}
+# one memcached per variant, so no variant reads what another stored (memcached_for, relayed:
+# bench/lib.sh)
 config_for() { # NAME SERVER_PORT: writes $RUN/NAME.toml
   cat > "$RUN/$1.toml" <<TOML
 [log]

@@ -45,34 +45,13 @@ RUN=$(mktemp -d /tmp/tier-fixed-rate-XXXX)
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$RUN"' EXIT
 
-(cd bench/toxiproxy && go build -o "$RUN/toxiproxy" .)
-TP=$(free_port)
-taskset -c 0 "$RUN/toxiproxy" -host 127.0.0.1 -port "$TP" 2>"$RUN/toxiproxy.log" & PIDS+=($!)
-wait_port "$TP" 5
-toxi() { curl -sf -X POST "http://127.0.0.1:$TP$1" -d "$2" >/dev/null; }
+ON_CPU=(taskset -c 0) # the daemons share the client's CPU; Lacquer has CPU 1
+start_toxiproxy "$RUN"
 
 ORIGIN=$(free_port)
 LISTEN_PORT=$ORIGIN RUN_DIR=$RUN/origin WORKERS=1 taskset -c 0 bench/pass_origin.sh \
   >"$RUN/origin.log" 2>&1 & PIDS+=($!)
 wait_port "$ORIGIN" 10
-
-memcached_for() { # -> PORT
-  PORT=$(free_port)
-  taskset -c 0 memcached -u nobody -l 127.0.0.1 -p "$PORT" -U 0 -m 256 -t 1 & PIDS+=($!)
-  wait_port "$PORT" 5
-}
-relayed() { # NAME MICROS|none -> PORT: a memcached of its own behind Toxiproxy
-  memcached_for
-  local upstream=$PORT
-  PORT=$(free_port)
-  toxi /proxies "{\"name\":\"$1\",\"listen\":\"127.0.0.1:$PORT\",\"upstream\":\"127.0.0.1:$upstream\",\"enabled\":true}"
-  if [ "$2" != none ]; then
-    for stream in upstream downstream; do
-      toxi "/proxies/$1/toxics" "{\"name\":\"$stream\",\"type\":\"latency_us\",\"stream\":\"$stream\",\"attributes\":{\"latency\":$2}}"
-    done
-  fi
-  wait_port "$PORT" 5
-}
 
 declare -A LISTEN
 for v in ${VARIANTS//,/ }; do
