@@ -57,20 +57,8 @@ async fn requests_after_the_lease_still_wait_for_a_slow_fill() {
     let rest = gets_at_once(nodes[1..].iter().map(|n| n.proxy.url(path)), &SITE).await;
     let first = first.await.expect("A's request");
     assert_eq!(&first.body[..], b"body-1-late");
-    for (node, resp) in nodes[1..].iter().zip(&rest) {
-        assert_eq!(resp.status, 200, "{}", node.name);
-        assert_eq!(
-            &resp.body[..],
-            b"body-1-late",
-            "{} fetched for itself",
-            node.name
-        );
-    }
-    assert_eq!(
-        origin.hits_for(path),
-        1,
-        "the cluster fetched the slow page more than once"
-    );
+    let others: Vec<&Node> = nodes[1..].iter().collect();
+    all_served_the_first_answer(&others, &rest, &origin, path);
     assert!(admin_stat(nodes[0].admin, "fill_leases_renewed").await >= 2);
 }
 

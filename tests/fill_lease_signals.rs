@@ -69,22 +69,10 @@ async fn the_others_wait_for_the_fill(
     served_the_fill(nodes, &answers, origin, path).await;
 }
 
-/// Each of `nodes` answered with the fill it waited for, and the origin served the page once.
+/// Each of `nodes` answered with the fill it waited for, having waited for it, and the origin
+/// served the page once.
 async fn served_the_fill(nodes: &[&Node], answers: &[Resp], origin: &TestOrigin, path: &str) {
-    for (node, resp) in nodes.iter().zip(answers) {
-        assert_eq!(resp.status, 200, "{}", node.name);
-        assert_eq!(
-            &resp.body[..],
-            b"body-1-late",
-            "{} fetched for itself",
-            node.name
-        );
-    }
-    assert_eq!(
-        origin.hits_for(path),
-        1,
-        "the cluster fetched the slow page more than once"
-    );
+    all_served_the_first_answer(nodes, answers, origin, path);
     for node in nodes {
         assert_eq!(
             admin_stat(node.admin, "fills_awaited").await,
@@ -114,6 +102,15 @@ fn exits_with_the_fill_stored(
         "the node exited leaving its lease in memcached"
     );
     assert!(entry_present(cluster, path), "the fill is not in memcached");
+}
+
+/// A GET of `path` through `url`'s node, `who`, which did not fill it, is a hit on the fill
+/// stored in memcached, and the origin served the page once.
+async fn serves_the_stored_fill(url: String, who: &str, origin: &TestOrigin, path: &str) {
+    let later = get(&url, &SITE).await;
+    assert!(later.is_hit(), "{who} did not find the fill in memcached");
+    assert_eq!(&later.body[..], b"body-1-late");
+    assert_eq!(origin.hits_for(path), 1);
 }
 
 /// An origin like [`counting_origin`] (`body-N-late`, fresh for an hour) whose answers wait
@@ -244,10 +241,7 @@ async fn a_drain_mid_fill_finishes_the_fill_and_leaves_no_lease() {
     );
 
     let d = cluster.node(&origin, "D", LEASE);
-    let later = get(&d.proxy.url(path), &SITE).await;
-    assert!(later.is_hit(), "D did not find the fill in memcached");
-    assert_eq!(&later.body[..], b"body-1-late");
-    assert_eq!(origin.hits_for(path), 1);
+    serves_the_stored_fill(d.proxy.url(path), "D", &origin, path).await;
 }
 
 /// A fetches a page whose origin answers only when the test says, and hands its listeners over
@@ -308,13 +302,7 @@ async fn a_hand_over_mid_fill_finishes_the_fill_and_leaves_no_lease() {
     let filled = fill.await.unwrap().expect("A's answer");
     assert_eq!(&filled.body[..], b"body-1-late");
     exits_with_the_fill_stored(&mut a.proxy, &cluster, path, Duration::from_secs(5));
-    let later = get(&successor.url(path), &SITE).await;
-    assert!(
-        later.is_hit(),
-        "the successor did not find the fill in memcached"
-    );
-    assert_eq!(&later.body[..], b"body-1-late");
-    assert_eq!(origin.hits_for(path), 1);
+    serves_the_stored_fill(successor.url(path), "the successor", &origin, path).await;
 }
 
 /// A's drain is cut at `shutdown_timeout` (1 s) in the middle of the 2.8 s fill, after a renewal

@@ -2,7 +2,7 @@
 //! (a purge, a POST) from one answered after it.
 
 use super::{Body, OriginResponse, TestOrigin};
-use crate::client::get;
+use crate::client::{get, Resp};
 use crate::cluster::Node;
 use bytes::Bytes;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -47,4 +47,29 @@ pub async fn none_serves_the_first_answer(
             node.name
         );
     }
+}
+
+/// Asserts that each of `nodes` answered (`answers`, in their order) with a [`counting_origin`]'s
+/// first answer (`body-1-late`), the fill they waited for, and that `origin` served `path` once:
+/// one fetch for the cluster.
+pub fn all_served_the_first_answer(
+    nodes: &[&Node],
+    answers: &[Resp],
+    origin: &TestOrigin,
+    path: &str,
+) {
+    for (node, resp) in nodes.iter().zip(answers) {
+        assert_eq!(resp.status, 200, "{}", node.name);
+        assert_eq!(
+            &resp.body[..],
+            b"body-1-late",
+            "{} fetched for itself",
+            node.name
+        );
+    }
+    assert_eq!(
+        origin.hits_for(path),
+        1,
+        "the cluster fetched the slow page more than once"
+    );
 }
