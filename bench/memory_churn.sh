@@ -15,7 +15,8 @@
 # in order. RSS (VmRSS) is read at rest, every second while the objects stream in (its peak),
 # right after, and 5 s later; the tier's own bytes and objects come from the admin /stats.
 # The figures: RSS over memory_size (the whole process), and the growth of RSS over the bytes
-# the tier says it holds (what the cache itself costs beyond its accounting).
+# the tier says it holds (what the cache itself costs beyond its accounting), and Lacquer's CPU
+# time (user + system) per object stored while they streamed in.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -45,6 +46,7 @@ import re,sys
 m=re.fullmatch(r'(\d+)\s*(KiB|MiB|GiB)?', sys.argv[1]); n=int(m[1]); u=m[2] or ''
 print(n * {'':1,'KiB':1<<10,'MiB':1<<20,'GiB':1<<30}[u] // (1<<20))" "$1"; }
 rss_kb() { awk '/^VmRSS:/ { print $2 }' /proc/"$1"/status; }
+cpu_ticks() { awk '{ print $14 + $15 }' /proc/"$1"/stat; }   # utime + stime, clock ticks
 
 chmod 755 "$WORK"   # nginx's workers (www-data) read the files
 mkdir -p "$WORK/www" "$WORK/origin/tmp"
@@ -120,6 +122,7 @@ end
 LUA
 sleep 1
 REST=$(rss_kb "$LQ")
+CPU0=$(cpu_ticks "$LQ")
 # each URL once: at the rate measured, stop wrk when the tier has seen every object (by the
 # count of misses the origin could not have served twice: the tier's evictions plus objects)
 wrk -t 1 -c 16 -d 3600s -s "$WORK/churn.lua" "http://127.0.0.1:$PORT" -- "$OBJECTS" \
@@ -135,6 +138,7 @@ while :; do
   sleep 1
 done
 kill "$WRK"; wait "$WRK" 2>/dev/null || true
+CPU1=$(cpu_ticks "$LQ")
 sleep 1
 AFTER=$(rss_kb "$LQ")
 sleep 5
@@ -143,14 +147,16 @@ BYTES=$(stat bytes)
 HELD=$(stat objects)
 EVICTED=$(stat evictions)
 LIMIT=$(stat limit)
-python3 - "$REST" "$PEAK" "$AFTER" "$LATER" "$BYTES" "$HELD" "$EVICTED" "$LIMIT" "$OBJECTS" "${ENVS[*]:-}" <<'PY'
+python3 - "$REST" "$PEAK" "$AFTER" "$LATER" "$BYTES" "$HELD" "$EVICTED" "$LIMIT" "$OBJECTS" \
+  "$((CPU1 - CPU0))" "$(getconf CLK_TCK)" "${ENVS[*]:-}" <<'PY'
 import sys
-rest, peak, after, later, held_bytes, held, evicted, limit, objects = map(int, sys.argv[1:10])
-env = sys.argv[10]
+rest, peak, after, later, held_bytes, held, evicted, limit, objects, ticks, hz = map(int, sys.argv[1:12])
+env = sys.argv[12]
 mb = lambda kb: kb / 1024
 print(f"memory_size {limit >> 20} MiB, {objects} objects written (mean 448 KiB){', ' + env if env else ''}")
 print(f"  tier holds {held} objects, {held_bytes / 2**20:.0f} MiB ({held_bytes / limit:.2f} of the limit); {evicted} evicted")
 print(f"  RSS at rest {mb(rest):.0f} MB, peak {mb(peak):.0f} MB, after {mb(after):.0f} MB, +5 s {mb(later):.0f} MB")
 print(f"  RSS / memory_size: peak {peak * 1024 / limit:.2f}, after {after * 1024 / limit:.2f}, +5 s {later * 1024 / limit:.2f}")
 print(f"  RSS growth / bytes held: peak {(peak - rest) * 1024 / held_bytes:.2f}, +5 s {(later - rest) * 1024 / held_bytes:.2f}")
+print(f"  Lacquer CPU while they streamed in: {ticks / hz:.2f} s, {ticks / hz * 1e6 / (held + evicted):.0f} us per object stored")
 PY

@@ -13,7 +13,9 @@
 //! back whole when it is evicted, not dozens of read-sized pieces mixed into the same pages as
 //! the process's short-lived I/O buffers. Under churn of large objects those pieces kept pages
 //! half used, and RSS about 1.3 times the bytes the tier held (docs/benchmarks.md, "Memory").
+//! A large body's block is a memory mapping of its own (`mapped`), unmapped when it is evicted.
 
+use super::mapped::{MappedBody, MAPPED_FROM};
 use super::{key_of, MemoryTier, SharedWriteInFlight};
 use crate::storage::ban_list::scope::EntryScopes;
 use crate::storage::object::{owned_chunk, Body, StoredMeta};
@@ -208,38 +210,51 @@ fn declared_length(meta: &StoredMeta) -> Option<usize> {
 }
 
 /// The memory a fill's body is copied into: one allocation of the declared length, handed out
-/// as a slice per incoming chunk, so the stored body owns exactly one block of exactly its size.
+/// as a slice per incoming chunk, so the stored body owns exactly one block of exactly its size;
+/// from [`MAPPED_FROM`] bytes that block is a memory mapping of its own ([`MappedBody`]).
 /// A body of undeclared length, a chunk that would overrun the declared length, and a declared
 /// length over `cache.max_object_size` (the object will not be kept) get a buffer per chunk.
-struct BodyBuffer {
-    spare: BytesMut,
+enum BodyBuffer {
+    Heap(BytesMut),
+    Mapped(MappedBody),
 }
 
 impl BodyBuffer {
     fn new(declared: Option<usize>, max_object_size: usize) -> Self {
         let capacity = declared.filter(|&n| n <= max_object_size).unwrap_or(0);
-        BodyBuffer {
-            spare: BytesMut::with_capacity(capacity),
+        if capacity >= MAPPED_FROM {
+            if let Some(mapped) = MappedBody::new(capacity) {
+                return BodyBuffer::Mapped(mapped);
+            }
         }
+        BodyBuffer::Heap(BytesMut::with_capacity(capacity))
     }
 
     /// A copy of `data` the stored body can keep.
     fn copy(&mut self, data: &[u8]) -> Bytes {
-        if self.spare.capacity() - self.spare.len() < data.len() {
-            return owned_chunk(data);
-        }
-        self.spare.extend_from_slice(data);
-        if self.spare.len() == self.spare.capacity() {
-            // the last chunk (or the only one: then the body is a plain exact-size `Bytes`)
-            std::mem::take(&mut self.spare).freeze()
-        } else {
-            self.spare.split().freeze()
+        match self {
+            BodyBuffer::Mapped(mapped) => mapped.copy(data).unwrap_or_else(|| owned_chunk(data)),
+            BodyBuffer::Heap(spare) => {
+                if spare.capacity() - spare.len() < data.len() {
+                    return owned_chunk(data);
+                }
+                spare.extend_from_slice(data);
+                if spare.len() == spare.capacity() {
+                    // the last chunk (or the only one: then the body is a plain exact-size `Bytes`)
+                    std::mem::take(spare).freeze()
+                } else {
+                    spare.split().freeze()
+                }
+            }
         }
     }
 
     /// Whether part of the allocation was never written: the body came out shorter than declared.
     fn has_unused_room(&self) -> bool {
-        self.spare.capacity() > 0
+        match self {
+            BodyBuffer::Mapped(mapped) => mapped.has_unused_room(),
+            BodyBuffer::Heap(spare) => spare.capacity() > 0,
+        }
     }
 }
 

@@ -6,6 +6,7 @@
 //! * `variants.rs`: primary key -> variant keys, so purging a URL purges every variant;
 //! * `scopes.rs`: host -> keys and tag -> keys, so a ban finds what it covers here;
 //! * `fill.rs`: in-flight fills, their writer and the readers that stream them;
+//! * `mapped.rs`: large bodies in memory mappings of their own, unmapped when evicted;
 //! * `hit.rs`: the hit handlers, and [`CompleteObject`] for the proxy's hit fast path.
 //!
 //! It also holds this node's partial objects ([`crate::storage::partial`]), each under a key of
@@ -32,6 +33,7 @@
 mod fill;
 mod hit;
 mod index;
+mod mapped;
 mod scopes;
 mod variants;
 
