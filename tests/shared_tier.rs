@@ -191,6 +191,51 @@ async fn a_five_megabyte_object_round_trips_through_chunks() {
     );
 }
 
+/// A body promoted from memcached into a node's memory tier is copied out of the read buffers
+/// into one block of its own (a memory mapping, at this size: `storage/memory/mapped.rs`); what
+/// that node serves from it afterwards, with memcached gone, is the object, whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_large_object_promoted_from_memcached_is_served_whole_from_memory() {
+    let mut cluster = Cluster::start();
+    let origin = scripted_origin();
+    let (a, admin_a) = cluster.node(&origin);
+    let (b, admin_b) = cluster.node_with_local_ttl(&origin, "1h");
+    // more than one memcached item (1 MiB): stored as a manifest and chunks, read back as pieces
+    let len = 2 * 1024 * 1024 + 4099;
+    let path = format!("/big?cc=max-age%3D300&len={len}");
+    let first = get(&a.url(&path), &SITE).await;
+    assert_eq!(first.body.len(), len);
+    assert_eq!(wait_for_stat(admin_a, "writes", 1, STAT_WAIT).await, 1);
+
+    let from_b = get(&b.url(&path), &SITE).await;
+    assert!(from_b.is_hit(), "{:?}", from_b.cache_status());
+    assert_eq!(from_b.body, first.body);
+    assert_eq!(admin_stat(admin_b, "hits").await, 1, "read from memcached");
+
+    for server in &mut cluster.servers {
+        server.kill();
+    }
+    for range in [None, Some("bytes=1048570-1048590")] {
+        let headers: Vec<(&str, &str)> = SITE
+            .iter()
+            .copied()
+            .chain(range.map(|r| ("range", r)))
+            .collect();
+        let again = get(&b.url(&path), &headers).await;
+        assert!(again.is_hit(), "{:?}", again.cache_status());
+        match range {
+            None => assert!(again.body == first.body, "the promoted copy differs"),
+            Some(_) => assert_eq!(again.body[..], first.body[1048570..=1048590]),
+        }
+    }
+    assert_eq!(
+        admin_stat(admin_b, "hits").await,
+        1,
+        "served from B's memory"
+    );
+    assert_eq!(origin.hits_for(&path), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn garbage_and_truncated_values_are_misses_and_counted() {
     let cluster = Cluster::start();

@@ -315,8 +315,9 @@ impl PartialContent {
             .and_then(|e| partial::combine((e.span, e.body.chunks()), (span, &chunks)));
         let (span, chunks) = combined.unwrap_or((span, chunks));
         let mut stored = StoredMeta::from_meta(&meta);
-        // slices of the earlier part are copied, so the object owns exactly what it is charged
-        let body = Body::from_chunks(chunks.iter().map(|c| owned_chunk(c)).collect());
+        // slices of the earlier part are copied, so the object owns exactly what it is charged,
+        // in one block as a fill's body is
+        let body = Body::from_chunks(vec![crate::storage::memory::owned_block(&chunks)]);
         if span.is_whole() {
             // stored before the last byte reaches the client, so its next request finds it
             if self.memory.store_complete(&key, stored, body) {

@@ -170,8 +170,11 @@ pub struct Body {
 }
 
 impl Body {
-    /// Builds a body from chunks that own their memory (see [`owned_chunk`]).
-    pub fn from_chunks(chunks: Vec<Bytes>) -> Self {
+    /// Builds a body from chunks that own their memory (see [`owned_chunk`]). Empty chunks are
+    /// left out: a body is never served as a zero-length piece, which chunked framing would read
+    /// as its end.
+    pub fn from_chunks(mut chunks: Vec<Bytes>) -> Self {
+        chunks.retain(|chunk| !chunk.is_empty());
         let len = chunks.iter().map(Bytes::len).sum();
         Body { chunks, len }
     }

@@ -21,7 +21,7 @@ use super::decoded_values::DecodedValues;
 use super::entry::{self, ChunkList, EntryBody};
 use super::fill_lease::FillLeases;
 use super::memory::{CompleteObject, MemoryMiss, MemoryTier, SharedWriteInFlight};
-use super::object::{owned_chunk, with_room_for_hit_fields, Body, StoredMeta};
+use super::object::{with_room_for_hit_fields, Body, StoredMeta};
 use super::shared_counters::SharedCounters;
 use super::shared_framing;
 use crate::config::memcached::MemcachedConfig;
@@ -200,7 +200,7 @@ impl TieredStorage {
         // read buffer (and the replies around it), and the decoded head's fields are slices of
         // it: what the memory tier keeps owns its bytes.
         meta.header = with_room_for_hit_fields(&meta.header);
-        let body = Body::from_chunks(body.chunks().iter().map(|c| owned_chunk(c)).collect());
+        let body = Body::from_chunks(vec![super::memory::owned_block(body.chunks())]);
         self.memory.promote_with(key, &meta, &body, scopes);
         Some((meta, body))
     }

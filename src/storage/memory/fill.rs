@@ -292,11 +292,7 @@ impl MemoryMiss {
         let mut chunks = self.body.chunks.read().clone();
         if self.buffer.has_unused_room() {
             // shorter than declared: keep an exact copy, not the whole declared allocation
-            let mut exact = Vec::with_capacity(chunks.iter().map(Bytes::len).sum());
-            for chunk in &chunks {
-                exact.extend_from_slice(chunk);
-            }
-            chunks = vec![Bytes::from(exact)];
+            chunks = vec![super::owned_block(&chunks)];
         }
         let body = Body::from_chunks(chunks);
         let size = body.len();

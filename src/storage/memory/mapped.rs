@@ -181,10 +181,38 @@ impl MappedBody {
         Some(chunk)
     }
 
+    /// Everything written so far, as one `Bytes`.
+    fn into_written(self) -> Bytes {
+        self.whole.slice(..self.filled)
+    }
+
     /// Whether part of the declared length was never written.
     pub(super) fn has_unused_room(&self) -> bool {
         self.filled < self.whole.len()
     }
+}
+
+/// `chunks` copied into one block the memory tier can keep: a mapping of its own from
+/// [`MAPPED_FROM`] bytes, one heap allocation below. Bodies the tier stores other than through a
+/// fill (promoted from the shared tier, assembled from a partial object's pieces) are kept the
+/// way a fill's body is, so evicting them returns their memory the same way.
+pub(crate) fn owned_block(chunks: &[Bytes]) -> Bytes {
+    let len = chunks.iter().map(Bytes::len).sum();
+    if len >= MAPPED_FROM {
+        if let Some(mut mapped) = MappedBody::new(len) {
+            for chunk in chunks {
+                mapped
+                    .copy(chunk)
+                    .expect("the mapping has the chunks' length");
+            }
+            return mapped.into_written();
+        }
+    }
+    let mut block = Vec::with_capacity(len);
+    for chunk in chunks {
+        block.extend_from_slice(chunk);
+    }
+    Bytes::from(block)
 }
 
 /// Faults in the pages under `len` bytes from `at` in one system call, before the copy writes
@@ -210,7 +238,8 @@ unsafe fn populate(at: *mut u8, len: usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::{MappedBody, MappingBudget};
+    use super::{owned_block, MappedBody, MappingBudget, MAPPED_FROM};
+    use bytes::Bytes;
 
     /// The resident KiB of the mapping that holds `address`, from /proc/self/smaps.
     fn resident_kib_of_mapping_at(address: usize) -> u64 {
@@ -300,5 +329,35 @@ mod tests {
         let third = MappedBody::within(&BUDGET, 4096).unwrap();
         drop((second, third));
         assert_eq!(BUDGET.live.load(std::sync::atomic::Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn an_owned_block_is_the_chunks_in_one_piece_of_memory_of_its_own() {
+        let big = Bytes::from(vec![1u8; 3 * MAPPED_FROM]);
+        for chunks in [
+            vec![Bytes::from_static(b"ab"), Bytes::from_static(b"cd")],
+            vec![
+                big.slice(..MAPPED_FROM / 2),
+                big.slice(MAPPED_FROM..2 * MAPPED_FROM),
+            ],
+        ] {
+            let len = chunks.iter().map(Bytes::len).sum::<usize>();
+            let block = owned_block(&chunks);
+            assert_eq!(block.len(), len);
+            assert_eq!(block[..], chunks.concat()[..]);
+            // not a view of the sources: they can be freed
+            for chunk in &chunks {
+                let source = chunk.as_ptr() as usize..chunk.as_ptr() as usize + chunk.len();
+                assert!(!source.contains(&(block.as_ptr() as usize)));
+            }
+            if len >= MAPPED_FROM {
+                let start = block.as_ptr() as usize;
+                drop(block);
+                assert!(
+                    !is_mapped(start, len),
+                    "a large block is a mapping of its own"
+                );
+            }
+        }
     }
 }

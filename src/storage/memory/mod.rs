@@ -48,6 +48,7 @@ use fill::InFlightFills;
 pub use fill::MemoryMiss;
 use hit::{complete_hit, streaming_hit};
 use index::{MemoryObject, ObjectIndex};
+pub(crate) use mapped::owned_block;
 use pingora_cache::eviction::CacheEntryKey;
 use pingora_cache::key::{CacheHashKey, CompactCacheKey};
 use pingora_cache::storage::{
