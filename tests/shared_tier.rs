@@ -161,6 +161,16 @@ async fn purging_a_url_retires_every_variant_in_memcached() {
     assert_eq!(origin.hits_for(path), 4);
 }
 
+/// A generated page of `len` bytes fetched through `node` (whose admin listener is `admin`) and
+/// written to memcached: its path and the answer.
+async fn filled_through(node: &LacquerProcess, admin: u16, len: usize) -> (String, Resp) {
+    let path = format!("/big?cc=max-age%3D300&len={len}");
+    let first = get(&node.url(&path), &SITE).await;
+    assert_eq!(first.body.len(), len);
+    assert_eq!(wait_for_stat(admin, "writes", 1, STAT_WAIT).await, 1);
+    (path, first)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_five_megabyte_object_round_trips_through_chunks() {
     let cluster = Cluster::start();
@@ -168,10 +178,7 @@ async fn a_five_megabyte_object_round_trips_through_chunks() {
     let (a, admin_a) = cluster.node(&origin);
     let (b, _admin_b) = cluster.node(&origin);
     let len = 5 * 1024 * 1024 + 3;
-    let path = format!("/big?cc=max-age%3D300&len={len}");
-    let first = get(&a.url(&path), &SITE).await;
-    assert_eq!(first.body.len(), len);
-    assert_eq!(wait_for_stat(admin_a, "writes", 1, STAT_WAIT).await, 1);
+    let (path, _) = filled_through(&a, admin_a, len).await;
     let from_b = get(&b.url(&path), &SITE).await;
     assert!(from_b.is_hit(), "{:?}", from_b.cache_status());
     assert_eq!(from_b.body.len(), len);
@@ -201,11 +208,7 @@ async fn a_large_object_promoted_from_memcached_is_served_whole_from_memory() {
     let (a, admin_a) = cluster.node(&origin);
     let (b, admin_b) = cluster.node_with_local_ttl(&origin, "1h");
     // more than one memcached item (1 MiB): stored as a manifest and chunks, read back as pieces
-    let len = 2 * 1024 * 1024 + 4099;
-    let path = format!("/big?cc=max-age%3D300&len={len}");
-    let first = get(&a.url(&path), &SITE).await;
-    assert_eq!(first.body.len(), len);
-    assert_eq!(wait_for_stat(admin_a, "writes", 1, STAT_WAIT).await, 1);
+    let (path, first) = filled_through(&a, admin_a, 2 * 1024 * 1024 + 4099).await;
 
     let from_b = get(&b.url(&path), &SITE).await;
     assert!(from_b.is_hit(), "{:?}", from_b.cache_status());
