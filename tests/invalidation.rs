@@ -117,6 +117,29 @@ async fn purge_removes_every_variant() {
     }
 }
 
+/// `shop.example.` (a fully qualified name) is the host `shop.example`: one page, one key. Were
+/// they two, a purge of `shop.example` would leave the copy stored through the dotted name, and a
+/// client asking for that name would still be served what was purged.
+#[tokio::test]
+async fn a_final_dot_in_the_host_neither_splits_a_page_nor_escapes_its_purge() {
+    let origin = scripted_origin();
+    let lacquer = proxy(&origin);
+    let path = "/fqdn?cc=max-age%3D600";
+    let url = lacquer.url(path);
+    let dotted = get(&url, &[("host", "shop.example.")]).await;
+    assert_eq!(dotted.status, 200);
+    for host in ["shop.example", "SHOP.example.", "shop.example.:"] {
+        assert!(get(&url, &[("host", host)]).await.is_hit(), "{host}");
+    }
+    assert_eq!(origin.hits_for(path), 1);
+
+    let purged = request("PURGE", &url, &[("host", "shop.example")], None).await;
+    assert_eq!(purged.status, 200);
+    let after = get(&url, &[("host", "shop.example.")]).await;
+    assert!(!after.is_hit(), "the dotted name escaped the purge");
+    assert_eq!(origin.hits_for(path), 2);
+}
+
 #[tokio::test]
 async fn purge_is_refused_from_addresses_not_in_purge_from() {
     let origin = scripted_origin();

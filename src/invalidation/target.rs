@@ -58,14 +58,12 @@ impl Target {
                 Scope::Url(u128::from_be_bytes(cache_key::url_hash(host, path)))
             }
             Target::Tag(tag) => Scope::Tag(scope_hash(tag)),
-            // hosts as keys spell them: lowercase, without an empty port
-            Target::Host(host) => Scope::Host(scope_hash(
-                &cache_key::without_empty_port(host).to_ascii_lowercase(),
-            )),
+            // hosts as keys spell them: lowercase, without an empty port or a final dot
+            Target::Host(host) => Scope::Host(scope_hash(&cache_key::keyed_host_text(host))),
             Target::Prefix { host, prefix } => Scope::Prefix {
                 host: host
                     .as_deref()
-                    .map(|h| scope_hash(&cache_key::without_empty_port(h).to_ascii_lowercase())),
+                    .map(|h| scope_hash(&cache_key::keyed_host_text(h))),
                 prefix: prefix.clone(),
             },
         }

@@ -89,15 +89,19 @@ impl RequestKey {
 #[derive(Debug, Clone, Copy)]
 struct KeyParts<'a> {
     https: bool,
+    /// The host as [`key_host`] gives it, in two pieces (the second usually empty).
     host: &'a str,
+    port: &'a str,
     path_and_query: &'a str,
 }
 
 impl<'a> KeyParts<'a> {
     fn of(https: bool, req: &'a RequestHeader) -> Self {
+        let (host, port) = key_host(request_host(req));
         KeyParts {
             https,
-            host: without_empty_port(request_host(req)),
+            host,
+            port,
             path_and_query: path(req),
         }
     }
@@ -108,9 +112,11 @@ impl<'a> KeyParts<'a> {
             Some(host) => (true, host),
             None => (false, host),
         };
+        let (host, port) = key_host(host);
         KeyParts {
             https,
-            host: without_empty_port(host),
+            host,
+            port,
             path_and_query,
         }
     }
@@ -123,6 +129,9 @@ impl<'a> KeyParts<'a> {
             write(HTTPS_PREFIX.as_bytes(), false);
         }
         write(self.host.as_bytes(), true);
+        if !self.port.is_empty() {
+            write(self.port.as_bytes(), true);
+        }
         if !self.path_and_query.starts_with('/') {
             // `?q` of `http://a.example?q`: its path is empty, which means `/`
             write(b"/", false);
@@ -133,7 +142,7 @@ impl<'a> KeyParts<'a> {
     /// The key's text, in one allocation.
     fn text(&self) -> String {
         let mut text = Vec::with_capacity(
-            HTTPS_PREFIX.len() + self.host.len() + self.path_and_query.len() + 1,
+            HTTPS_PREFIX.len() + self.host.len() + self.port.len() + self.path_and_query.len() + 1,
         );
         self.write(|bytes, lowercase| {
             let start = text.len();
@@ -189,6 +198,54 @@ pub fn request_host(req: &RequestHeader) -> &str {
 /// host, stored by a plain-http client.
 pub fn without_empty_port(host: &str) -> &str {
     host.trim_end_matches(':')
+}
+
+/// `host` as keys spell it, in two pieces to write one after the other: without an empty port
+/// (see [`without_empty_port`]) and without the final dot of a fully qualified name
+/// (`shop.example.` names `shop.example`, as nginx and the rules read it). The second piece is
+/// empty unless a dot came out before a port (`shop.example.:8080` is `shop.example` and
+/// `:8080`), so a key is usually fed in one piece. Kept, the dot would give one page two keys: a
+/// purge or ban of `shop.example` would leave the copy stored through `Host: shop.example.`,
+/// which a client could then still be served. Not lowercased here.
+pub fn key_host(host: &str) -> (&str, &str) {
+    if host.as_bytes().last().is_some_and(u8::is_ascii_alphabetic) {
+        // a name without a port or a final dot, as most are: nothing to take out
+        return (host, "");
+    }
+    let host = without_empty_port(host);
+    // the port is the digits after the last `:` (read from the end: a host without a port
+    // ends in a letter or `]`, and is known at its last byte)
+    let bytes = host.as_bytes();
+    let digits = bytes
+        .iter()
+        .rev()
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    let colon = bytes.len() - digits;
+    let (name, port) = if digits > 0
+        && colon > 0
+        && bytes[colon - 1] == b':'
+        // an IPv6 literal keeps its colons inside brackets: its port follows `]`
+        && !host[..colon - 1].ends_with(':')
+    {
+        host.split_at(colon - 1)
+    } else {
+        (host, "")
+    };
+    match name.strip_suffix('.') {
+        Some(bare) if !bare.is_empty() => (bare, port),
+        _ => (host, ""),
+    }
+}
+
+/// `host` as keys spell it, lowercased, in one string: what host-scoped purges and bans match.
+pub fn keyed_host_text(host: &str) -> String {
+    let (name, port) = key_host(host);
+    let mut text = String::with_capacity(name.len() + port.len());
+    text.push_str(name);
+    text.push_str(port);
+    text.make_ascii_lowercase();
+    text
 }
 
 /// The path and query part of the key: the target's; `/` when it has none (absolute-form
@@ -302,6 +359,37 @@ mod tests {
     }
 
     #[test]
+    fn a_fully_qualified_hosts_final_dot_is_keyed_as_none() {
+        for (sent, keyed) in [
+            ("Shop.Example.", "shop.example/y"),
+            ("shop.example.:8080", "shop.example:8080/y"),
+            ("shop.example.:", "shop.example/y"),
+            ("https://shop.example.", "https://shop.example/y"),
+            // one dot only, and never the whole name
+            ("shop.example..", "shop.example./y"),
+            (".", "./y"),
+            // IPv6 literals keep their colons, with a port or without
+            ("[::1]:8080", "[::1]:8080/y"),
+            ("[::1]", "[::1]/y"),
+            ("[fe80::1].", "[fe80::1]/y"),
+        ] {
+            let key = of_url(sent, "/y");
+            assert_eq!(key.primary_key(), keyed.as_bytes(), "{sent}");
+            assert_eq!(url_hash(sent, "/y"), key.primary_bin(), "{sent}");
+            if !sent.starts_with("https") {
+                let mut from_request = RequestKey::default();
+                assert_eq!(
+                    from_request.primary_bin(&request(sent, b"/y")),
+                    key.primary_bin(),
+                    "{sent}"
+                );
+            }
+        }
+        assert_eq!(keyed_host_text("Shop.Example.:8080"), "shop.example:8080");
+        assert_eq!(keyed_host_text("SHOP.example."), "shop.example");
+    }
+
+    #[test]
     fn the_hash_computed_without_the_key_is_the_keys_hash() {
         // hosts shorter and longer than the lowering buffer, and one that is not lowercase
         let long_host = format!("{}.Example.test", "Sub".repeat(40));
@@ -352,7 +440,8 @@ mod tests {
                     let text = format!(
                         "{}{}{path}",
                         if https { HTTPS_PREFIX } else { "" },
-                        host.to_ascii_lowercase()
+                        // (a host the generator ended with `.` is keyed without it)
+                        keyed_host_text(&host)
                     );
                     let pingora = CacheKey::new(text, "").primary_bin();
                     assert_eq!(

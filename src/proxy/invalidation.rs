@@ -81,10 +81,8 @@ pub fn same_host_target(host: &str, value: &str) -> Option<String> {
     }
     let uri: http::Uri = value.parse().ok()?;
     let authority = uri.authority()?;
-    // as keys compare hosts: an empty port is none
-    if !cache_key::without_empty_port(authority.as_str())
-        .eq_ignore_ascii_case(cache_key::without_empty_port(host))
-    {
+    // as keys compare hosts: an empty port is none, a final dot names the same host
+    if cache_key::keyed_host_text(authority.as_str()) != cache_key::keyed_host_text(host) {
         return None;
     }
     Some(
