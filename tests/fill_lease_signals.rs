@@ -357,3 +357,42 @@ async fn a_drain_that_cuts_a_fill_releases_its_lease() {
     assert_eq!(admin_stat(b.admin, "fills_claimed").await, 1);
     assert_eq!(origin.hits_for(path), 2);
 }
+
+/// The same drain with the memcached server frozen (SIGSTOP) once the lease is renewed: the
+/// deletes `release_held` sends at the cut cannot be answered, and each is bounded by
+/// `op_timeout` (200 ms here), so the node still exits, cleanly, rather than hang in its drain;
+/// the lease is then left to expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drain_that_cuts_a_fill_exits_even_with_memcached_frozen() {
+    let cluster = MemcachedCluster::start(1);
+    let path = "/cut-mid-fill-frozen";
+    let origin = counting_origin(Duration::from_millis(1400), "max-age=3600");
+    let mut a = cluster.node_with_top_level(&origin, "A", "shutdown_timeout = \"1s\"", "", LEASE);
+    let (fill, _) = start_fill(&a, path).await;
+    assert!(
+        wait_for_stat(a.admin, "fill_leases_renewed", 1, Duration::from_secs(2)).await >= 1,
+        "A did not renew its lease"
+    );
+    cluster.servers[0].freeze();
+    assert!(a.proxy.signal("TERM"));
+    // far past shutdown_timeout plus a few op_timeouts: only a drain waiting on the frozen
+    // server without a bound would take this long
+    let status = a.proxy.wait_exit(Duration::from_secs(10));
+    cluster.servers[0].thaw();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "A: {status:?}; stderr:\n{}",
+        a.proxy.stderr_log()
+    );
+    assert!(
+        a.proxy.stderr_log().contains("shutdown_timeout"),
+        "A's drain was not cut; stderr:\n{}",
+        a.proxy.stderr_log()
+    );
+    let cut = fill.await.unwrap();
+    assert!(
+        cut.as_ref().map_or(true, |r| &r.body[..] != b"body-1-late"),
+        "the fill was not cut"
+    );
+    assert!(!entry_present(&cluster, path), "the cut fill was stored");
+}
