@@ -15,7 +15,7 @@
 //! half used, and RSS about 1.3 times the bytes the tier held (docs/benchmarks.md, "Memory").
 //! A large body's block is a memory mapping of its own (`mapped`), unmapped when it is evicted.
 
-use super::mapped::{MappedBody, MAPPED_FROM};
+use super::mapped::MappedBody;
 use super::{key_of, MemoryTier, SharedWriteInFlight};
 use crate::storage::ban_list::scope::EntryScopes;
 use crate::storage::object::{owned_chunk, Body, StoredMeta};
@@ -211,7 +211,7 @@ fn declared_length(meta: &StoredMeta) -> Option<usize> {
 
 /// The memory a fill's body is copied into: one allocation of the declared length, handed out
 /// as a slice per incoming chunk, so the stored body owns exactly one block of exactly its size;
-/// from [`MAPPED_FROM`] bytes that block is a memory mapping of its own ([`MappedBody`]).
+/// for a large body that block is a memory mapping of its own ([`MappedBody::for_body`]).
 /// A body of undeclared length, a chunk that would overrun the declared length, and a declared
 /// length over `cache.max_object_size` (the object will not be kept) get a buffer per chunk.
 enum BodyBuffer {
@@ -222,12 +222,10 @@ enum BodyBuffer {
 impl BodyBuffer {
     fn new(declared: Option<usize>, max_object_size: usize) -> Self {
         let capacity = declared.filter(|&n| n <= max_object_size).unwrap_or(0);
-        if capacity >= MAPPED_FROM {
-            if let Some(mapped) = MappedBody::new(capacity) {
-                return BodyBuffer::Mapped(mapped);
-            }
+        match MappedBody::for_body(capacity) {
+            Some(mapped) => BodyBuffer::Mapped(mapped),
+            None => BodyBuffer::Heap(BytesMut::with_capacity(capacity)),
         }
-        BodyBuffer::Heap(BytesMut::with_capacity(capacity))
     }
 
     /// A copy of `data` the stored body can keep.

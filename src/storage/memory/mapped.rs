@@ -27,7 +27,7 @@ use std::sync::OnceLock;
 /// Declared body lengths from which a fill's body gets a mapping of its own. Smaller bodies share
 /// the allocator's pages, where a mapping's page rounding and its two system calls would cost
 /// more than the fragmentation they save.
-pub(super) const MAPPED_FROM: usize = 64 * 1024;
+const MAPPED_FROM: usize = 64 * 1024;
 
 /// How many mappings bodies may hold at once, so that a cache of many large objects (or an
 /// origin sending them on purpose) cannot use up the process's memory areas.
@@ -75,10 +75,9 @@ impl MappingBudget {
 struct Mapping {
     budget: &'static MappingBudget,
     start: NonNull<u8>,
-    /// The bytes the body may use (its declared length).
+    /// The bytes mapped and the body may use (its declared length; the kernel rounds the
+    /// mapping up to whole pages, and `munmap` takes the same length).
     len: usize,
-    /// The bytes mapped: `len` rounded up to whole pages by the kernel; `munmap` takes `len` too.
-    mapped: usize,
 }
 
 // SAFETY: the mapping is plain memory owned by this value alone; the writer writes only bytes no
@@ -88,7 +87,7 @@ unsafe impl Sync for Mapping {}
 
 impl AsRef<[u8]> for Mapping {
     fn as_ref(&self) -> &[u8] {
-        // SAFETY: `start` points to `mapped >= len` readable bytes (zero-filled by the kernel)
+        // SAFETY: `start` points to `len` readable bytes (zero-filled by the kernel)
         // for as long as `self` lives. `Bytes::from_owner` calls this once, before anything is
         // written, and keeps only the pointer.
         unsafe { std::slice::from_raw_parts(self.start.as_ptr(), self.len) }
@@ -97,10 +96,10 @@ impl AsRef<[u8]> for Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: `start` and `mapped` are what `mmap` returned and was asked for; no `Bytes`
+        // SAFETY: `start` and `len` are what `mmap` returned and was asked for; no `Bytes`
         // refers to the mapping any more (this owner is dropped with the last one).
         unsafe {
-            libc::munmap(self.start.as_ptr().cast(), self.mapped);
+            libc::munmap(self.start.as_ptr().cast(), self.len);
         }
         self.budget.give_back();
     }
@@ -121,9 +120,19 @@ unsafe impl Send for MappedBody {}
 unsafe impl Sync for MappedBody {}
 
 impl MappedBody {
-    /// Maps `len` bytes, faulted in. `None` (the caller falls back to the heap) when `len` is 0,
+    /// A mapping for a body of `len` bytes, when it is large enough to have one of its own (at
+    /// least [`MAPPED_FROM`]); `None` (the caller keeps the body on the heap) below that, when
+    /// the budget of mappings is spent, or when the kernel refuses.
+    pub(super) fn for_body(len: usize) -> Option<Self> {
+        if len < MAPPED_FROM {
+            return None;
+        }
+        Self::new(len)
+    }
+
+    /// Maps `len` bytes (its pages are faulted in as chunks are copied). `None` when `len` is 0,
     /// the budget of mappings is spent, or the kernel refuses.
-    pub(super) fn new(len: usize) -> Option<Self> {
+    fn new(len: usize) -> Option<Self> {
         Self::within(MappingBudget::process(), len)
     }
 
@@ -148,12 +157,7 @@ impl MappedBody {
             budget.give_back();
             return None;
         };
-        let whole = Bytes::from_owner(Mapping {
-            budget,
-            start,
-            len,
-            mapped: len,
-        });
+        let whole = Bytes::from_owner(Mapping { budget, start, len });
         Some(MappedBody {
             whole,
             start,
@@ -198,21 +202,15 @@ impl MappedBody {
 /// way a fill's body is, so evicting them returns their memory the same way.
 pub(crate) fn owned_block(chunks: &[Bytes]) -> Bytes {
     let len = chunks.iter().map(Bytes::len).sum();
-    if len >= MAPPED_FROM {
-        if let Some(mut mapped) = MappedBody::new(len) {
-            for chunk in chunks {
-                mapped
-                    .copy(chunk)
-                    .expect("the mapping has the chunks' length");
-            }
-            return mapped.into_written();
-        }
-    }
-    let mut block = Vec::with_capacity(len);
+    let Some(mut mapped) = MappedBody::for_body(len) else {
+        return Bytes::from(chunks.concat());
+    };
     for chunk in chunks {
-        block.extend_from_slice(chunk);
+        mapped
+            .copy(chunk)
+            .expect("the mapping has the chunks' length");
     }
-    Bytes::from(block)
+    mapped.into_written()
 }
 
 /// Faults in the pages under `len` bytes from `at` in one system call, before the copy writes
