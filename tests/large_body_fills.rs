@@ -11,7 +11,8 @@
 //! 2. an origin that sends more than it declared on a keep-alive connection (in the same write as
 //!    the body, or after a pause): the stored body is exactly the declared bytes;
 //! 3. concurrent clients of a 1 MiB fill streamed slowly in pieces that match no page: every one
-//!    gets the exact bytes, the origin is asked once, and the hits match;
+//!    gets the exact bytes, the origin is asked once, and the hits match; the same with the
+//!    configuration reloaded (SIGHUP) while two such fills stream;
 //! 4. a client that leaves mid-way through a large fill: the fill is served whole afterwards, or
 //!    not stored; never a truncated hit;
 //! 5. ranges of a stored large object (its first bytes, ranges across what were the pieces'
@@ -367,6 +368,49 @@ fn concurrent_clients_of_a_slow_large_fill_all_get_the_exact_bytes() {
             assert!(is_hit(&hit), "{label}: {:?}", hit.headers);
         }
         assert_eq!(origin.hits_for(target), 1, "{label}");
+        node.assert_no_panic();
+    }
+}
+
+/// The configuration reloaded (SIGHUP) while clients of two slow 1 MiB fills are being served:
+/// each client gets the exact bytes, the origin is asked once per object, and both are hits
+/// after the reload (it keeps the memory tier, the mapped bodies in it too).
+#[test]
+fn a_reload_in_the_middle_of_slow_large_fills_cuts_nothing() {
+    for direct in [true, false] {
+        let label = path_label(direct);
+        let origin = slow_origin(Duration::from_millis(3));
+        let node = Arc::new(node(origin.addr(), direct, ""));
+        let targets = ["/slow/70", "/slow/71"];
+        let clients: Vec<_> = targets
+            .iter()
+            .flat_map(|&target| (0..3).map(move |_| target))
+            .map(|target| {
+                let node = node.clone();
+                (target, std::thread::spawn(move || fetch(&node, target, "")))
+            })
+            .collect();
+        for target in targets {
+            assert!(origin.wait_for_hits_for(target, 1, BOUND), "{label}");
+        }
+        assert!(node.signal("HUP"), "{label}");
+        for (target, client) in clients {
+            let resp = client.join().expect("client thread");
+            let seed: u8 = target["/slow/".len()..].parse().unwrap();
+            assert_whole(&resp, SLOW_LEN, seed, &format!("{label}, {target}"));
+        }
+        assert!(
+            wait_for_log(&node, "configuration reloaded", BOUND),
+            "{label}: {}",
+            node.stderr_log()
+        );
+        for target in targets {
+            let seed: u8 = target["/slow/".len()..].parse().unwrap();
+            let hit = fetch(&node, target, "");
+            assert_whole(&hit, SLOW_LEN, seed, &format!("{label}, {target} after"));
+            assert!(is_hit(&hit), "{label}: {:?}", hit.headers);
+            assert_eq!(origin.hits_for(target), 1, "{label}: {target}");
+        }
         node.assert_no_panic();
     }
 }
