@@ -142,12 +142,19 @@ pub(super) struct Fill {
 }
 
 impl Fill {
-    /// Writes the next chunk; `false` when the fill is to be abandoned: over the size limit
-    /// (with no length announced), or the storage failed. Its readers are then told it failed,
-    /// never given a truncated body.
+    /// Writes the next chunk; `false` when the fill is to be abandoned: the storage failed, or
+    /// the body outgrew the size limit (with no length announced) and no request streams it.
+    /// Past the limit, the storage keeps nothing and only carries the body to the requests
+    /// that stream it (`storage::memory::fill`), at their pace. Readers of an abandoned fill are
+    /// told it failed, never given a truncated body as whole.
     async fn write(&mut self, chunk: &Bytes) -> bool {
         self.len += chunk.len();
-        self.len <= self.limit && self.miss.write_body(chunk.clone(), false).await.is_ok()
+        self.miss.write_body(chunk.clone(), false).await.is_ok()
+    }
+
+    /// Past the size limit: nothing will be stored.
+    fn relaying(&self) -> bool {
+        self.len > self.limit
     }
 
     /// Completes the stored object (a failure is logged: the answer itself is not affected).
@@ -254,7 +261,7 @@ impl LacquerProxy {
                         let s = lock(&shared);
                         s.relayed.client_failed.is_none()
                             && s.queued > READ_AHEAD
-                            && (fill.is_none() || s.budget.spent())
+                            && (fill.as_ref().is_none_or(Fill::relaying) || s.budget.spent())
                     };
                     if !paused {
                         break;
@@ -288,8 +295,12 @@ impl LacquerProxy {
                     }
                 };
                 if let (Some(writing), Some(chunk)) = (fill.as_mut(), &data) {
+                    let was_storing = !writing.relaying();
                     if !writing.write(chunk).await {
                         fill = None;
+                    }
+                    let storing = fill.as_ref().is_some_and(|f| !f.relaying());
+                    if was_storing && !storing {
                         // nothing will be stored: the cluster's lease is given up now, not
                         // kept alive for as long as the client takes the rest
                         lock_ctx(&ctx).give_up_fill_lease();
@@ -384,12 +395,18 @@ impl LacquerProxy {
             relayed.upstream_failed = Some(e);
             return relayed;
         }
-        let stored = match &data {
+        let written = match &data {
             Some(chunk) => fill.write(chunk).await,
             None => true,
         };
-        if stored {
+        if written && fill.relaying() {
+            // the requests streaming it get the whole body; nothing is stored
+            ctx.give_up_fill_lease();
+        }
+        if written {
             fill.finish().await;
+        } else {
+            ctx.give_up_fill_lease();
         }
         if relayed.client_failed.is_none() {
             relayed.client_failed = match self.on_downstream_body(ctx, &mut data, true) {

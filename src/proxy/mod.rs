@@ -69,7 +69,7 @@ use crate::policy::request_directives::RequestDirectives;
 use crate::policy::{freshness, preconditions, revalidation, vary};
 use crate::rules;
 use crate::storage::fill_lease::HeldLease;
-use crate::storage::memory::{self, MemoryTier};
+use crate::storage::memory::{self, owner_holds_back_origin, MemoryTier};
 use crate::storage::tier::Tier;
 use crate::storage::tiered::{PrimaryKnownMissing, TieredStorage};
 use crate::upstream::idle_connections::IdleConnections;
@@ -567,9 +567,10 @@ impl ProxyHttp for LacquerProxy {
             (!ctx.lock_skipped).then_some(self.cache_lock),
             Some(Self::lock_overrides(&live)),
         );
-        session
-            .cache
-            .set_max_file_size_bytes(live.policy.max_object_size());
+        // no `set_max_file_size_bytes`: Pingora fails a fill past it mid-body (a 500, or the
+        // body cut short); the memory tier turns such a fill into a relay for its readers
+        // instead (`storage::memory::fill`), and answers that announce a larger length are
+        // refused by the policy
         Ok(())
     }
 
@@ -893,6 +894,18 @@ impl ProxyHttp for LacquerProxy {
             );
         }
         Ok(())
+    }
+
+    fn upstream_body_held_back(
+        &self,
+        session: &mut Session,
+        _ctx: &Self::CTX,
+        downstream_errored: bool,
+    ) -> bool {
+        session
+            .cache
+            .miss_body_reader()
+            .is_some_and(|reader| owner_holds_back_origin(reader, downstream_errored))
     }
 
     fn upstream_response_body_filter(

@@ -14,6 +14,16 @@
 //! the process's short-lived I/O buffers. Under churn of large objects those pieces kept pages
 //! half used, and RSS about 1.3 times the bytes the tier held (docs/benchmarks.md, "Memory").
 //! A large body's block is a memory mapping of its own (`mapped`), unmapped when it is evicted.
+//!
+//! A body that outgrows `cache.max_object_size` while it streams (an origin that announced no
+//! length) will not be stored, but its readers already have its head and part of its body: the
+//! fill becomes a *relay* for them ([`FillBody::relay`]). Lookups no longer find it, chunks are
+//! no longer copied, and a chunk is let go as soon as every reader has passed it. The writer
+//! waits while a reader in another request is more than [`RELAY_WINDOW`] behind (so a relay
+//! holds about that much per reader, not the body); the filling request's own client
+//! ([`StreamingHit`] with `owner`) is kept in step by its proxy loop instead
+//! (`owner_holds_back_origin`), since that reader runs in the writer's own task. Before, such a
+//! fill failed its readers and the request mid-body: a 500, or a body cut short.
 
 use super::mapped::MappedBody;
 use super::{key_of, MemoryTier, SharedWriteInFlight};
@@ -27,10 +37,19 @@ use pingora_cache::storage::{streaming_write::U64WriteId, HandleMiss, MissFinish
 use pingora_cache::{CacheKey, CacheMeta};
 use pingora_error::{Error, ErrorType, Result};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::SystemTime;
-use tokio::sync::watch;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime};
+use tokio::sync::{watch, Notify};
+
+/// How far a reader of a relaying fill may fall behind its writer, in bytes, before the writer
+/// (and so the origin's body) waits for it: what a relay holds per reader.
+pub const RELAY_WINDOW: usize = 1 << 20;
+
+/// How long the writer of a relaying fill waits for a reader that takes nothing at all; such a
+/// reader is then cut off (its read fails), so one stalled client cannot hold the origin's
+/// connection, and every other reader, for longer.
+const STALLED_RELAY_READER: Duration = Duration::from_secs(60);
 
 /// Progress of an in-flight fill, broadcast to streaming readers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,8 +64,46 @@ enum FillState {
 
 /// The body of an in-flight fill, shared between the writer and streaming readers.
 pub(super) struct FillBody {
-    chunks: RwLock<Vec<Bytes>>,
+    chunks: RwLock<FillChunks>,
     state: watch::Sender<FillState>,
+    /// Set once the body outgrew `cache.max_object_size`: nothing will be stored, and the fill
+    /// only carries the body to the readers it already has (see the module docs).
+    relay: AtomicBool,
+    /// Where each reader is, for a relaying fill to let go of what all have read.
+    readers: Mutex<Vec<Weak<ReaderPosition>>>,
+    /// A reader of a relaying fill moved on or went away.
+    reader_moved: Notify,
+}
+
+/// The chunks of a fill; a relaying fill drops the ones every reader has passed, so the list
+/// starts at chunk `first`.
+#[derive(Default)]
+struct FillChunks {
+    first: usize,
+    list: Vec<Bytes>,
+}
+
+impl FillChunks {
+    /// Chunks written so far, dropped ones included.
+    fn written(&self) -> usize {
+        self.first + self.list.len()
+    }
+
+    /// Bytes held from chunk `from` on.
+    fn bytes_from(&self, from: usize) -> usize {
+        let skip = from.saturating_sub(self.first);
+        self.list.iter().skip(skip).map(Bytes::len).sum()
+    }
+}
+
+/// One reader's progress through a fill.
+struct ReaderPosition {
+    /// The next chunk it reads.
+    next_chunk: AtomicUsize,
+    /// The filling request's own reader (Pingora's miss body reader).
+    owner: bool,
+    /// No longer read: its client went away, or it fell too far behind a relay and was cut off.
+    detached: AtomicBool,
 }
 
 /// An in-flight fill as seen by lookups.
@@ -109,8 +166,11 @@ impl InFlightFills {
         let write_id = self.next_write_id.fetch_add(1, Ordering::Relaxed);
         let (state, _) = watch::channel(FillState::Partial(0));
         let body = Arc::new(FillBody {
-            chunks: RwLock::new(Vec::new()),
+            chunks: RwLock::new(FillChunks::default()),
             state,
+            relay: AtomicBool::new(false),
+            readers: Mutex::new(Vec::new()),
+            reader_moved: Notify::new(),
         });
         self.by_key.lock().entry(key).or_default().push(InFlight {
             write_id,
@@ -164,6 +224,10 @@ pub struct MemoryMiss {
     scopes: Option<Box<EntryScopes>>,
     /// Where the body's chunks are copied.
     buffer: BodyBuffer,
+    /// Bytes written so far.
+    written: usize,
+    /// `cache.max_object_size`: past it the fill becomes a relay.
+    limit: usize,
     finished: bool,
 }
 
@@ -178,7 +242,8 @@ impl MemoryMiss {
         // within one second must still order: record when this fill started, to the nanosecond.
         meta.created = meta.created.max(SystemTime::now());
         let scopes = tier.scopes_of(cache_key, &meta.header);
-        let buffer = BodyBuffer::new(declared_length(&meta), tier.index.max_object_size());
+        let limit = tier.index.max_object_size();
+        let buffer = BodyBuffer::new(declared_length(&meta), limit);
         let meta = Arc::new(meta);
         let (write_id, body) = tier.fills.start(key, meta.clone());
         MemoryMiss {
@@ -190,8 +255,90 @@ impl MemoryMiss {
             body,
             scopes,
             buffer,
+            written: 0,
+            limit,
             finished: false,
         }
+    }
+
+    /// The body outgrew the size limit: from now on the fill only carries it to its readers.
+    fn start_relay(&mut self) {
+        self.body.relay.store(true, Ordering::Release);
+        // no reader joins from now on: lookups fetch for themselves, as for any pass
+        self.tier.fills.remove(self.key, self.write_id.into());
+        self.buffer = BodyBuffer::Heap(BytesMut::new());
+    }
+
+    /// Lets go of the chunks every reader has passed, then waits while a reader in another
+    /// request is more than [`RELAY_WINDOW`] behind. A reader that takes nothing for
+    /// [`STALLED_RELAY_READER`] is cut off. An error once no reader is left: nobody wants the
+    /// rest of the body (the writer then stops, as a fill abandoned for its size did before).
+    async fn keep_relay_in_step(&self) -> Result<()> {
+        loop {
+            let moved = self.body.reader_moved.notified();
+            tokio::pin!(moved);
+            moved.as_mut().enable();
+            let Some(lagging) = self.body.trim_relay() else {
+                return Error::e_explain(
+                    ErrorType::InternalError,
+                    "cache fill over cache.max_object_size has no reader left",
+                );
+            };
+            if lagging.is_empty() {
+                return Ok(());
+            }
+            if tokio::time::timeout(STALLED_RELAY_READER, moved)
+                .await
+                .is_err()
+            {
+                for reader in lagging {
+                    if !reader.owner {
+                        reader.detached.store(true, Ordering::Release);
+                    }
+                }
+                // they learn at their next read; the state's change wakes one waiting now
+                self.body.state.send_modify(|_| {});
+            }
+        }
+    }
+}
+
+impl FillBody {
+    /// A relaying fill's housekeeping: drops the chunks every live reader has passed; returns
+    /// the readers in other requests that are more than [`RELAY_WINDOW`] behind, or `None`
+    /// when no reader is left.
+    fn trim_relay(&self) -> Option<Vec<Arc<ReaderPosition>>> {
+        let mut chunks = self.chunks.write();
+        let mut readers = self.readers.lock();
+        readers.retain(|r| r.strong_count() > 0);
+        let live: Vec<Arc<ReaderPosition>> = readers
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|r| !r.detached.load(Ordering::Acquire))
+            .collect();
+        drop(readers);
+        let written = chunks.written();
+        if live.is_empty() {
+            chunks.list.clear();
+            chunks.first = written;
+            return None;
+        }
+        let slowest = live
+            .iter()
+            .map(|r| r.next_chunk.load(Ordering::Acquire))
+            .min()
+            .unwrap_or(written)
+            .clamp(chunks.first, written);
+        let passed = slowest - chunks.first;
+        chunks.list.drain(..passed);
+        chunks.first = slowest;
+        let lagging = live
+            .into_iter()
+            .filter(|r| {
+                !r.owner && chunks.bytes_from(r.next_chunk.load(Ordering::Acquire)) > RELAY_WINDOW
+            })
+            .collect();
+        Some(lagging)
     }
 }
 
@@ -262,14 +409,26 @@ impl HandleMiss for MemoryMiss {
         if data.is_empty() {
             return Ok(());
         }
+        self.written += data.len();
+        let relaying = self.body.relay.load(Ordering::Relaxed);
+        if !relaying && self.written > self.limit {
+            self.start_relay();
+        }
         let count = {
-            let chunk = self.buffer.copy(&data);
+            // a relayed chunk is not kept: it is held only until its readers have it
+            let chunk = match relaying || self.written > self.limit {
+                true => data,
+                false => self.buffer.copy(&data),
+            };
             let mut chunks = self.body.chunks.write();
-            chunks.push(chunk);
-            chunks.len()
+            chunks.list.push(chunk);
+            chunks.written()
         };
         // completion itself is signalled by `finish`, after the object is indexed
         self.body.state.send_replace(FillState::Partial(count));
+        if self.body.relay.load(Ordering::Relaxed) {
+            self.keep_relay_in_step().await?;
+        }
         Ok(())
     }
 
@@ -287,7 +446,13 @@ impl MemoryMiss {
     /// are woken. In near-cache mode, an object stored is returned trusted until the caller has
     /// written it to the shared tier: that object, not whatever the key holds by then.
     pub fn finish_fill(mut self) -> Result<(MissFinishType, Option<SharedWriteInFlight>)> {
-        let mut chunks = self.body.chunks.read().clone();
+        if self.body.relay.load(Ordering::Relaxed) {
+            // the readers have had every byte; nothing is stored
+            self.body.state.send_replace(FillState::Complete);
+            self.finished = true;
+            return Ok((MissFinishType::Created(0), None));
+        }
+        let mut chunks = self.body.chunks.read().list.clone();
         if self.buffer.has_unused_room() {
             // shorter than declared: keep an exact copy, not the whole declared allocation
             chunks = vec![super::owned_block(&chunks)];
@@ -320,29 +485,70 @@ impl Drop for MemoryMiss {
 pub(super) struct StreamingHit {
     body: Arc<FillBody>,
     state: watch::Receiver<FillState>,
-    next_chunk: usize,
+    position: Arc<ReaderPosition>,
 }
 
 impl StreamingHit {
-    /// A reader from the first chunk of `body`.
-    pub(super) fn new(body: Arc<FillBody>) -> Self {
+    /// A reader from the first chunk of `body`; `owner` for the filling request's own reader.
+    pub(super) fn new(body: Arc<FillBody>, owner: bool) -> Self {
         let state = body.state.subscribe();
+        let position = Arc::new(ReaderPosition {
+            next_chunk: AtomicUsize::new(0),
+            owner,
+            detached: AtomicBool::new(false),
+        });
+        {
+            // under the chunks' lock, so a relay's trim counts it or is seen by it
+            let chunks = body.chunks.read();
+            if chunks.first > 0 {
+                // the fill turned into a relay and let go of its start just now
+                position.detached.store(true, Ordering::Relaxed);
+            }
+            body.readers.lock().push(Arc::downgrade(&position));
+        }
         StreamingHit {
             body,
             state,
-            next_chunk: 0,
+            position,
         }
+    }
+
+    /// Whether this reader is the filling request's own, of a fill that became a relay, and
+    /// more than [`RELAY_WINDOW`] behind it. `client_gone`: its client left, so it is read no
+    /// more and must hold nothing back (it is detached, and the answer is `false`).
+    pub(super) fn holds_back_relay(&self, client_gone: bool) -> bool {
+        if !self.position.owner || !self.body.relay.load(Ordering::Acquire) {
+            return false;
+        }
+        if client_gone {
+            self.position.detached.store(true, Ordering::Release);
+            self.body.reader_moved.notify_one();
+            return false;
+        }
+        let next = self.position.next_chunk.load(Ordering::Relaxed);
+        self.body.chunks.read().bytes_from(next) > RELAY_WINDOW
     }
 
     /// The next chunk; `None` once the fill is complete and read; an error if it was abandoned.
     pub(super) async fn read(&mut self) -> Result<Option<Bytes>> {
         loop {
             let state = *self.state.borrow_and_update();
+            if self.position.detached.load(Ordering::Acquire) {
+                return Error::e_explain(
+                    ErrorType::InternalError,
+                    "cache fill turned into a relay that this reader fell behind",
+                );
+            }
             {
                 let chunks = self.body.chunks.read();
-                if self.next_chunk < chunks.len() {
-                    let chunk = chunks[self.next_chunk].clone();
-                    self.next_chunk += 1;
+                let next = self.position.next_chunk.load(Ordering::Relaxed);
+                if next < chunks.written() {
+                    let chunk = chunks.list[next - chunks.first].clone();
+                    self.position.next_chunk.store(next + 1, Ordering::Release);
+                    drop(chunks);
+                    if self.body.relay.load(Ordering::Acquire) {
+                        self.body.reader_moved.notify_one();
+                    }
                     return Ok(Some(chunk));
                 }
             }
@@ -359,6 +565,14 @@ impl StreamingHit {
                     return Error::e_explain(ErrorType::InternalError, "cache fill abandoned");
                 }
             }
+        }
+    }
+}
+
+impl Drop for StreamingHit {
+    fn drop(&mut self) {
+        if self.body.relay.load(Ordering::Acquire) {
+            self.body.reader_moved.notify_one();
         }
     }
 }
@@ -400,6 +614,90 @@ mod tests {
         drop(miss);
         assert!(reader.read_body().await.is_err());
         assert!(tier.lookup(&key2, &span).await.unwrap().is_none());
+    }
+
+    /// `n` bytes, all `byte`.
+    fn piece(n: usize, byte: u8) -> Bytes {
+        Bytes::from(vec![byte; n])
+    }
+
+    #[tokio::test]
+    async fn a_fill_past_the_size_limit_relays_to_its_readers_and_stores_nothing() {
+        use super::RELAY_WINDOW;
+        // max_object_size 1 MiB
+        let tier = MemoryTier::new(16 << 20, 1 << 20, 1024).leak();
+        let span = Span::inactive().handle();
+        let key = CacheKey::new("/big", "");
+        let mut miss = tier.get_miss_handler(&key, &meta(), &span).await.unwrap();
+        let (_, mut owner) = tier
+            .lookup_streaming_write(&key, miss.streaming_write_tag(), &span)
+            .await
+            .unwrap()
+            .unwrap();
+        let (_, mut other) = tier.lookup(&key, &span).await.unwrap().unwrap();
+        let quarter = 256 << 10;
+        assert_eq!(RELAY_WINDOW, 4 * quarter);
+        for i in 0..4 {
+            miss.write_body(piece(quarter, i), false).await.unwrap();
+        }
+        let mut read = other.read_body().await.unwrap().unwrap().to_vec();
+        // the limit is crossed: lookups no longer join the fill; `other` is a window behind
+        miss.write_body(piece(quarter, 4), false).await.unwrap();
+        assert!(tier.lookup(&key, &span).await.unwrap().is_none());
+        // now more than a window behind: the writer waits for it
+        let mut write = Box::pin(miss.write_body(piece(quarter, 5), false));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(std::future::Future::poll(write.as_mut(), &mut cx).is_pending());
+        read.extend_from_slice(&other.read_body().await.unwrap().unwrap());
+        write.await.unwrap();
+        // the owner is not waited for (its proxy loop keeps it in step): it has read nothing
+        let writing = async move {
+            miss.write_body(piece(quarter, 6), true).await.unwrap();
+            miss.finish().await.unwrap();
+        };
+        let reading = async {
+            while let Some(chunk) = other.read_body().await.unwrap() {
+                read.extend_from_slice(&chunk);
+            }
+        };
+        tokio::join!(writing, reading);
+        let mut owner_read = Vec::new();
+        while let Some(chunk) = owner.read_body().await.unwrap() {
+            owner_read.extend_from_slice(&chunk);
+        }
+        let expected: Vec<u8> = (0..7u8).flat_map(|i| vec![i; quarter]).collect();
+        assert_eq!(read, expected, "a reader in another request");
+        assert_eq!(owner_read, expected, "the filling request's own reader");
+        assert!(
+            tier.lookup(&key, &span).await.unwrap().is_none(),
+            "not stored"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_relay_lets_go_of_what_its_readers_passed_and_ends_when_none_is_left() {
+        let tier = MemoryTier::new(16 << 20, 1 << 20, 1024).leak();
+        let span = Span::inactive().handle();
+        let key = CacheKey::new("/big", "");
+        let mut miss = tier.get_miss_handler(&key, &meta(), &span).await.unwrap();
+        let (_, mut reader) = tier.lookup(&key, &span).await.unwrap().unwrap();
+        let fill = tier.fills.get(
+            super::super::key_of(pingora_cache::key::CacheHashKey::combined_bin(&key)),
+            None,
+        );
+        let (_, body) = fill.unwrap();
+        for i in 0..8u8 {
+            miss.write_body(piece(256 << 10, i), false).await.unwrap();
+            let chunk = reader.read_body().await.unwrap().unwrap();
+            assert_eq!(chunk, piece(256 << 10, i));
+        }
+        // past the limit, what the only reader has read is let go at the next write
+        miss.write_body(piece(10, 9), false).await.unwrap();
+        let held: usize = body.chunks.read().list.iter().map(Bytes::len).sum();
+        assert_eq!(held, 10);
+        // the reader leaves: no one wants the rest, the writer is told so
+        drop(reader);
+        assert!(miss.write_body(piece(10, 10), false).await.is_err());
     }
 
     #[test]

@@ -82,6 +82,19 @@ const DETACHED_KEY: u128 = 0;
 
 /// The tier a hit handler of the standard path reads from: memcached for a detached object (a
 /// shared-tier hit, see [`CompleteObject::detached`]), else this node's memory.
+/// Whether the origin's body should wait for this request's client: `reader` (Pingora's miss
+/// body reader) is the filling request's own reader of a fill that outgrew the size limit and
+/// became a relay (see `fill.rs`), and it is more than `RELAY_WINDOW` behind. Its proxy loop
+/// asks before it reads more of the origin's body, since the reader runs in that same loop
+/// and the fill's writer cannot wait for it. `client_gone`: the client left, so the reader
+/// holds nothing back from now on.
+pub fn owner_holds_back_origin(reader: &HitHandler, client_gone: bool) -> bool {
+    match reader.as_any().downcast_ref::<MemoryHit>() {
+        Some(MemoryHit::Streaming(hit)) => hit.holds_back_relay(client_gone),
+        _ => false,
+    }
+}
+
 pub fn tier_of(handler: &HitHandler) -> Tier {
     match handler.as_any().downcast_ref::<MemoryHit>() {
         Some(MemoryHit::Complete(hit)) if hit.object.key == DETACHED_KEY => Tier::Memcached,
@@ -108,8 +121,12 @@ pub(super) fn complete_hit(object: Arc<MemoryObject>) -> HitHandler {
 }
 
 /// A handler streaming an in-flight fill, with the fill's metadata.
-pub(super) fn streaming_hit(meta: &StoredMeta, body: Arc<FillBody>) -> (CacheMeta, HitHandler) {
-    let hit = MemoryHit::Streaming(StreamingHit::new(body));
+pub(super) fn streaming_hit(
+    meta: &StoredMeta,
+    body: Arc<FillBody>,
+    owner: bool,
+) -> (CacheMeta, HitHandler) {
+    let hit = MemoryHit::Streaming(StreamingHit::new(body, owner));
     (meta.to_meta(), Box::new(hit))
 }
 

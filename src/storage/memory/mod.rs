@@ -37,7 +37,7 @@ mod mapped;
 mod scopes;
 mod variants;
 
-pub use hit::{tier_of, CompleteObject};
+pub use hit::{owner_holds_back_origin, tier_of, CompleteObject};
 
 use super::object::{Body, StoredMeta};
 use super::partial::PartialObject;
@@ -476,7 +476,7 @@ impl MemoryTier {
     fn lookup_key(&'static self, key: u128) -> Option<(CacheMeta, HitHandler)> {
         // prefer an in-flight fill, so a refreshed object is visible while it is being written
         if let Some((meta, body)) = self.fills.get(key, None) {
-            return Some(streaming_hit(&meta, body));
+            return Some(streaming_hit(&meta, body, false));
         }
         let object = self.trusted_object(key)?;
         let meta = object.meta.read().to_meta();
@@ -534,7 +534,7 @@ impl Storage for MemoryTier {
             .and_then(|tag| U64WriteId::try_from(tag).ok())
             .map(u64::from);
         match write_id.and_then(|id| self.fills.get(key, Some(id))) {
-            Some((meta, body)) => Ok(Some(streaming_hit(&meta, body))),
+            Some((meta, body)) => Ok(Some(streaming_hit(&meta, body, true))),
             None => Ok(self.lookup_key(key)),
         }
     }

@@ -191,6 +191,12 @@ impl StallingClient {
         }
     }
 
+    /// Reads until `n` bytes (head and framing included) have arrived; `false` if the
+    /// connection ended first.
+    pub async fn until_len(&mut self, n: usize) -> bool {
+        self.need(n).await
+    }
+
     /// Until the buffer holds `n` bytes; `false` if the connection ended first.
     async fn need(&mut self, n: usize) -> bool {
         while self.buf.len() < n {

@@ -569,6 +569,14 @@ where
             let support_cache_partial_read =
                 session.cache.support_streaming_partial_write() == Some(true);
             let upgraded = session.was_upgraded();
+            // LACQUER PATCH (a cache fill that outgrew its size limit): the fill no longer keeps
+            // the body, so the client served from it sets the upstream's pace
+            let upstream_held_back = serve_from_cache.is_miss()
+                && self.inner.upstream_body_held_back(
+                    session,
+                    ctx,
+                    downstream_state.is_errored(),
+                );
 
             tokio::select! {
                 // only try to send to pipe if there is capacity to avoid deadlock
@@ -663,7 +671,7 @@ where
                     }
                 },
 
-                task = rx.recv(), if !response_state.upstream_done() && next_upstream_task.is_none() => {
+                task = rx.recv(), if !response_state.upstream_done() && next_upstream_task.is_none() && !upstream_held_back => {
                     debug!("upstream event: {:?}", task);
                     if let Some(t) = task {
                         let upgraded = session.was_upgraded();
@@ -805,7 +813,7 @@ where
 
                         // Also poll for upstream tasks - if we get one, cancel the write and handle it.
                         // Only poll if there is no buffered task already waiting to be processed.
-                        upstream_task = rx.recv(), if !response_state.upstream_done() && serve_from_cache.is_on() && next_upstream_task.is_none() => {
+                        upstream_task = rx.recv(), if !response_state.upstream_done() && serve_from_cache.is_on() && next_upstream_task.is_none() && !upstream_held_back => {
                             if let Some(t) = upstream_task {
                                 // Store this upstream task to be processed next iteration
                                 next_upstream_task = Some(t);

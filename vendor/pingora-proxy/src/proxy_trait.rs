@@ -444,6 +444,22 @@ pub trait ProxyHttp {
         Ok(Some(custom_message))
     }
 
+    /// LACQUER PATCH (a cache fill that outgrew its size limit): whether the proxy should read
+    /// no more of the upstream response body for now, because this request's client, served
+    /// from the cache fill's miss body reader, has fallen too far behind it.
+    ///
+    /// Called before each read of the upstream body while the client is served from the miss
+    /// body reader; `downstream_errored` says the client is no longer written to. The default
+    /// never holds back.
+    fn upstream_body_held_back(
+        &self,
+        _session: &mut Session,
+        _ctx: &Self::CTX,
+        _downstream_errored: bool,
+    ) -> bool {
+        false
+    }
+
     /// Similar to [Self::upstream_response_filter()] but for response body
     ///
     /// This function will be called every time a piece of response body is received. The `body` is
