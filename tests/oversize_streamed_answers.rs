@@ -112,7 +112,7 @@ async fn clients_streaming_a_fill_that_outgrows_the_limit(direct: bool) {
         OriginResponse::new(200)
             .body(Body::Paced {
                 chunks: vec![body.slice(..LIMIT / 4), body.slice(LIMIT / 4..)],
-                interval: Duration::from_millis(500),
+                interval: Duration::from_millis(1500),
             })
             .header("Cache-Control", "max-age=60")
     });
@@ -225,4 +225,41 @@ async fn a_client_leaving_an_oversize_relay_ends_the_origin_exchange_direct() {
 #[tokio::test]
 async fn a_client_leaving_an_oversize_relay_ends_the_origin_exchange_standard() {
     a_client_leaving_an_oversize_relay_ends_the_origin_exchange(false).await;
+}
+
+/// A conditional request whose validator matches, on the standard path, for an answer that never
+/// ends: the client gets its 304 at once while the fill goes on, and once the fill outgrows the
+/// limit with no one to read it, the origin's exchange is ended, not read forever; the same for
+/// a HEAD.
+#[tokio::test]
+async fn a_304_or_a_head_of_an_endless_answer_does_not_keep_the_origin_read() {
+    let origin = TestOrigin::start(|_req: &RecordedRequest| {
+        let piece = Bytes::from(vec![b'y'; 64 * 1024]);
+        OriginResponse::new(200)
+            .body(Body::Paced {
+                chunks: std::iter::repeat_n(piece, 100_000).collect(),
+                interval: Duration::from_millis(2),
+            })
+            .header("Cache-Control", "max-age=60")
+            .header("ETag", "\"v1\"")
+    });
+    let lacquer = node(origin.addr(), false);
+    let not_modified = get(
+        &lacquer.url("/endless/304"),
+        &[("host", HOST), ("if-none-match", "\"v1\"")],
+    )
+    .await;
+    assert_eq!(not_modified.status, 304);
+    let closed = poll_until(Duration::from_secs(20), || origin.open_connections() == 0);
+    assert!(closed, "the origin is still read after the 304");
+    let head_only = head(
+        &lacquer.url("/endless/head"),
+        &[("host", HOST), ("cache-control", "no-cache")],
+    )
+    .await;
+    assert_eq!(head_only.status, 200);
+    assert!(head_only.body.is_empty());
+    let closed = poll_until(Duration::from_secs(20), || origin.open_connections() == 0);
+    assert!(closed, "the origin is still read after the HEAD");
+    lacquer.assert_no_panic();
 }

@@ -900,12 +900,12 @@ impl ProxyHttp for LacquerProxy {
         &self,
         session: &mut Session,
         _ctx: &Self::CTX,
-        downstream_errored: bool,
+        reads_no_more: bool,
     ) -> bool {
         session
             .cache
             .miss_body_reader()
-            .is_some_and(|reader| owner_holds_back_origin(reader, downstream_errored))
+            .is_some_and(|reader| owner_holds_back_origin(reader, reads_no_more))
     }
 
     fn upstream_response_body_filter(

@@ -36,14 +36,15 @@ use pingora_cache::key::CacheHashKey;
 use pingora_cache::storage::{streaming_write::U64WriteId, HandleMiss, MissFinishType};
 use pingora_cache::{CacheKey, CacheMeta};
 use pingora_error::{Error, ErrorType, Result};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 use tokio::sync::{watch, Notify};
 
-/// How far a reader of a relaying fill may fall behind its writer, in bytes, before the writer
-/// (and so the origin's body) waits for it: what a relay holds per reader.
+/// How far a reader of a relaying fill may fall behind its writer, in bytes (each chunk counted
+/// `CHUNK_WEIGHT` more), before the writer (and so the origin's body) waits for it: what a relay
+/// holds per reader.
 pub const RELAY_WINDOW: usize = 1 << 20;
 
 /// How long the writer of a relaying fill waits for a reader that takes nothing at all; such a
@@ -80,8 +81,17 @@ pub(super) struct FillBody {
 #[derive(Default)]
 struct FillChunks {
     first: usize,
-    list: Vec<Bytes>,
+    list: VecDeque<Bytes>,
+    /// For each chunk in `list`, the [`weight`](Self::weight) written before it, so what a
+    /// reader lags by is one subtraction however many chunks it is behind.
+    starts: VecDeque<usize>,
+    /// Bytes written so far, each chunk counted [`CHUNK_WEIGHT`] more.
+    weight: usize,
 }
+
+/// What a chunk costs a relay beyond its bytes (its `Bytes` and list entries), so that an
+/// origin sending tiny chunks fills a reader's window with a few thousand of them, not a million.
+const CHUNK_WEIGHT: usize = 64;
 
 impl FillChunks {
     /// Chunks written so far, dropped ones included.
@@ -89,10 +99,26 @@ impl FillChunks {
         self.first + self.list.len()
     }
 
-    /// Bytes held from chunk `from` on.
-    fn bytes_from(&self, from: usize) -> usize {
-        let skip = from.saturating_sub(self.first);
-        self.list.iter().skip(skip).map(Bytes::len).sum()
+    fn push(&mut self, chunk: Bytes) {
+        self.starts.push_back(self.weight);
+        self.weight += chunk.len() + CHUNK_WEIGHT;
+        self.list.push_back(chunk);
+    }
+
+    /// Drops the chunks before chunk `until`.
+    fn drop_before(&mut self, until: usize) {
+        let passed = until.saturating_sub(self.first).min(self.list.len());
+        self.list.drain(..passed);
+        self.starts.drain(..passed);
+        self.first += passed;
+    }
+
+    /// What is held from chunk `from` on: its bytes, each chunk counted [`CHUNK_WEIGHT`] more.
+    fn held_from(&self, from: usize) -> usize {
+        match self.starts.get(from.saturating_sub(self.first)) {
+            Some(start) => self.weight - start,
+            None => 0,
+        }
     }
 }
 
@@ -319,8 +345,7 @@ impl FillBody {
         drop(readers);
         let written = chunks.written();
         if live.is_empty() {
-            chunks.list.clear();
-            chunks.first = written;
+            chunks.drop_before(written);
             return None;
         }
         let slowest = live
@@ -329,13 +354,11 @@ impl FillBody {
             .min()
             .unwrap_or(written)
             .clamp(chunks.first, written);
-        let passed = slowest - chunks.first;
-        chunks.list.drain(..passed);
-        chunks.first = slowest;
+        chunks.drop_before(slowest);
         let lagging = live
             .into_iter()
             .filter(|r| {
-                !r.owner && chunks.bytes_from(r.next_chunk.load(Ordering::Acquire)) > RELAY_WINDOW
+                !r.owner && chunks.held_from(r.next_chunk.load(Ordering::Acquire)) > RELAY_WINDOW
             })
             .collect();
         Some(lagging)
@@ -421,7 +444,7 @@ impl HandleMiss for MemoryMiss {
                 false => self.buffer.copy(&data),
             };
             let mut chunks = self.body.chunks.write();
-            chunks.list.push(chunk);
+            chunks.push(chunk);
             chunks.written()
         };
         // completion itself is signalled by `finish`, after the object is indexed
@@ -452,7 +475,7 @@ impl MemoryMiss {
             self.finished = true;
             return Ok((MissFinishType::Created(0), None));
         }
-        let mut chunks = self.body.chunks.read().list.clone();
+        let mut chunks: Vec<Bytes> = self.body.chunks.read().list.iter().cloned().collect();
         if self.buffer.has_unused_room() {
             // shorter than declared: keep an exact copy, not the whole declared allocation
             chunks = vec![super::owned_block(&chunks)];
@@ -514,19 +537,20 @@ impl StreamingHit {
     }
 
     /// Whether this reader is the filling request's own, of a fill that became a relay, and
-    /// more than [`RELAY_WINDOW`] behind it. `client_gone`: its client left, so it is read no
-    /// more and must hold nothing back (it is detached, and the answer is `false`).
-    pub(super) fn holds_back_relay(&self, client_gone: bool) -> bool {
+    /// more than [`RELAY_WINDOW`] behind it. `reads_no_more`: it will not be read again (its
+    /// client left, or had its whole answer), so it must hold nothing back (it is detached, and
+    /// the answer is `false`).
+    pub(super) fn holds_back_relay(&self, reads_no_more: bool) -> bool {
         if !self.position.owner || !self.body.relay.load(Ordering::Acquire) {
             return false;
         }
-        if client_gone {
+        if reads_no_more {
             self.position.detached.store(true, Ordering::Release);
             self.body.reader_moved.notify_one();
             return false;
         }
         let next = self.position.next_chunk.load(Ordering::Relaxed);
-        self.body.chunks.read().bytes_from(next) > RELAY_WINDOW
+        self.body.chunks.read().held_from(next) > RELAY_WINDOW
     }
 
     /// The next chunk; `None` once the fill is complete and read; an error if it was abandoned.
@@ -641,10 +665,11 @@ mod tests {
             miss.write_body(piece(quarter, i), false).await.unwrap();
         }
         let mut read = other.read_body().await.unwrap().unwrap().to_vec();
-        // the limit is crossed: lookups no longer join the fill; `other` is a window behind
+        read.extend_from_slice(&other.read_body().await.unwrap().unwrap());
+        // the limit is crossed: lookups no longer join the fill; `other` is 3 pieces behind
         miss.write_body(piece(quarter, 4), false).await.unwrap();
         assert!(tier.lookup(&key, &span).await.unwrap().is_none());
-        // now more than a window behind: the writer waits for it
+        // now more than a window behind (4 pieces and their chunks' weight): the writer waits
         let mut write = Box::pin(miss.write_body(piece(quarter, 5), false));
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         assert!(std::future::Future::poll(write.as_mut(), &mut cx).is_pending());

@@ -86,11 +86,11 @@ const DETACHED_KEY: u128 = 0;
 /// body reader) is the filling request's own reader of a fill that outgrew the size limit and
 /// became a relay (see `fill.rs`), and it is more than `RELAY_WINDOW` behind. Its proxy loop
 /// asks before it reads more of the origin's body, since the reader runs in that same loop
-/// and the fill's writer cannot wait for it. `client_gone`: the client left, so the reader
-/// holds nothing back from now on.
-pub fn owner_holds_back_origin(reader: &HitHandler, client_gone: bool) -> bool {
+/// and the fill's writer cannot wait for it. `reads_no_more`: the client left or has had its
+/// whole answer (a 304, a HEAD), so the reader holds nothing back from now on.
+pub fn owner_holds_back_origin(reader: &HitHandler, reads_no_more: bool) -> bool {
     match reader.as_any().downcast_ref::<MemoryHit>() {
-        Some(MemoryHit::Streaming(hit)) => hit.holds_back_relay(client_gone),
+        Some(MemoryHit::Streaming(hit)) => hit.holds_back_relay(reads_no_more),
         _ => false,
     }
 }

@@ -2406,6 +2406,12 @@ impl ServeFromCache {
         matches!(self, Self::CacheBodyMiss(_))
     }
 
+    // LACQUER PATCH (a cache fill that outgrew its size limit): the client has had its whole
+    // answer from a miss, while the upstream may still be admitted to cache
+    pub fn is_done_miss(&self) -> bool {
+        matches!(self, Self::DoneMiss)
+    }
+
     pub fn should_discard_upstream(&self) -> bool {
         self.is_on() && !self.is_miss()
     }

@@ -570,12 +570,13 @@ where
                 session.cache.support_streaming_partial_write() == Some(true);
             let upgraded = session.was_upgraded();
             // LACQUER PATCH (a cache fill that outgrew its size limit): the fill no longer keeps
-            // the body, so the client served from it sets the upstream's pace
+            // the body, so the client served from it sets the upstream's pace (unless it reads no
+            // more: it failed, or had its whole answer, a 304 or a HEAD's head)
             let upstream_held_back = serve_from_cache.is_miss()
                 && self.inner.upstream_body_held_back(
                     session,
                     ctx,
-                    downstream_state.is_errored(),
+                    downstream_state.is_errored() || response_state.cached_done(),
                 );
 
             tokio::select! {
@@ -918,7 +919,10 @@ where
                     .await
                 {
                     session.cache.disable(NoCacheReason::StorageError);
-                    if serve_from_cache.is_miss_body() {
+                    // LACQUER PATCH (a cache fill that outgrew its size limit): nor is the rest
+                    // of the upstream body wanted once the client has had its whole answer (a
+                    // 304, a HEAD's head) and nothing is stored: read on, it is discarded
+                    if serve_from_cache.is_miss_body() || serve_from_cache.is_done_miss() {
                         // if the response stream cache body during miss but write fails, it has to
                         // give up the entire request
                         return Err(e);

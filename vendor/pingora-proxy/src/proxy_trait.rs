@@ -449,13 +449,14 @@ pub trait ProxyHttp {
     /// from the cache fill's miss body reader, has fallen too far behind it.
     ///
     /// Called before each read of the upstream body while the client is served from the miss
-    /// body reader; `downstream_errored` says the client is no longer written to. The default
-    /// never holds back.
+    /// body reader; `reads_no_more` says the reader will not be read again (the client is no
+    /// longer written to, or has had its whole answer: a 304, a HEAD's head). The default never
+    /// holds back.
     fn upstream_body_held_back(
         &self,
         _session: &mut Session,
         _ctx: &Self::CTX,
-        _downstream_errored: bool,
+        _reads_no_more: bool,
     ) -> bool {
         false
     }
