@@ -129,8 +129,9 @@ async fn awkward_sizes(direct: bool) {
         (LIMIT + 1, LIMIT, false),
         (LIMIT + 1, 1, false),
         (4 << 20, 4 << 20, false),
-        (2 * LIMIT, 1, false),
-        (3 << 20, 7, false),
+        // (tens of thousands of chunks: more would make the test a measure of speed)
+        (LIMIT + 1024, 1, false),
+        (4 * LIMIT, 7, false),
     ];
     for (seed, &(len, piece, stored)) in cases.iter().enumerate() {
         let origin = chunked_origin(len, piece);
@@ -531,9 +532,11 @@ async fn a_purge_during_a_relay_truncates_nothing() {
     }
 }
 
-/// A reload (SIGHUP) in the middle of a relay with a slow reader: it gets every byte.
+/// A reload (SIGHUP) in the middle of a relay with a slow reader: it gets every byte. (Both
+/// clients read at once, as two real clients do: a relay goes at its slowest reader's pace, so
+/// a client that stops reading holds the other back until it is cut, after 60 s without
+/// taking anything.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "hangs on the direct path (the filling client gets no end within 40 s); not yet diagnosed: see the stop note"]
 async fn a_reload_during_a_relay_cuts_nothing() {
     const LEN: usize = 6 << 20;
     for direct in [true, false] {
@@ -550,11 +553,13 @@ async fn a_reload_during_a_relay_cuts_nothing() {
         joined.pace = Some((64 << 10, Duration::from_millis(5)));
         tokio::time::sleep(Duration::from_millis(1500)).await;
         assert!(lacquer.signal("HUP"));
-        for (name, c) in [("filling", &mut filling), ("joined", &mut joined)] {
+        let both = tokio::time::timeout(BOUND, async {
+            tokio::join!(filling.answer(false), joined.answer(false))
+        })
+        .await
+        .unwrap_or_else(|_| panic!("direct {direct}: hung"));
+        for (name, a) in [("filling", both.0), ("joined", both.1)] {
             let what = format!("{name}, direct {direct}");
-            let a = tokio::time::timeout(BOUND, c.answer(false))
-                .await
-                .unwrap_or_else(|_| panic!("{what}: hung"));
             assert_eq!(a.status, 200, "{what}");
             assert!(a.complete, "{what}: cut at {}", a.body.len());
             assert_generated_page(&a.body, LEN, 10, &what);
