@@ -399,14 +399,12 @@ impl LacquerProxy {
             Some(chunk) => fill.write(chunk).await,
             None => true,
         };
-        if written && fill.relaying() {
-            // the requests streaming it get the whole body; nothing is stored
+        if !written || fill.relaying() {
+            // nothing is stored (a relay's readers still get the whole body from `finish`)
             ctx.give_up_fill_lease();
         }
         if written {
             fill.finish().await;
-        } else {
-            ctx.give_up_fill_lease();
         }
         if relayed.client_failed.is_none() {
             relayed.client_failed = match self.on_downstream_body(ctx, &mut data, true) {

@@ -287,6 +287,11 @@ impl MemoryMiss {
         }
     }
 
+    /// Past the size limit: the fill is a relay (see the module docs).
+    fn relaying(&self) -> bool {
+        self.written > self.limit
+    }
+
     /// The body outgrew the size limit: from now on the fill only carries it to its readers.
     fn start_relay(&mut self) {
         self.body.relay.store(true, Ordering::Release);
@@ -344,16 +349,14 @@ impl FillBody {
             .collect();
         drop(readers);
         let written = chunks.written();
-        if live.is_empty() {
-            chunks.drop_before(written);
-            return None;
-        }
-        let slowest = live
+        let Some(slowest) = live
             .iter()
             .map(|r| r.next_chunk.load(Ordering::Acquire))
             .min()
-            .unwrap_or(written)
-            .clamp(chunks.first, written);
+        else {
+            chunks.drop_before(written);
+            return None;
+        };
         chunks.drop_before(slowest);
         let lagging = live
             .into_iter()
@@ -432,14 +435,14 @@ impl HandleMiss for MemoryMiss {
         if data.is_empty() {
             return Ok(());
         }
+        let was_relaying = self.relaying();
         self.written += data.len();
-        let relaying = self.body.relay.load(Ordering::Relaxed);
-        if !relaying && self.written > self.limit {
+        if !was_relaying && self.relaying() {
             self.start_relay();
         }
         let count = {
             // a relayed chunk is not kept: it is held only until its readers have it
-            let chunk = match relaying || self.written > self.limit {
+            let chunk = match self.relaying() {
                 true => data,
                 false => self.buffer.copy(&data),
             };
@@ -449,7 +452,7 @@ impl HandleMiss for MemoryMiss {
         };
         // completion itself is signalled by `finish`, after the object is indexed
         self.body.state.send_replace(FillState::Partial(count));
-        if self.body.relay.load(Ordering::Relaxed) {
+        if self.relaying() {
             self.keep_relay_in_step().await?;
         }
         Ok(())
@@ -469,7 +472,7 @@ impl MemoryMiss {
     /// are woken. In near-cache mode, an object stored is returned trusted until the caller has
     /// written it to the shared tier: that object, not whatever the key holds by then.
     pub fn finish_fill(mut self) -> Result<(MissFinishType, Option<SharedWriteInFlight>)> {
-        if self.body.relay.load(Ordering::Relaxed) {
+        if self.relaying() {
             // the readers have had every byte; nothing is stored
             self.body.state.send_replace(FillState::Complete);
             self.finished = true;
