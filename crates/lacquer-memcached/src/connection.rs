@@ -24,16 +24,21 @@ pub(crate) struct Connection {
     writer: OwnedWriteHalf,
     /// The bytes of the command being sent, kept between exchanges so a command allocates nothing.
     command: Vec<u8>,
+    /// The runtime whose reactor the socket is registered with (see the pool's rules).
+    runtime: tokio::runtime::Id,
     _open: OpenCount,
 }
 
 impl Connection {
-    /// Connects to `addr` within `connect_timeout`; `open` counts the connection until it is
-    /// dropped. Any failure is [`McError::Connect`] (the cause is logged at debug level).
+    /// Connects to `addr` within `connect_timeout`, from a task of `runtime`; `count` (reserved
+    /// by the pool before connecting) counts the connection until it is dropped, or is given
+    /// back if it fails. Any failure is [`McError::Connect`] (the cause is logged at debug
+    /// level).
     pub(crate) async fn open(
         addr: SocketAddr,
         connect_timeout: Duration,
-        open: &Arc<AtomicUsize>,
+        count: OpenCount,
+        runtime: tokio::runtime::Id,
     ) -> Result<Connection, McError> {
         let stream = match tokio::time::timeout(connect_timeout, TcpStream::connect(addr)).await {
             Ok(Ok(stream)) => stream,
@@ -48,13 +53,18 @@ impl Connection {
         };
         stream.set_nodelay(true)?;
         let (r, w) = stream.into_split();
-        open.fetch_add(1, Ordering::Relaxed);
         Ok(Connection {
             reader: ReplyReader::new(r),
             writer: w,
             command: Vec::new(),
-            _open: OpenCount(open.clone()),
+            runtime,
+            _open: count,
         })
+    }
+
+    /// The runtime whose reactor this connection's socket is registered with.
+    pub(crate) fn runtime(&self) -> tokio::runtime::Id {
+        self.runtime
     }
 
     /// Sends `command` and reads its whole reply.
@@ -84,8 +94,18 @@ impl Connection {
     }
 }
 
-/// Decrements the open-connection count when its connection is dropped.
-struct OpenCount(Arc<AtomicUsize>);
+/// One place in the open-connection count: taken before connecting (so that callers racing to
+/// open cannot pass the pool's bound), given back when the connection, or the failed attempt,
+/// is dropped.
+pub(crate) struct OpenCount(Arc<AtomicUsize>);
+
+impl OpenCount {
+    /// Takes a place in `open`.
+    pub(crate) fn reserve(open: &Arc<AtomicUsize>) -> OpenCount {
+        open.fetch_add(1, Ordering::Relaxed);
+        OpenCount(open.clone())
+    }
+}
 
 impl Drop for OpenCount {
     fn drop(&mut self) {

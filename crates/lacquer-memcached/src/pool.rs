@@ -12,8 +12,16 @@
 //!   it sat idle), the idle pool is flushed and an idempotent call (get,
 //!   get_multi, set, delete, touch) is retried once on a fresh connection.
 //!   `add` is never retried.  No other failure is retried.
+//! * A connection is used again only by a task of the runtime that opened it. Its socket is
+//!   registered with that runtime's reactor, so a task of another runtime (Pingora runs the
+//!   proxy, the admin listener and each background service on runtimes of their own) would be
+//!   woken for every reply through the other runtime's thread: an extra epoll turn and a
+//!   cross-thread wake on both sides, about 1.8 more parks per memcached hit (measured with
+//!   callgrind and strace; see docs/benchmarks.md). A caller that finds no idle connection of
+//!   its own opens one while the pool has room, and otherwise closes the longest-idle connection
+//!   of another runtime to make room, so `pool_size` still bounds the connections.
 
-use crate::connection::Connection;
+use crate::connection::{Connection, OpenCount};
 use crate::error::McError;
 use crate::protocol::{Command, Reply};
 use crate::server_stats::ServerStats;
@@ -22,6 +30,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::runtime::{Handle, Id as RuntimeId};
 use tokio::sync::Semaphore;
 
 /// Settings for one memcached server, kept together so the tier can build a
@@ -106,13 +115,14 @@ impl Pool {
             .acquire()
             .await
             .expect("the pool semaphore is never closed");
-        let pooled = self.idle.lock().pop();
-        let reused = pooled.is_some();
+        let runtime = Handle::current().id();
+        let pooled = self.take_idle(runtime);
+        let reused = pooled.is_ok();
         // `conn` is owned by this future: an error, a timeout or the caller
         // dropping the future closes it; only clean completion pools it.
         let mut conn = match pooled {
-            Some(conn) => conn,
-            None => self.connect().await?,
+            Ok(conn) => conn,
+            Err(place) => self.connect(place, runtime).await?,
         };
         match conn.exchange(cmd).await {
             Ok(reply) => {
@@ -130,7 +140,8 @@ impl Pool {
                     "memcached {}: stale pooled connection ({e}), retrying",
                     self.cfg.addr
                 );
-                let mut conn = self.connect().await?;
+                let place = OpenCount::reserve(&self.open);
+                let mut conn = self.connect(place, runtime).await?;
                 let reply = conn.exchange(cmd).await?;
                 self.idle.lock().push(conn);
                 Ok(reply)
@@ -139,7 +150,23 @@ impl Pool {
         }
     }
 
-    async fn connect(&self) -> Result<Connection, McError> {
-        Connection::open(self.cfg.addr, self.cfg.connect_timeout, &self.open).await
+    /// The most recently used idle connection opened by `runtime`, or else a place in the count
+    /// to open one. When the pool has no room for another, the longest-idle connection of
+    /// another runtime is closed to make it: the caller holds a permit, so while every place is
+    /// taken at least one connection is idle, and it is not the caller's runtime's. Places are
+    /// taken under the idle list's lock, so callers racing to open cannot pass `pool_size`.
+    fn take_idle(&self, runtime: RuntimeId) -> Result<Connection, OpenCount> {
+        let mut idle = self.idle.lock();
+        if let Some(i) = idle.iter().rposition(|c| c.runtime() == runtime) {
+            return Ok(idle.remove(i));
+        }
+        if !idle.is_empty() && self.open.load(Ordering::Relaxed) >= self.cfg.pool_size.max(1) {
+            drop(idle.remove(0));
+        }
+        Err(OpenCount::reserve(&self.open))
+    }
+
+    async fn connect(&self, place: OpenCount, runtime: RuntimeId) -> Result<Connection, McError> {
+        Connection::open(self.cfg.addr, self.cfg.connect_timeout, place, runtime).await
     }
 }

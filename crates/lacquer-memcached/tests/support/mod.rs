@@ -214,3 +214,23 @@ pub fn binary_value(len: usize) -> Bytes {
     v.extend_from_slice(b"\r\n\0END\r\n");
     Bytes::from(v)
 }
+
+/// How many connections the server at `addr` has accepted since it started (memcached's
+/// `total_connections`, which counts this question's own connection too): what the server saw,
+/// not what the client believes it opened.
+pub fn connections_accepted(addr: SocketAddr) -> u64 {
+    use std::io::{BufRead, BufReader, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("memcached stats");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    stream.write_all(b"stats\r\n").unwrap();
+    for line in BufReader::new(stream).lines() {
+        let line = line.expect("memcached stats reply");
+        if let Some(n) = line.strip_prefix("STAT total_connections ") {
+            return n.trim().parse().expect("a count");
+        }
+        assert_ne!(line, "END", "no total_connections in memcached's stats");
+    }
+    panic!("memcached closed the stats connection");
+}
