@@ -16,10 +16,11 @@
 //!   registered with that runtime's reactor, so a task of another runtime (Pingora runs the
 //!   proxy, the admin listener and each background service on runtimes of their own) would be
 //!   woken for every reply through the other runtime's thread: an extra epoll turn and a
-//!   cross-thread wake on both sides, about 1.8 more parks per memcached hit (measured with
-//!   callgrind and strace; see docs/benchmarks.md). A caller that finds no idle connection of
-//!   its own opens one while the pool has room, and otherwise closes the longest-idle connection
-//!   of another runtime to make room, so `pool_size` still bounds the connections.
+//!   cross-thread wake on both sides (callgrind, one client's hits read from memcached: 3.8
+//!   worker parks per hit, against 2.2 with this rule; see docs/benchmarks.md). A caller that
+//!   finds no idle connection of its own opens one while the pool has room, and otherwise
+//!   closes the longest-idle connection of another runtime to make room, so `pool_size` still
+//!   bounds the connections.
 
 use crate::connection::{Connection, OpenCount};
 use crate::error::McError;
