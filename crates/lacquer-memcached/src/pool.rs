@@ -132,16 +132,21 @@ impl Pool {
             }
             Err(McError::Io(e)) if reused && !conn.reply_started() => {
                 drop(conn);
-                // The other idle connections most likely went stale together.
-                self.idle.lock().clear();
-                if !cmd.is_idempotent() {
+                // The other idle connections most likely went stale together. The retry's place
+                // is taken under the same lock as they are let go, as in `take_idle`, so a caller
+                // seeing the room they leave cannot take it too and pass `pool_size`.
+                let place = {
+                    let mut idle = self.idle.lock();
+                    idle.clear();
+                    cmd.is_idempotent().then(|| OpenCount::reserve(&self.open))
+                };
+                let Some(place) = place else {
                     return Err(McError::Io(e));
-                }
+                };
                 log::debug!(
                     "memcached {}: stale pooled connection ({e}), retrying",
                     self.cfg.addr
                 );
-                let place = OpenCount::reserve(&self.open);
                 let mut conn = self.connect(place, runtime).await?;
                 let reply = conn.exchange(cmd).await?;
                 self.idle.lock().push(conn);
