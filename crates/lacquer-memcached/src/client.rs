@@ -36,7 +36,7 @@ impl ServerClient {
         self.pool.config()
     }
 
-    /// Connections currently open (idle or in use), for metrics and to check
+    /// Connections currently open (idle or in use) or being opened, for metrics and to check
     /// that the pool stays bounded and discards broken connections.
     pub fn open_connections(&self) -> usize {
         self.pool.open_connections()

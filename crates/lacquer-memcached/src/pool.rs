@@ -74,7 +74,7 @@ impl Pool {
         &self.cfg
     }
 
-    /// Connections currently open, idle or in use.
+    /// Connections currently open (idle or in use) or being opened: the places taken.
     pub(crate) fn open_connections(&self) -> usize {
         self.open.load(Ordering::Relaxed)
     }
