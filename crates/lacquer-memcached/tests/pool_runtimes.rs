@@ -578,13 +578,17 @@ fn a_runtime_shut_down_mid_exchange_gives_back_its_places() {
         Duration::from_secs(10),
     )));
     let (doomed, survivor) = (runtime(), runtime());
-    on(&survivor, c.set(b"k", value("v"), 600)).unwrap();
+    // stored through another client, so that no connection of `c` sits idle: once two are
+    // counted, both places are the doomed runtime's calls (with one idle, the count could reach
+    // two while the second call had not yet taken its place)
+    let setup = ServerClient::new(cfg(mc.addr(), 1, Duration::from_secs(10)));
+    on(&survivor, setup.set(b"k", value("v"), 600)).unwrap();
+    drop(setup);
     mc.signal("-STOP");
     for _ in 0..3 {
         let c = c.clone();
         doomed.spawn(async move { c.get(b"k").await });
     }
-    // both places taken by the doomed runtime's calls (the survivor's idle one closed for one)
     assert_eq!(open_becomes(&c, 2), 2);
     drop(doomed);
     assert_eq!(
