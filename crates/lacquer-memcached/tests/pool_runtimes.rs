@@ -53,20 +53,7 @@ fn join_all<T>(rt: &Runtime, tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
 /// memcached's `curr_connections`: what the server holds open right now (listener and this
 /// question's own connection included).
 fn curr_connections(addr: SocketAddr) -> u64 {
-    use std::io::{BufRead, BufReader, Write};
-    let mut stream = std::net::TcpStream::connect(addr).expect("memcached stats");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    stream.write_all(b"stats\r\n").unwrap();
-    for line in BufReader::new(stream).lines() {
-        let line = line.expect("memcached stats reply");
-        if let Some(n) = line.strip_prefix("STAT curr_connections ") {
-            return n.trim().parse().expect("a count");
-        }
-        assert_ne!(line, "END", "no curr_connections in memcached's stats");
-    }
-    panic!("memcached closed the stats connection");
+    server_stat(addr, "curr_connections")
 }
 
 /// memcached's `curr_connections` before the client opens any (the listener and the stats
@@ -603,7 +590,13 @@ fn a_runtime_shut_down_mid_exchange_gives_back_its_places() {
     }
     assert_eq!(c.open_connections(), 1);
 
-    // the same with shutdown_background, which does not wait for the worker
+    // the same with shutdown_background, which does not wait for the worker (a client of its
+    // own, with no connection idle, for the reason above)
+    let c = Arc::new(ServerClient::new(cfg(
+        mc.addr(),
+        2,
+        Duration::from_secs(10),
+    )));
     mc.signal("-STOP");
     let doomed = runtime();
     for _ in 0..3 {

@@ -219,18 +219,24 @@ pub fn binary_value(len: usize) -> Bytes {
 /// `total_connections`, which counts this question's own connection too): what the server saw,
 /// not what the client believes it opened.
 pub fn connections_accepted(addr: SocketAddr) -> u64 {
+    server_stat(addr, "total_connections")
+}
+
+/// One number of the `stats` of the server at `addr`, asked over a connection of its own.
+pub fn server_stat(addr: SocketAddr, name: &str) -> u64 {
     use std::io::{BufRead, BufReader, Write};
     let mut stream = std::net::TcpStream::connect(addr).expect("memcached stats");
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
     stream.write_all(b"stats\r\n").unwrap();
+    let prefix = format!("STAT {name} ");
     for line in BufReader::new(stream).lines() {
         let line = line.expect("memcached stats reply");
-        if let Some(n) = line.strip_prefix("STAT total_connections ") {
+        if let Some(n) = line.strip_prefix(&prefix) {
             return n.trim().parse().expect("a count");
         }
-        assert_ne!(line, "END", "no total_connections in memcached's stats");
+        assert_ne!(line, "END", "no {name} in memcached's stats");
     }
     panic!("memcached closed the stats connection");
 }
