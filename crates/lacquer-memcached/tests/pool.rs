@@ -155,13 +155,9 @@ async fn frozen_server_times_out_and_its_connection_is_discarded() {
     assert_eq!(c.open_connections(), 1);
 }
 
-/// A runtime of one worker thread, as Pingora gives each of its services.
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap()
+/// `c.get(b"k")` run by a task of `rt`.
+fn get_on(rt: &tokio::runtime::Runtime, c: &ServerClient) -> Option<Bytes> {
+    rt.block_on(async { within(c.get(b"k")).await.unwrap() })
 }
 
 #[test]
@@ -169,10 +165,6 @@ fn a_connection_is_used_again_only_by_the_runtime_that_opened_it() {
     let mc = Memcached::start();
     let c = Arc::new(client(mc.addr(), 2));
     let (proxy, background) = (runtime(), runtime());
-    let get = |rt: &tokio::runtime::Runtime| {
-        let c = c.clone();
-        rt.block_on(async move { within(c.get(b"k")).await.unwrap() })
-    };
     proxy.block_on(async {
         within(c.set(b"k", Bytes::from_static(b"v"), 60))
             .await
@@ -180,14 +172,14 @@ fn a_connection_is_used_again_only_by_the_runtime_that_opened_it() {
     });
     let accepted = connections_accepted(mc.addr());
     // the other runtime's task opens its own connection: the proxy's one, idle, is not lent
-    assert_eq!(get(&background), Some(Bytes::from_static(b"v")));
+    assert_eq!(get_on(&background, &c), Some(Bytes::from_static(b"v")));
     assert_eq!(c.open_connections(), 2);
     // (each count also counts its own stats connection)
     assert_eq!(connections_accepted(mc.addr()), accepted + 2);
     // from now on each runtime's tasks use their own, whichever was idle last
     for _ in 0..3 {
-        assert_eq!(get(&proxy), Some(Bytes::from_static(b"v")));
-        assert_eq!(get(&background), Some(Bytes::from_static(b"v")));
+        assert_eq!(get_on(&proxy, &c), Some(Bytes::from_static(b"v")));
+        assert_eq!(get_on(&background, &c), Some(Bytes::from_static(b"v")));
     }
     assert_eq!(c.open_connections(), 2);
     assert_eq!(connections_accepted(mc.addr()), accepted + 3);
@@ -198,15 +190,11 @@ fn with_no_room_a_runtime_closes_another_runtimes_idle_connection_for_its_own() 
     let mc = Memcached::start();
     let c = Arc::new(client(mc.addr(), 1));
     let (proxy, background) = (runtime(), runtime());
-    let get = |rt: &tokio::runtime::Runtime| {
-        let c = c.clone();
-        rt.block_on(async move { within(c.get(b"k")).await.unwrap() })
-    };
-    assert_eq!(get(&proxy), None);
+    assert_eq!(get_on(&proxy, &c), None);
     let accepted = connections_accepted(mc.addr());
     for round in 1..=3 {
-        assert_eq!(get(&background), None);
-        assert_eq!(get(&proxy), None);
+        assert_eq!(get_on(&background, &c), None);
+        assert_eq!(get_on(&proxy, &c), None);
         // the bound holds: one open, each side replacing the other's
         assert_eq!(c.open_connections(), 1);
         assert_eq!(

@@ -15,15 +15,6 @@ use std::time::{Duration, Instant};
 use support::*;
 use tokio::runtime::Runtime;
 
-/// A runtime of one worker thread, as Pingora gives each of its services.
-fn runtime() -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 fn cfg(addr: SocketAddr, pool_size: usize, op_timeout: Duration) -> ServerConfig {
     ServerConfig {
         addr,
@@ -73,13 +64,20 @@ fn baseline_connections(addr: SocketAddr) -> u64 {
 /// (it notices a client's close asynchronously): polls until it equals `want`, or returns the
 /// last value seen after 5 s.
 fn server_side_connections(addr: SocketAddr, baseline: u64, want: usize) -> u64 {
+    settles_at(want as u64, Duration::from_millis(20), || {
+        curr_connections(addr).saturating_sub(baseline)
+    })
+}
+
+/// Reads `read` every `every` until it gives `want`, for up to 5 s; returns the last reading.
+fn settles_at<T: PartialEq>(want: T, every: Duration, read: impl Fn() -> T) -> T {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let n = curr_connections(addr).saturating_sub(baseline);
-        if n == want as u64 || Instant::now() >= deadline {
+        let n = read();
+        if n == want || Instant::now() >= deadline {
             return n;
         }
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(every);
     }
 }
 
@@ -123,14 +121,7 @@ fn value(s: &str) -> Bytes {
 
 /// Waits (generously) until `open_connections()` is `want`; returns the last value seen.
 fn open_becomes(c: &ServerClient, want: usize) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let n = c.open_connections();
-        if n == want || Instant::now() >= deadline {
-            return n;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    settles_at(want, Duration::from_millis(5), || c.open_connections())
 }
 
 #[test]

@@ -163,20 +163,8 @@ pub fn unassigned_port() -> u16 {
 /// The pid that the memcached answering on `port` reports (`stats`), or `None` while nothing
 /// answers there.
 fn served_pid(port: u16) -> Option<u32> {
-    use std::io::{BufRead, BufReader, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    stream.write_all(b"stats\r\n").ok()?;
-    for line in BufReader::new(stream).lines() {
-        let line = line.ok()?;
-        if let Some(pid) = line.strip_prefix("STAT pid ") {
-            return pid.trim().parse().ok();
-        }
-        if line == "END" {
-            return None;
-        }
-    }
-    None
+    let pid = try_server_stat(SocketAddr::from(([127, 0, 0, 1], port)), "pid")?;
+    u32::try_from(pid).ok()
 }
 
 /// A loopback address that refuses connections: bound but never listening,
@@ -224,19 +212,35 @@ pub fn connections_accepted(addr: SocketAddr) -> u64 {
 
 /// One number of the `stats` of the server at `addr`, asked over a connection of its own.
 pub fn server_stat(addr: SocketAddr, name: &str) -> u64 {
+    try_server_stat(addr, name)
+        .unwrap_or_else(|| panic!("memcached at {addr} gave no {name} in its stats"))
+}
+
+/// [`server_stat`], or `None` when the server cannot be asked (not listening yet, say) or its
+/// stats have no such number.
+fn try_server_stat(addr: SocketAddr, name: &str) -> Option<u64> {
     use std::io::{BufRead, BufReader, Write};
-    let mut stream = std::net::TcpStream::connect(addr).expect("memcached stats");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    stream.write_all(b"stats\r\n").unwrap();
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream.write_all(b"stats\r\n").ok()?;
     let prefix = format!("STAT {name} ");
     for line in BufReader::new(stream).lines() {
-        let line = line.expect("memcached stats reply");
+        let line = line.ok()?;
         if let Some(n) = line.strip_prefix(&prefix) {
-            return n.trim().parse().expect("a count");
+            return n.trim().parse().ok();
         }
-        assert_ne!(line, "END", "no {name} in memcached's stats");
+        if line == "END" {
+            return None;
+        }
     }
-    panic!("memcached closed the stats connection");
+    None
+}
+
+/// A runtime of one worker thread, as Pingora gives each of its services.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
 }
