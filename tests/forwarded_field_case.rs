@@ -131,3 +131,94 @@ fn a_background_revalidation_sends_the_names_of_the_request_that_triggered_it() 
         assert_has_line(&lines, line);
     }
 }
+
+/// The lines of `request`'s head that the origin should get as they are: every field but the
+/// hop-by-hop ones named here.
+fn sent_lines(request: &[u8], hop_by_hop: &[&str]) -> Vec<String> {
+    field_lines(request)
+        .into_iter()
+        .filter(|line| {
+            let name = line
+                .split(':')
+                .next()
+                .unwrap_or_default()
+                .to_ascii_lowercase();
+            !hop_by_hop.contains(&name.as_str())
+        })
+        .collect()
+}
+
+/// The origin's lines without the fields Lacquer adds.
+fn without_added(lines: &[String]) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|line| {
+            let name = line.split(':').next().unwrap_or_default();
+            ![
+                "via",
+                "x-forwarded-for",
+                "x-forwarded-proto",
+                "x-forwarded-host",
+                "Accept-Encoding",
+            ]
+            .contains(&name)
+        })
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn a_request_with_every_name_in_its_usual_form_reaches_the_origin_line_for_line() {
+    // each name as browsers and HTTP libraries write it, which a head without a case map is
+    // written in too (so none is built: pingora-core patch "request case map only when
+    // needed"), a custom name in lower case, and one removed on the way
+    let request = b"GET /case/usual HTTP/1.1\r\nHost: test\r\nUser-Agent: Mozilla/5.0\r\n\
+          Accept: text/html\r\nAccept-Language: en\r\nCookie: a=b\r\n\
+          Upgrade-Insecure-Requests: 1\r\nSec-Fetch-Dest: document\r\nSec-Fetch-Mode: navigate\r\n\
+          Sec-Fetch-Site: none\r\nSec-Fetch-User: ?1\r\nPriority: u=0, i\r\n\
+          X-Requested-With: XMLHttpRequest\r\nConnection: keep-alive, x-hop\r\nx-hop: 1\r\n\
+          x-app-trace: 5\r\n\r\n";
+    let (lines, status) = forward(request);
+    assert_eq!(status, 200);
+    assert_eq!(
+        without_added(&lines),
+        sent_lines(request, &["connection", "x-hop"]),
+        "{lines:#?}"
+    );
+    // a miss asks for the coding the cache stores, named as Pingora writes it
+    assert_has_line(&lines, "Accept-Encoding: gzip");
+}
+
+#[test]
+fn a_name_in_its_usual_form_then_in_another_keeps_both_forms() {
+    // the second value of a name comes in another form: the head needs its case map after all,
+    // found where the field is not the next one in the map's order
+    let (lines, status) = forward(
+        b"GET /case/later HTTP/1.1\r\nHost: test\r\nAccept: text/html\r\nUser-Agent: t\r\n\
+          ACCEPT: */*\r\n\r\n",
+    );
+    assert_eq!(status, 200);
+    for line in [
+        "Host: test",
+        "Accept: text/html",
+        "User-Agent: t",
+        "ACCEPT: */*",
+    ] {
+        assert_has_line(&lines, line);
+    }
+
+    // and the other way round, on a POST (a pass), with the odd form first
+    let (lines, status) = forward(
+        b"POST /case/first HTTP/1.1\r\nHost: test\r\nuser-AGENT: odd\r\nContent-Length: 2\r\n\
+          Content-Type: text/plain\r\n\r\nab",
+    );
+    assert_eq!(status, 200);
+    for line in [
+        "Host: test",
+        "user-AGENT: odd",
+        "Content-Length: 2",
+        "Content-Type: text/plain",
+    ] {
+        assert_has_line(&lines, line);
+    }
+}

@@ -34,13 +34,15 @@ const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host")
 /// a name is neither parsed back from text nor copied (pingora-http patch "names parsed once"):
 /// given as text it was parsed on every add, given as a `HeaderName` it was written out as text
 /// and parsed back (about 1,000 instructions per added field, `bench/miss_instructions.sh`).
-/// Each is written in lowercase, as Pingora writes a name it has no titled form for.
+/// Each is written as a head without a case map writes its name
+/// (`pingora_http::written_without_case`: the titled form Pingora has for it, else lowercase),
+/// so that the head is written the same with a case map as without one (a unit test checks).
 pub type AddedName = (HeaderName, &'static str);
 
 /// `Via` (RFC 9110 §7.6.3), on forwarded requests and on answers.
 pub const VIA: AddedName = (header::VIA, "via");
 /// `Accept-Encoding`, as a forwarded request asks for the coding the cache stores.
-pub const ACCEPT_ENCODING: AddedName = (header::ACCEPT_ENCODING, "accept-encoding");
+pub const ACCEPT_ENCODING: AddedName = (header::ACCEPT_ENCODING, "Accept-Encoding");
 /// `Cache-Status` (RFC 9211), on answers.
 pub const CACHE_STATUS: AddedName = (HeaderName::from_static("cache-status"), "cache-status");
 const ADDED_X_FORWARDED_FOR: AddedName = (X_FORWARDED_FOR, "x-forwarded-for");
@@ -311,13 +313,13 @@ pub fn add_forwarded_with(
 /// (padding, width) and `to_string` allocates, about 1,300 instructions for an IPv4 address on
 /// every forwarded request; an IPv4 address is written digit by digit here, an IPv6 one (rarer)
 /// with `Display` into the same buffer.
-struct IpText {
+pub(crate) struct IpText {
     bytes: [u8; 45],
     len: usize,
 }
 
 impl IpText {
-    fn new(ip: IpAddr) -> IpText {
+    pub(crate) fn new(ip: IpAddr) -> IpText {
         let mut text = IpText {
             bytes: [0; 45],
             len: 0,
@@ -353,7 +355,7 @@ impl IpText {
         self.len += 1;
     }
 
-    fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         // only ASCII digits, dots, colons and hex digits are written
         std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
     }
@@ -362,6 +364,21 @@ impl IpText {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn added_names_are_written_as_a_head_without_a_case_map_writes_them() {
+        for (name, text) in [
+            VIA,
+            ACCEPT_ENCODING,
+            CACHE_STATUS,
+            ADDED_X_FORWARDED_FOR,
+            ADDED_X_FORWARDED_PROTO,
+            ADDED_X_FORWARDED_HOST,
+            ADDED_FORWARDED,
+        ] {
+            assert_eq!(pingora_http::written_without_case(&name), text);
+        }
+    }
 
     #[test]
     fn connection_nominated_fields_are_removed() {

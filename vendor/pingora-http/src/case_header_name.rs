@@ -230,10 +230,39 @@ pub(crate) fn titled_header_name_str(header_name: &HeaderName) -> Option<&'stati
         header::X_CONTENT_TYPE_OPTIONS => "X-Content-Type-Options",
         header::X_FRAME_OPTIONS => "X-Frame-Options",
         header::X_XSS_PROTECTION => "X-XSS-Protection",
+        // LACQUER PATCH (request case map only when needed): the names requests commonly carry,
+        // so that a request received with them in these forms (as browsers, curl and most HTTP
+        // libraries write them) is forwarded without a case map
+        header::ACCEPT => "Accept",
+        header::ACCEPT_ENCODING => "Accept-Encoding",
+        header::ACCEPT_LANGUAGE => "Accept-Language",
+        header::AUTHORIZATION => "Authorization",
+        header::COOKIE => "Cookie",
+        header::DNT => "DNT",
+        header::IF_MATCH => "If-Match",
+        header::IF_MODIFIED_SINCE => "If-Modified-Since",
+        header::IF_NONE_MATCH => "If-None-Match",
+        header::IF_RANGE => "If-Range",
+        header::IF_UNMODIFIED_SINCE => "If-Unmodified-Since",
+        header::ORIGIN => "Origin",
+        header::RANGE => "Range",
+        header::REFERER => "Referer",
+        header::UPGRADE_INSECURE_REQUESTS => "Upgrade-Insecure-Requests",
+        header::USER_AGENT => "User-Agent",
         // TODO: add more const header here to map to their titled case
         // TODO: automatically upper case the first letter?
         _ => {
-            return None;
+            // LACQUER PATCH (request case map only when needed): names with no constant of
+            // their own, compared only when the name is none of the above
+            return match header_name.as_str() {
+                "sec-fetch-dest" => Some("Sec-Fetch-Dest"),
+                "sec-fetch-mode" => Some("Sec-Fetch-Mode"),
+                "sec-fetch-site" => Some("Sec-Fetch-Site"),
+                "sec-fetch-user" => Some("Sec-Fetch-User"),
+                "priority" => Some("Priority"),
+                "x-requested-with" => Some("X-Requested-With"),
+                _ => None,
+            };
         }
     })
 }

@@ -1634,38 +1634,44 @@ impl HttpSession {
     /// maybe edited since) the field names' case as the client sent them, for writing it to an
     /// HTTP/1 upstream; a field added since gets its titled name. The head is parsed without
     /// that map, so a request answered here (from a cache) never builds it.
+    ///
+    /// LACQUER PATCH (request case map only when needed): when every field was received in the
+    /// form a head without a case map is written in (`pingora_http::written_without_case`: its
+    /// titled form, else lower case), as most clients send them, no map is built: the head is
+    /// written the same without one, and the map cost about 500 instructions per field.
     pub fn restore_header_case(&self, req: &mut RequestHeader) {
-        let (buf, fields) = (&self.buf, &self.request_fields);
-        // the map lists names in the order they first came, so the next field received is
-        // nearly always the next name asked for: one comparison per field, and a scan only for
-        // a name's later values (the map keeps them together), for fields removed on the way
-        // (the scan moves the cursor past them) and for fields added since (not found)
-        let mut cursor = 0;
+        if !self.case_map_needed(req) {
+            return;
+        }
+        let mut received = ReceivedNames::new(&self.buf, &self.request_fields);
         req.set_header_case(|name, nth| {
-            let name = name.as_str().as_bytes();
-            // `name` is lowercase already: one side to fold
-            let named = |field: &KVRef| {
-                let received = field.get_name(buf);
-                received.len() == name.len()
-                    && received
-                        .iter()
-                        .zip(name)
-                        .all(|(r, n)| r.to_ascii_lowercase() == *n)
-            };
-            let at = match fields.get(cursor) {
-                Some(field) if nth == 0 && named(field) => cursor,
-                _ => fields
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, field)| named(field))
-                    .nth(nth)?
-                    .0,
-            };
-            if nth == 0 {
-                cursor = at + 1;
-            }
-            Some(fields[at].get_name_bytes(buf).into_case_header_name())
+            let at = received.find(name, nth)?;
+            Some(received.fields[at].get_name_bytes(received.buf).into_case_header_name())
         });
+    }
+
+    /// LACQUER PATCH (request case map only when needed): whether a field of `req` was received
+    /// in another form than `written_without_case` gives its name. Fields come in the order the
+    /// map lists them nearly always, so each is one comparison of bytes with the field at the
+    /// cursor; only a field elsewhere (a name's later value, fields removed or added since) is
+    /// looked for by [`ReceivedNames::find`].
+    fn case_map_needed(&self, req: &RequestHeader) -> bool {
+        let mut received = ReceivedNames::new(&self.buf, &self.request_fields);
+        let mut previous: Option<&http::HeaderName> = None;
+        let mut nth = 0;
+        req.headers.iter().any(|(name, _)| {
+            // as `set_header_case` visits them: a name's values together, counted by `nth`
+            nth = if previous == Some(name) { nth + 1 } else { 0 };
+            previous = Some(name);
+            let written = pingora_http::written_without_case(name).as_bytes();
+            if nth == 0 && received.name_at_cursor() == Some(written) {
+                received.cursor += 1;
+                return false;
+            }
+            received
+                .find(name, nth)
+                .is_some_and(|at| received.name(at) != written)
+        })
     }
 
     /// Return the raw bytes of the request header.
@@ -2209,6 +2215,61 @@ fn escape_illegal_request_line(buf: &BytesMut) -> Option<BytesMut> {
 /// refuses any other byte, so a field stored under either name is one this says yes to.
 fn is_framing_field_name(name: &[u8]) -> bool {
     name.eq_ignore_ascii_case(b"content-length") || name.eq_ignore_ascii_case(b"transfer-encoding")
+}
+
+/// LACQUER PATCH (case map on demand): where each of a request head's field names lies in the
+/// buffer it was read into, looked up by name in the order a header map lists them. The map
+/// lists names in the order they first came, so the next field received is nearly always the
+/// next name asked for: one comparison per field, and a scan only for a name's later values
+/// (the map keeps them together), for fields removed on the way (the scan moves the cursor past
+/// them) and for fields added since (not found).
+struct ReceivedNames<'a> {
+    buf: &'a Bytes,
+    fields: &'a [KVRef],
+    cursor: usize,
+}
+
+impl<'a> ReceivedNames<'a> {
+    fn new(buf: &'a Bytes, fields: &'a [KVRef]) -> Self {
+        ReceivedNames {
+            buf,
+            fields,
+            cursor: 0,
+        }
+    }
+
+    /// The index of the field received as the `nth` value of `name`, if there was one.
+    fn find(&mut self, name: &http::HeaderName, nth: usize) -> Option<usize> {
+        let name = name.as_str().as_bytes();
+        let buf = self.buf;
+        // `name` is lowercase already: one side to fold
+        let named = |field: &KVRef| field.get_name(buf).eq_ignore_ascii_case(name);
+        let at = match self.fields.get(self.cursor) {
+            Some(field) if nth == 0 && named(field) => self.cursor,
+            _ => {
+                self.fields
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, field)| named(field))
+                    .nth(nth)?
+                    .0
+            }
+        };
+        if nth == 0 {
+            self.cursor = at + 1;
+        }
+        Some(at)
+    }
+
+    /// The name of field `at` as received.
+    fn name(&self, at: usize) -> &'a [u8] {
+        self.fields[at].get_name(self.buf)
+    }
+
+    /// The name of the field at the cursor (the one after the last found), as received.
+    fn name_at_cursor(&self) -> Option<&'a [u8]> {
+        self.fields.get(self.cursor).map(|field| field.get_name(self.buf))
+    }
 }
 
 // LACQUER PATCH (request framing once): the header array comes uninitialised
