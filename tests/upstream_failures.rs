@@ -345,3 +345,61 @@ async fn the_total_deadline_bounds_the_request_across_attempts() {
     );
     lacquer.assert_no_panic();
 }
+
+/// An origin's `Content-Length` in each form: one value, equal values listed or repeated, leading
+/// zeros are one length and the answer is relayed whole; unequal values, a sign or a stray byte
+/// frame the body ambiguously, and the answer is refused (502), never relayed or stored. For a
+/// cacheable GET (the standard path's miss and the direct one) and a POST (a direct pass).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_origin_s_content_length_is_read_in_every_form_the_rfc_allows_and_no_other() {
+    const FORMS: [(&str, bool); 8] = [
+        ("Content-Length: 5", true),
+        ("Content-Length: 5, 5", true),
+        ("Content-Length: 5\r\nContent-Length: 5", true),
+        ("Content-Length: 005", true),
+        ("Content-Length: 5\r\nContent-Length: 6", false),
+        ("Content-Length: 5, 6", false),
+        ("Content-Length: +5", false),
+        ("Content-Length: 5x", false),
+    ];
+    let origin = RawOrigin::answering(|head, stream| {
+        // `/cl/{i}/...`: the form numbered i
+        let i: usize = path_of(head)
+            .split('/')
+            .nth(2)
+            .and_then(|i| i.parse().ok())
+            .unwrap_or(0);
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\n{}\r\n\r\nhello",
+            FORMS[i].0
+        );
+        let _ = stream.write_all(answer.as_bytes());
+        let _ = stream.flush();
+    });
+    let config = format!("[log]\naccess = \"off\"\n{NO_PASSIVE}");
+    let lacquer = LacquerProcess::start_simple(origin.addr, &config);
+    for (i, (form, valid)) in FORMS.iter().enumerate() {
+        let get_first = get(&lacquer.url(&format!("/cl/{i}/get")), &[]).await;
+        let get_again = get(&lacquer.url(&format!("/cl/{i}/get")), &[]).await;
+        let post = post(&lacquer.url(&format!("/cl/{i}/post")), &[], "q=1").await;
+        for (what, resp) in [
+            ("GET", &get_first),
+            ("the GET again", &get_again),
+            ("POST", &post),
+        ] {
+            if *valid {
+                assert_eq!(resp.status, 200, "{form:?}, {what}");
+                assert_eq!(resp.text(), "hello", "{form:?}, {what}");
+            } else {
+                assert_eq!(resp.status, 502, "{form:?}, {what}: {:?}", resp.text());
+            }
+        }
+        if *valid {
+            assert!(
+                get_again.is_hit(),
+                "{form:?}: {:?}",
+                get_again.cache_status()
+            );
+        }
+    }
+}

@@ -334,8 +334,18 @@ pub(crate) fn content_length_parse_all(headers: &HMap) -> Option<u64> {
     // If multiple Content-Length headers were sent, everything can still be
     // alright if they all contain the same value, and all parse correctly. If
     // not, then it's an error.
+    let values = headers.get_all(header::CONTENT_LENGTH);
+    // LACQUER PATCH (content length read at once): the usual field, one value of digits only,
+    // is its own answer; the loop below (visible ASCII, comma-separated, trimmed, all equal)
+    // gives the same for it, at about twice the instructions, four times per forwarded request
+    let mut iter = values.iter();
+    if let (Some(value), None) = (iter.next(), iter.next()) {
+        if let Some(n) = from_digits(value.as_bytes()) {
+            return Some(n);
+        }
+    }
     let mut content_length: Option<u64> = None;
-    for value in headers.get_all(header::CONTENT_LENGTH) {
+    for value in values {
         // A non-visible-ASCII value can't be a valid Content-Length, so the
         // framing is ambiguous.
         let line = value.to_str().ok()?;
