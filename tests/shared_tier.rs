@@ -691,7 +691,9 @@ async fn a_planted_value_is_rejected_by_every_reader_queued_behind_it() {
     let origin = scripted_origin();
     let dir = TempDir::new("decodings-planted");
     let (node, admin) = reading_only_memcached(&cluster, &origin, &dir);
-    let path = "/planted-popular?cc=max-age%3D300";
+    // the origin takes 3 s: a reader that reaches the proxy only after the server thawed (a
+    // loaded machine) still finds the planted value, not the origin's page written over it
+    let path = "/planted-popular?cc=max-age%3D300&sleep=3000";
     let key = memcached_key("lq", &lacquer::proxy::cache_key::of_url(SITE[0].1, path));
     let owner = owner_of(&cluster, path);
     let planted = b"LQ\x01\x01not an entry, though it starts like one";
