@@ -1651,10 +1651,9 @@ impl HttpSession {
     }
 
     /// LACQUER PATCH (request case map only when needed): whether a field of `req` was received
-    /// in another form than `written_without_case` gives its name. Fields come in the order the
-    /// map lists them nearly always, so each is one comparison of bytes with the field at the
-    /// cursor; only a field elsewhere (a name's later value, fields removed or added since) is
-    /// looked for by [`ReceivedNames::find`].
+    /// in another form than `written_without_case` gives its name; each field is found as
+    /// `set_header_case` would find it ([`ReceivedNames::find`]: nearly always the one at the
+    /// cursor, one comparison).
     fn case_map_needed(&self, req: &RequestHeader) -> bool {
         let mut received = ReceivedNames::new(&self.buf, &self.request_fields);
         let mut previous: Option<&http::HeaderName> = None;
@@ -1663,14 +1662,9 @@ impl HttpSession {
             // as `set_header_case` visits them: a name's values together, counted by `nth`
             nth = if previous == Some(name) { nth + 1 } else { 0 };
             previous = Some(name);
-            let written = pingora_http::written_without_case(name).as_bytes();
-            if nth == 0 && received.name_at_cursor() == Some(written) {
-                received.cursor += 1;
-                return false;
-            }
             received
                 .find(name, nth)
-                .is_some_and(|at| received.name(at) != written)
+                .is_some_and(|at| !received.as_written(at, name))
         })
     }
 
@@ -2218,15 +2212,30 @@ fn is_framing_field_name(name: &[u8]) -> bool {
 }
 
 /// LACQUER PATCH (case map on demand): where each of a request head's field names lies in the
-/// buffer it was read into, looked up by name in the order a header map lists them. The map
-/// lists names in the order they first came, so the next field received is nearly always the
-/// next name asked for: one comparison per field, and a scan only for a name's later values
-/// (the map keeps them together), for fields removed on the way (the scan moves the cursor past
-/// them) and for fields added since (not found).
+/// buffer it was read into, looked up by name in the order a header map lists them: the `nth`
+/// value of a name is the `nth` field received under it. The map lists names in the order they
+/// first came unless a field was removed since (a removal moves the map's last name into its
+/// place), so the next field received is nearly always the next name asked for: one comparison
+/// per field, and a scan for the rest (a name's later values, which the map keeps together, and
+/// names out of order).
+///
+/// LACQUER PATCH (request case map only when needed): the field at the cursor is taken for a
+/// name's first value only when every field before it has been found already: none of them can
+/// then be under this name, whose values the map lists together and has not listed yet. Without
+/// that condition, after a removal had reordered the map, a name's first value could be given
+/// the spelling of its later one (found by lacquer `tests/forwarded_field_case_attacks.rs`).
 struct ReceivedNames<'a> {
     buf: &'a Bytes,
     fields: &'a [KVRef],
     cursor: usize,
+    /// Which fields have been found (a head has at most 256 fields; past 256, the
+    /// cursor is not trusted and every name is looked for by a scan).
+    found: [u64; 4],
+    /// How many fields from the first have all been found.
+    found_prefix: usize,
+    /// The last field found, and whether it came in the form a head without a case map writes
+    /// its name in.
+    last_written: Option<(usize, bool)>,
 }
 
 impl<'a> ReceivedNames<'a> {
@@ -2235,17 +2244,30 @@ impl<'a> ReceivedNames<'a> {
             buf,
             fields,
             cursor: 0,
+            found: [0; 4],
+            found_prefix: 0,
+            last_written: None,
         }
     }
 
     /// The index of the field received as the `nth` value of `name`, if there was one.
     fn find(&mut self, name: &http::HeaderName, nth: usize) -> Option<usize> {
+        // most names come in the form a head without a case map writes them in: compared as
+        // bytes first, folded only when that differs (folding costs about 15 instructions a
+        // byte)
+        let written = pingora_http::written_without_case(name).as_bytes();
         let name = name.as_str().as_bytes();
         let buf = self.buf;
-        // `name` is lowercase already: one side to fold
-        let named = |field: &KVRef| field.get_name(buf).eq_ignore_ascii_case(name);
+        let mut as_written = false;
+        let mut named = |field: &KVRef| {
+            let received = field.get_name(buf);
+            as_written = received == written;
+            received.len() == name.len() && (as_written || received.eq_ignore_ascii_case(name))
+        };
         let at = match self.fields.get(self.cursor) {
-            Some(field) if nth == 0 && named(field) => self.cursor,
+            Some(field) if nth == 0 && self.found_prefix >= self.cursor && named(field) => {
+                self.cursor
+            }
             _ => {
                 self.fields
                     .iter()
@@ -2255,20 +2277,39 @@ impl<'a> ReceivedNames<'a> {
                     .0
             }
         };
+        // (`named` last compared the field found)
+        self.last_written = Some((at, as_written));
         if nth == 0 {
             self.cursor = at + 1;
         }
+        self.note_found(at);
         Some(at)
     }
 
-    /// The name of field `at` as received.
-    fn name(&self, at: usize) -> &'a [u8] {
-        self.fields[at].get_name(self.buf)
+    fn note_found(&mut self, at: usize) {
+        let Some(word) = self.found.get_mut(at / 64) else {
+            return;
+        };
+        *word |= 1 << (at % 64);
+        while self
+            .found
+            .get(self.found_prefix / 64)
+            .is_some_and(|word| word & (1 << (self.found_prefix % 64)) != 0)
+        {
+            self.found_prefix += 1;
+        }
     }
 
-    /// The name of the field at the cursor (the one after the last found), as received.
-    fn name_at_cursor(&self) -> Option<&'a [u8]> {
-        self.fields.get(self.cursor).map(|field| field.get_name(self.buf))
+    /// Whether field `at` (found for `name`) was received in the form a head without a case
+    /// map writes `name` in: [`Self::find`] has just compared it, and remembers the answer.
+    fn as_written(&self, at: usize, name: &http::HeaderName) -> bool {
+        match self.last_written {
+            Some((found, as_written)) if found == at => as_written,
+            _ => {
+                self.fields[at].get_name(self.buf)
+                    == pingora_http::written_without_case(name).as_bytes()
+            }
+        }
     }
 }
 

@@ -1048,12 +1048,23 @@ impl HttpSession {
     // This is a hack for pingora-proxy to create subrequests from h2 server session
     // TODO: be able to convert from h2 to h1 subrequest
     pub fn pseudo_raw_h1_request_header(&self) -> Bytes {
+        // LACQUER PATCH (h2 subrequests): written as the HTTP/1.1 request it stands for, its
+        // `:authority` as `Host` when it has none. A subrequest (a background revalidation)
+        // parses this text as an HTTP/1 head, which refused `HTTP/2` as a version: an HTTP/2
+        // client's stale hit was never refreshed, and its cache lock was left taken.
+        let mut head = self.request_header.clone();
+        head.set_version(http::Version::HTTP_11);
+        if !head.headers.contains_key(header::HOST) {
+            if let Some(authority) = head.uri.authority().map(|a| a.as_str().to_owned()) {
+                let _ = head.insert_header(header::HOST, authority);
+            }
+        }
         // `http_req_header_to_wire` returns `None` for an unsupported HTTP
         // version or a request target containing forbidden delimiter bytes.
-        // Neither should happen here: H2 sessions always carry `HTTP_2`, and
+        // Neither should happen here: the version is HTTP/1.1, and
         // forbidden targets are rejected when the session is created (see
         // `from_h2_conn`).
-        http_req_header_to_wire(&self.request_header)
+        http_req_header_to_wire(&head)
             .map(|buf| buf.freeze())
             .expect("http_req_header_to_wire should not fail for a validated h2 request")
     }
