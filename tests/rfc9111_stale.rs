@@ -74,6 +74,60 @@ async fn stale_while_revalidate_serves_stale_and_refreshes_once_in_the_backgroun
     assert_eq!(origin.hits_for(&path), 2, "exactly one coalesced refresh");
 }
 
+/// The same for an HTTP/2 client: its stale hit is refreshed in the background too. (Pingora's
+/// revalidation is a subrequest that parses the client's request head as HTTP/1 text, which was
+/// written `HTTP/2` and refused: the refresh never happened; pingora-core patch 0031.)
+#[tokio::test]
+async fn stale_while_revalidate_refreshes_for_an_http2_client_too() {
+    let origin = scripted_origin();
+    let lacquer = proxy(&origin, "");
+    let path = format!(
+        "/swr-h2?cc={}&cc304={}&etag={}&r304=1",
+        q("max-age=1, stale-while-revalidate=600"),
+        q("max-age=3600"),
+        q("\"v1\"")
+    );
+    let url = lacquer.url(&path);
+    let (sender, driver) = h2_connect_default(lacquer.addr()).await;
+    let stored = h2_get(&sender, &url, Duration::from_secs(10)).await;
+    assert_eq!(stored.status, 200);
+    let_it_go_stale().await;
+    let stale = h2_get(&sender, &url, Duration::from_secs(10)).await;
+    assert_eq!(stale.body, stored.body, "served the stale entry");
+    assert!(
+        origin
+            .wait_for_hits_for_async(&path, 2, Duration::from_secs(20))
+            .await,
+        "no background refresh"
+    );
+    assert_eq!(
+        origin.requests_for(&path)[1].header("if-none-match"),
+        Some("\"v1\"")
+    );
+    // once the refresh is stored, a fresh hit with its hour of freshness
+    let ttl = |answer: &H2Answer| {
+        answer
+            .fields
+            .get("cache-status")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split("ttl=").nth(1))
+            .and_then(|t| t.split(';').next())
+            .and_then(|t| t.parse::<i64>().ok())
+            .unwrap_or(0)
+    };
+    let mut hit = h2_get(&sender, &url, Duration::from_secs(10)).await;
+    for _ in 0..100 {
+        if ttl(&hit) > 3000 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        hit = h2_get(&sender, &url, Duration::from_secs(10)).await;
+    }
+    assert!(ttl(&hit) > 3000, "{:?}", hit.fields.get("cache-status"));
+    assert_eq!(origin.hits_for(&path), 2, "exactly one refresh");
+    driver.abort();
+}
+
 #[tokio::test]
 async fn stale_if_error_serves_stale_when_the_origin_fails() {
     let origin = scripted_origin();
