@@ -211,7 +211,9 @@ impl CachePolicy {
             }
         }
         cc.strip_private_headers(&mut header);
-        RespCacheable::Cacheable(build_meta(&fresh, now, swr, sie, header))
+        let mut meta = build_meta(&fresh, now, swr, sie, header);
+        meta.extensions_mut().insert(RequestSent(request_time));
+        RespCacheable::Cacheable(meta)
     }
 }
 
@@ -250,6 +252,13 @@ impl CachePolicy {
         }
     }
 }
+
+/// When the request that brought a response was sent (`request_time`), carried in its
+/// `CacheMeta`'s extensions to the storage that stores it: a purge or ban issued after that
+/// may have changed the resource before the origin answered, so it must cover the stored
+/// response (`crate::storage::memory`'s fill dates the entry by it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestSent(pub SystemTime);
 
 /// Metadata for a response received at `now` with the given freshness.
 ///

@@ -27,6 +27,7 @@
 
 use super::mapped::MappedBody;
 use super::{key_of, MemoryTier, SharedWriteInFlight};
+use crate::policy::RequestSent;
 use crate::storage::ban_list::scope::EntryScopes;
 use crate::storage::object::{owned_chunk, Body, StoredMeta};
 use async_trait::async_trait;
@@ -262,11 +263,21 @@ impl MemoryMiss {
     pub(super) fn start(tier: &'static MemoryTier, cache_key: &CacheKey, meta: &CacheMeta) -> Self {
         let primary = key_of(cache_key.primary_bin());
         let key = key_of(cache_key.combined_bin());
-        let mut meta = StoredMeta::from_meta(meta);
-        // Pingora's `created` has whole seconds; variants are retired by comparing it with the
-        // primary slot's (see `proxy::fast_hit::variant_is_current`), so a purge and a refill
-        // within one second must still order: record when this fill started, to the nanosecond.
-        meta.created = meta.created.max(SystemTime::now());
+        let mut stored = StoredMeta::from_meta(meta);
+        // A `Date` has whole seconds, so `created` (the reception less the answer's age) can be
+        // up to a second early; variants are retired by comparing it with the primary slot's
+        // (see `proxy::fast_hit::variant_is_current`), so a purge and a refill within one second
+        // must still order: the entry is dated when its request was sent, to the nanosecond
+        // (the policy's `RequestSent`; a meta without one, when this fill started). Not when
+        // the answer came: a purge issued while the origin prepared it may have changed the
+        // resource, and must cover the entry (`StoredMeta::validated`); dated by its arrival,
+        // the answer was stored after the purge and served as if it had never happened.
+        let sent = meta
+            .extensions()
+            .get::<RequestSent>()
+            .map_or_else(SystemTime::now, |sent| sent.0);
+        stored.created = stored.created.max(sent);
+        let meta = stored;
         let scopes = tier.scopes_of(cache_key, &meta.header);
         let limit = tier.index.max_object_size();
         let buffer = BodyBuffer::new(declared_length(&meta), limit);
