@@ -242,7 +242,11 @@ impl CachePolicy {
             f.source != freshness::FreshnessSource::Heuristic && f.lifetime > f.initial_age
         });
         match self.response_decision(req, resp, request_time) {
-            RespCacheable::Cacheable(meta) if explicit && meta.is_fresh(now) => {
+            RespCacheable::Cacheable(mut meta) if explicit && meta.is_fresh(now) => {
+                // the POST's answer is what its own invalidation of the URL leads to: dated when
+                // it is stored (after that invalidation), not when the POST was sent, which the
+                // invalidation would cover
+                meta.extensions_mut().remove::<RequestSent>();
                 RespCacheable::Cacheable(meta)
             }
             RespCacheable::Cacheable(_) => {
