@@ -1645,7 +1645,7 @@ impl HttpSession {
         }
         let mut received = ReceivedNames::new(&self.buf, &self.request_fields);
         req.set_header_case(|name, nth| {
-            let at = received.find(name, nth)?;
+            let (at, _) = received.find(name, nth)?;
             Some(received.fields[at].get_name_bytes(received.buf).into_case_header_name())
         });
     }
@@ -1664,7 +1664,7 @@ impl HttpSession {
             previous = Some(name);
             received
                 .find(name, nth)
-                .is_some_and(|at| !received.as_written(at, name))
+                .is_some_and(|(_, as_written)| !as_written)
         })
     }
 
@@ -2233,9 +2233,6 @@ struct ReceivedNames<'a> {
     found: [u64; 4],
     /// How many fields from the first have all been found.
     found_prefix: usize,
-    /// The last field found, and whether it came in the form a head without a case map writes
-    /// its name in.
-    last_written: Option<(usize, bool)>,
 }
 
 impl<'a> ReceivedNames<'a> {
@@ -2246,12 +2243,12 @@ impl<'a> ReceivedNames<'a> {
             cursor: 0,
             found: [0; 4],
             found_prefix: 0,
-            last_written: None,
         }
     }
 
-    /// The index of the field received as the `nth` value of `name`, if there was one.
-    fn find(&mut self, name: &http::HeaderName, nth: usize) -> Option<usize> {
+    /// The index of the field received as the `nth` value of `name`, if there was one, and
+    /// whether it came in the form a head without a case map writes `name` in.
+    fn find(&mut self, name: &http::HeaderName, nth: usize) -> Option<(usize, bool)> {
         // most names come in the form a head without a case map writes them in: compared as
         // bytes first, folded only when that differs (folding costs about 15 instructions a
         // byte)
@@ -2277,13 +2274,12 @@ impl<'a> ReceivedNames<'a> {
                     .0
             }
         };
-        // (`named` last compared the field found)
-        self.last_written = Some((at, as_written));
         if nth == 0 {
             self.cursor = at + 1;
         }
         self.note_found(at);
-        Some(at)
+        // (`named` last compared the field found)
+        Some((at, as_written))
     }
 
     fn note_found(&mut self, at: usize) {
@@ -2297,18 +2293,6 @@ impl<'a> ReceivedNames<'a> {
             .is_some_and(|word| word & (1 << (self.found_prefix % 64)) != 0)
         {
             self.found_prefix += 1;
-        }
-    }
-
-    /// Whether field `at` (found for `name`) was received in the form a head without a case
-    /// map writes `name` in: [`Self::find`] has just compared it, and remembers the answer.
-    fn as_written(&self, at: usize, name: &http::HeaderName) -> bool {
-        match self.last_written {
-            Some((found, as_written)) if found == at => as_written,
-            _ => {
-                self.fields[at].get_name(self.buf)
-                    == pingora_http::written_without_case(name).as_bytes()
-            }
         }
     }
 }
