@@ -303,27 +303,9 @@ fn behind_the_tls_listener_secure_proxy_ssl_header_sees_https_without_a_redirect
         return;
     };
     let dir = TempDir::new("django-tls");
-    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    let made = Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-        ])
-        .args(["-subj", "/CN=localhost", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("openssl is installed");
-    assert!(made.status.success(), "{}", stderr_text(&made));
+    let tls = self_signed_cert(dir.path());
     let tls_port = free_port();
-    let lacquer = lacquer_in_front(
-        &site,
-        &format!(
-            "[tls]\nlisten = [\"127.0.0.1:{tls_port}\"]\ncert = \"{}\"\nkey = \"{}\"",
-            cert.display(),
-            key.display()
-        ),
-    );
+    let lacquer = lacquer_in_front(&site, &tls.tls_toml(&format!("127.0.0.1:{tls_port}")));
     let curl = |url: &str| {
         let out = Command::new("curl")
             .args([

@@ -198,10 +198,8 @@ fn proxy_protocol_comes_before_tls_and_the_scheme_is_https() {
     let _lacquer = LacquerProcess::start_simple(
         origin.addr(),
         &format!(
-            "[log]\naccess = \"off\"\n[tls]\nlisten = [\"127.0.0.1:{tls_port} proxy_protocol\"]\n\
-             cert = \"{}\"\nkey = \"{}\"",
-            tls.cert.display(),
-            tls.key.display()
+            "[log]\naccess = \"off\"\n{}",
+            tls.tls_toml(&format!("127.0.0.1:{tls_port} proxy_protocol"))
         ),
     );
     // a real TLS client (Python's ssl) on a socket that first carries a v1 header

@@ -49,22 +49,9 @@ fn swr_304(base: &str, extra: &str) -> String {
 /// The `ttl=` of an h2 answer's `Cache-Status` (0 when there is none).
 fn ttl(answer: &H2Answer) -> i64 {
     answer
-        .fields
-        .get("cache-status")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split("ttl=").nth(1))
-        .and_then(|t| t.split(';').next())
-        .and_then(|t| t.trim().parse::<i64>().ok())
+        .cache_status_param("ttl")
+        .and_then(|t| t.parse().ok())
         .unwrap_or(0)
-}
-
-fn cache_status(answer: &H2Answer) -> String {
-    answer
-        .fields
-        .get("cache-status")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string()
 }
 
 async fn fetch(
@@ -104,7 +91,7 @@ async fn wait_fresh(sender: &SendRequest<Bytes>, url: &str, fields: &[(&str, &st
     assert!(
         ttl(&fresh) > 3000,
         "{url}: never refreshed: {}",
-        cache_status(&fresh)
+        fresh.cache_status()
     );
     fresh
 }
@@ -124,7 +111,7 @@ async fn h2_refresh_is_a_conditional_http11_get_with_the_miss_s_host() {
     let stale = fetch(&sender, "GET", &url, &[]).await;
     assert_eq!(stale.status, 200);
     assert_eq!(stale.body, stored.body, "served the stale entry");
-    assert!(ttl(&stale) <= 0, "stale: {}", cache_status(&stale));
+    assert!(ttl(&stale) <= 0, "stale: {}", stale.cache_status());
     assert!(
         origin.wait_for_hits_for_async(&path, 2, WITHIN).await,
         "no refresh"
@@ -171,7 +158,7 @@ async fn h2_refresh_answered_200_stores_the_new_body() {
     let want = format!("{path} #2");
     let next = poll_get(&sender, &url, &[], |a| a.text() != format!("{path} #1")).await;
     assert_eq!(next.status, 200);
-    assert_eq!(next.text(), want, "{}", cache_status(&next));
+    assert_eq!(next.text(), want, "{}", next.cache_status());
     assert_eq!(
         next.fields
             .get("content-length")
@@ -211,7 +198,7 @@ async fn h2_refresh_of_a_vary_variant_uses_and_stores_that_variant() {
     assert!(
         ttl(&stale_b) <= 0,
         "b is still stale: {}",
-        cache_status(&stale_b)
+        stale_b.cache_status()
     );
     assert!(origin.wait_for_hits_for_async(&path, 4, WITHIN).await);
     let fresh_b = wait_fresh(&sender, &url, &b).await;
@@ -235,7 +222,7 @@ async fn h2_refresh_of_a_cookie_variant_sent_as_two_cookie_fields() {
     let stored = fetch(&sender, "GET", &url, &cookies).await;
     assert_eq!(stored.status, 200);
     let again = fetch(&sender, "GET", &url, &cookies).await;
-    assert_eq!(again.body, stored.body, "a hit: {}", cache_status(&again));
+    assert_eq!(again.body, stored.body, "a hit: {}", again.cache_status());
     let_it_go_stale().await;
     let stale = fetch(&sender, "GET", &url, &cookies).await;
     assert_eq!(stale.body, stored.body);
@@ -346,7 +333,7 @@ async fn h2_many_concurrent_streams_on_a_stale_entry_make_one_refresh() {
     }
     for answer in all.join_all().await {
         assert_eq!(answer.status, 200);
-        assert_eq!(answer.body, stored.body, "{}", cache_status(&answer));
+        assert_eq!(answer.body, stored.body, "{}", answer.cache_status());
     }
     assert!(origin.wait_for_hits_for_async(&path, 2, WITHIN).await);
     wait_fresh(&sender, &url, &[]).await;
@@ -384,56 +371,45 @@ async fn h2_slow_refresh_serves_stale_meanwhile_and_refreshes_once() {
     driver.abort();
 }
 
-/// The refresh answered 503 (`stale-if-error` too): the stale entry goes on being served, not
-/// the error, and later requests are answered (no cache lock left taken).
-#[tokio::test]
-async fn h2_refresh_answered_5xx_keeps_serving_the_stale_entry() {
+/// The stale entry of `path`, whose refresh fails (`path`'s script says how), goes on being
+/// served, not the failure, and later requests are answered (no cache lock left taken).
+async fn stale_served_after_a_failed_refresh(path: &str) {
     let origin = scripted_origin();
     let lacquer = proxy(&origin);
-    let path = format!(
-        "/h2a/5xx?cc={}&fail_after=1",
-        q("max-age=1, stale-while-revalidate=600, stale-if-error=600")
-    );
-    let url = lacquer.url(&path);
+    let url = lacquer.url(path);
     let (sender, driver) = h2_connect_default(lacquer.addr()).await;
     let stored = fetch(&sender, "GET", &url, &[]).await;
     let_it_go_stale().await;
     let stale = fetch(&sender, "GET", &url, &[]).await;
     assert_eq!(stale.body, stored.body);
-    assert!(origin.wait_for_hits_for_async(&path, 2, WITHIN).await);
+    assert!(origin.wait_for_hits_for_async(path, 2, WITHIN).await);
     for _ in 0..10 {
         let next = fetch(&sender, "GET", &url, &[]).await;
-        assert_eq!(next.status, 200, "{}", cache_status(&next));
-        assert_eq!(next.body, stored.body, "{}", cache_status(&next));
+        assert_eq!(next.status, 200, "{}", next.cache_status());
+        assert_eq!(next.body, stored.body, "{}", next.cache_status());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     driver.abort();
 }
 
-/// The origin closes the refresh's connection without an answer: still the stale entry, and
-/// later requests are answered.
+/// The refresh answered 503 (`stale-if-error` too).
+#[tokio::test]
+async fn h2_refresh_answered_5xx_keeps_serving_the_stale_entry() {
+    stale_served_after_a_failed_refresh(&format!(
+        "/h2a/5xx?cc={}&fail_after=1",
+        q("max-age=1, stale-while-revalidate=600, stale-if-error=600")
+    ))
+    .await;
+}
+
+/// The origin closes the refresh's connection without an answer.
 #[tokio::test]
 async fn h2_refresh_without_an_answer_keeps_serving_the_stale_entry() {
-    let origin = scripted_origin();
-    let lacquer = proxy(&origin);
-    let path = format!(
+    stale_served_after_a_failed_refresh(&format!(
         "/h2a/closed?cc={}&close_after=1",
         q("max-age=1, stale-while-revalidate=600")
-    );
-    let url = lacquer.url(&path);
-    let (sender, driver) = h2_connect_default(lacquer.addr()).await;
-    let stored = fetch(&sender, "GET", &url, &[]).await;
-    let_it_go_stale().await;
-    let stale = fetch(&sender, "GET", &url, &[]).await;
-    assert_eq!(stale.body, stored.body);
-    assert!(origin.wait_for_hits_for_async(&path, 2, WITHIN).await);
-    for _ in 0..10 {
-        let next = fetch(&sender, "GET", &url, &[]).await;
-        assert_eq!(next.status, 200, "{}", cache_status(&next));
-        assert_eq!(next.body, stored.body);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    driver.abort();
+    ))
+    .await;
 }
 
 /// What the client sees after an invalidation (`how`: "PURGE" or "POST") made while the refresh
@@ -557,7 +533,7 @@ async fn h2_head_on_a_stale_entry_refreshes_with_a_get() {
             next.text(),
             format!("{path} #2"),
             "{} after a {} refresh",
-            cache_status(&next),
+            next.cache_status(),
             requests[1].method
         );
     }
@@ -611,7 +587,7 @@ async fn h2_range_on_a_stale_entry_refreshes_the_whole_entry() {
     assert_eq!(stored.body.len(), 5000);
     let_it_go_stale().await;
     let part = fetch(&sender, "GET", &url, &[("range", "bytes=10-19")]).await;
-    assert_eq!(part.status, 206, "{}", cache_status(&part));
+    assert_eq!(part.status, 206, "{}", part.cache_status());
     assert_eq!(part.body, stored.body[10..20]);
     assert!(origin.wait_for_hits_for_async(&path, 2, WITHIN).await);
     let refresh = &origin.requests_for(&path)[1];
@@ -633,9 +609,8 @@ async fn h2_over_tls_refreshes_the_https_entry() {
     let server = ca.server_cert("lacquer");
     let tls_port = free_port();
     let extra = format!(
-        "[log]\naccess = \"off\"\n[tls]\nlisten = [\"127.0.0.1:{tls_port}\"]\ncert = \"{}\"\nkey = \"{}\"",
-        server.cert.display(),
-        server.key.display()
+        "[log]\naccess = \"off\"\n{}",
+        server.tls_toml(&format!("127.0.0.1:{tls_port}"))
     );
     let lacquer = LacquerProcess::start_simple(origin.addr(), &extra);
     let path = swr_304("/h2a/tls", "");
@@ -659,7 +634,7 @@ async fn h2_over_tls_refreshes_the_https_entry() {
     assert!(
         ttl(&still_stale) <= 0,
         "the http entry was refreshed instead: {}",
-        cache_status(&still_stale)
+        still_stale.cache_status()
     );
     assert!(origin.wait_for_hits_for_async(&path, 4, WITHIN).await);
     let fresh_http = wait_fresh(&h2c, &http_url, &[]).await;

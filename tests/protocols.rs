@@ -27,12 +27,11 @@ async fn h2c_prior_knowledge_is_served_and_cached() {
 fn tls_listener_negotiates_h2_with_alpn() {
     let origin = scripted_origin();
     let dir = TempDir::new("lacquer-tls");
-    let CertFiles { cert, key } = self_signed_cert(dir.path());
+    let tls = self_signed_cert(dir.path());
     let tls_port = free_port();
     let extra = format!(
-        "[log]\naccess = \"off\"\n[tls]\nlisten = [\"127.0.0.1:{tls_port}\"]\ncert = \"{}\"\nkey = \"{}\"",
-        cert.display(),
-        key.display()
+        "[log]\naccess = \"off\"\n{}",
+        tls.tls_toml(&format!("127.0.0.1:{tls_port}"))
     );
     let _lacquer = LacquerProcess::start_simple(origin.addr(), &extra);
     let url = format!("https://127.0.0.1:{tls_port}/tls?cc=max-age%3D60");
@@ -517,9 +516,8 @@ async fn answers_of_many_streams_on_one_connection_arrive_whole_over_h2c_and_tls
     let server = ca.server_cert("lacquer");
     let tls_port = free_port();
     let extra = format!(
-        "[log]\naccess = \"off\"\n[tls]\nlisten = [\"127.0.0.1:{tls_port}\"]\ncert = \"{}\"\nkey = \"{}\"",
-        server.cert.display(),
-        server.key.display()
+        "[log]\naccess = \"off\"\n{}",
+        server.tls_toml(&format!("127.0.0.1:{tls_port}"))
     );
     let lacquer = LacquerProcess::start_simple(origin.addr(), &extra);
     let within = std::time::Duration::from_secs(10);

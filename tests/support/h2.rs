@@ -173,6 +173,22 @@ impl H2Answer {
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
+
+    /// The `Cache-Status` field, all values joined with `", "` (empty when there is none).
+    pub fn cache_status(&self) -> String {
+        let all: Vec<&str> = self
+            .fields
+            .get_all("cache-status")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        all.join(", ")
+    }
+
+    /// A parameter of the last `Cache-Status` entry, as [`crate::client::Resp::cache_status_param`].
+    pub fn cache_status_param(&self, name: &str) -> Option<String> {
+        crate::client::cache_status_param(&self.cache_status(), name)
+    }
 }
 
 /// Reads the answer `response` promises, whole: its head, then its body as [`h2_read_body`]

@@ -12,6 +12,18 @@ pub struct CertFiles {
     pub key: PathBuf,
 }
 
+impl CertFiles {
+    /// Lacquer's `[tls]` config section: a listener on `listen` (an address, maybe followed by
+    /// ` proxy_protocol`) serving this certificate.
+    pub fn tls_toml(&self, listen: &str) -> String {
+        format!(
+            "[tls]\nlisten = [\"{listen}\"]\ncert = \"{}\"\nkey = \"{}\"\n",
+            self.cert.display(),
+            self.key.display()
+        )
+    }
+}
+
 /// A self-signed certificate for `localhost`, valid for a day, written into `dir`.
 pub fn self_signed_cert(dir: &Path) -> CertFiles {
     let cert = dir.join("cert.pem");

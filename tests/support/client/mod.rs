@@ -93,16 +93,7 @@ impl Resp {
     /// `Some("")` for a bare flag like `hit` or `stored`, `Some(value)` for `key=value`
     /// (quotes removed), `None` if absent. E.g. `cache_status_param("fwd")` → `"miss"`.
     pub fn cache_status_param(&self, name: &str) -> Option<String> {
-        let cs = self.cache_status()?;
-        let last = cs.rsplit(',').next()?.trim().to_string();
-        last.split(';').skip(1).find_map(|p| {
-            let p = p.trim();
-            let (k, v) = match p.split_once('=') {
-                Some((k, v)) => (k.trim(), v.trim().trim_matches('"')),
-                None => (p, ""),
-            };
-            k.eq_ignore_ascii_case(name).then(|| v.to_string())
-        })
+        cache_status_param(&self.cache_status()?, name)
     }
 
     /// Whether the last `Cache-Status` entry says `stored`: this response was written to the
@@ -242,4 +233,19 @@ pub async fn request(
         Ok(r) => r,
         Err(e) => panic!("{method} {url} failed: {e:?}"),
     }
+}
+
+/// A parameter of the last (closest to the client) entry of the `Cache-Status` value `cs`:
+/// `Some("")` for a bare flag like `hit` or `stored`, `Some(value)` for `key=value` (quotes
+/// removed), `None` if absent. For [`Resp::cache_status_param`] and the HTTP/2 answers' twin.
+pub fn cache_status_param(cs: &str, name: &str) -> Option<String> {
+    let last = cs.rsplit(',').next()?.trim();
+    last.split(';').skip(1).find_map(|p| {
+        let p = p.trim();
+        let (k, v) = match p.split_once('=') {
+            Some((k, v)) => (k.trim(), v.trim().trim_matches('"')),
+            None => (p, ""),
+        };
+        k.eq_ignore_ascii_case(name).then(|| v.to_string())
+    })
 }
