@@ -158,6 +158,31 @@ pub fn validate(
     Ok(rules)
 }
 
+/// Checks that every rule's `backend_group` names a group of `backends`. A reload keeps the
+/// running backends (changing `[[upstreams]]` needs a hand-over), so the rules of a reloaded
+/// file, checked against the file's own backends, are checked again against the running ones:
+/// a rule sending requests to a group that is not running would answer them 502.
+pub fn check_groups_running(rules: &[Rule], backends: &[BackendConfig]) -> Result<(), ConfigError> {
+    let groups = backend_groups(backends);
+    for rule in rules {
+        let Some(name) = &rule.then.backend_group else {
+            continue;
+        };
+        if !groups.iter().any(|group| group.as_str() == &**name) {
+            // the label starts with the rule's place: `rules[2] "media"`
+            let place = rule.label.split(' ').next().unwrap_or("rules");
+            return Err(ConfigError::new(
+                format!("{place}.backend_group"),
+                format!(
+                    "no running backend has group = \"{name}\"; the file changes [[upstreams]], \
+                     which needs a hand-over or restart (a reload keeps the running backends)"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The backend groups named by `[[upstreams]]` `group`, in order of first appearance.
 pub fn backend_groups(backends: &[BackendConfig]) -> Vec<String> {
     let mut groups: Vec<String> = Vec::new();

@@ -4,9 +4,11 @@
 //! [`LiveSettings`] value: the validated [`Config`], the cache policy, the `Via` entries, the
 //! upstream pool's choices (around the same backends), the fairness cap and the compiled request
 //! rules. [`Live`] holds it in an [`ArcSwap`]: a phase loads it with one atomic read and no lock,
-//! a reload stores a new one, and requests already running keep the value they loaded until they
-//! let it go. The memory tier, the memcached cluster and the listeners are not here: they outlive
-//! reloads.
+//! a reload stores a new one. A request that goes past the fast path keeps the value it started
+//! with ([`Live::as_held`]), so that every later phase of it (the answer's head, the body
+//! filters, the retries) reads the same settings: what its request phase decided is often an
+//! index into them (a rule's response edits) and must not be read against another file's. The
+//! memory tier, the memcached cluster and the listeners are not here: they outlive reloads.
 
 use crate::config::Config;
 use crate::policy::CachePolicy;
@@ -15,6 +17,7 @@ use crate::rules::RequestRules;
 use crate::upstream::fairness::Fairness;
 use crate::upstream::Upstream;
 use arc_swap::{ArcSwap, Guard};
+use std::ops::Deref;
 use std::sync::Arc;
 
 /// What a request reads from the configuration, built once per (re)load.
@@ -104,8 +107,41 @@ impl Live {
         self.0.load_full()
     }
 
-    /// Replaces the settings; requests that loaded the old ones finish with them.
+    /// The settings a request started with, `held` (none: it keeps none, and reads the current
+    /// ones). While no reload has replaced them they are the current ones, loaded as [`Self::load`]
+    /// does; the request's own reference is only cloned after a reload, so the usual phase
+    /// touches no reference count shared by every request.
+    pub fn as_held(&self, held: Option<&Arc<LiveSettings>>) -> Settings {
+        let current = self.0.load();
+        match held {
+            Some(held) if !Arc::ptr_eq(held, &current) => Settings::Held(Arc::clone(held)),
+            _ => Settings::Current(current),
+        }
+    }
+
+    /// Replaces the settings; requests already past the fast path finish with the ones they
+    /// started with.
     pub fn store(&self, settings: LiveSettings) {
         self.0.store(Arc::new(settings));
+    }
+}
+
+/// One phase's view of a request's settings ([`Live::as_held`]): the current ones, or the ones
+/// it started with when a reload has replaced them since.
+pub enum Settings {
+    /// No reload since the request started (or it keeps none).
+    Current(Guard<Arc<LiveSettings>>),
+    /// Replaced by a reload while the request ran.
+    Held(Arc<LiveSettings>),
+}
+
+impl Deref for Settings {
+    type Target = LiveSettings;
+
+    fn deref(&self) -> &LiveSettings {
+        match self {
+            Settings::Current(guard) => guard,
+            Settings::Held(held) => held,
+        }
     }
 }

@@ -4,13 +4,15 @@
 //! The new file goes through the same loading as at start-up (the same CLI flags laid over it,
 //! every check), so a file `--check-config` accepts is a file a reload accepts. An invalid file
 //! is refused: the running settings stay and the reason is logged (and returned to the admin
-//! endpoint). A valid one replaces the [`LiveSettings`] requests read; the keys of
-//! [`restart_keys`](super::restart_keys) keep their running value and are named in a warning.
+//! endpoint). So is a file whose rules send requests to a backend group only its own
+//! `[[upstreams]]` have: those keep their running value until a hand-over. A valid one replaces
+//! the [`LiveSettings`] requests read; the keys of [`restart_keys`](super::restart_keys) keep
+//! their running value and are named in a warning.
 //! A reload also reopens the access log file (for `logrotate`) and applies `log.level`.
 
 use super::live::{Live, LiveSettings};
 use super::restart_keys;
-use crate::config::{Cli, Config, ConfigError};
+use crate::config::{rules, Cli, Config, ConfigError};
 use crate::observe::access_log::AccessLog;
 use parking_lot::Mutex;
 use std::fmt;
@@ -74,6 +76,10 @@ impl Reloader {
         };
         let running = self.live.load_full();
         let needs_restart = restart_keys::keep_running(&running.config, &mut config);
+        if let Err(e) = rules::check_groups_running(&config.rules, &config.balancer.backends) {
+            log::error!("configuration reload refused, the running configuration stays: {e}");
+            return Err(e);
+        }
         if !self.level_from_env {
             log::set_max_level(config.log.level);
         }

@@ -62,7 +62,7 @@ use crate::compression::decoded_copies::DecodedCopies;
 use crate::compression::{self, CompressionCtx};
 use crate::invalidation::Invalidator;
 use crate::lifecycle::drain::{InFlightRequests, RequestInFlight};
-use crate::lifecycle::live::{Live, LiveSettings};
+use crate::lifecycle::live::{Live, LiveSettings, Settings};
 use crate::observe::access_log::AccessLog;
 use crate::observe::metrics::RequestMetrics;
 use crate::policy::request_directives::RequestDirectives;
@@ -149,6 +149,9 @@ pub struct RequestCtx {
     /// The read-ahead budget this standard-path request holds, its answer written as proxy
     /// tasks ([`fill_relay::Reservation`]); given back when the request ends.
     read_ahead: Option<fill_relay::Reservation>,
+    /// The settings this request started with, kept once it goes past the fast path: every
+    /// later phase reads them ([`Live::as_held`]), whatever a reload stored meanwhile.
+    settings: Option<Arc<LiveSettings>>,
 }
 
 impl RequestCtx {
@@ -208,7 +211,7 @@ impl LacquerProxy {
         body: &mut Option<bytes::Bytes>,
         end_of_stream: bool,
     ) -> Result<()> {
-        let live = self.live.load();
+        let live = self.settings(ctx);
         live.upstream.on_body(&ctx.upstream)?;
         post_reuse::on_upstream_body(
             &mut ctx.post_reuse,
@@ -328,7 +331,7 @@ impl LacquerProxy {
         ttl: Option<i64>,
     ) -> Result<()> {
         if interim::is_interim(upstream_response) {
-            let live = self.live.load();
+            let live = self.settings(ctx);
             let version = session.req_header().version;
             interim::on_downstream_interim(
                 upstream_response,
@@ -347,7 +350,7 @@ impl LacquerProxy {
             session.req_header(),
             upstream_response,
         );
-        let live = self.live.load();
+        let live = self.settings(ctx);
         self.finish_response_head(&live, upstream_response, session.req_header(), status, ctx)
     }
 
@@ -369,6 +372,11 @@ impl LacquerProxy {
     /// The decoded copies of small gzip bodies, when kept (for `/metrics`).
     pub fn decoded_copies(&self) -> Option<&'static DecodedCopies> {
         self.fast_hit.as_ref().and_then(FastHit::decoded_copies)
+    }
+
+    /// The settings `ctx`'s request reads in this phase: the ones it started with.
+    fn settings(&self, ctx: &RequestCtx) -> Settings {
+        self.live.as_held(ctx.settings.as_ref())
     }
 
     fn lock_overrides(live: &LiveSettings) -> CacheOptionOverrides {
@@ -420,6 +428,7 @@ impl ProxyHttp for LacquerProxy {
             upgrade: UpgradeRequest::None,
             lock_skipped: false,
             read_ahead: None,
+            settings: None,
         }
     }
 
@@ -476,6 +485,9 @@ impl ProxyHttp for LacquerProxy {
             _ => None,
         };
         let Some(mut answer) = answer else {
+            // kept for the request's later phases, which may run after a reload
+            ctx.settings = Some(arc_swap::Guard::into_inner(live));
+            let live = self.settings(ctx);
             // (the fast path declines every request with an `Upgrade` field)
             ctx.upgrade = UpgradeRequest::of(session.req_header());
             if ctx.upgrade.requested() {
@@ -519,14 +531,14 @@ impl ProxyHttp for LacquerProxy {
         // pingora-core 0022; direct misses have `fill_relay`). Its reader of the fill may then
         // keep a whole object for it: only while the budget has room for one
         if ctx.read_ahead.is_none() {
-            let object = self.live.load().policy.max_object_size();
+            let object = self.settings(ctx).policy.max_object_size();
             ctx.read_ahead = self.standard_read_ahead.reserve(object);
         }
         session.set_proxy_tasks_enabled(ctx.read_ahead.is_some());
     }
 
     fn request_cache_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<()> {
-        let live = self.live.load();
+        let live = self.settings(ctx);
         if !live.config.cache.enabled {
             ctx.seen.disabled = true;
             return Ok(());
@@ -603,7 +615,7 @@ impl ProxyHttp for LacquerProxy {
     ) -> Result<Option<ForcedFreshness>> {
         ctx.tier = Some(memory::tier_of(hit_handler));
         if std::mem::take(&mut ctx.lock_skipped) {
-            let overrides = Self::lock_overrides(&self.live.load());
+            let overrides = Self::lock_overrides(&self.settings(ctx));
             hit_for_miss::on_stored_copy_found(session, self.cache_lock, overrides);
         }
         if !ctx.directives.any() {
@@ -613,7 +625,7 @@ impl ProxyHttp for LacquerProxy {
             meta.response_header(),
             meta.age(),
             freshness::remaining_secs(meta.fresh_until(), SystemTime::now()),
-            self.live.load().config.cache.honor_client_no_cache,
+            self.settings(ctx).config.cache.honor_client_no_cache,
         );
         if verdict == Some(ForcedFreshness::ForceExpired) {
             ctx.seen.client_forced = true;
@@ -670,7 +682,7 @@ impl ProxyHttp for LacquerProxy {
             let now = SystemTime::now();
             if let Some(mut hit) = partial.on_miss(phase, req, primary, &mut ctx.partial, now) {
                 let status = hit.cache_status();
-                let live = self.live.load();
+                let live = self.settings(ctx);
                 self.finish_response_head(&live, &mut hit.head, req, status, ctx)?;
                 hit.send(session).await?;
                 return Ok(false);
@@ -681,7 +693,7 @@ impl ProxyHttp for LacquerProxy {
             session.respond_error(504).await?;
             return Ok(false);
         }
-        let live = self.live.load();
+        let live = self.settings(ctx);
         match &live.fairness {
             // a tunnel would hold its client's slot for as long as it stays open
             Some(_) if ctx.upgrade.requested() => Ok(true),
@@ -698,7 +710,7 @@ impl ProxyHttp for LacquerProxy {
         session: &mut Session,
         ctx: &mut Self::CTX,
     ) -> Result<Box<HttpPeer>> {
-        let live = self.live.load();
+        let live = self.settings(ctx);
         let mut peer = live
             .upstream
             .on_peer(&mut ctx.upstream, || ctx.key.text(session.req_header()))
@@ -716,8 +728,7 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
         mut e: Box<pingora_error::Error>,
     ) -> Box<pingora_error::Error> {
-        self.live
-            .load()
+        self.settings(ctx)
             .upstream
             .on_connect_failure(&ctx.upstream, session, &mut e);
         retried_fill::on_retry(session, &e);
@@ -733,10 +744,12 @@ impl ProxyHttp for LacquerProxy {
         client_reused: bool,
     ) -> Box<pingora_error::Error> {
         let mut e = e.more_context(format!("Peer: {peer}"));
-        self.live
-            .load()
-            .upstream
-            .on_proxy_error(&mut ctx.upstream, session, &mut e, client_reused);
+        self.settings(ctx).upstream.on_proxy_error(
+            &mut ctx.upstream,
+            session,
+            &mut e,
+            client_reused,
+        );
         retried_fill::on_retry(session, &e);
         e
     }
@@ -766,7 +779,7 @@ impl ProxyHttp for LacquerProxy {
         upstream_request: &mut RequestHeader,
         ctx: &mut Self::CTX,
     ) -> Result<()> {
-        let live = self.live.load();
+        let live = self.settings(ctx);
         if ctx.upgrade.requested() {
             upgrade::on_upstream_request(upstream_request);
         }
@@ -826,7 +839,7 @@ impl ProxyHttp for LacquerProxy {
             );
             return Err(e.into_up());
         }
-        let live = self.live.load();
+        let live = self.settings(ctx);
         live.upstream
             .on_response(&mut ctx.upstream, upstream_response.status);
         invalidation::on_upstream_response(
@@ -933,7 +946,7 @@ impl ProxyHttp for LacquerProxy {
             }
             None => resp,
         };
-        let decision = self.live.load().policy.response_decision_with(
+        let decision = self.settings(ctx).policy.response_decision_with(
             session.req_header(),
             resp,
             ctx.request_time,
@@ -1014,7 +1027,7 @@ impl ProxyHttp for LacquerProxy {
         }
         metrics_record::on_request_end(self.metrics, session, ctx);
         if let Some(log) = &self.access_log {
-            let live = self.live.load();
+            let live = self.settings(ctx);
             let client = client_ip(session, &live);
             access_record::on_request_end(
                 log,
