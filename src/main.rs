@@ -12,6 +12,9 @@ use std::process::ExitCode;
 static GLOBAL: lacquer::allocator::Mimalloc = lacquer::allocator::Mimalloc;
 
 fn main() -> ExitCode {
+    // before anything that can take time (the config's DNS look-ups): a SIGHUP from now on is
+    // held for the reload handler, not the end of the process
+    lacquer::lifecycle::signals::hold_hangups_until_handled();
     let cli = Cli::parse();
     let config = match Config::load(&cli) {
         Ok(config) => config,

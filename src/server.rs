@@ -152,7 +152,7 @@ fn serve(
     cli: &Cli,
     hooks: Option<Arc<dyn PhaseHooks>>,
 ) -> Result<Infallible, StartError> {
-    signals::ignore_hangup_until_handled();
+    signals::hold_hangups_until_handled();
     init_logging(&config);
     let options = upgrade::pingora_options(cli.upgrade);
     let mut server = Server::new_with_opt_and_conf(options, server_conf(&config));

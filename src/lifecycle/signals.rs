@@ -9,22 +9,41 @@
 //! * SIGTERM: stop accepting and drain ([`super::drain`]);
 //! * SIGINT: stop at once.
 //!
-//! SIGHUP is ignored from the start of `main` ([`ignore_hangup_until_handled`]) until this
-//! watcher installs its handler, so an early one cannot end the process either.
+//! A SIGHUP that arrives before this watcher handles it (while `main` loads the config, which
+//! may wait on DNS, or while a hand-over's successor takes the listeners) neither ends the
+//! process nor is lost: from the start of `main` it is noted ([`hold_hangups_until_handled`]),
+//! and the watcher reloads once for it as soon as it runs. A reload runs on a thread of its own,
+//! so a config file that blocks its reader (a hung network mount, a FIFO) does not keep SIGTERM,
+//! SIGQUIT or SIGINT from being handled.
 
 use super::reload::Reloader;
 use super::upgrade;
 use async_trait::async_trait;
 use pingora_core::server::{ShutdownSignal, ShutdownSignalWatch};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::signal::unix::{signal, SignalKind};
 
-/// Ignores SIGHUP until [`OperatorSignals`] handles it (the handler then replaces this).
-pub fn ignore_hangup_until_handled() {
-    // SAFETY: installs the SIG_IGN disposition, no handler code runs; done before any thread
-    // that could race on the disposition exists.
+/// A SIGHUP arrived before [`OperatorSignals`] handled them.
+static HANGUP_HELD: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn hold_hangup(_signal: libc::c_int) {
+    // async-signal-safe: one atomic store
+    HANGUP_HELD.store(true, Ordering::SeqCst);
+}
+
+/// Notes SIGHUP instead of ending the process, until [`OperatorSignals`] handles it (its handler
+/// then replaces this one, and it reloads once for a SIGHUP noted meanwhile). Called first thing
+/// in `main` (and again when the server starts, for programs that embed it).
+pub fn hold_hangups_until_handled() {
+    // SAFETY: sigaction(2) with a handler that only stores to an atomic; SA_RESTART, so a
+    // system call the start-up is in (reading the file, a DNS look-up) is resumed, not failed.
     unsafe {
-        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = hold_hangup as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        action.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(libc::SIGHUP, &action, std::ptr::null_mut());
     }
 }
 
@@ -32,6 +51,8 @@ pub fn ignore_hangup_until_handled() {
 pub struct OperatorSignals {
     reloader: Arc<Reloader>,
     upgrade_sock: String,
+    /// Reload threads running or waiting for their turn (see `reload`).
+    reloads: Arc<AtomicUsize>,
 }
 
 impl OperatorSignals {
@@ -40,6 +61,33 @@ impl OperatorSignals {
         OperatorSignals {
             reloader,
             upgrade_sock,
+            reloads: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+}
+
+impl OperatorSignals {
+    /// Reloads on a thread of its own, not awaited: reading the file may block (see the module
+    /// doc). Reloads queue on the reloader's own lock, each reading the file as it is when its
+    /// turn comes; so while one runs and another waits, a SIGHUP adds none (the waiting one
+    /// reads the file after it), and a storm of them, or a file that blocks, holds two threads.
+    fn reload(&self) {
+        if self.reloads.fetch_add(1, Ordering::SeqCst) >= 2 {
+            self.reloads.fetch_sub(1, Ordering::SeqCst);
+            log::info!("a reload is already waiting to read the file: it covers this SIGHUP");
+            return;
+        }
+        let reloader = self.reloader.clone();
+        let reloads = self.reloads.clone();
+        let spawned = std::thread::Builder::new()
+            .name("lacquer-reload".into())
+            .spawn(move || {
+                let _ = reloader.reload();
+                reloads.fetch_sub(1, Ordering::SeqCst);
+            });
+        if let Err(e) = spawned {
+            self.reloads.fetch_sub(1, Ordering::SeqCst);
+            log::error!("configuration reload not started: no thread for it: {e}");
         }
     }
 }
@@ -51,12 +99,15 @@ impl ShutdownSignalWatch for OperatorSignals {
         let mut quit = signal(SignalKind::quit()).expect("SIGQUIT handler");
         let mut terminate = signal(SignalKind::terminate()).expect("SIGTERM handler");
         let mut interrupt = signal(SignalKind::interrupt()).expect("SIGINT handler");
+        if HANGUP_HELD.swap(false, Ordering::SeqCst) {
+            log::info!("SIGHUP received while starting, reloading the configuration");
+            self.reload();
+        }
         loop {
             tokio::select! {
                 _ = hangup.recv() => {
                     log::info!("SIGHUP received, reloading the configuration");
-                    // reading and validating a file: brief, and nothing else runs on this thread
-                    let _ = self.reloader.reload();
+                    self.reload();
                 }
                 _ = quit.recv() => {
                     if upgrade::successor_waiting(&self.upgrade_sock) {
