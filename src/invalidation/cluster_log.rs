@@ -11,7 +11,8 @@
 //! * **Reading.** Every node reads, every `poll_interval`, the buckets from the one before its
 //!   last successful read of a server to the one after now (normally three keys, one pipelined
 //!   round trip per server), from every server it can reach, and keeps how far it has parsed
-//!   each value, so only what was appended since is decoded. At start the range is the whole
+//!   each value (and a checksum of those bytes, so a value begun again after a restart is read
+//!   from its start), so only what was appended since is decoded. At start the range is the whole
 //!   retention (catch-up). Records are idempotent (see [`crate::storage::ban_list`]), so reading one twice,
 //!   or from several servers, is harmless.
 //! * **Presence.** Each node lists itself once in `{namespace}:inval:nodes` and, after every
@@ -85,8 +86,8 @@ pub struct SharedLog {
     retention: Duration,
     /// Per server: the time (ms) of its last successful read, where the next read starts.
     read_since: Mutex<Vec<Option<u64>>>,
-    /// Per (server, bucket key): how many bytes of the value have been parsed.
-    parsed: Mutex<HashMap<(usize, Vec<u8>), usize>>,
+    /// Per (server, bucket key): how far the value has been parsed.
+    parsed: Mutex<HashMap<(usize, Vec<u8>), Parsed>>,
 }
 
 impl SharedLog {
@@ -216,13 +217,10 @@ impl SharedLog {
             let mut parsed = self.parsed.lock();
             for (key, value) in keys.into_iter().zip(values) {
                 let Some(value) = value else { continue };
-                let offset = parsed.entry((index, key)).or_default();
-                if *offset > value.len() {
-                    // the value was replaced (expired and begun again): read it from the start
-                    *offset = 0;
-                }
-                let (found, end) = decode_from(&value, *offset);
-                *offset = end;
+                let parsed = parsed.entry((index, key)).or_default();
+                let from = parsed.resume_in(&value);
+                let (found, end) = decode_from(&value, from);
+                *parsed = Parsed::up_to(&value, end);
                 records.extend(found);
             }
             self.read_since.lock()[index] = Some(now_ms);
@@ -319,9 +317,54 @@ impl SharedLog {
     }
 }
 
+/// How much of one log value a node has parsed: the length, and a checksum of those bytes.
+#[derive(Default)]
+struct Parsed {
+    len: usize,
+    crc: u32,
+}
+
+impl Parsed {
+    fn up_to(value: &[u8], len: usize) -> Self {
+        Parsed {
+            len,
+            crc: crc32fast::hash(&value[..len]),
+        }
+    }
+
+    /// Where to go on parsing `value`: where the last read stopped, when `value` still starts
+    /// with what was parsed; else from its start. A value replaced since (its server restarted,
+    /// or it expired, and appends began it again) is read whole: not only when it is now
+    /// shorter, as before, but also when it has already grown past the old length, where
+    /// resuming parsed from inside a record (that record and every later one of the bucket
+    /// lost on this node: a ban never applied here).
+    fn resume_in(&self, value: &[u8]) -> usize {
+        match value.get(..self.len) {
+            Some(prefix) if crc32fast::hash(prefix) == self.crc => self.len,
+            _ => 0,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_value_begun_again_is_parsed_from_its_start_even_when_longer() {
+        let old = b"first record|second".to_vec();
+        let parsed = Parsed::up_to(&old, old.len());
+        // grown by appends: resumed where the last read stopped
+        let grown = [old.as_slice(), b"|third"].concat();
+        assert_eq!(parsed.resume_in(&grown), old.len());
+        // replaced by a longer value (the server restarted, appends began it again)
+        let replaced = b"another record, longer than the first two".to_vec();
+        assert!(replaced.len() > old.len());
+        assert_eq!(parsed.resume_in(&replaced), 0);
+        // and by a shorter one
+        assert_eq!(parsed.resume_in(b"short"), 0);
+        assert_eq!(Parsed::default().resume_in(b"anything"), 0);
+    }
 
     #[test]
     fn heartbeats_round_trip_and_merge() {

@@ -29,6 +29,7 @@ use super::mapped::MappedBody;
 use super::{key_of, MemoryTier, SharedWriteInFlight};
 use crate::policy::RequestSent;
 use crate::storage::ban_list::scope::EntryScopes;
+use crate::storage::ban_list::{BanList, Verdict};
 use crate::storage::object::{owned_chunk, Body, StoredMeta};
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
@@ -138,6 +139,9 @@ struct InFlight {
     write_id: u64,
     meta: Arc<StoredMeta>,
     body: Arc<FillBody>,
+    /// What bans can name the fill by (with a ban list): a lookup judges the fill by them
+    /// before it joins it ([`InFlightFills::joinable`]).
+    scopes: Option<Arc<EntryScopes>>,
 }
 
 /// The fills being written now, by key (a key may have several: a refresh starts while the
@@ -188,8 +192,40 @@ impl InFlightFills {
         Some((fill.meta.clone(), fill.body.clone()))
     }
 
+    /// The oldest fill of `key` a lookup may join: not one that a purge or ban issued since its
+    /// request was sent covers. A URL purge abandons the URL's fills, but a tag, host or
+    /// prefix ban names fills it cannot list; without this a request after such a ban (even one
+    /// every node confirmed) was served the answer in flight, from before the ban. A soft ban
+    /// covers it too: the request fetches for itself rather than take a fill already stale.
+    pub(super) fn joinable(
+        &self,
+        key: u128,
+        bans: Option<&BanList>,
+    ) -> Option<(Arc<StoredMeta>, Arc<FillBody>)> {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let by_key = self.by_key.lock();
+        // the oldest the bans leave (a refill started after the ban is after it)
+        let fill = by_key
+            .get(&key)?
+            .iter()
+            .find(|fill| match (bans, fill.scopes.as_deref()) {
+                (Some(bans), Some(scopes)) => {
+                    bans.judge(scopes, fill.meta.validated()) == Verdict::Valid
+                }
+                _ => true,
+            })?;
+        Some((fill.meta.clone(), fill.body.clone()))
+    }
+
     /// Registers a new fill of `key`; returns its write id and the body its writer fills.
-    fn start(&self, key: u128, meta: Arc<StoredMeta>) -> (u64, Arc<FillBody>) {
+    fn start(
+        &self,
+        key: u128,
+        meta: Arc<StoredMeta>,
+        scopes: Option<Arc<EntryScopes>>,
+    ) -> (u64, Arc<FillBody>) {
         let write_id = self.next_write_id.fetch_add(1, Ordering::Relaxed);
         let (state, _) = watch::channel(FillState::Partial(0));
         let body = Arc::new(FillBody {
@@ -203,6 +239,7 @@ impl InFlightFills {
             write_id,
             meta,
             body: body.clone(),
+            scopes,
         });
         self.count.fetch_add(1, Ordering::Release);
         (write_id, body)
@@ -258,31 +295,37 @@ pub struct MemoryMiss {
     finished: bool,
 }
 
+/// `meta` as stored, dated when its request was sent. A `Date` has whole seconds, so `created`
+/// (the reception less the answer's age) can be up to a second early; variants are retired by
+/// comparing it with the primary slot's (see `proxy::fast_hit::variant_is_current`), so a purge
+/// and a refill within one second must still order: the entry is dated when its request was
+/// sent, to the nanosecond (the policy's `RequestSent`; a meta without one, now). Not when the
+/// answer came: a purge issued while the origin prepared it may have changed the resource, and
+/// must cover the entry (`StoredMeta::validated`); dated by its arrival, the answer was stored
+/// after the purge and served as if it had never happened. A fill and a revalidation's 304
+/// (`MemoryTier::update_meta`) are dated so.
+pub(super) fn dated_by_request(meta: &CacheMeta) -> StoredMeta {
+    let mut stored = StoredMeta::from_meta(meta);
+    let sent = meta
+        .extensions()
+        .get::<RequestSent>()
+        .map_or_else(SystemTime::now, |sent| sent.0);
+    stored.created = stored.created.max(sent);
+    stored
+}
+
 impl MemoryMiss {
     /// Starts a fill of `key` in `tier`, visible to lookups from now on.
     pub(super) fn start(tier: &'static MemoryTier, cache_key: &CacheKey, meta: &CacheMeta) -> Self {
         let primary = key_of(cache_key.primary_bin());
         let key = key_of(cache_key.combined_bin());
-        let mut stored = StoredMeta::from_meta(meta);
-        // A `Date` has whole seconds, so `created` (the reception less the answer's age) can be
-        // up to a second early; variants are retired by comparing it with the primary slot's
-        // (see `proxy::fast_hit::variant_is_current`), so a purge and a refill within one second
-        // must still order: the entry is dated when its request was sent, to the nanosecond
-        // (the policy's `RequestSent`; a meta without one, when this fill started). Not when
-        // the answer came: a purge issued while the origin prepared it may have changed the
-        // resource, and must cover the entry (`StoredMeta::validated`); dated by its arrival,
-        // the answer was stored after the purge and served as if it had never happened.
-        let sent = meta
-            .extensions()
-            .get::<RequestSent>()
-            .map_or_else(SystemTime::now, |sent| sent.0);
-        stored.created = stored.created.max(sent);
-        let meta = stored;
+        let meta = dated_by_request(meta);
         let scopes = tier.scopes_of(cache_key, &meta.header);
         let limit = tier.index.max_object_size();
         let buffer = BodyBuffer::new(declared_length(&meta), limit);
         let meta = Arc::new(meta);
-        let (write_id, body) = tier.fills.start(key, meta.clone());
+        let judged_by = scopes.as_deref().map(|scopes| Arc::new(scopes.clone()));
+        let (write_id, body) = tier.fills.start(key, meta.clone(), judged_by);
         MemoryMiss {
             tier,
             key,

@@ -475,7 +475,8 @@ impl MemoryTier {
 
     fn lookup_key(&'static self, key: u128) -> Option<(CacheMeta, HitHandler)> {
         // prefer an in-flight fill, so a refreshed object is visible while it is being written
-        if let Some((meta, body)) = self.fills.get(key, None) {
+        // (unless a ban issued since its request covers it)
+        if let Some((meta, body)) = self.fills.joinable(key, self.bans) {
             return Some(streaming_hit(&meta, body, false));
         }
         let object = self.trusted_object(key)?;
@@ -593,8 +594,21 @@ impl Storage for MemoryTier {
     ) -> Result<bool> {
         match self.trusted_object(key_of(key.combined_bin())) {
             Some(object) => {
-                let updated = Arc::new(StoredMeta::from_meta(meta));
+                let mut updated = Arc::new(fill::dated_by_request(meta));
                 let scopes = self.scopes_of(key, &updated.header);
+                // a purge or ban issued after the revalidation was sent covers its 304 too: a
+                // soft one keeps the entry stale (it was softened meanwhile, and the 304 would
+                // have made it fresh again), a hard one took it out
+                if let (Some(bans), Some(scopes)) = (self.bans, scopes.as_deref()) {
+                    match bans.judge(scopes, updated.validated()) {
+                        Verdict::Valid => {}
+                        Verdict::StaleSince(since) => updated = stale_since(&updated, since),
+                        Verdict::Invalid => {
+                            self.index.remove_exact(&object);
+                            return Ok(false);
+                        }
+                    }
+                }
                 if scopes.as_ref().map(|s| &s.tags) != object.scopes.as_ref().map(|s| &s.tags) {
                     // the origin's 304 changed the tags: stored again, so the index follows
                     let body = object.body.clone();
