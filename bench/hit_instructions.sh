@@ -15,6 +15,7 @@
 #   bench/hit_instructions.sh --rules 100              # with 100 request rules (bench/rules_config.py)
 #   ORIGIN=... bench/hit_instructions.sh --config br.toml --path /plain8k.html   # more config
 #   bench/hit_instructions.sh --h2 10                  # hits over h2c, 10 streams at once (h2load)
+#   bench/hit_instructions.sh --cache-sim              # also simulated I1 misses and mispredicted branches
 #   bench/hit_instructions.sh --annotate               # also the 40 costliest functions (inclusive)
 #   DUMP_TO=/tmp/h2.callgrind bench/hit_instructions.sh --h2 10   # keep the dump for callgrind_annotate
 #
@@ -44,6 +45,7 @@ ANNOTATE=0
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) BIN=$2; shift 2 ;;
+    --cache-sim) SIM=(--cache-sim=yes --branch-sim=yes); shift ;;
     --requests) REQUESTS=$2; shift 2 ;;
     --path) REQ_PATH=$2; shift 2 ;;
     --header) HEADERS+=("$2"); shift 2 ;;
@@ -98,7 +100,7 @@ fi
 # [invalidation] or [cache.memcached])
 [ -n "$EXTRA_CONFIG" ] && cat "$EXTRA_CONFIG" >>"$WORK/lacquer.toml"
 CONFIG=(--config "$WORK/lacquer.toml")
-valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out" \
+valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out" "${SIM[@]}" \
   "$BIN" "${CONFIG[@]}" --listen 127.0.0.1:"$PORT" --upstream "$ORIGIN" --threads 1 \
   --memory-size 512MiB --access-log off >"$WORK/lacquer.log" 2>&1 &
 VALGRIND=$!
@@ -157,6 +159,7 @@ TOTAL=$(callgrind_annotate "$DUMP" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",
 PROTOCOL=HTTP/1.1
 [ "$H2_STREAMS" -gt 0 ] && PROTOCOL="h2c, $H2_STREAMS streams"
 echo "$(basename "$BIN") $REQ_PATH ($PROTOCOL): $((TOTAL / REQUESTS)) user-space instructions per hit ($REQUESTS hits)"
+cache_sim_report "$DUMP" "$REQUESTS"
 if [ "$ANNOTATE" = 1 ]; then
   callgrind_annotate --inclusive=yes "$DUMP" 2>/dev/null | sed -n '/^Ir/,$p' | head -44
 fi

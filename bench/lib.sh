@@ -68,3 +68,22 @@ relayed() {
   fi
   wait_port "$PORT" 5
 }
+
+# --cache-sim for the callgrind scripts: callgrind also simulates the caches and the branch
+# predictor (valgrind's model of this CPU's I1/D1/LL), so that a change in code layout (a
+# profile-guided or BOLT build) shows in a count as stable as the instructions, instead of only
+# in wall-clock runs. SIM holds valgrind's options; empty without the flag.
+SIM=()
+# cache_sim_report DUMP REQUESTS: the simulated instruction-cache misses and mispredicted
+# branches per request, from the dump's totals (nothing when SIM is empty)
+cache_sim_report() {
+  [ ${#SIM[@]} -gt 0 ] || return 0
+  callgrind_annotate "$1" 2>/dev/null | awk -v n="$2" '
+    /^Events shown:/ { for (i = 3; i <= NF; i++) ev[i - 2] = $i }
+    /PROGRAM TOTALS/ {
+      for (i = 1; i < NF; i++) { v = $i; gsub(",", "", v); if (v ~ /^[0-9]+$/) val[++k] = v }
+      for (j = 1; j <= k; j++) got[ev[j]] = val[j]
+      printf "  per request: I1 misses %.0f, LL instruction misses %.1f, D1 misses %.0f, mispredicted branches %.0f (conditional %.0f, indirect %.0f)\n",
+        got["I1mr"] / n, got["ILmr"] / n, (got["D1mr"] + got["D1mw"]) / n, (got["Bcm"] + got["Bim"]) / n, got["Bcm"] / n, got["Bim"] / n
+    }'
+}

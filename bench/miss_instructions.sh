@@ -16,6 +16,8 @@
 #   bench/miss_instructions.sh --keep /tmp/miss.out   # keep the callgrind dump (callgrind_annotate)
 #   bench/miss_instructions.sh --browser-fields       # each request also carries the ten fields
 #                                                     # a browser sends (User-Agent, Accept, Cookie...)
+#   bench/miss_instructions.sh --cache-sim           # also simulated I1 misses and mispredicted
+#                                                     # branches per request (code layout: PGO, BOLT)
 #   bench/miss_instructions.sh --config off.toml      # more config (e.g. [cache] enabled = false:
 #                                                     # the same request proxied with no cache work)
 #
@@ -42,6 +44,7 @@ EXTRA_CONFIG=
 while [ $# -gt 0 ]; do
   case $1 in
     --bin) BIN=$2; shift 2 ;;
+    --cache-sim) SIM=(--cache-sim=yes --branch-sim=yes); shift ;;
     --requests) REQUESTS=$2; shift 2 ;;
     --kind) KIND=$2; shift 2 ;;
     --same-url) SAME_URL=1; shift ;;
@@ -76,7 +79,7 @@ fi
 # --config FILE: its sections are added to the script's (so they must not repeat [invalidation]
 # or [cache.memcached])
 [ -n "$EXTRA_CONFIG" ] && cat "$EXTRA_CONFIG" >>"$WORK/lacquer.toml"
-valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out" \
+valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out" "${SIM[@]}" \
   "$BIN" --config "$WORK/lacquer.toml" --listen 127.0.0.1:"$PORT" --upstream 127.0.0.1:"$ORIGIN_PORT" \
   --threads 1 --memory-size 512MiB --access-log off >"$WORK/lacquer.log" 2>&1 &
 VALGRIND=$!
@@ -128,6 +131,7 @@ MODE=memory
 URLS=distinct
 [ "$SAME_URL" = 1 ] && URLS=same
 echo "$(basename "$BIN") $KIND ($MODE, $URLS URLs): $((TOTAL / REQUESTS)) user-space instructions per request ($REQUESTS requests)"
+cache_sim_report "$DUMP" "$REQUESTS"
 [ -n "$KEEP" ] && cp "$DUMP" "$KEEP"
 if [ "$ANNOTATE" -gt 0 ]; then
   # inclusive cost per request of the costliest functions (a function's callees included)
