@@ -6,8 +6,9 @@
 #   packaging/build-deb.sh --no-pgo   ... with the plain release build of the proxy
 #   packaging/build-deb.sh --no-build check the .deb already built
 #
-# The proxy packaged is the profile-guided build (scripts/build-pgo.sh: two release builds and a
-# minute of training load; docs/benchmarks.md has what it gains), unless --no-pgo.
+# The proxy packaged is the profile-guided build laid out by BOLT (scripts/build-pgo.sh: two
+# release builds and two minutes of training load; docs/benchmarks.md has what it gains), unless
+# --no-pgo.
 #
 # How it checks the install: with a Docker daemon, `apt-get install ./lacquer_*.deb` in a fresh
 # debian:bookworm-slim container (the maintainer script, the user, the unit, the config), then
