@@ -302,16 +302,17 @@ pub struct MemoryMiss {
 /// sent, to the nanosecond (the policy's `RequestSent`; a meta without one, now). Not when the
 /// answer came: a purge issued while the origin prepared it may have changed the resource, and
 /// must cover the entry (`StoredMeta::validated`); dated by its arrival, the answer was stored
-/// after the purge and served as if it had never happened. A fill and a revalidation's 304
-/// (`MemoryTier::update_meta`) are dated so.
-pub(super) fn dated_by_request(meta: &CacheMeta) -> StoredMeta {
+/// after the purge and served as if it had never happened.
+fn dated_by_request(meta: &CacheMeta) -> StoredMeta {
     let mut stored = StoredMeta::from_meta(meta);
-    let sent = meta
-        .extensions()
-        .get::<RequestSent>()
-        .map_or_else(SystemTime::now, |sent| sent.0);
+    let sent = request_sent(meta).unwrap_or_else(SystemTime::now);
     stored.created = stored.created.max(sent);
     stored
+}
+
+/// When the request that brought `meta` was sent, if the policy said (`RequestSent`).
+pub(super) fn request_sent(meta: &CacheMeta) -> Option<SystemTime> {
+    meta.extensions().get::<RequestSent>().map(|sent| sent.0)
 }
 
 impl MemoryMiss {

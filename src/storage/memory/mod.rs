@@ -594,13 +594,17 @@ impl Storage for MemoryTier {
     ) -> Result<bool> {
         match self.trusted_object(key_of(key.combined_bin())) {
             Some(object) => {
-                let mut updated = Arc::new(fill::dated_by_request(meta));
+                let mut updated = Arc::new(StoredMeta::from_meta(meta));
                 let scopes = self.scopes_of(key, &updated.header);
                 // a purge or ban issued after the revalidation was sent covers its 304 too: a
                 // soft one keeps the entry stale (it was softened meanwhile, and the 304 would
-                // have made it fresh again), a hard one took it out
+                // have made it fresh again), a hard one took it out. Judged by when the request
+                // was sent, but the entry keeps its `created`: moved to the revalidation's time,
+                // it would retire the URL's other variants (`variant_is_current`)
                 if let (Some(bans), Some(scopes)) = (self.bans, scopes.as_deref()) {
-                    match bans.judge(scopes, updated.validated()) {
+                    let validated = fill::request_sent(meta)
+                        .map_or(updated.validated(), |sent| sent.min(updated.validated()));
+                    match bans.judge(scopes, validated) {
                         Verdict::Valid => {}
                         Verdict::StaleSince(since) => updated = stale_since(&updated, since),
                         Verdict::Invalid => {
