@@ -619,23 +619,6 @@ async fn a_draining_node_still_applies_purges_to_what_it_writes() {
     );
 }
 
-/// Whether the cluster's log on memcached server `server` holds a record naming `path` among
-/// the long-lived records (`short: false`) or the short-lived ones, in the buckets of the last
-/// minute.
-fn log_names(cluster: &MemcachedCluster, server: usize, path: &str, short: bool) -> bool {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-        / 10_000;
-    let class = if short { "s:" } else { "" };
-    (now.saturating_sub(6)..=now + 1).any(|bucket| {
-        cluster.servers[server]
-            .get_raw(&format!("lq:inval:{class}{bucket}"))
-            .is_some_and(|value| value.windows(path.len()).any(|w| w == path.as_bytes()))
-    })
-}
-
 /// [`none_serves_the_first_answer`] for this file's site.
 async fn none_serves(nodes: &[&Node], path: &str, what: &str) {
     none_serves_the_first_answer(nodes, path, &SITE, what).await;
@@ -701,7 +684,7 @@ impl PurgedMidFill {
         let answer = admin_post(b.admin, "/purge", Some(ADMIN_TOKEN), &purge_of(path)).await;
         assert_eq!(answer.status, 200, "{}", answer.text());
         assert!(
-            log_names(&cluster, other, path, true),
+            cluster.log_names(other, path, true),
             "B's purge is published short-lived (its delete was answered)"
         );
         PurgedMidFill {
@@ -739,7 +722,7 @@ impl PurgedMidFill {
     /// Whether the purge has been published long-lived (waits up to 10 s for it).
     async fn kept_in_the_log(&self) -> bool {
         poll_until_async(Duration::from_secs(10), || {
-            log_names(&self.cluster, self.other, self.path, false)
+            self.cluster.log_names(self.other, self.path, false)
         })
         .await
     }
@@ -842,7 +825,7 @@ async fn a_draining_node_publishes_the_purge_it_kept_before_it_exits() {
     assert!(
         (0..3)
             .filter(|&s| s != t.owner)
-            .all(|s| log_names(&t.cluster, s, t.path, false)),
+            .all(|s| t.cluster.log_names(s, t.path, false)),
         "A exited before it published the purge it kept"
     );
     t.nobody_serves_the_purged_page(&[&t.b]).await;
@@ -913,7 +896,7 @@ async fn a_post_invalidates_a_fill_slower_than_its_lease() {
     let posted = post(&a.proxy.url(path), &SITE, "x=1").await;
     assert_eq!(posted.status, 200);
     let published = poll_until_async(Duration::from_secs(5), || {
-        (0..3).any(|server| log_names(&cluster, server, path, true))
+        (0..3).any(|server| cluster.log_names(server, path, true))
     })
     .await;
     assert!(
@@ -944,7 +927,7 @@ async fn a_post_to_a_url_nobody_stored_or_fills_is_not_published() {
     for server in 0..3 {
         for short in [true, false] {
             assert!(
-                !log_names(&cluster, server, path, short),
+                !cluster.log_names(server, path, short),
                 "a POST naming a URL nobody stored or filled was published to the cluster's log"
             );
         }

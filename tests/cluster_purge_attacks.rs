@@ -297,22 +297,6 @@ async fn ban_via(node: &Node, body: &str) -> Value {
     json(&answer)
 }
 
-/// Whether the log on memcached server `server` names `path` among its long-lived records
-/// (`short: false`) or its short-lived ones, in the buckets of the last minute.
-fn log_names(cluster: &MemcachedCluster, server: usize, path: &str, short: bool) -> bool {
-    let now = SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-        / 10_000;
-    let class = if short { "s:" } else { "" };
-    (now.saturating_sub(6)..=now + 1).any(|bucket| {
-        cluster.servers[server]
-            .get_raw(&format!("lq:inval:{class}{bucket}"))
-            .is_some_and(|value| value.windows(path.len()).any(|w| w == path.as_bytes()))
-    })
-}
-
 /// The body of a GET answered through `node`'s proxy.
 async fn body_of(answer: tokio::task::JoinHandle<Resp>, who: &str) -> Bytes {
     let resp = within(SETTLE, who, answer).await.expect("the GET's task");
@@ -524,7 +508,7 @@ async fn a_purge_while_the_entrys_server_is_frozen_is_not_undone_by_the_write_th
     // delete), the purge is kept for the whole retention
     if t.holds(path, OLD) {
         assert!(
-            (0..3).any(|s| log_names(&t.cluster, s, path, false)),
+            (0..3).any(|s| t.cluster.log_names(s, path, false)),
             "the old answer is in memcached and its purge will be forgotten"
         );
     }
@@ -552,7 +536,7 @@ async fn a_purge_while_the_entrys_server_is_down_is_not_undone_when_it_restarts_
         assert!(
             (0..3)
                 .filter(|&s| s != owner)
-                .any(|s| log_names(&t.cluster, s, path, false)),
+                .any(|s| t.cluster.log_names(s, path, false)),
             "the old answer is in memcached and its purge will be forgotten"
         );
     }
@@ -648,7 +632,7 @@ async fn written_then_log_frozen(t: &Three, path: &str) {
     let report = purge_via(&t.b, path, false).await;
     assert_eq!(report["complete"], true, "{report}");
     assert!(
-        (0..t.cluster.servers.len()).all(|s| log_names(&t.cluster, s, path, true)),
+        (0..t.cluster.servers.len()).all(|s| t.cluster.log_names(s, path, true)),
         "the purge is published short-lived (its delete was answered)"
     );
     let writes = admin_stat(t.a.admin, "writes").await;
@@ -689,7 +673,7 @@ async fn a_write_its_node_could_not_judge_for_a_frozen_log_does_not_outlive_a_sh
     let t = Three::start(3, SLOW_LOG, GatedOrigin::start(None, None));
     let path = "/log-frozen-after-write";
     written_then_log_frozen(&t, path).await;
-    let kept = (0..3).any(|s| log_names(&t.cluster, s, path, false));
+    let kept = (0..3).any(|s| t.cluster.log_names(s, path, false));
     assert!(
         !t.holds(path, OLD) || kept,
         "the answer from before the purge stays in memcached (its hour), while the purge is kept \
@@ -930,8 +914,8 @@ async fn a_post_after_the_entrys_server_restarted_empty_still_invalidates_the_fi
         t.holds(path, OLD)
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let published = (0..3).any(|s| log_names(&t.cluster, s, path, true))
-        || (0..3).any(|s| log_names(&t.cluster, s, path, false));
+    let published = (0..3).any(|s| t.cluster.log_names(s, path, true))
+        || (0..3).any(|s| t.cluster.log_names(s, path, false));
     let kept = t.holds(path, OLD);
     // C first: B keeps the invalidation for itself (it refuses the entry, and its refetch would
     // replace it in memcached)
@@ -1307,7 +1291,7 @@ async fn a_purge_kept_by_a_node_killed_before_it_published_it_is_not_forgotten()
     t.cluster.servers[owner].thaw();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let landed = t.holds(path, OLD);
-    let kept = (0..3).any(|s| log_names(&t.cluster, s, path, false));
+    let kept = (0..3).any(|s| t.cluster.log_names(s, path, false));
     eprintln!("A's write landed at thaw: {landed}; the purge kept long-lived in the log: {kept}");
     assert!(
         !landed || kept,

@@ -27,6 +27,23 @@ pub struct Node {
 }
 
 impl MemcachedCluster {
+    /// Whether the cluster's invalidation log on server `server` holds a record naming `path`
+    /// among the long-lived records (`short: false`) or the short-lived ones, in the buckets of
+    /// the last minute.
+    pub fn log_names(&self, server: usize, path: &str, short: bool) -> bool {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+            / 10_000;
+        let class = if short { "s:" } else { "" };
+        (now.saturating_sub(6)..=now + 1).any(|bucket| {
+            self.servers[server]
+                .get_raw(&format!("lq:inval:{class}{bucket}"))
+                .is_some_and(|value| value.windows(path.len()).any(|w| w == path.as_bytes()))
+        })
+    }
+
     /// `n` servers.
     pub fn start(n: usize) -> MemcachedCluster {
         let dir = TempDir::new("cluster");
