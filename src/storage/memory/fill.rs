@@ -174,21 +174,14 @@ impl InFlightFills {
         self.count.load(Ordering::Acquire) != 0 && self.by_key.lock().contains_key(&key)
     }
 
-    /// The fill of `key` with the given write id, or (without one) the oldest fill of `key`.
-    pub(super) fn get(
-        &self,
-        key: u128,
-        write_id: Option<u64>,
-    ) -> Option<(Arc<StoredMeta>, Arc<FillBody>)> {
+    /// The fill of `key` with the given write id (its writer's own request reads it; others
+    /// look fills up through [`Self::joinable`]).
+    pub(super) fn get(&self, key: u128, write_id: u64) -> Option<(Arc<StoredMeta>, Arc<FillBody>)> {
         if self.count.load(Ordering::Acquire) == 0 {
             return None;
         }
         let by_key = self.by_key.lock();
-        let fills = by_key.get(&key)?;
-        let fill = match write_id {
-            Some(id) => fills.iter().find(|f| f.write_id == id)?,
-            None => fills.first()?,
-        };
+        let fill = by_key.get(&key)?.iter().find(|f| f.write_id == write_id)?;
         Some((fill.meta.clone(), fill.body.clone()))
     }
 
@@ -764,7 +757,7 @@ mod tests {
         let key = CacheKey::new("/big", "");
         let mut miss = tier.get_miss_handler(&key, &meta(), &span).await.unwrap();
         let (_, mut reader) = tier.lookup(&key, &span).await.unwrap().unwrap();
-        let fill = tier.fills.get(
+        let fill = tier.fills.joinable(
             super::super::key_of(pingora_cache::key::CacheHashKey::combined_bin(&key)),
             None,
         );

@@ -534,7 +534,7 @@ impl Storage for MemoryTier {
         let write_id = streaming_write_tag
             .and_then(|tag| U64WriteId::try_from(tag).ok())
             .map(u64::from);
-        match write_id.and_then(|id| self.fills.get(key, Some(id))) {
+        match write_id.and_then(|id| self.fills.get(key, id)) {
             Some((meta, body)) => Ok(Some(streaming_hit(&meta, body, true))),
             None => Ok(self.lookup_key(key)),
         }
