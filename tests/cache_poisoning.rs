@@ -217,6 +217,55 @@ fn hosts_that_differ_only_in_case_share_an_entry() {
     assert_eq!(origin.requests().len(), 1, "{}", origin.received_text());
 }
 
+/// An absolute-form target and a `Host` naming the same host in other case are one authority
+/// (hosts are case-insensitive, RFC 3986 §6.2.2.1): served, from the entry both spellings
+/// share; a `Host` naming another host is still refused (above).
+#[test]
+fn an_absolute_form_authority_and_a_host_differing_only_in_case_agree() {
+    let origin = CaptureOrigin::start();
+    let lacquer = proxy_for(&origin);
+    let first = get(&lacquer, "shop.example", "/abs-case");
+    assert_eq!(first.status, 200);
+    let absolute = exchange(
+        &lacquer,
+        b"GET http://Shop.EXAMPLE/abs-case HTTP/1.1\r\nHost: shop.example\r\n\r\n",
+    );
+    assert_eq!(absolute.status, 200, "{}", absolute.text());
+    assert_eq!(
+        absolute.text(),
+        first.text(),
+        "the entry both spellings share"
+    );
+    assert_eq!(origin.requests().len(), 1, "{}", origin.received_text());
+}
+
+/// An HTTP/2 request whose `host` field and `:authority` name the same host in other case is one
+/// authority (RFC 9113 §8.3.1 compares them normalised): served, not refused as two hosts; one
+/// naming another host is refused.
+#[tokio::test]
+async fn an_h2_host_field_differing_from_authority_only_in_case_is_served() {
+    let origin = CaptureOrigin::start();
+    let lacquer = proxy_for(&origin);
+    let (sender, driver) = h2_connect_default(lacquer.addr()).await;
+    let url = format!("http://Shop.Example:{}/h2-case", lacquer.port());
+    let host = format!("shop.example:{}", lacquer.port());
+    let (answer, _stream) = h2_request(&sender, "GET", &url, &[("host", &host)]).await;
+    let answer = answer.await.expect("an answer");
+    assert_eq!(answer.status(), 200);
+    let other = format!("evil.example:{}", lacquer.port());
+    let (refused, _stream) = h2_request(&sender, "GET", &url, &[("host", &other)]).await;
+    let refused_status = match refused.await {
+        Ok(answer) => Some(answer.status().as_u16()),
+        Err(_) => None,
+    };
+    assert!(
+        matches!(refused_status, None | Some(400)),
+        "a host field naming another host: {refused_status:?}"
+    );
+    assert_eq!(origin.requests().len(), 1, "{}", origin.received_text());
+    driver.abort();
+}
+
 /// A GET with a body goes to the origin with its body, and neither reads nor fills the cache:
 /// one client's body must not decide what others get.
 #[test]

@@ -78,7 +78,9 @@ pub fn validate_request_authority(req: &RequestHeader) -> Result<()> {
             if authority.contains(&b'@') {
                 return Error::e_explain(InvalidHTTPHeader, "userinfo in request target");
             }
-            if host.is_some_and(|host| host.as_bytes() != authority) {
+            // LACQUER PATCH (authority case): a host is case-insensitive (RFC 3986 §6.2.2.1), so a
+            // `Host` that differs from the target's authority only in case names the same one.
+            if host.is_some_and(|host| !host.as_bytes().eq_ignore_ascii_case(authority)) {
                 return Error::e_explain(
                     InvalidHTTPHeader,
                     "Host header differs from request-target authority",
@@ -110,7 +112,11 @@ pub(super) fn validate_request_authority_fields(req: &RequestHeader) -> Result<(
 
     if host
         .zip(uri_authority)
-        .is_some_and(|(host, authority)| host.as_bytes() != authority.as_bytes())
+        // LACQUER PATCH (authority case): compared case-insensitively, as a host is (RFC 9113
+        // §8.3.1 compares `host` and `:authority` normalised).
+        .is_some_and(|(host, authority)| {
+            !host.as_bytes().eq_ignore_ascii_case(authority.as_bytes())
+        })
     {
         return Error::e_explain(InvalidHTTPHeader, "Host header differs from URI authority");
     }
@@ -356,6 +362,13 @@ mod tests {
         assert!(validate_request_authority(&hostless).is_ok());
         hostless.set_version(http::Version::HTTP_10);
         assert!(validate_request_authority(&hostless).is_ok());
+        // LACQUER PATCH (authority case): the same host in other case is the same authority.
+        assert!(validate_request_authority(&request(
+            "GET",
+            "http://Authority.EXAMPLE/test",
+            &["authority.example"],
+        ))
+        .is_ok());
         let err = validate_request_authority(&request(
             "GET",
             "http://authority.example/test",

@@ -1221,7 +1221,8 @@ mod test {
         assert!(invalid_request_authority(&authority_request(&[
             "other.example"
         ])));
-        assert!(invalid_request_authority(&authority_request(&[
+        // LACQUER PATCH (authority case): the same host in other case is the same authority.
+        assert!(!invalid_request_authority(&authority_request(&[
             "AUTHORITY.EXAMPLE"
         ])));
         assert!(invalid_request_authority(&authority_request(&[
