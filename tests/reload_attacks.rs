@@ -719,6 +719,91 @@ async fn a_config_file_that_blocks_on_read_at_sighup_does_not_stop_sigterm_from_
     );
 }
 
+/// `POST /reload` with a config file that blocks its reader: the request waits for its reload,
+/// but on a thread of the reload's own, not on the admin listener's runtime. Before the fix the
+/// reload ran on that runtime (two threads here): two such requests held both, and a purge sent
+/// then was never answered. Now purges, `/stats` and the proxy are answered meanwhile, a third
+/// reload is answered 409 at once (the one waiting covers it), and once the file is written both
+/// reloads apply it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_post_reload_blocked_on_the_config_file_holds_up_no_purge() {
+    let origin = page_origin();
+    let addr = origin.addr();
+    let dir = TempDir::new("reload-attacks-admin-fifo");
+    let token = "reload-attacks-admin-token-0123456789";
+    let token_file = dir.write("token", token);
+    let admin = free_port();
+    let config = move |port: u16, via_name: &str| {
+        node_config(
+            port,
+            addr,
+            via_name,
+            &format!(
+                "[admin]\nlisten = \"127.0.0.1:{admin}\"\ntoken_file = \"{}\"\n",
+                token_file.display()
+            ),
+        )
+    };
+    let node = LacquerProcess::start_on_free_port(|port| config(port, "before"));
+    let port = node.port();
+    assert!(poll_until(BOUND, || process_listens_on(node.pid(), admin)));
+    let page = node.url("/page/purged");
+    assert_eq!(get(&page, &[]).await.status, 200);
+    assert!(get(&page, &[]).await.is_hit());
+
+    let path = node.config_path().unwrap().to_path_buf();
+    std::fs::remove_file(&path).unwrap();
+    let fifo = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a plain mkfifo(3) on a path we own
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let blocked: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(async move { admin_post(admin, "/reload", Some(token), "").await }))
+        .collect();
+    // both reach the process (one reading the FIFO, one waiting for its turn)
+    assert!(poll_until(BOUND, || node
+        .stderr_log()
+        .matches("admin: reload asked")
+        .count()
+        >= 2));
+
+    let third = tokio::time::timeout(BOUND, admin_post(admin, "/reload", Some(token), ""))
+        .await
+        .expect("a third reload answered at once");
+    assert_eq!(third.status, 409, "{}", third.text());
+    let purge = format!(r#"{{"host": "127.0.0.1:{port}", "path": "/page/purged"}}"#);
+    let purged = tokio::time::timeout(BOUND, admin_post(admin, "/purge", Some(token), &purge))
+        .await
+        .expect("a purge answered while two reloads wait on the file");
+    assert_eq!(purged.status, 200, "{}", purged.text());
+    assert!(!get(&page, &[]).await.is_hit(), "purged");
+    let stats = tokio::time::timeout(BOUND, admin_stat(admin, "limit")).await;
+    assert!(stats.is_ok_and(|limit| limit > 0));
+    for blocked in &blocked {
+        assert!(
+            !blocked.is_finished(),
+            "a reload answered before its file was read"
+        );
+    }
+
+    // the file written for one reader, then for the other once the first has applied it (a
+    // FIFO gives a second writer's bytes to whichever reader has it open): both apply it
+    let write_file = || {
+        let written = std::fs::OpenOptions::new().write(true).open(&path);
+        std::io::Write::write_all(&mut written.unwrap(), config(port, "after").as_bytes()).unwrap();
+    };
+    write_file();
+    assert!(poll_until(BOUND, || blocked
+        .iter()
+        .any(|b| b.is_finished())));
+    write_file();
+    for blocked in blocked {
+        let answer = tokio::time::timeout(BOUND, blocked).await.unwrap().unwrap();
+        assert_eq!(answer.status, 200, "{}", answer.text());
+    }
+    assert!(via(&get(&node.url("/page/y"), &[]).await).contains("after"));
+    node.assert_no_panic();
+}
+
 trait NonBlocking {
     fn custom_flags_nonblocking(&mut self) -> &mut Self;
 }

@@ -297,7 +297,7 @@ impl AdminApp {
             }
             Call::Reload => {
                 log::info!("admin: reload asked by {client:?}");
-                reload::on_request(&self.reloader)
+                reload::on_request(&self.reloader).await
             }
         };
         (status, body, "application/json", false)

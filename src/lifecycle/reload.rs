@@ -9,6 +9,11 @@
 //! the [`LiveSettings`] requests read; the keys of [`restart_keys`](super::restart_keys) keep
 //! their running value and are named in a warning.
 //! A reload also reopens the access log file (for `logrotate`) and applies `log.level`.
+//!
+//! Reading the file may block (a FIFO, a hung network mount), so a reload runs on a thread of
+//! its own ([`Reloader::start`]), never on a runtime's: at most one running and one waiting for
+//! its turn, the waiting one reading the file as it is when its turn comes, so it covers every
+//! reload asked meanwhile. SIGHUP and `POST /reload` share these two places.
 
 use super::live::{Live, LiveSettings};
 use super::restart_keys;
@@ -16,6 +21,7 @@ use crate::config::{rules, Cli, Config, ConfigError};
 use crate::observe::access_log::AccessLog;
 use parking_lot::Mutex;
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// What a reload did with a valid file.
@@ -39,6 +45,27 @@ impl fmt::Display for Reloaded {
     }
 }
 
+/// Why [`Reloader::start`] started no reload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Busy {
+    /// One reload runs and another waits to read the file after it: that one covers this call.
+    Waiting,
+    /// The system gave no thread to run it on (logged).
+    NoThread,
+}
+
+impl fmt::Display for Busy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Busy::Waiting => {
+                "a reload is running and another is waiting to read the file after it: that one \
+                 covers this request"
+            }
+            Busy::NoThread => "no thread could be started for the reload",
+        })
+    }
+}
+
 /// Re-reads the config the process was started with and applies it; shared by SIGHUP and the
 /// admin endpoint.
 pub struct Reloader {
@@ -48,6 +75,8 @@ pub struct Reloader {
     access_log: Option<Arc<AccessLog>>,
     /// One reload at a time, so two cannot interleave their read and their swap.
     one_at_a_time: Mutex<()>,
+    /// Reload threads running or waiting for their turn ([`Reloader::start`]).
+    threads: AtomicUsize,
     /// `RUST_LOG` was set at start: it, not `log.level`, decides the level.
     level_from_env: bool,
 }
@@ -60,11 +89,41 @@ impl Reloader {
             live,
             access_log,
             one_at_a_time: Mutex::new(()),
+            threads: AtomicUsize::new(0),
             level_from_env: std::env::var_os("RUST_LOG").is_some(),
         }
     }
 
+    /// Reloads on a thread of its own and hands the outcome to `done` there; `Err(Busy)` without
+    /// starting one when a reload is running and another waiting (that one reads the file after
+    /// this call, so it covers it). Callers on a runtime must not call [`Self::reload`] (it
+    /// blocks on the file and on a reload in progress): a blocked file would hold the runtime's
+    /// thread, and two of them the whole admin listener, purges included.
+    pub fn start(
+        self: &Arc<Self>,
+        done: impl FnOnce(Result<Reloaded, ConfigError>) + Send + 'static,
+    ) -> Result<(), Busy> {
+        if self.threads.fetch_add(1, Ordering::SeqCst) >= 2 {
+            self.threads.fetch_sub(1, Ordering::SeqCst);
+            return Err(Busy::Waiting);
+        }
+        let reloader = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("lacquer-reload".into())
+            .spawn(move || {
+                let outcome = reloader.reload();
+                reloader.threads.fetch_sub(1, Ordering::SeqCst);
+                done(outcome);
+            });
+        spawned.map(drop).map_err(|e| {
+            self.threads.fetch_sub(1, Ordering::SeqCst);
+            log::error!("configuration reload not started: no thread for it: {e}");
+            Busy::NoThread
+        })
+    }
+
     /// Reads, validates and applies the config file; logs the outcome. On error nothing changed.
+    /// Blocks while the file does and while another reload runs: see [`Self::start`].
     pub fn reload(&self) -> Result<Reloaded, ConfigError> {
         let _one = self.one_at_a_time.lock();
         let mut config = match Config::load(&self.cli) {

@@ -16,11 +16,11 @@
 //! so a config file that blocks its reader (a hung network mount, a FIFO) does not keep SIGTERM,
 //! SIGQUIT or SIGINT from being handled.
 
-use super::reload::Reloader;
+use super::reload::{Busy, Reloader};
 use super::upgrade;
 use async_trait::async_trait;
 use pingora_core::server::{ShutdownSignal, ShutdownSignalWatch};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -51,8 +51,6 @@ pub fn hold_hangups_until_handled() {
 pub struct OperatorSignals {
     reloader: Arc<Reloader>,
     upgrade_sock: String,
-    /// Reload threads running or waiting for their turn (see `reload`).
-    reloads: Arc<AtomicUsize>,
 }
 
 impl OperatorSignals {
@@ -61,33 +59,17 @@ impl OperatorSignals {
         OperatorSignals {
             reloader,
             upgrade_sock,
-            reloads: Arc::new(AtomicUsize::new(0)),
         }
     }
 }
 
 impl OperatorSignals {
     /// Reloads on a thread of its own, not awaited: reading the file may block (see the module
-    /// doc). Reloads queue on the reloader's own lock, each reading the file as it is when its
-    /// turn comes; so while one runs and another waits, a SIGHUP adds none (the waiting one
-    /// reads the file after it), and a storm of them, or a file that blocks, holds two threads.
+    /// doc). While one reload runs and another waits, a SIGHUP adds none (the waiting one reads
+    /// the file after it), so a storm of them, or a file that blocks, holds two threads.
     fn reload(&self) {
-        if self.reloads.fetch_add(1, Ordering::SeqCst) >= 2 {
-            self.reloads.fetch_sub(1, Ordering::SeqCst);
+        if self.reloader.start(|_| {}) == Err(Busy::Waiting) {
             log::info!("a reload is already waiting to read the file: it covers this SIGHUP");
-            return;
-        }
-        let reloader = self.reloader.clone();
-        let reloads = self.reloads.clone();
-        let spawned = std::thread::Builder::new()
-            .name("lacquer-reload".into())
-            .spawn(move || {
-                let _ = reloader.reload();
-                reloads.fetch_sub(1, Ordering::SeqCst);
-            });
-        if let Err(e) = spawned {
-            self.reloads.fetch_sub(1, Ordering::SeqCst);
-            log::error!("configuration reload not started: no thread for it: {e}");
         }
     }
 }
