@@ -37,6 +37,7 @@ pub mod report;
 pub mod target;
 
 use crate::config::invalidation::InvalidationConfig;
+use crate::storage::ban_list::scope::Scope;
 use crate::storage::ban_list::{at, ms_after, BanList};
 use crate::storage::memory::{MemoryTier, Touched};
 use crate::storage::tiered::TieredStorage;
@@ -269,7 +270,11 @@ impl Invalidator {
             target: request.target,
             asked_by: request.asked_by,
         };
-        let touched = self.apply(&record);
+        let (touched, banned) = if request.only_if_stored {
+            self.apply_if_stored(&record)
+        } else {
+            (self.apply(&record), true)
+        };
         let mut pending = Vec::new();
         let memcached = match (&self.log, self.shared) {
             (Some(log), Some(shared)) => {
@@ -277,15 +282,20 @@ impl Invalidator {
                 let delete = self
                     .delete_url_entry(shared, &record, &mut pending, &mut fill_in_flight)
                     .await;
-                if !delete.as_ref().is_some_and(DeleteReport::answered) {
-                    // entries are left in memcached
-                    self.keep_for_retention(&mut record);
-                }
                 // (a fill in flight on another node would store what the URL was before: its
                 // lease, just deleted, says there is one, and it must learn of this)
                 let nothing_stored = touched == Touched::default()
                     && delete.as_ref().is_some_and(|d| d.outcome == "not_found")
                     && !fill_in_flight;
+                if !banned && !nothing_stored {
+                    // something of the URL is in memcached, or being filled: banned here too
+                    // (and the memory tier searched again, for a copy promoted meanwhile)
+                    self.apply(&record);
+                }
+                if !delete.as_ref().is_some_and(DeleteReport::answered) {
+                    // entries are left in memcached
+                    self.keep_for_retention(&mut record);
+                }
                 if request.only_if_stored && nothing_stored {
                     log::debug!(
                         "invalidation of {} asked by {}: nothing stored",
@@ -389,11 +399,47 @@ impl Invalidator {
     /// Records `record` in the ban list and applies it to this node's memory tier.
     fn apply(&self, record: &Record) -> Touched {
         let scope = record.target.scope();
-        self.bans
-            .add(&scope, record.issued_ms, record.soft, record.short_lived);
-        self.note_applied(record.id);
+        self.ban(record);
         self.memory
             .invalidate(&scope, at(record.issued_ms), record.soft)
+    }
+
+    /// Records `record` in the ban list.
+    fn ban(&self, record: &Record) {
+        self.bans.add(
+            &record.target.scope(),
+            record.issued_ms,
+            record.soft,
+            record.short_lived,
+        );
+        self.note_applied(record.id);
+    }
+
+    /// [`Self::apply`] for a purge only worth making if something is stored (an unsafe
+    /// method's, `only_if_stored`): a hard purge of a URL with nothing of it stored here leaves
+    /// no ban, only its mark ([`BanList::mark_unsafe_purge`]), which refuses what a fetch sent
+    /// before it would store; every POST to a new URL kept a ban of ~100 bytes for five
+    /// minutes. Marked before the memory tier is searched, so a fill that stores meanwhile is
+    /// either found there or refused by the mark. Returns what was touched and whether it was
+    /// banned.
+    fn apply_if_stored(&self, record: &Record) -> (Touched, bool) {
+        let scope = record.target.scope();
+        let (Scope::Url(primary), false) = (&scope, record.soft) else {
+            return (self.apply(record), true);
+        };
+        self.bans.mark_unsafe_purge(*primary, record.issued_ms);
+        let touched = self.memory.invalidate(&scope, at(record.issued_ms), false);
+        if touched == Touched::default() {
+            return (touched, false);
+        }
+        // banned, and searched again: a copy promoted from memcached between the search and
+        // the ban was judged without either
+        let again = self.apply(record);
+        let touched = Touched {
+            objects: touched.objects + again.objects,
+            variants: touched.variants + again.variants,
+        };
+        (touched, true)
     }
 
     fn note_applied(&self, id: RecordId) {

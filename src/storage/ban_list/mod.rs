@@ -19,6 +19,11 @@
 //! its writer judges the entry again once the purge has reached it and deletes it:
 //! `TieredStorage::judge_written`, which waits with [`BanList::wait_log_read_from`].)
 //!
+//! A purge by an unsafe method (a POST's) of a URL with nothing stored is not kept as a ban but
+//! as a mark in a fixed table ([`BanList::mark_unsafe_purge`]), consulted only for what this node
+//! fetches itself ([`BanList::judge_fetched`]): a ban per such POST grew the list with every new
+//! URL a client chose.
+//!
 //! Who consults it: the memory tier, when it stores an object (an in-flight fill that started
 //! before a ban finishes after it), and the tiered store, when it reads an entry from memcached
 //! (the entry may predate a purge whose delete did not reach its server). A hit from the memory
@@ -161,6 +166,21 @@ pub struct BanList {
     /// URL purges kept for the whole retention by [`BanList::keep_url_purge`], waiting for the
     /// invalidation service to publish them so (see [`BanList::take_kept_purges`]).
     kept_purges: parking_lot::Mutex<Vec<KeptPurge>>,
+    /// The purges an unsafe method's answer made of URLs with nothing stored and nothing being
+    /// filled ([`BanList::mark_unsafe_purge`]): the latest one's time (ms) in the slot of the
+    /// URL's primary hash, a fixed [`UNSAFE_MARK_SLOTS`] of them. Such a purge only has to stop
+    /// a fetch begun before it from storing its answer, so it is not a ban: kept as one per URL,
+    /// every POST to a new URL (a query string an attacker picks) grew the list by about
+    /// 100 bytes for [`SHORT_RETENTION`].
+    unsafe_marks: Box<[AtomicU64]>,
+}
+
+/// How many slots [`BanList::mark_unsafe_purge`] spreads URLs over (512 KiB): a URL sharing a
+/// slot with one just purged loses one storing, and only when its fetch was in flight then.
+pub const UNSAFE_MARK_SLOTS: usize = 1 << 16;
+
+fn unsafe_mark_slot(primary: u128) -> usize {
+    primary as usize & (UNSAFE_MARK_SLOTS - 1)
 }
 
 /// The most kept purges waiting for publication; beyond it the oldest is published no more (it
@@ -212,6 +232,7 @@ impl BanList {
             log_read_from: AtomicU64::new(0),
             log_read: Notify::new(),
             kept_purges: parking_lot::Mutex::new(Vec::new()),
+            unsafe_marks: (0..UNSAFE_MARK_SLOTS).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
@@ -361,6 +382,31 @@ impl BanList {
         verdict
     }
 
+    /// [`Self::judge`] for an object this node fetched from the origin itself (a fill, a part
+    /// of a representation) and is about to store or let requests join, validated at `created`
+    /// (when its request was sent): also invalid when an unsafe method's answer purged its URL
+    /// since, while nothing of it was stored ([`Self::mark_unsafe_purge`]). Not for entries
+    /// read from memcached or promoted from it: those were stored before, and the mark, shared
+    /// by every URL of its slot, would refuse a slot's worth of them after every such purge.
+    pub fn judge_fetched(&self, entry: &EntryScopes, created: SystemTime) -> Verdict {
+        let mark = self.unsafe_marks[unsafe_mark_slot(entry.primary)].load(Ordering::Acquire);
+        if mark != 0 && created < at(mark) {
+            return Verdict::Invalid;
+        }
+        self.judge(entry, created)
+    }
+
+    /// Records that an unsafe method's answer (a POST's, say) purged the URL whose primary hash
+    /// is `primary` at `ms` while this node had nothing of it stored or being filled: a fetch of
+    /// it sent before then must not store its answer ([`Self::judge_fetched`]), which is all a
+    /// ban would have done. Kept in a fixed slot instead of the list (see `unsafe_marks`), and
+    /// counted as a new ban ([`Self::generation`]), so that a store judged just before it is
+    /// judged again.
+    pub fn mark_unsafe_purge(&self, primary: u128, ms: u64) {
+        self.unsafe_marks[unsafe_mark_slot(primary)].fetch_max(ms, Ordering::AcqRel);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
     /// Whether an entry validated at `created` is too old to be judged: bans that applied to it
     /// may have been forgotten, so it must not be trusted.
     pub fn beyond_horizon(&self, created: SystemTime, now: SystemTime) -> bool {
@@ -496,6 +542,31 @@ mod tests {
             list.judge(&entry("a.test/q", &["t2"]), at(1)),
             Verdict::Valid
         );
+    }
+
+    #[test]
+    fn an_unsafe_purge_mark_refuses_fetches_sent_before_it_and_judges_nothing_else() {
+        let list = BanList::new(Duration::from_secs(3600), None);
+        let page = entry("a.test/p", &[]);
+        let generation = list.generation();
+        list.mark_unsafe_purge(7, 5_000);
+        assert!(
+            list.generation() > generation,
+            "a store judged before it judges again"
+        );
+        assert!(list.is_empty(), "no ban");
+        assert_eq!(list.judge_fetched(&page, at(4_999)), Verdict::Invalid);
+        assert_eq!(list.judge_fetched(&page, at(5_000)), Verdict::Valid);
+        // what was stored before (a copy read from memcached) is not the mark's to judge
+        assert_eq!(list.judge(&page, at(4_999)), Verdict::Valid);
+        // an earlier mark in the same slot changes nothing; a URL sharing the slot is refused a
+        // fetch that straddled it, one of another slot is not
+        list.mark_unsafe_purge(7 + UNSAFE_MARK_SLOTS as u128, 3_000);
+        assert_eq!(list.judge_fetched(&page, at(4_000)), Verdict::Invalid);
+        let neighbour = EntryScopes::new("a.test/q", 7 + (1 << 64), Box::new([]));
+        assert_eq!(list.judge_fetched(&neighbour, at(4_000)), Verdict::Invalid);
+        let elsewhere = EntryScopes::new("a.test/r", 8, Box::new([]));
+        assert_eq!(list.judge_fetched(&elsewhere, at(4_000)), Verdict::Valid);
     }
 
     #[test]

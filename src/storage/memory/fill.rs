@@ -205,7 +205,7 @@ impl InFlightFills {
             .iter()
             .find(|fill| match (bans, fill.scopes.as_deref()) {
                 (Some(bans), Some(scopes)) => {
-                    bans.judge(scopes, fill.meta.validated()) == Verdict::Valid
+                    bans.judge_fetched(scopes, fill.meta.validated()) == Verdict::Valid
                 }
                 _ => true,
             })?;
@@ -537,7 +537,14 @@ impl MemoryMiss {
         let scopes = self.scopes.take();
         let shared_write = self
             .tier
-            .insert(self.key, self.primary, self.meta.clone(), body, scopes)
+            .insert(
+                self.key,
+                self.primary,
+                self.meta.clone(),
+                body,
+                scopes,
+                super::Source::Fetched,
+            )
             .and_then(|object| self.tier.awaits_shared_write(object));
         self.body.state.send_replace(FillState::Complete);
         self.finished = true;

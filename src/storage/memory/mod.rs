@@ -100,6 +100,16 @@ pub struct MemoryTier {
     bans: Option<&'static BanList>,
 }
 
+/// Where an object being stored comes from, for the bans that judge it
+/// ([`BanList::judge_fetched`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// Fetched from the origin by this node (a fill, a part, an assembled representation).
+    Fetched,
+    /// Read from the shared tier.
+    Promoted,
+}
+
 /// Why [`MemoryTier::complete_object`] has no object to give.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NoCompleteObject {
@@ -230,6 +240,7 @@ impl MemoryTier {
             Arc::new(meta),
             body,
             scopes,
+            Source::Fetched,
         )
         .is_some()
     }
@@ -245,6 +256,7 @@ impl MemoryTier {
             Arc::new(meta),
             body,
             scopes,
+            Source::Fetched,
         )
         .is_some()
     }
@@ -293,6 +305,7 @@ impl MemoryTier {
             Arc::new(meta.clone()),
             body.clone(),
             scopes,
+            Source::Promoted,
         )
         .is_some()
     }
@@ -439,7 +452,12 @@ impl MemoryTier {
         meta: Arc<StoredMeta>,
         body: Body,
         scopes: Option<Box<EntryScopes>>,
+        from: Source,
     ) -> Option<Arc<MemoryObject>> {
+        let judge = |bans: &BanList, entry: &EntryScopes, validated| match from {
+            Source::Fetched => bans.judge_fetched(entry, validated),
+            Source::Promoted => bans.judge(entry, validated),
+        };
         let local_until = self.local_ttl.map(|ttl| Instant::now() + ttl);
         let (Some(bans), Some(entry)) = (self.bans, scopes.as_deref()) else {
             return self
@@ -447,7 +465,7 @@ impl MemoryTier {
                 .insert(key, primary, meta, body, local_until, scopes);
         };
         let generation = bans.generation();
-        let meta = match bans.judge(entry, meta.validated()) {
+        let meta = match judge(bans, entry, meta.validated()) {
             Verdict::Valid => meta,
             Verdict::StaleSince(since) => stale_since(&meta, since),
             Verdict::Invalid => return None,
@@ -460,7 +478,7 @@ impl MemoryTier {
             match object
                 .scopes
                 .as_deref()
-                .map(|s| bans.judge(s, object.meta.read().validated()))
+                .map(|s| judge(bans, s, object.meta.read().validated()))
             {
                 Some(Verdict::Invalid) => {
                     self.index.remove_exact(&object);
@@ -604,7 +622,7 @@ impl Storage for MemoryTier {
                 if let (Some(bans), Some(scopes)) = (self.bans, scopes.as_deref()) {
                     let validated = fill::request_sent(meta)
                         .map_or(updated.validated(), |sent| sent.min(updated.validated()));
-                    match bans.judge(scopes, validated) {
+                    match bans.judge_fetched(scopes, validated) {
                         Verdict::Valid => {}
                         Verdict::StaleSince(since) => updated = stale_since(&updated, since),
                         Verdict::Invalid => {
