@@ -892,14 +892,17 @@ async fn a_post_invalidates_a_fill_slower_than_its_lease() {
     let response = head_through(&b, path).await;
     // well past the lease's own second (memcached's whole-second expiry: at most two)
     tokio::time::sleep(Duration::from_millis(2500)).await;
+    let renewed = admin_stat(b.admin, "fill_leases_renewed").await;
     assert!(
-        admin_stat(b.admin, "fill_leases_renewed").await >= 2,
-        "B did not keep its fill's lease alive"
+        renewed >= 2,
+        "B did not keep its fill's lease alive: {renewed} renewals, lost {}",
+        admin_stat(b.admin, "fill_leases_lost").await
     );
     let posted = post(&a.proxy.url(path), &SITE, "x=1").await;
     assert_eq!(posted.status, 200);
+    // (long-lived: a purge that finds a fill lease is kept for the whole retention)
     let published = poll_until_async(Duration::from_secs(5), || {
-        (0..3).any(|server| cluster.log_names(server, path, true))
+        (0..3).any(|server| cluster.log_names(server, path, false))
     })
     .await;
     assert!(
