@@ -2,11 +2,16 @@
 //! the fill lasts (`storage::fill_lease`, a `replace` of the lease's time every third of a lease),
 //! so the rest of the cluster still sees the fill in flight: requests arriving after the lease's
 //! first length wait for it instead of fetching once per node, a renewal memcached did not answer
-//! is tried again, and an answer that will not be stored gives its lease up at once. (A POST in
-//! a slow fill is in `tests/cluster_invalidation.rs`.) Real memcached processes, real origins.
+//! is tried again, and an answer that will not be stored gives its lease up at once. A fill
+//! whose lease is lost (its server restarted empty) is not kept, whether its renewal or the
+//! delete after its write finds the lease gone. (A POST in a slow fill is in
+//! `tests/cluster_invalidation.rs`; one after the lease was lost, in
+//! `tests/cluster_purge_attacks.rs`.) Real memcached processes, real origins.
 
 use lacquer_test_support as support;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 use support::*;
 
@@ -226,4 +231,125 @@ async fn a_renewal_waits_for_an_ejected_owner_instead_of_its_stand_in() {
     );
     let filled = reader.await.expect("B's request");
     assert_eq!(&filled.body[..], b"slow-page");
+}
+
+/// Whether memcached (one server) holds `bytes` in `path`'s entry.
+fn entry_holds(cluster: &MemcachedCluster, path: &str, bytes: &[u8]) -> bool {
+    cluster.servers[0]
+        .get_raw(&MemcachedCluster::key_of(HOST, path))
+        .is_some_and(|raw| raw.windows(bytes.len()).any(|w| w == bytes))
+}
+
+/// After a fill whose lease was lost: `node`'s writes are done, memcached does not hold the
+/// fill's answer (`body-1-late`), and `node` does not serve it again but fetches the page anew.
+async fn the_fill_is_not_kept(cluster: &MemcachedCluster, node: &Node, path: &str) {
+    assert_eq!(
+        wait_for_stat_at_most(node.admin, "background_writes", 0, Duration::from_secs(10)).await,
+        0
+    );
+    assert!(
+        !entry_holds(cluster, path, b"body-1-late"),
+        "memcached keeps the fill whose lease was lost"
+    );
+    let again = get(&node.proxy.url(path), &SITE).await;
+    assert_eq!(again.status, 200);
+    assert_ne!(
+        &again.body[..],
+        b"body-1-late",
+        "{} serves the fill whose lease was lost",
+        node.name
+    );
+}
+
+/// The memcached server holding a slow fill's lease restarts empty in the fill's first second:
+/// the lease is gone, and with it the sign that a fill of the URL is in flight (a POST through
+/// another node meanwhile would find nothing stored and no lease, and not be published). The
+/// fill's renewal finds the lease gone: A does not recreate it (that would not undo the gap) and
+/// does not keep its fill, in its memory or in memcached; its client still gets the answer.
+/// (Before, the renewal stopped quietly and the fill was stored and written as any other.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fill_whose_renewal_finds_its_lease_lost_with_a_restarted_server_is_not_kept() {
+    let mut cluster = MemcachedCluster::start(1);
+    let path = "/lease-lost-at-renewal";
+    let origin = counting_origin(Duration::from_secs(4), "max-age=3600");
+    let a = cluster.node(&origin, "A", "local_ttl = \"30s\"\nfill_lease = \"3s\"");
+    let url = a.proxy.url(path);
+    let filled = tokio::spawn(async move { get(&url, &SITE).await });
+    assert!(
+        poll_until_async(Duration::from_secs(2), || lease_present(&cluster, path)).await,
+        "A never claimed the fill"
+    );
+    cluster.servers[0].restart();
+    // renewals are due every second
+    assert_eq!(
+        wait_for_stat(a.admin, "fill_leases_lost", 1, Duration::from_millis(2500)).await,
+        1,
+        "A's renewals did not find the lease gone"
+    );
+    assert!(
+        !lease_present(&cluster, path),
+        "the lost lease was recreated"
+    );
+    let filled = filled.await.expect("A's request");
+    assert_eq!(&filled.body[..], b"body-1-late");
+    the_fill_is_not_kept(&cluster, &a, path).await;
+}
+
+/// As above, but the fill ends before any renewal is due (`fill_lease = "30s"`: every 10 s),
+/// and after A's connections to the restarted server work again: the lease is found gone only
+/// by the delete that follows the fill's write. A deletes what it wrote and drops its own copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fill_whose_lease_was_lost_before_any_renewal_is_not_kept_once_written() {
+    let mut cluster = MemcachedCluster::start(1);
+    let path = "/lease-lost-before-renewal";
+    let served = Arc::new(AtomicUsize::new(0));
+    let count = served.clone();
+    let origin = TestOrigin::start(move |req| {
+        if req.path.starts_with("/other-") {
+            return OriginResponse::ok("other").header("cache-control", "max-age=3600");
+        }
+        let n = count.fetch_add(1, Ordering::SeqCst) + 1;
+        OriginResponse::ok(Body::Paced {
+            chunks: vec![
+                Bytes::from(format!("body-{n}-")),
+                Bytes::from_static(b"late"),
+            ],
+            interval: Duration::from_secs(6),
+        })
+        .header("cache-control", "max-age=3600")
+    });
+    let a = cluster.node(&origin, "A", "local_ttl = \"30s\"\nfill_lease = \"30s\"");
+    let url = a.proxy.url(path);
+    let filled = tokio::spawn(async move { get(&url, &SITE).await });
+    assert!(
+        poll_until_async(Duration::from_secs(2), || lease_present(&cluster, path)).await,
+        "A never claimed the fill"
+    );
+    cluster.servers[0].restart();
+    // A's pooled connections to the restarted server fail once: it writes other pages until
+    // one lands, so that the fill's write does too
+    let mut reconnected = false;
+    for i in 0..20 {
+        let other = format!("/other-{i}");
+        assert_eq!(get(&a.proxy.url(&other), &SITE).await.status, 200);
+        if poll_until_async(Duration::from_secs(1), || {
+            entry_holds(&cluster, &other, b"other")
+        })
+        .await
+        {
+            reconnected = true;
+            break;
+        }
+    }
+    assert!(reconnected, "A never wrote to the restarted server");
+    let filled = filled.await.expect("A's request");
+    assert_eq!(&filled.body[..], b"body-1-late");
+    assert_eq!(
+        wait_for_stat(a.admin, "fill_leases_lost", 1, Duration::from_secs(5)).await,
+        1,
+        "the delete after A's write did not find the lease gone"
+    );
+    assert_eq!(admin_stat(a.admin, "fill_leases_renewed").await, 0);
+    the_fill_is_not_kept(&cluster, &a, path).await;
+    assert_eq!(served.load(Ordering::SeqCst), 2);
 }

@@ -11,7 +11,7 @@
 //! * memory tier: `memory_bytes`, `memory_limit_bytes`, `memory_objects`,
 //!   `memory_evictions_total`, `memory_fills_in_flight`, `decoded_copies_total{result}`;
 //! * memcached: `memcached_{hits,decodes_shared,misses,rejected,writes,write_failures,written_then_banned,purges_kept,ejections}_total`,
-//!   `fill_leases_claimed_total`, `fill_lease_waits_total`, and per server
+//!   `fill_leases_{claimed,renewed,lost}_total`, `fill_lease_waits_total`, and per server
 //!   `memcached_server_up`, `memcached_server_errors_total`, `memcached_server_timeouts_total`,
 //!   `memcached_server_connections`, `memcached_server_latency_seconds` and
 //!   `memcached_batch_keys` (histograms);
@@ -360,6 +360,12 @@ impl Collector for NodeCollector {
                     "fill_leases_renewed",
                     "Renewals that kept the lease of a slow fill alive.",
                     load(&c.fill_leases_renewed),
+                ),
+                (
+                    "fill_leases_lost",
+                    "Fill leases found gone while their fill was in flight (purged, or lost with \
+                     their server): the fill was not kept.",
+                    load(&c.fill_leases_lost),
                 ),
                 (
                     "fill_lease_waits",

@@ -5,7 +5,8 @@
 //!   bucket it is published in, `{namespace}:inval:{bucket}`, on **every** server: each server
 //!   keeps a copy of the whole log, so the loss, freeze or ejection of any of them loses nothing
 //!   as long as one copy was written. Buckets expire after the retention; short-lived records
-//!   (purges whose entry was deleted, see [`crate::storage::ban_list::SHORT_RETENTION`]) go to buckets of
+//!   (purges whose entry was deleted and that found no fill lease, see
+//!   [`crate::storage::ban_list::SHORT_RETENTION`]) go to buckets of
 //!   their own, `{namespace}:inval:s:{bucket}`, that expire after minutes, so that purging many
 //!   URLs does not fill memcached with a day of log.
 //! * **Reading.** Every node reads, every `poll_interval`, the buckets from the one before its

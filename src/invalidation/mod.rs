@@ -292,8 +292,11 @@ impl Invalidator {
                     // (and the memory tier searched again, for a copy promoted meanwhile)
                     self.apply(&record);
                 }
-                if !delete.as_ref().is_some_and(DeleteReport::answered) {
-                    // entries are left in memcached
+                if !delete.as_ref().is_some_and(DeleteReport::answered) || fill_in_flight {
+                    // entries are left in memcached; or a fill of the URL is in flight on some
+                    // node (its lease was there), whose answer, from before this purge, may be
+                    // written to memcached after the delete, by a writer that may not live to
+                    // judge it again or to publish the purge as kept (`BanList::keep_url_purge`)
                     self.keep_for_retention(&mut record);
                 }
                 if request.only_if_stored && nothing_stored {
@@ -653,7 +656,9 @@ impl Invalidator {
     /// Publishes again, kept for the whole retention, the purges this node's writes made it keep
     /// ([`BanList::keep_url_purge`]: an entry written after one could not be deleted), so that
     /// every node keeps them as long as the entry may stay in memcached; a server missed is
-    /// retried as any publication.
+    /// retried as any publication. Called as soon as one is kept ([`BanList::purge_kept`]), not
+    /// at the next log read: until it is published the keep lives in this node's memory only,
+    /// and dies with it.
     async fn publish_kept_purges(&self, log: &SharedLog) {
         let kept = self.bans.take_kept_purges();
         if kept.is_empty() {
@@ -721,7 +726,15 @@ impl Invalidator {
             // Not stopped by a shutdown: a draining node keeps applying purges (its fills in
             // flight are judged by them when stored, and its writes after they land, see
             // `TieredStorage::judge_written`) until the process exits.
-            ticker.tick().await;
+            tokio::select! {
+                _ = ticker.tick() => {}
+                () = self.bans.purge_kept(), if self.log.is_some() => {
+                    if let Some(log) = &self.log {
+                        self.publish_kept_purges(log).await;
+                    }
+                    continue;
+                }
+            }
             if let (Some(log), Some(shared)) = (&self.log, self.shared) {
                 let started = Instant::now();
                 if first {

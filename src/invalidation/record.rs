@@ -39,7 +39,8 @@ pub struct Record {
     /// Mark stale instead of invalid.
     pub soft: bool,
     /// The issuer deleted what it covers from memcached (a hard purge of a URL whose delete its
-    /// server answered), so the ban need only outlive memory copies and fills in flight: it is
+    /// server answered, and that found no fill lease: a leased fill in flight may be written
+    /// after the delete), so the ban need only outlive memory copies and fills in flight: it is
     /// kept for minutes, not for the whole retention.
     pub short_lived: bool,
     pub target: Target,

@@ -40,13 +40,32 @@
 //!   slow fill would reach no one, and the fill would store the page as it was before. And
 //!   requests arriving after `fill_lease` still wait for that fill (each at most `fill_lease`
 //!   from the renewal it read) instead of fetching once per node. A `replace` never brings back a
-//!   lease a purge deleted; a renewal that finds the lease gone stops, one whose server did not
-//!   answer is tried again at the next tick, and the renewal ends with its request, or as soon
-//!   as the answer is known not to be stored ([`HeldLease::on_not_stored`]).
+//!   lease a purge deleted; a renewal that finds the lease gone stops (the lease is lost, below),
+//!   one whose server did not answer is tried again at the next tick, and the renewal ends with
+//!   its request, or as soon as the answer is known not to be stored
+//!   ([`HeldLease::on_not_stored`]).
+//! * **Loss**: a lease can also go without a purge: its server restarted empty, evicted it, or
+//!   it expired while its server did not answer the renewals. An unsafe method's invalidation
+//!   that came meanwhile found neither an entry nor a lease, and was not published (see
+//!   `invalidation::Invalidator::carry_out`), so nothing would ever judge the fill by it: its
+//!   answer may be from before a POST that no node heard of. So a fill whose lease is found gone
+//!   by anything but this node's own release (a renewal answered "not stored", or the delete
+//!   after its entry was written answered "not found") is not kept: this node applies a purge of
+//!   the URL to itself, unpublished, as of that moment ([`FillLeases::lost`]). The fill is
+//!   refused when it is stored, a copy already stored is removed, and its write to memcached,
+//!   judged after it lands, is deleted (`TieredStorage::judge_written`). The lease is not
+//!   recreated (with an `add`): that would not undo the gap, and waiters would wait for a fill
+//!   that will not be stored; the next miss anywhere claims it again. Nor is it deleted when the
+//!   fill ends: it may be another node's claim by then. (A purge that deleted the lease looks
+//!   the same and costs the same: the fill is refused, as the purge, published, refuses it
+//!   anyway.)
 //!
 //! `fill_lease = 0` switches coordination off (`FillClaim::Uncoordinated`); so does memcached
 //! not answering the claim.
 
+use super::ban_list::scope::Scope;
+use super::ban_list::{at, ms_after, BanList};
+use super::memory::MemoryTier;
 use super::shared_counters::SharedCounters;
 use super::tiered::namespaced_hex;
 use bytes::Bytes;
@@ -122,6 +141,10 @@ pub struct FillLeases {
     renewing: AtomicBool,
     /// `fills_claimed` and `fills_awaited` are counted here.
     counters: Arc<SharedCounters>,
+    /// Where a fill whose lease was lost is refused ([`FillLeases::lost`]): this node's bans,
+    /// and its memory tier.
+    bans: &'static BanList,
+    memory: &'static MemoryTier,
 }
 
 /// The lease a request holds on its URL's fill, until its request ends. (Boxed: the request
@@ -154,8 +177,14 @@ enum LocalFill {
     Claiming,
     /// A request holds it, since it was claimed (or last renewed): kept alive while it is here.
     Held(Instant),
-    /// A request holds it, but it is no longer kept alive: a renewal found it gone (purged).
-    Unrenewed,
+    /// A request held it, but it was found gone (purged, or lost with its server: see
+    /// [`FillLeases::lost`]): not renewed, and not deleted when the request ends (it may be
+    /// another node's claim by then).
+    Lost,
+    /// The fill's entry was written to memcached (or its write failed), and this node deletes
+    /// the lease itself: not renewed any more (a renewal would find it gone, and take it for
+    /// lost), nor deleted again.
+    Released,
 }
 
 /// Unmarks a URL as being claimed on this node when its claim fails or the claiming request is
@@ -172,12 +201,15 @@ impl Drop for PendingClaim<'_> {
 }
 
 impl FillLeases {
-    /// Leases of `lease` length (zero: off) in `cluster`, under `namespace`.
+    /// Leases of `lease` length (zero: off) in `cluster`, under `namespace`; a fill whose lease
+    /// is lost is refused by `bans` and removed from `memory` ([`FillLeases::lost`]).
     pub fn new(
         cluster: Arc<Cluster>,
         namespace: &str,
         lease: Duration,
         counters: Arc<SharedCounters>,
+        bans: &'static BanList,
+        memory: &'static MemoryTier,
     ) -> Self {
         FillLeases {
             cluster,
@@ -186,6 +218,8 @@ impl FillLeases {
             local_fills: Mutex::default(),
             renewing: AtomicBool::new(false),
             counters,
+            bans,
+            memory,
         }
     }
 
@@ -361,7 +395,9 @@ impl FillLeases {
             {
                 let mut fills = self.local_fills.lock();
                 match fills.get(&primary) {
-                    Some(LocalFill::Held(_) | LocalFill::Unrenewed) => return FillClaim::ThisNode,
+                    Some(LocalFill::Held(_) | LocalFill::Lost | LocalFill::Released) => {
+                        return FillClaim::ThisNode
+                    }
                     Some(LocalFill::Claiming) => {}
                     None => {
                         fills.insert(primary, LocalFill::Claiming);
@@ -423,7 +459,8 @@ impl FillLeases {
     /// renews each lease a request here has held for half that (since its claim or its last
     /// renewal), until its request ends (`HeldLease::on_request_end` takes it out of
     /// `local_fills`). A renewal is a `replace` of the lease's time, so it never brings back a
-    /// lease that a purge deleted: one found gone is not renewed again. One whose server did not
+    /// lease that a purge deleted (or its server lost): one found gone is not renewed again, and
+    /// its fill is [lost](Self::lost), refused here. One whose server did not
     /// answer is tried again at the next tick; a lease lives at least `fill_lease` from its last
     /// renewal ([`Self::lease_ttl`]), so one missed renewal loses nothing. Each renewal runs as
     /// a task of its own, so a frozen server delays no other lease's. One memcached round trip
@@ -474,28 +511,89 @@ impl FillLeases {
                     .await
             }
         };
-        let mut fills = self.local_fills.lock();
-        // still held here (its request may have ended meanwhile)
-        if let Some(fill @ LocalFill::Held(_)) = fills.get_mut(&primary) {
+        {
+            let mut fills = self.local_fills.lock();
+            // still held here (its request may have ended meanwhile, or its entry been written
+            // and the lease deleted by this node: `Released`)
+            let Some(fill @ LocalFill::Held(_)) = fills.get_mut(&primary) else {
+                return;
+            };
             match renewed {
                 Some(true) => {
                     *fill = LocalFill::Held(sent);
                     self.counters
                         .fill_leases_renewed
                         .fetch_add(1, Ordering::Relaxed);
+                    return;
                 }
-                Some(false) => *fill = LocalFill::Unrenewed,
-                None => {}
+                Some(false) => *fill = LocalFill::Lost,
+                None => return,
             }
         }
+        self.lost(&primary);
+    }
+
+    /// The lease of the URL whose primary hash is `primary`, held by a fill of this node, is
+    /// gone, and not by this node's doing (see the module docs, **Loss**): an invalidation of
+    /// the URL may have come meanwhile and been published to no one. This node applies a purge
+    /// of the URL to itself as of now, unpublished: the fill in flight (dated when its request
+    /// was sent) is refused when it is stored, and no lookup joins it; a copy it already stored
+    /// is removed; and its write to memcached, if any, is judged by it once it lands, and
+    /// deleted (`TieredStorage::judge_written`; kept and published for the whole retention when
+    /// it cannot be deleted, as for any purge). Short-lived: nothing it covers is meant to
+    /// stay. Counted `fill_leases_lost`.
+    fn lost(&self, primary: &HashBinary) {
+        let ms = ms_after(SystemTime::now());
+        let scope = Scope::Url(u128::from_be_bytes(*primary));
+        self.bans.add(&scope, ms, false, true);
+        self.memory.invalidate(&scope, at(ms), false);
+        self.counters
+            .fill_leases_lost
+            .fetch_add(1, Ordering::Relaxed);
+        log::warn!(
+            "memcached: the fill lease {} was lost while its fill was in flight (its server \
+             restarted, evicted it, or did not answer its renewals): the fill is not kept",
+            self.lease_key_of(primary)
+        );
+    }
+
+    /// Whether a request on this node holds the lease of `key`'s URL and keeps it alive: a fill
+    /// of it finishing now is the lease's, and [`Self::on_written`] confirms the lease after
+    /// its write.
+    pub fn holds(&self, key: &CacheKey) -> bool {
+        !self.lease.is_zero()
+            && matches!(
+                self.local_fills.lock().get(&key.primary_bin()),
+                Some(LocalFill::Held(_))
+            )
+    }
+
+    /// This node is about to delete the lease of `primary` itself, its fill's entry written (or
+    /// not): marked so that no renewal takes the lease for lost. Returns what it was.
+    fn release_local(&self, primary: &HashBinary) -> Option<LocalFill> {
+        let mut fills = self.local_fills.lock();
+        let fill = fills.get_mut(primary)?;
+        let was = *fill;
+        if matches!(was, LocalFill::Held(_)) {
+            *fill = LocalFill::Released;
+        }
+        Some(was)
     }
 
     /// The tiered store could not write `key`'s fill to memcached: the nodes waiting for it
     /// would never see it, so the URL's lease is deleted (in the background) and they fetch for
     /// themselves. Whoever holds the lease, the worst this does is one more origin fetch. Not
-    /// attempted while the URL's server is failing: the waiters stop on their own then.
+    /// attempted while the URL's server is failing: the waiters stop on their own then, nor
+    /// when this node's lease was lost (it may be another node's claim by now).
     pub fn on_write_failed(&'static self, key: &CacheKey) {
-        if self.lease.is_zero() || self.server_failing(key) {
+        if self.lease.is_zero() {
+            return;
+        }
+        if matches!(
+            self.release_local(&key.primary_bin()),
+            Some(LocalFill::Lost | LocalFill::Released)
+        ) || self.server_failing(key)
+        {
             return;
         }
         let (entry_key, lease_key) = (self.entry_key(key), self.lease_key(key));
@@ -514,14 +612,29 @@ impl FillLeases {
     /// node would wait out the lease, then fetch at once). Should the lease be another fill's by
     /// then (this fill outlasted `fill_lease` and another node claimed the URL again), its
     /// waiters fetch for themselves, once per node, as when a lease expires.
-    pub async fn on_written(&self, key: &CacheKey) {
+    ///
+    /// `leased`: the fill was this node's lease's ([`Self::holds`] when it finished). The delete
+    /// then confirms the lease was there all along: found gone (and not released by another
+    /// write of this node meanwhile, a variant's), it was [lost](Self::lost) while the fill was
+    /// in flight, and the entry just written is not kept.
+    pub async fn on_written(&self, key: &CacheKey, leased: bool) {
         // (the server has just answered the write: not asked whether it is failing, which
         // costs a key's formatting and placement)
         if self.lease.is_zero() {
             return;
         }
-        self.delete(&self.entry_key(key), &self.lease_key(key))
+        let primary = key.primary_bin();
+        let confirm = leased
+            && !matches!(
+                self.release_local(&primary),
+                Some(LocalFill::Lost | LocalFill::Released)
+            );
+        let found = self
+            .delete(&self.entry_key(key), &self.lease_key(key))
             .await;
+        if confirm && !found {
+            self.lost(&primary);
+        }
     }
 
     /// The process is exiting with requests still running (`shutdown_timeout` cut its drain,
@@ -600,8 +713,9 @@ impl Held {
             lease_key,
             entry_key,
         } = self;
-        leases.local_fills.lock().remove(&primary);
-        if stored {
+        let was = leases.local_fills.lock().remove(&primary);
+        if stored || matches!(was, Some(LocalFill::Lost | LocalFill::Released)) {
+            // (lost: it may be another node's claim by now; released: deleted already)
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {

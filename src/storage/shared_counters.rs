@@ -34,6 +34,11 @@ pub struct SharedCounters {
     /// Renewals that kept a claimed fill's lease alive: one per slow fill per third of
     /// `fill_lease` (see [`super::fill_lease`]'s renewal).
     pub fill_leases_renewed: AtomicU64,
+    /// Fill leases found gone while their fill was in flight, not by this node's doing (a
+    /// renewal found nothing to replace, or the delete after the fill's write found nothing):
+    /// purged, or lost with their memcached server, so the fill was not kept (see
+    /// [`super::fill_lease`], **Loss**).
+    pub fill_leases_lost: AtomicU64,
     /// Requests that waited for another node's fill and were served by it (requests on the
     /// filling node wait on Pingora's cache lock instead, and are not counted).
     pub fills_awaited: AtomicU64,

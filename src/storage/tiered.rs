@@ -142,6 +142,8 @@ impl TieredStorage {
                 &config.namespace,
                 config.fill_lease,
                 counters.clone(),
+                bans,
+                memory,
             ),
             cluster,
             bans,
@@ -558,13 +560,14 @@ impl TieredStorage {
     /// for `key` is written to memcached in the background, as a finished fill is.
     pub fn share(&'static self, key: CacheKey) {
         let stored = self.memory.stored_for_sharing(&key);
-        self.spawn_write(key, stored, false);
+        self.spawn_write(key, stored, WriteOf::Share);
     }
 
     /// Writes `stored` (`None`: the memory tier did not keep it, so nothing will be written) to
-    /// memcached under `key`, in the background; a `fill`'s written entry ends the URL's fill
-    /// lease ([`FillLeases::on_written`]).
-    fn spawn_write(&'static self, key: CacheKey, stored: Option<SharedWriteInFlight>, fill: bool) {
+    /// memcached under `key`, in the background; a fill's written entry ends the URL's fill
+    /// lease ([`FillLeases::on_written`], which confirms it was there all along when the fill
+    /// was the lease's).
+    fn spawn_write(&'static self, key: CacheKey, stored: Option<SharedWriteInFlight>, of: WriteOf) {
         let Some(in_flight) = stored else {
             // a fill that admission or a ban refused, or (`share`) a copy evicted meanwhile:
             // nodes waiting for it would never see it
@@ -579,8 +582,8 @@ impl TieredStorage {
             drop(in_flight);
             drop(body);
             if written {
-                if fill {
-                    self.fill_leases.on_written(&key).await;
+                if let WriteOf::Fill { leased } = of {
+                    self.fill_leases.on_written(&key, leased).await;
                 }
                 self.counters.writes.fetch_add(1, Ordering::Relaxed);
                 self.judge_written(&key, &meta, true).await;
@@ -595,6 +598,18 @@ impl TieredStorage {
             drop(task);
         });
     }
+}
+
+/// What a write to memcached is ([`TieredStorage::spawn_write`]): a fill's, which ends the URL's
+/// fill lease, or a copy shared outside a fill ([`TieredStorage::share`]), which does not.
+#[derive(Debug, Clone, Copy)]
+enum WriteOf {
+    /// A fill's; `leased`: this node's lease on the URL was held for it
+    /// ([`FillLeases::holds`]), so the lease is confirmed when it is deleted after the write.
+    Fill {
+        leased: bool,
+    },
+    Share,
 }
 
 /// The primary key's text (the logical key's part before a variant's `#`) and hash of `key`,
@@ -716,8 +731,11 @@ impl HandleMiss for TieredMiss {
         let TieredMiss { inner, key, tier } = *self;
         // what this fill stored is written, not what the key holds by then (a fill a ban refused
         // leaves an older copy there)
+        // whether the fill was this node's lease's, asked before the request ends (and with it
+        // the lease's mark here), which may be before the write lands
+        let leased = tier.fill_leases.holds(&key);
         let (finished, stored) = (*inner).finish_fill()?;
-        tier.spawn_write(key, stored, true);
+        tier.spawn_write(key, stored, WriteOf::Fill { leased });
         Ok(finished)
     }
 

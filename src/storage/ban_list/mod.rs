@@ -15,9 +15,13 @@
 //! applied to it may have been forgotten. A purge of a URL whose memcached entry was deleted
 //! covers nothing left in memcached: its ban only has to outlive memory copies and fills in
 //! flight, and is kept for [`SHORT_RETENTION`] instead, so that purging many URLs does not grow
-//! the list for a day. (A fill in flight on any node can still be written after the delete;
-//! its writer judges the entry again once the purge has reached it and deletes it:
-//! `TieredStorage::judge_written`, which waits with [`BanList::wait_log_read_from`].)
+//! the list for a day; unless it found the URL's fill lease (a fill in flight, which may be
+//! written after the delete by a node that may die before it judges it): then it is kept for the
+//! whole retention from its issue (`invalidation::Invalidator::carry_out`). (A fill in flight
+//! that no lease announced can still be written after the delete; its writer judges the entry
+//! again once the purge has reached it and deletes it: `TieredStorage::judge_written`, which
+//! waits with [`BanList::wait_log_read_from`], or keeps the purge when it cannot,
+//! [`BanList::keep_url_purge`].)
 //!
 //! A purge by an unsafe method (a POST's) of a URL with nothing stored is not kept as a ban but
 //! as a mark in a fixed table ([`BanList::mark_unsafe_purge`]), consulted only for what this node
@@ -166,6 +170,8 @@ pub struct BanList {
     /// URL purges kept for the whole retention by [`BanList::keep_url_purge`], waiting for the
     /// invalidation service to publish them so (see [`BanList::take_kept_purges`]).
     kept_purges: parking_lot::Mutex<Vec<KeptPurge>>,
+    /// Woken when a purge is added to `kept_purges` ([`BanList::purge_kept`]).
+    purge_kept: Notify,
     /// The purges an unsafe method's answer made of URLs with nothing stored and nothing being
     /// filled ([`BanList::mark_unsafe_purge`]): the latest one's time (ms) in the slot of the
     /// URL's primary hash, a fixed [`UNSAFE_MARK_SLOTS`] of them. Such a purge only has to stop
@@ -232,6 +238,7 @@ impl BanList {
             log_read_from: AtomicU64::new(0),
             log_read: Notify::new(),
             kept_purges: parking_lot::Mutex::new(Vec::new()),
+            purge_kept: Notify::new(),
             unsafe_marks: (0..UNSAFE_MARK_SLOTS).map(|_| AtomicU64::new(0)).collect(),
         }
     }
@@ -315,7 +322,18 @@ impl BanList {
             issued_ms,
             publication,
         });
+        drop(kept);
+        self.purge_kept.notify_one();
         true
+    }
+
+    /// Returns once [`BanList::keep_url_purge`] has kept a purge for publication (at once when
+    /// one was kept since the last wait ended): the invalidation service publishes it then,
+    /// rather than at its next read of the log, so that a node dying in between loses it less
+    /// often. (Purges found covering a fill in flight are long-lived from their issue, and need
+    /// no writer to keep them: `invalidation::Invalidator::carry_out`.)
+    pub async fn purge_kept(&self) {
+        self.purge_kept.notified().await;
     }
 
     /// The purges [`BanList::keep_url_purge`] kept since the last call, for publication.
@@ -639,6 +657,22 @@ mod tests {
         assert_eq!(list.judge(&page, at(4_000)), Verdict::Invalid);
         list.prune(at(6_000) + Duration::from_secs(86_401));
         assert!(list.is_empty(), "and forgotten after the retention");
+    }
+
+    #[tokio::test]
+    async fn a_kept_purge_wakes_its_publisher_at_once() {
+        let list = BanList::new(Duration::from_secs(86_400), None);
+        list.add(&Scope::Url(7), 5_000, false, true);
+        list.expect_catch_up(Duration::from_secs(3600));
+        let early = tokio::time::timeout(Duration::from_millis(50), list.purge_kept()).await;
+        assert!(early.is_err(), "woken with nothing kept");
+        assert!(list.keep_url_purge(7, "shop.example/a", None));
+        tokio::time::timeout(Duration::from_secs(5), list.purge_kept())
+            .await
+            .expect(
+                "a kept purge did not wake its publisher (the next log read would be an hour away)",
+            );
+        assert_eq!(list.take_kept_purges().len(), 1);
     }
 
     #[test]
