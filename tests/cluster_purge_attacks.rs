@@ -8,8 +8,9 @@
 //!
 //! Eleven tests failed when written (each comment says how, with the analysis). Those marked
 //! `FIXED` pass since: a fill in flight is judged by the bans before a lookup joins it, a
-//! revalidation's 304 by the bans issued since its request, and a log value begun again after a
-//! restart is read from its start. Those marked `KNOWN` still fail and are `#[ignore]`d, each
+//! revalidation's 304 by the bans issued since its request, a log value begun again after a
+//! restart is read from its start, and a write its node could not judge for want of a log read
+//! is judged after the next one. Those marked `KNOWN` still fail and are `#[ignore]`d, each
 //! naming the bug it shows (the team's notes on the issue list them); run them with
 //! `--ignored`.
 
@@ -656,23 +657,27 @@ async fn written_then_log_frozen(t: &Three, path: &str) {
     tokio::time::sleep(Duration::from_secs(6)).await;
 }
 
-/// KNOWN (fails): A's fill from before the purge is written to memcached after the purge's
-/// delete; A would judge it once it has read the log (`TieredStorage::judge_written`), but every
-/// server freezes right after the write, longer than A waits for that read: A gives up, judges
-/// by a ban list that does not know the purge yet, and leaves the entry. The purge, published
-/// short-lived (its delete was answered), is forgotten by every node after `SHORT_RETENTION`
-/// (5 min), while the entry stays for its hour: then every node serves the answer from before the
-/// purge (see the `#[ignore]`d test below, which waits for it).
-/// Cause: `src/storage/tiered.rs`, `judge_written`: after `wait_log_read_from` times out (no log
-/// read since the write), it goes on as if the list were complete (`bans.is_empty()` returns at
-/// once), instead of keeping the write to be judged after the next read that gets an answer (or
-/// treating it as a write it could not judge).
+/// FIXED (failed when written): A's fill from before the purge is written to memcached after
+/// the purge's delete; A would judge it once it has read the log (`TieredStorage::judge_written`),
+/// but every server freezes right after the write, longer than A waits for that read. A gave up,
+/// judged by a ban list that did not know the purge yet, and left the entry. The purge, published
+/// short-lived (its delete was answered), was forgotten by every node after `SHORT_RETENTION`
+/// (5 min), while the entry stayed for its hour: then every node served the answer from before
+/// the purge (see the `#[ignore]`d test below, which waits for it).
+/// Cause: `judge_written`, after `wait_log_read_from` timed out (no log read since the write),
+/// went on as if the list were complete. Now such a write is kept unjudged
+/// (`TieredStorage::judge_later`, counted `writes_judged_late`) and judged after the next log
+/// read that gets an answer: found banned, it is deleted and its purge kept for the whole
+/// retention.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "known bug: a write judged without the log (every server frozen) does not keep its purge long-lived"]
 async fn a_write_its_node_could_not_judge_for_a_frozen_log_does_not_outlive_a_short_lived_purge() {
     let t = Three::start(3, SLOW_LOG, GatedOrigin::start(None, None));
     let path = "/log-frozen-after-write";
     written_then_log_frozen(&t, path).await;
+    assert!(
+        admin_stat(t.a.admin, "writes_judged_late").await >= 1,
+        "A gave up waiting for a log read to judge its write by (the scenario)"
+    );
     let kept = (0..3).any(|s| t.cluster.log_names(s, path, false));
     assert!(
         !t.holds(path, OLD) || kept,
@@ -685,8 +690,8 @@ async fn a_write_its_node_could_not_judge_for_a_frozen_log_does_not_outlive_a_sh
 }
 
 /// The consequence of the one above, waited for: five and a half minutes after the purge, B and
-/// C (which never fetched the URL) serve the answer from before it, from memcached. Slow: run
-/// with `--ignored`.
+/// C (which never fetched the URL) served the answer from before it, from memcached (FIXED with
+/// it: they now fetch a new one). Slow: run with `--ignored`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "waits 6 minutes for the short-lived purge to be forgotten"]
 async fn a_purge_is_not_undone_six_minutes_later_by_a_write_judged_without_the_log() {

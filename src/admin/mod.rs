@@ -170,6 +170,7 @@ struct SharedReport {
     write_failures: u64,
     written_then_banned: u64,
     purges_kept: u64,
+    writes_judged_late: u64,
     /// Writes and lease deletes not done yet (a gauge).
     background_writes: u64,
     fills_claimed: u64,
@@ -199,6 +200,7 @@ impl SharedReport {
             write_failures: c.write_failures.load(Ordering::Relaxed),
             written_then_banned: c.written_then_banned.load(Ordering::Relaxed),
             purges_kept: c.purges_kept.load(Ordering::Relaxed),
+            writes_judged_late: c.writes_judged_late.load(Ordering::Relaxed),
             background_writes: c.background.load(Ordering::Relaxed),
             fills_claimed: c.fills_claimed.load(Ordering::Relaxed),
             fill_leases_renewed: c.fill_leases_renewed.load(Ordering::Relaxed),

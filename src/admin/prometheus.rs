@@ -10,7 +10,7 @@
 //!   `purge_requests_total{result}`, `read_ahead_bytes` (cache fills held for slow clients);
 //! * memory tier: `memory_bytes`, `memory_limit_bytes`, `memory_objects`,
 //!   `memory_evictions_total`, `memory_fills_in_flight`, `decoded_copies_total{result}`;
-//! * memcached: `memcached_{hits,decodes_shared,misses,rejected,writes,write_failures,written_then_banned,purges_kept,ejections}_total`,
+//! * memcached: `memcached_{hits,decodes_shared,misses,rejected,writes,write_failures,written_then_banned,purges_kept,writes_judged_late,ejections}_total`,
 //!   `fill_leases_claimed_total`, `fill_lease_waits_total`, and per server
 //!   `memcached_server_up`, `memcached_server_errors_total`, `memcached_server_timeouts_total`,
 //!   `memcached_server_connections`, `memcached_server_latency_seconds` and
@@ -345,6 +345,12 @@ impl Collector for NodeCollector {
                     "Purges kept for the whole retention because an entry written after one \
                      could not be deleted from memcached.",
                     load(&c.purges_kept),
+                ),
+                (
+                    "memcached_writes_judged_late",
+                    "Entries written to memcached that could not be judged by the bans until a \
+                     later read of the cluster's log got an answer.",
+                    load(&c.writes_judged_late),
                 ),
                 (
                     "memcached_ejections",

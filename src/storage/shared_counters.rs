@@ -27,8 +27,14 @@ pub struct SharedCounters {
     /// of only then covers them (see `TieredStorage::judge_written`).
     pub written_then_banned: AtomicU64,
     /// Purges kept for the whole retention because an entry this node wrote after one could
-    /// not be deleted (its server did not answer; see `TieredStorage::judge_written`).
+    /// not be deleted (its server did not answer; see `TieredStorage::judge_written`), or was
+    /// judged late (below).
     pub purges_kept: AtomicU64,
+    /// Writes this node could not judge by the bans in time, because no read of the cluster's
+    /// log got an answer for a while after they landed: each was kept and judged after the
+    /// next read that did (see `TieredStorage::judge_later`), so that an entry a purge covers
+    /// does not outlive it unjudged.
+    pub writes_judged_late: AtomicU64,
     /// Fills this node claimed for the cluster (see [`super::fill_lease`]).
     pub fills_claimed: AtomicU64,
     /// Renewals that kept a claimed fill's lease alive: one per slow fill per third of
