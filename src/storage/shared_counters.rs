@@ -23,6 +23,10 @@ pub struct SharedCounters {
     pub writes: AtomicU64,
     /// Entries that could not be written.
     pub write_failures: AtomicU64,
+    /// Entries not written because memcached already held a newer answer for their key (one
+    /// validated later: fills land out of order), which stays (see
+    /// `TieredStorage::store_unless_newer`).
+    pub writes_superseded: AtomicU64,
     /// Entries deleted again right after they were written: a purge or ban this node learned
     /// of only then covers them (see `TieredStorage::judge_written`).
     pub written_then_banned: AtomicU64,

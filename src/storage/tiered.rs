@@ -4,8 +4,10 @@
 //!   CRC-32, echoed key, every chunk) and promoted into memory, where it is trusted for the short
 //!   `local_ttl` only, so hot objects are served locally yet stay coherent with the cluster.
 //! * **Fill**: the origin's response streams into the memory tier as before; when it completes,
-//!   the entry is written to memcached in a spawned task, off the client's critical path. Bodies
-//!   larger than one item go in chunks, with the manifest written last.
+//!   the entry is written to memcached in a spawned task, off the client's critical path, unless
+//!   memcached holds a newer answer for the key (fills land out of order:
+//!   [`TieredStorage::store_unless_newer`]). Bodies larger than one item go in chunks, with the
+//!   manifest written last.
 //! * **Purge**: removes this node's copy and the memcached entry ([`TieredStorage::delete_shared`]
 //!   says what the delete reached). Reaching the other nodes, and entries a delete could not
 //!   reach, is [`crate::invalidation`]'s: every entry read from memcached is judged by the
@@ -29,7 +31,7 @@ use crate::storage::ban_list::scope::EntryScopes;
 use crate::storage::ban_list::{ms_after, BanList, Verdict, SHORT_RETENTION};
 use async_trait::async_trait;
 use bytes::Bytes;
-use lacquer_memcached::{Cluster, ClusterConfig, ClusterServer, DeleteOutcome};
+use lacquer_memcached::{CasOutcome, Cluster, ClusterConfig, ClusterServer, DeleteOutcome};
 use pingora_cache::key::{CacheHashKey, CompactCacheKey};
 use pingora_cache::storage::{
     HandleMiss, HitHandler, MissFinishType, MissHandler, PurgeOutcome, PurgeTarget, PurgeType,
@@ -146,6 +148,22 @@ struct UnjudgedWrites {
     by_key: HashMap<String, UnjudgedWrite>,
     judging: bool,
 }
+
+/// How a write of an entry to memcached ended ([`TieredStorage::write_entry`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WriteOutcome {
+    /// Stored.
+    Written,
+    /// Not stored, and nothing of it will land: memcached holds an answer for the key validated
+    /// after this one, which stays (see [`TieredStorage::store_unless_newer`]).
+    Superseded,
+    /// Not stored, or not known to be: the server did not answer (the write may still land).
+    Failed,
+}
+
+/// How many times a write looks again at a key other writers keep changing before it leaves
+/// theirs there ([`TieredStorage::store_unless_newer`]).
+const MAX_WRITE_ROUNDS: usize = 3;
 
 /// How much the ban list can be trusted to know every purge that covers a write when it is
 /// judged.
@@ -465,16 +483,17 @@ impl TieredStorage {
         ttl.clamp(1, horizon.max(1)) as u32
     }
 
-    /// Writes a complete object to memcached: one value, or chunks and then the manifest.
-    async fn write_entry(&self, key: &CacheKey, meta: &StoredMeta, body: &Body) -> bool {
+    /// Writes a complete object to memcached: one value, or chunks and then the manifest; the
+    /// value under the key itself only where it replaces no newer answer
+    /// ([`TieredStorage::store_unless_newer`]).
+    async fn write_entry(&self, key: &CacheKey, meta: &StoredMeta, body: &Body) -> WriteOutcome {
         let mc_key = memcached_key(&self.namespace, key);
         let logical = logical_key(key);
         let ttl = self.ttl_secs(meta);
         if body.len() + ITEM_HEADROOM <= self.item_size {
             let value = entry::encode_complete(&logical, meta, body.chunks());
             return self
-                .cluster
-                .set_with(mc_key.as_bytes(), mc_key.as_bytes(), value, ttl)
+                .store_unless_newer(&mc_key, &logical, value, ttl, meta.validated())
                 .await;
         }
         let write_id = self.next_write.fetch_add(1, Ordering::Relaxed);
@@ -488,7 +507,7 @@ impl TieredStorage {
                 .set_with(mc_key.as_bytes(), chunk.as_bytes(), value, ttl)
                 .await
             {
-                return false;
+                return WriteOutcome::Failed;
             }
             count += 1;
         }
@@ -500,9 +519,80 @@ impl TieredStorage {
         };
         // the manifest goes last: until it is there, readers see a miss, never a partial body
         let manifest = entry::encode_manifest(&logical, meta, &list);
-        self.cluster
-            .set_with(mc_key.as_bytes(), mc_key.as_bytes(), manifest, ttl)
-            .await
+        let outcome = self
+            .store_unless_newer(&mc_key, &logical, manifest, ttl, meta.validated())
+            .await;
+        if outcome == WriteOutcome::Superseded {
+            // no manifest will ever list these chunks
+            for i in 0..count {
+                let chunk = chunk_key(&mc_key, write_id, i);
+                self.cluster
+                    .delete_with(mc_key.as_bytes(), chunk.as_bytes())
+                    .await;
+            }
+        }
+        outcome
+    }
+
+    /// Stores `value`, an entry (or manifest) of `logical` validated at `validated`, under
+    /// `mc_key`, unless memcached holds an answer for the key validated later: fills land out
+    /// of order (a fill whose request waited at the origin while a purge went through, and a
+    /// newer one fetched after the purge on another node), and the later one written first must
+    /// stay, not be replaced by the older one (which its writer would then delete once it reads
+    /// the purge, leaving nothing for every node to refetch).
+    ///
+    /// The common case after a miss costs what a `set` did, one round trip: an `add`, the key
+    /// being absent. When something is there, it is read with its CAS token and compared: an
+    /// answer validated no later than this one (a revalidation's 304 moves the time on, so a
+    /// refreshed entry replaces the one it refreshes), and anything that is not an entry of this
+    /// key (garbage, a foreign value), is replaced with a compare-and-swap, so a write that
+    /// landed in between is looked at in turn; one validated later stays. A key deleted in
+    /// between (a purge) is added again, as a `set` after the delete would have been: judging
+    /// that write is [`TieredStorage::judge_written`]'s.
+    async fn store_unless_newer(
+        &self,
+        mc_key: &str,
+        logical: &str,
+        value: Bytes,
+        ttl: u32,
+        validated: SystemTime,
+    ) -> WriteOutcome {
+        let key = mc_key.as_bytes();
+        for _ in 0..MAX_WRITE_ROUNDS {
+            match self
+                .cluster
+                .add_retried_with(key, key, value.clone(), ttl)
+                .await
+            {
+                None => return WriteOutcome::Failed,
+                Some(true) => return WriteOutcome::Written,
+                Some(false) => {}
+            }
+            let (stored, token) = match self.cluster.gets_with(key, key).await {
+                None => return WriteOutcome::Failed,
+                // deleted since the add: added again
+                Some(None) => continue,
+                Some(Some(found)) => found,
+            };
+            let newer = entry::decode(&stored, logical)
+                .is_ok_and(|there| there.meta.validated() > validated);
+            if newer {
+                return WriteOutcome::Superseded;
+            }
+            match self
+                .cluster
+                .cas_with(key, key, value.clone(), ttl, token)
+                .await
+            {
+                None => return WriteOutcome::Failed,
+                Some(CasOutcome::Stored) => return WriteOutcome::Written,
+                // written or deleted since it was read: looked at again
+                Some(CasOutcome::Changed | CasOutcome::Gone) => {}
+            }
+        }
+        // other writers kept writing the key while this one looked: theirs stay, and nothing
+        // of this write landed (every attempt was answered "not stored")
+        WriteOutcome::Superseded
     }
 
     /// Judges an entry this node has just written to memcached once more, when every purge and
@@ -767,23 +857,35 @@ impl TieredStorage {
         let task = self.counters.background_task();
         tokio::spawn(async move {
             let (meta, body) = in_flight.contents();
-            let written = self.write_entry(&key, &meta, &body).await;
+            let outcome = self.write_entry(&key, &meta, &body).await;
             // memcached has it now (or never will): the copy is trusted for `local_ttl` only
             drop(in_flight);
             drop(body);
-            if written {
-                if fill {
-                    self.fill_leases.on_written(&key).await;
+            match outcome {
+                WriteOutcome::Written => {
+                    if fill {
+                        self.fill_leases.on_written(&key).await;
+                    }
+                    self.counters.writes.fetch_add(1, Ordering::Relaxed);
+                    self.judge_written(&key, &meta, true).await;
                 }
-                self.counters.writes.fetch_add(1, Ordering::Relaxed);
-                self.judge_written(&key, &meta, true).await;
-            } else {
-                self.counters.write_failures.fetch_add(1, Ordering::Relaxed);
-                // nodes waiting for this fill would never see it
-                self.fill_leases.on_write_failed(&key);
-                // a write its server did not answer may still land (a frozen server carries
-                // it out when it thaws)
-                self.judge_written(&key, &meta, false).await;
+                WriteOutcome::Superseded => {
+                    // memcached has a newer answer: waiters for this fill are served that one
+                    if fill {
+                        self.fill_leases.on_written(&key).await;
+                    }
+                    self.counters
+                        .writes_superseded
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                WriteOutcome::Failed => {
+                    self.counters.write_failures.fetch_add(1, Ordering::Relaxed);
+                    // nodes waiting for this fill would never see it
+                    self.fill_leases.on_write_failed(&key);
+                    // a write its server did not answer may still land (a frozen server
+                    // carries it out when it thaws)
+                    self.judge_written(&key, &meta, false).await;
+                }
             }
             drop(task);
         });
