@@ -797,3 +797,91 @@ async fn after_a_tag_ban_a_popular_page_is_fetched_once_for_the_whole_cluster() 
         admin_stat(admin_b, "fills_awaited").await
     );
 }
+
+/// Writes to memcached add the entry and, when the key holds one, compare before they replace it
+/// (a late fill does not replace a newer answer: `cluster_purge_attacks.rs`). What must still
+/// replace does: the refetch of an expired page, a 304 that refreshed a stale copy (its entry,
+/// whose time moved on, is written back over the one it refreshed) and an older entry or garbage
+/// another writer put there. Each is then what the other node reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refetch_a_304_refresh_and_a_fill_over_garbage_replace_what_memcached_holds() {
+    let cluster = Cluster::start();
+    let origin = scripted_origin();
+    let (a, admin_a) = cluster.node(&origin);
+    let (b, _) = cluster.node(&origin);
+    let holds = |path: &str, bytes: &str| {
+        owner_of(&cluster, path)
+            .get_raw(&memcached_key(
+                "lq",
+                &lacquer::proxy::cache_key::of_url(SITE[0].1, path),
+            ))
+            .is_some_and(|raw| raw.windows(bytes.len()).any(|w| w == bytes.as_bytes()))
+    };
+    let mut writes = 0;
+
+    // a page fresh for a second, fetched again once stale
+    let refetched = "/refetched?cc=max-age%3D1";
+    let first = get(&a.url(refetched), &SITE).await.text();
+    writes += 1;
+    assert_eq!(
+        wait_for_stat(admin_a, "writes", writes, STAT_WAIT).await,
+        writes
+    );
+    assert!(holds(refetched, &first));
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let second = get(&a.url(refetched), &SITE).await.text();
+    assert_ne!(first, second, "fetched again");
+    writes += 1;
+    assert_eq!(
+        wait_for_stat(admin_a, "writes", writes, STAT_WAIT).await,
+        writes,
+        "the refetch was written over the expired entry"
+    );
+    assert!(holds(refetched, &second));
+
+    // a page revalidated with its ETag: the 304 makes it fresh for five minutes
+    let refreshed = "/refreshed?cc=max-age%3D1&etag=%22v1%22&r304=1&cc304=max-age%3D300";
+    let page = get(&a.url(refreshed), &SITE).await.text();
+    writes += 1;
+    assert_eq!(
+        wait_for_stat(admin_a, "writes", writes, STAT_WAIT).await,
+        writes
+    );
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let revalidated = get(&a.url(refreshed), &SITE).await;
+    assert_eq!(revalidated.text(), page);
+    assert_eq!(origin.hits_for(refreshed), 2, "one conditional request");
+    writes += 1;
+    assert_eq!(
+        wait_for_stat(admin_a, "writes", writes, STAT_WAIT).await,
+        writes,
+        "the refreshed entry was written over the stale one"
+    );
+    // B reads the refreshed entry: fresh, no request to the origin
+    let from_b = get(&b.url(refreshed), &SITE).await;
+    assert!(from_b.is_hit(), "{:?}", from_b.cache_status());
+    assert_eq!(from_b.text(), page);
+    assert_eq!(
+        origin.hits_for(refreshed),
+        2,
+        "B served the refreshed entry"
+    );
+
+    // garbage under a page's key: a fill replaces it
+    let planted = "/planted-over?cc=max-age%3D300";
+    let key = memcached_key("lq", &lacquer::proxy::cache_key::of_url(SITE[0].1, planted));
+    let garbage = b"not an entry";
+    let reply = owner_of(&cluster, planted)
+        .command(&format!("set {key} 0 300 {}", garbage.len()), Some(garbage));
+    assert!(reply.starts_with("STORED"), "{reply}");
+    let filled = get(&a.url(planted), &SITE).await.text();
+    writes += 1;
+    assert_eq!(
+        wait_for_stat(admin_a, "writes", writes, STAT_WAIT).await,
+        writes,
+        "the fill was written over the garbage"
+    );
+    assert!(holds(planted, &filled));
+    assert_eq!(admin_stat(admin_a, "writes_superseded").await, 0);
+    assert_eq!(admin_stat(admin_a, "write_failures").await, 0);
+}

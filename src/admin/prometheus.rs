@@ -10,7 +10,7 @@
 //!   `purge_requests_total{result}`, `read_ahead_bytes` (cache fills held for slow clients);
 //! * memory tier: `memory_bytes`, `memory_limit_bytes`, `memory_objects`,
 //!   `memory_evictions_total`, `memory_fills_in_flight`, `decoded_copies_total{result}`;
-//! * memcached: `memcached_{hits,decodes_shared,misses,rejected,writes,write_failures,written_then_banned,purges_kept,ejections}_total`,
+//! * memcached: `memcached_{hits,decodes_shared,misses,rejected,writes,write_failures,writes_superseded,written_then_banned,purges_kept,writes_judged_late,ejections}_total`,
 //!   `fill_leases_{claimed,renewed,lost}_total`, `fill_lease_waits_total`, and per server
 //!   `memcached_server_up`, `memcached_server_errors_total`, `memcached_server_timeouts_total`,
 //!   `memcached_server_connections`, `memcached_server_latency_seconds` and
@@ -335,6 +335,11 @@ impl Collector for NodeCollector {
                     load(&c.write_failures),
                 ),
                 (
+                    "memcached_writes_superseded",
+                    "Entries not written to memcached because it held a newer answer for the key.",
+                    load(&c.writes_superseded),
+                ),
+                (
                     "memcached_written_then_banned",
                     "Entries deleted from memcached right after they were written: a purge or \
                      ban learned of only then covers them.",
@@ -345,6 +350,12 @@ impl Collector for NodeCollector {
                     "Purges kept for the whole retention because an entry written after one \
                      could not be deleted from memcached.",
                     load(&c.purges_kept),
+                ),
+                (
+                    "memcached_writes_judged_late",
+                    "Entries written to memcached that could not be judged by the bans until a \
+                     later read of the cluster's log got an answer.",
+                    load(&c.writes_judged_late),
                 ),
                 (
                     "memcached_ejections",

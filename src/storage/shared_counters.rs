@@ -23,12 +23,22 @@ pub struct SharedCounters {
     pub writes: AtomicU64,
     /// Entries that could not be written.
     pub write_failures: AtomicU64,
+    /// Entries not written because memcached already held a newer answer for their key (one
+    /// validated later: fills land out of order), which stays (see
+    /// `TieredStorage::store_unless_newer`).
+    pub writes_superseded: AtomicU64,
     /// Entries deleted again right after they were written: a purge or ban this node learned
     /// of only then covers them (see `TieredStorage::judge_written`).
     pub written_then_banned: AtomicU64,
     /// Purges kept for the whole retention because an entry this node wrote after one could
-    /// not be deleted (its server did not answer; see `TieredStorage::judge_written`).
+    /// not be deleted (its server did not answer; see `TieredStorage::judge_written`), or was
+    /// judged late (below).
     pub purges_kept: AtomicU64,
+    /// Writes this node could not judge by the bans in time, because no read of the cluster's
+    /// log got an answer for a while after they landed: each was kept and judged after the
+    /// next read that did (see `TieredStorage::judge_later`), so that an entry a purge covers
+    /// does not outlive it unjudged.
+    pub writes_judged_late: AtomicU64,
     /// Fills this node claimed for the cluster (see [`super::fill_lease`]).
     pub fills_claimed: AtomicU64,
     /// Renewals that kept a claimed fill's lease alive: one per slow fill per third of

@@ -4,8 +4,10 @@
 //!   CRC-32, echoed key, every chunk) and promoted into memory, where it is trusted for the short
 //!   `local_ttl` only, so hot objects are served locally yet stay coherent with the cluster.
 //! * **Fill**: the origin's response streams into the memory tier as before; when it completes,
-//!   the entry is written to memcached in a spawned task, off the client's critical path. Bodies
-//!   larger than one item go in chunks, with the manifest written last.
+//!   the entry is written to memcached in a spawned task, off the client's critical path, unless
+//!   memcached holds a newer answer for the key (fills land out of order:
+//!   [`TieredStorage::store_unless_newer`]). Bodies larger than one item go in chunks, with the
+//!   manifest written last.
 //! * **Purge**: removes this node's copy and the memcached entry ([`TieredStorage::delete_shared`]
 //!   says what the delete reached). Reaching the other nodes, and entries a delete could not
 //!   reach, is [`crate::invalidation`]'s: every entry read from memcached is judged by the
@@ -22,14 +24,14 @@ use super::entry::{self, ChunkList, EntryBody};
 use super::fill_lease::FillLeases;
 use super::memory::{CompleteObject, MemoryMiss, MemoryTier, SharedWriteInFlight};
 use super::object::{with_room_for_hit_fields, Body, StoredMeta};
-use super::shared_counters::SharedCounters;
+use super::shared_counters::{BackgroundTask, SharedCounters};
 use super::shared_framing;
 use crate::config::memcached::MemcachedConfig;
 use crate::storage::ban_list::scope::EntryScopes;
-use crate::storage::ban_list::{ms_after, BanList, Verdict};
+use crate::storage::ban_list::{ms_after, BanList, Verdict, SHORT_RETENTION};
 use async_trait::async_trait;
 use bytes::Bytes;
-use lacquer_memcached::{Cluster, ClusterConfig, ClusterServer, DeleteOutcome};
+use lacquer_memcached::{CasOutcome, Cluster, ClusterConfig, ClusterServer, DeleteOutcome};
 use pingora_cache::key::{CacheHashKey, CompactCacheKey};
 use pingora_cache::storage::{
     HandleMiss, HitHandler, MissFinishType, MissHandler, PurgeOutcome, PurgeTarget, PurgeType,
@@ -39,6 +41,7 @@ use pingora_cache::trace::SpanHandle;
 use pingora_cache::{CacheKey, CacheMeta};
 use pingora_error::Result;
 use std::any::Any;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -49,6 +52,13 @@ const ITEM_HEADROOM: usize = 16 * 1024;
 const MAX_TTL_SECS: u64 = 30 * 24 * 3600;
 /// How long a memcached read waits for a node that just started to read the invalidation log.
 const CATCH_UP_PATIENCE: Duration = Duration::from_secs(2);
+/// The most writes kept to be judged after a later read of the log
+/// ([`TieredStorage::judge_later`]), by memcached key; beyond it a write is deleted instead (it
+/// cannot be judged, and must not be left to outlive a purge).
+const MAX_UNJUDGED: usize = 10_000;
+/// Room left, before a short-lived record leaves the cluster's log, for the clocks and the read
+/// that finds it (see [`TieredStorage::judge_later`]).
+const LOG_MARGIN: Duration = Duration::from_secs(60);
 
 /// The memcached key of a cache key: `{namespace}:{hex of Pingora's combined Blake2b-128 hash}`.
 /// Always 36+ printable bytes without whitespace, within memcached's 250-byte limit.
@@ -113,6 +123,60 @@ pub struct TieredStorage {
     decoded: DecodedValues,
     /// What the shared tier has done.
     pub counters: Arc<SharedCounters>,
+    /// Writes not judged yet because the log could not be read ([`TieredStorage::judge_later`]).
+    unjudged: parking_lot::Mutex<UnjudgedWrites>,
+}
+
+/// A write this node could not judge in time: no read of the cluster's log got an answer for a
+/// while after it landed, so a purge covering it may be unknown here (see
+/// [`TieredStorage::judge_later`]).
+struct UnjudgedWrite {
+    key: CacheKey,
+    meta: StoredMeta,
+    /// False: the write failed, and may land all the same.
+    written: bool,
+    /// When (ms since the epoch) a purge published before it could have reached the log.
+    landed_ms: u64,
+    /// Counted as background work until judged: a draining node waits for it as for a write.
+    _task: BackgroundTask,
+}
+
+/// The writes waiting for a log read to judge them, by memcached key, and whether a task is
+/// waiting for that read.
+#[derive(Default)]
+struct UnjudgedWrites {
+    by_key: HashMap<String, UnjudgedWrite>,
+    judging: bool,
+}
+
+/// How a write of an entry to memcached ended ([`TieredStorage::write_entry`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WriteOutcome {
+    /// Stored.
+    Written,
+    /// Not stored, and nothing of it will land: memcached holds an answer for the key validated
+    /// after this one, which stays (see [`TieredStorage::store_unless_newer`]).
+    Superseded,
+    /// Not stored, or not known to be: the server did not answer (the write may still land).
+    Failed,
+}
+
+/// How many times a write looks again at a key other writers keep changing before it leaves
+/// theirs there ([`TieredStorage::store_unless_newer`]).
+const MAX_WRITE_ROUNDS: usize = 3;
+
+/// How much the ban list can be trusted to know every purge that covers a write when it is
+/// judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Judged {
+    /// Once a log read begun after the write landed was applied (the usual case).
+    InTime,
+    /// After a later read, the log having been unreadable meanwhile: a purge covering the entry
+    /// was unknown here for a while, and other nodes may have read the entry meanwhile.
+    Late,
+    /// So late that a short-lived purge covering it may have left the log (and every node's
+    /// list) since: no ban found proves nothing.
+    TooLate,
 }
 
 impl TieredStorage {
@@ -154,6 +218,7 @@ impl TieredStorage {
             next_write: AtomicU64::new(seed),
             decoded: DecodedValues::default(),
             counters,
+            unjudged: parking_lot::Mutex::default(),
         }
     }
 
@@ -420,16 +485,17 @@ impl TieredStorage {
         ttl.clamp(1, horizon.max(1)) as u32
     }
 
-    /// Writes a complete object to memcached: one value, or chunks and then the manifest.
-    async fn write_entry(&self, key: &CacheKey, meta: &StoredMeta, body: &Body) -> bool {
+    /// Writes a complete object to memcached: one value, or chunks and then the manifest; the
+    /// value under the key itself only where it replaces no newer answer
+    /// ([`TieredStorage::store_unless_newer`]).
+    async fn write_entry(&self, key: &CacheKey, meta: &StoredMeta, body: &Body) -> WriteOutcome {
         let mc_key = memcached_key(&self.namespace, key);
         let logical = logical_key(key);
         let ttl = self.ttl_secs(meta);
         if body.len() + ITEM_HEADROOM <= self.item_size {
             let value = entry::encode_complete(&logical, meta, body.chunks());
             return self
-                .cluster
-                .set_with(mc_key.as_bytes(), mc_key.as_bytes(), value, ttl)
+                .store_unless_newer(&mc_key, &logical, value, ttl, meta.validated())
                 .await;
         }
         let write_id = self.next_write.fetch_add(1, Ordering::Relaxed);
@@ -443,7 +509,7 @@ impl TieredStorage {
                 .set_with(mc_key.as_bytes(), chunk.as_bytes(), value, ttl)
                 .await
             {
-                return false;
+                return WriteOutcome::Failed;
             }
             count += 1;
         }
@@ -455,9 +521,80 @@ impl TieredStorage {
         };
         // the manifest goes last: until it is there, readers see a miss, never a partial body
         let manifest = entry::encode_manifest(&logical, meta, &list);
-        self.cluster
-            .set_with(mc_key.as_bytes(), mc_key.as_bytes(), manifest, ttl)
-            .await
+        let outcome = self
+            .store_unless_newer(&mc_key, &logical, manifest, ttl, meta.validated())
+            .await;
+        if outcome == WriteOutcome::Superseded {
+            // no manifest will ever list these chunks
+            for i in 0..count {
+                let chunk = chunk_key(&mc_key, write_id, i);
+                self.cluster
+                    .delete_with(mc_key.as_bytes(), chunk.as_bytes())
+                    .await;
+            }
+        }
+        outcome
+    }
+
+    /// Stores `value`, an entry (or manifest) of `logical` validated at `validated`, under
+    /// `mc_key`, unless memcached holds an answer for the key validated later: fills land out
+    /// of order (a fill whose request waited at the origin while a purge went through, and a
+    /// newer one fetched after the purge on another node), and the later one written first must
+    /// stay, not be replaced by the older one (which its writer would then delete once it reads
+    /// the purge, leaving nothing for every node to refetch).
+    ///
+    /// The common case after a miss costs what a `set` did, one round trip: an `add`, the key
+    /// being absent. When something is there, it is read with its CAS token and compared: an
+    /// answer validated no later than this one (a revalidation's 304 moves the time on, so a
+    /// refreshed entry replaces the one it refreshes), and anything that is not an entry of this
+    /// key (garbage, a foreign value), is replaced with a compare-and-swap, so a write that
+    /// landed in between is looked at in turn; one validated later stays. A key deleted in
+    /// between (a purge) is added again, as a `set` after the delete would have been: judging
+    /// that write is [`TieredStorage::judge_written`]'s.
+    async fn store_unless_newer(
+        &self,
+        mc_key: &str,
+        logical: &str,
+        value: Bytes,
+        ttl: u32,
+        validated: SystemTime,
+    ) -> WriteOutcome {
+        let key = mc_key.as_bytes();
+        for _ in 0..MAX_WRITE_ROUNDS {
+            match self
+                .cluster
+                .add_retried_with(key, key, value.clone(), ttl)
+                .await
+            {
+                None => return WriteOutcome::Failed,
+                Some(true) => return WriteOutcome::Written,
+                Some(false) => {}
+            }
+            let (stored, token) = match self.cluster.gets_with(key, key).await {
+                None => return WriteOutcome::Failed,
+                // deleted since the add: added again
+                Some(None) => continue,
+                Some(Some(found)) => found,
+            };
+            let newer = entry::decode(&stored, logical)
+                .is_ok_and(|there| there.meta.validated() > validated);
+            if newer {
+                return WriteOutcome::Superseded;
+            }
+            match self
+                .cluster
+                .cas_with(key, key, value.clone(), ttl, token)
+                .await
+            {
+                None => return WriteOutcome::Failed,
+                Some(CasOutcome::Stored) => return WriteOutcome::Written,
+                // written or deleted since it was read: looked at again
+                Some(CasOutcome::Changed | CasOutcome::Gone) => {}
+            }
+        }
+        // other writers kept writing the key while this one looked: theirs stay, and nothing
+        // of this write landed (every attempt was answered "not stored")
+        WriteOutcome::Superseded
     }
 
     /// Judges an entry this node has just written to memcached once more, when every purge and
@@ -476,16 +613,144 @@ impl TieredStorage {
     /// a log read that began two `op_timeout`s after the write landed closes that gap. When the
     /// entry's server does not answer the read-back or the delete, the purge is kept for the
     /// whole retention instead ([`BanList::keep_url_purge`]), here and, republished by the
-    /// invalidation service, on every node: the entry outlives no purge.
+    /// invalidation service, on every node: the entry outlives no purge. When that read does
+    /// not come (the log could not be read: every server frozen or unreachable), the write is
+    /// not judged by the list as it stands, which may lack the purge: it waits for a later read
+    /// ([`TieredStorage::judge_later`]).
     ///
     /// `written` is false for a write that failed: it may have landed all the same (a server
     /// that froze carries out what is in its socket when it thaws), so a purge that covers it
     /// is kept as for an entry that could not be deleted.
-    async fn judge_written(&self, key: &CacheKey, meta: &StoredMeta, written: bool) {
+    async fn judge_written(&'static self, key: &CacheKey, meta: &StoredMeta, written: bool) {
         let publication = self.cluster.op_timeout() * 2;
         let landed_ms = ms_after(SystemTime::now()) + publication.as_millis() as u64;
-        self.bans.wait_log_read_from(landed_ms, publication).await;
-        if self.bans.is_empty() {
+        if !self.bans.wait_log_read_from(landed_ms, publication).await {
+            // the list may lack the very purge that covers this write: not judged by it
+            self.judge_later(UnjudgedWrite {
+                key: key.clone(),
+                meta: meta.clone(),
+                written,
+                landed_ms,
+                _task: self.counters.background_task(),
+            });
+            return;
+        }
+        self.judge_by_bans(key, meta, written, Judged::InTime).await;
+    }
+
+    /// Keeps a write [`TieredStorage::judge_written`] could not judge (no read of the log got
+    /// an answer since it landed, every server frozen or unreachable) until a read does, and
+    /// judges it then as a write judged in time would be; one found banned is judged late,
+    /// so its purge is also kept for the whole retention: nodes may have forgotten it, or read
+    /// the entry, meanwhile. Judged by an incomplete list instead, the entry would stay in
+    /// memcached for its freshness lifetime while a short-lived purge that covers it is
+    /// forgotten after five minutes, and then be served everywhere: the purge undone.
+    ///
+    /// Kept per memcached key (the oldest write of a key is the one a purge covers first, so
+    /// judging it is enough), at most [`MAX_UNJUDGED`] keys; beyond that a write is deleted from
+    /// memcached at once, unjudged. One judged later than short-lived records stay in the log
+    /// (five minutes, less [`LOG_MARGIN`]) after it landed is deleted unless a newer answer
+    /// replaced it, whatever the list says: a purge that covered it may be gone from the log.
+    fn judge_later(&'static self, write: UnjudgedWrite) {
+        self.counters
+            .writes_judged_late
+            .fetch_add(1, Ordering::Relaxed);
+        let mc_key = memcached_key(&self.namespace, &write.key);
+        let mut unjudged = self.unjudged.lock();
+        let full = unjudged.by_key.len() >= MAX_UNJUDGED;
+        match unjudged.by_key.get_mut(&mc_key) {
+            Some(kept) => {
+                // one failed write of the key may still land: the read-back vouches for none
+                let written = kept.written && write.written;
+                let landed_ms = kept.landed_ms.max(write.landed_ms);
+                if write.meta.validated() < kept.meta.validated() {
+                    *kept = write;
+                }
+                kept.written = written;
+                kept.landed_ms = landed_ms;
+            }
+            None if full => {
+                drop(unjudged);
+                log::warn!(
+                    "memcached: more than {MAX_UNJUDGED} writes wait for a read of the \
+                     invalidation log to be judged; {} is deleted unjudged",
+                    logical_key(&write.key)
+                );
+                tokio::spawn(async move {
+                    let write = write;
+                    self.cluster
+                        .delete_with(mc_key.as_bytes(), mc_key.as_bytes())
+                        .await;
+                    drop(write);
+                });
+                return;
+            }
+            None => {
+                unjudged.by_key.insert(mc_key, write);
+            }
+        }
+        if !std::mem::replace(&mut unjudged.judging, true) {
+            tokio::spawn(self.judge_unjudged());
+        }
+    }
+
+    /// Judges the writes [`TieredStorage::judge_later`] kept, each once a read of the log begun
+    /// after it landed has been applied; ends when none is left.
+    async fn judge_unjudged(&'static self) {
+        loop {
+            let oldest = {
+                let mut unjudged = self.unjudged.lock();
+                let oldest = unjudged.by_key.values().map(|w| w.landed_ms).min();
+                if oldest.is_none() {
+                    unjudged.judging = false;
+                }
+                oldest
+            };
+            let Some(oldest) = oldest else {
+                return;
+            };
+            let read_from = self.bans.log_read_since(oldest).await;
+            let due: Vec<UnjudgedWrite> = {
+                let mut unjudged = self.unjudged.lock();
+                let keys: Vec<String> = unjudged
+                    .by_key
+                    .iter()
+                    .filter(|(_, w)| w.landed_ms <= read_from)
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                keys.iter()
+                    .filter_map(|k| unjudged.by_key.remove(k))
+                    .collect()
+            };
+            let log_tells_for = SHORT_RETENTION
+                .min(self.bans.retention())
+                .saturating_sub(LOG_MARGIN);
+            let now_ms = ms_after(SystemTime::now());
+            for write in due {
+                let late = Duration::from_millis(now_ms.saturating_sub(write.landed_ms));
+                let judged = if late > log_tells_for {
+                    Judged::TooLate
+                } else {
+                    Judged::Late
+                };
+                log::info!(
+                    "memcached: {} judged {:?} after its write, once the invalidation log \
+                     could be read ({judged:?})",
+                    logical_key(&write.key),
+                    late
+                );
+                self.judge_by_bans(&write.key, &write.meta, write.written, judged)
+                    .await;
+            }
+        }
+    }
+
+    /// Judges a write by the bans known here (see [`TieredStorage::judge_written`]): one a hard
+    /// purge or ban covers (or, [`Judged::TooLate`], any) is deleted unless a newer answer
+    /// replaced it; when it could not be, or it was judged late, a purge of its URL is kept for
+    /// the whole retention.
+    async fn judge_by_bans(&self, key: &CacheKey, meta: &StoredMeta, written: bool, when: Judged) {
+        if self.bans.is_empty() && when != Judged::TooLate {
             return;
         }
         let logical = logical_key(key);
@@ -497,7 +762,8 @@ impl TieredStorage {
                 Some((Verdict::Invalid, _))
             )
         };
-        if !covered(meta) {
+        let banned = covered(meta);
+        if !banned && when != Judged::TooLate {
             return;
         }
         // what the key holds now: this write, or a newer answer written since (the refetch
@@ -520,38 +786,55 @@ impl TieredStorage {
             // the server did not answer (frozen, failing, ejected)
             None => false,
             // gone already
-            Some(None) => return,
+            Some(None) => true,
             Some(Some(value)) => {
-                if let Some((now_there, _)) = self.decoded_value(&value, &logical) {
-                    if !covered(&now_there) {
-                        return;
+                let replaced =
+                    self.decoded_value(&value, &logical)
+                        .is_some_and(|(now_there, _)| {
+                            if banned {
+                                !covered(&now_there)
+                            } else {
+                                // judged too late to trust the list: only a newer answer stays
+                                now_there.validated() > meta.validated()
+                            }
+                        });
+                if replaced {
+                    true
+                } else {
+                    match self.cluster.delete_reporting(mc_key.as_bytes()).await.1 {
+                        DeleteOutcome::Deleted => {
+                            self.counters
+                                .written_then_banned
+                                .fetch_add(1, Ordering::Relaxed);
+                            true
+                        }
+                        DeleteOutcome::NotFound => true,
+                        DeleteOutcome::Skipped | DeleteOutcome::Failed => false,
                     }
-                }
-                match self.cluster.delete_reporting(mc_key.as_bytes()).await.1 {
-                    DeleteOutcome::Deleted => {
-                        self.counters
-                            .written_then_banned
-                            .fetch_add(1, Ordering::Relaxed);
-                        true
-                    }
-                    DeleteOutcome::NotFound => true,
-                    DeleteOutcome::Skipped | DeleteOutcome::Failed => false,
                 }
             }
         };
-        if !reached {
-            // The entry stays in memcached, for as long as its TTL (up to the retention): a
-            // short-lived purge must not be forgotten before it, here or on any node.
-            let (primary_text, primary) = primary_of(key, &logical);
-            // the drain waits for the purge's publication as for this write
-            let task = self.counters.background_task();
-            if self.bans.keep_url_purge(primary, primary_text, Some(task)) {
-                self.counters.purges_kept.fetch_add(1, Ordering::Relaxed);
-                log::warn!(
-                    "memcached: {primary_text} was written after its purge and could not be \
-                     deleted; the purge is kept for the whole retention"
-                );
-            }
+        // Judged in time, the purge was known everywhere for as long as the entry was there.
+        // Judged late, it may not have been (and this node's copy of the list lacked it): kept
+        // like one whose entry stays.
+        if reached && (when == Judged::InTime || !banned) {
+            return;
+        }
+        // The entry stays in memcached, for as long as its TTL (up to the retention): a
+        // short-lived purge must not be forgotten before it, here or on any node.
+        let (primary_text, primary) = primary_of(key, &logical);
+        // the drain waits for the purge's publication as for this write
+        let task = self.counters.background_task();
+        if self.bans.keep_url_purge(primary, primary_text, Some(task)) {
+            self.counters.purges_kept.fetch_add(1, Ordering::Relaxed);
+            log::warn!(
+                "memcached: {primary_text} was written after its purge and could not be \
+                 deleted, or was judged late; the purge is kept for the whole retention"
+            );
+        } else if !banned {
+            log::warn!(
+                "memcached: {primary_text} could not be judged by the bans in time, nor deleted"
+            );
         }
     }
 
@@ -577,23 +860,35 @@ impl TieredStorage {
         let task = self.counters.background_task();
         tokio::spawn(async move {
             let (meta, body) = in_flight.contents();
-            let written = self.write_entry(&key, &meta, &body).await;
+            let outcome = self.write_entry(&key, &meta, &body).await;
             // memcached has it now (or never will): the copy is trusted for `local_ttl` only
             drop(in_flight);
             drop(body);
-            if written {
-                if let WriteOf::Fill { leased } = of {
-                    self.fill_leases.on_written(&key, leased).await;
+            match outcome {
+                WriteOutcome::Written => {
+                    if let WriteOf::Fill { leased } = of {
+                        self.fill_leases.on_written(&key, leased).await;
+                    }
+                    self.counters.writes.fetch_add(1, Ordering::Relaxed);
+                    self.judge_written(&key, &meta, true).await;
                 }
-                self.counters.writes.fetch_add(1, Ordering::Relaxed);
-                self.judge_written(&key, &meta, true).await;
-            } else {
-                self.counters.write_failures.fetch_add(1, Ordering::Relaxed);
-                // nodes waiting for this fill would never see it
-                self.fill_leases.on_write_failed(&key);
-                // a write its server did not answer may still land (a frozen server carries
-                // it out when it thaws)
-                self.judge_written(&key, &meta, false).await;
+                WriteOutcome::Superseded => {
+                    // memcached has a newer answer: waiters for this fill are served that one
+                    if let WriteOf::Fill { leased } = of {
+                        self.fill_leases.on_written(&key, leased).await;
+                    }
+                    self.counters
+                        .writes_superseded
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                WriteOutcome::Failed => {
+                    self.counters.write_failures.fetch_add(1, Ordering::Relaxed);
+                    // nodes waiting for this fill would never see it
+                    self.fill_leases.on_write_failed(&key);
+                    // a write its server did not answer may still land (a frozen server
+                    // carries it out when it thaws)
+                    self.judge_written(&key, &meta, false).await;
+                }
             }
             drop(task);
         });

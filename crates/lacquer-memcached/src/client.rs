@@ -12,7 +12,7 @@
 
 use crate::error::McError;
 use crate::pool::{Pool, ServerConfig};
-use crate::protocol::{check_key, Command, Reply, StoreMode};
+use crate::protocol::{check_key, CasOutcome, Command, Reply, StoreMode};
 use crate::server_stats::ServerStats;
 use bytes::Bytes;
 
@@ -98,6 +98,42 @@ impl ServerClient {
         }
     }
 
+    /// Fetches one value with its CAS token (memcached `gets`), `Ok(None)` on a miss: for a
+    /// writer that replaces a value only after looking at it, with [`Self::cas`], so that a
+    /// write landing in between is not lost.
+    pub async fn gets(&self, key: &[u8]) -> Result<Option<(Bytes, u64)>, McError> {
+        check_key(key)?;
+        match self.pool.execute(&Command::Gets(key)).await? {
+            Reply::ValueCas(v) => Ok(v),
+            _ => unreachable!("gets yields a value and its token"),
+        }
+    }
+
+    /// Stores `value` under `key` only if its value is still the one [`Self::gets`] read with
+    /// `token` (memcached compare-and-swap): a writer that decided to replace a value by
+    /// looking at it replaces that value, not one written since. Retried once on a stale pooled
+    /// connection like a set: a retry whose first attempt landed answers
+    /// [`CasOutcome::Changed`], and the caller reads the value again.
+    pub async fn cas(
+        &self,
+        key: &[u8],
+        value: Bytes,
+        ttl_secs: u32,
+        token: u64,
+    ) -> Result<CasOutcome, McError> {
+        check_key(key)?;
+        let cmd = Command::Store {
+            key,
+            value: &value,
+            ttl: ttl_secs,
+            mode: StoreMode::Cas(token),
+        };
+        match self.pool.execute(&cmd).await? {
+            Reply::Cas(outcome) => Ok(outcome),
+            _ => unreachable!("a compare-and-swap yields its outcome"),
+        }
+    }
+
     /// Stores `value` under `key` for `ttl_secs` seconds (0 = no expiry;
     /// more than 30 days is capped at 30 days).
     pub async fn set(&self, key: &[u8], value: Bytes, ttl_secs: u32) -> Result<(), McError> {
@@ -120,6 +156,20 @@ impl ServerClient {
         self.store_if(StoreMode::Add, key, value, ttl_secs).await
     }
 
+    /// [`Self::add`] for a caller to whom "already there" means "look at what is there" (a
+    /// writer that then compares it, [`Self::gets`] and [`Self::cas`]), not "someone else holds
+    /// it" as for a lease: a retry that finds its own first attempt landed is harmless, so it is
+    /// retried once on a stale pooled connection, as a set is, rather than failing.
+    pub async fn add_retried(
+        &self,
+        key: &[u8],
+        value: Bytes,
+        ttl_secs: u32,
+    ) -> Result<bool, McError> {
+        self.store_if(StoreMode::AddRetried, key, value, ttl_secs)
+            .await
+    }
+
     /// Stores `value` only if `key` is present (memcached `replace`): `Ok(true)` if stored,
     /// `Ok(false)` if the key is absent, which it stays. Used to renew fill leases: a lease a
     /// purge deleted does not come back.
@@ -128,7 +178,8 @@ impl ServerClient {
             .await
     }
 
-    /// A conditional store ([`StoreMode::Add`] or [`StoreMode::Replace`]): whether it stored.
+    /// A conditional store ([`StoreMode::Add`], [`StoreMode::AddRetried`] or
+    /// [`StoreMode::Replace`]): whether it stored.
     async fn store_if(
         &self,
         mode: StoreMode,

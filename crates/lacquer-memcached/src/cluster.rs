@@ -11,6 +11,7 @@ use crate::client::ServerClient;
 use crate::error::McError;
 use crate::ketama::KetamaRing;
 use crate::pool::ServerConfig;
+use crate::protocol::CasOutcome;
 use crate::server_stats::ServerStatsSnapshot;
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -293,6 +294,57 @@ impl Cluster {
         };
         let result = self.nodes[index].client.set(key, value, ttl_secs).await;
         self.record(index, result).is_some()
+    }
+
+    /// Stores `value` under `key` on the server of `placement_key` only if `key` is absent
+    /// ([`ServerClient::add_retried`]: retried on a stale connection, for a writer that looks at
+    /// what is there when it is not stored): `Some(true)` when stored, `Some(false)` when the
+    /// key was there, `None` when the server could not be asked.
+    pub async fn add_retried_with(
+        &self,
+        placement_key: &[u8],
+        key: &[u8],
+        value: Bytes,
+        ttl_secs: u32,
+    ) -> Option<bool> {
+        let index = self.node_for(placement_key)?;
+        let result = self.nodes[index]
+            .client
+            .add_retried(key, value, ttl_secs)
+            .await;
+        self.record(index, result)
+    }
+
+    /// Fetches one value and its CAS token from the server of `placement_key`
+    /// ([`ServerClient::gets`]): `Some(None)` on a miss, `None` when the server could not be
+    /// asked. Not batched with other gets: a writer deciding whether to replace a value asks it.
+    pub async fn gets_with(
+        &self,
+        placement_key: &[u8],
+        key: &[u8],
+    ) -> Option<Option<(Bytes, u64)>> {
+        let index = self.node_for(placement_key)?;
+        let result = self.nodes[index].client.gets(key).await;
+        self.record(index, result)
+    }
+
+    /// Replaces the value under `key` on the server of `placement_key` only if it is still the
+    /// one [`Self::gets_with`] read with `token` ([`ServerClient::cas`]); `None` when the server
+    /// could not be asked.
+    pub async fn cas_with(
+        &self,
+        placement_key: &[u8],
+        key: &[u8],
+        value: Bytes,
+        ttl_secs: u32,
+        token: u64,
+    ) -> Option<CasOutcome> {
+        let index = self.node_for(placement_key)?;
+        let result = self.nodes[index]
+            .client
+            .cas(key, value, ttl_secs, token)
+            .await;
+        self.record(index, result)
     }
 
     /// The most one operation may take ([`ClusterConfig::op_timeout`]).

@@ -7,7 +7,8 @@
 //! * [`batch`]: concurrent gets to one server leave as one pipelined multi-get, so a busy node
 //!   pays one round trip for many hits.
 //! * [`client`]: [`ServerClient`], the operations on one server (get, pipelined multi-get, set,
-//!   add, append, delete, touch), so a slow or dead memcached costs a miss, never a stuck request.
+//!   add, replace, gets and compare-and-swap, append, delete, touch), so a slow or dead
+//!   memcached costs a miss, never a stuck request.
 //! * [`pool`]: that server's connections: at most `pool_size`, every call bounded by
 //!   `op_timeout`, no connection reused after a failed or cancelled call, one retry of an
 //!   idempotent call on a stale pooled connection.
@@ -43,4 +44,5 @@ pub use cluster::{
 };
 pub use error::McError;
 pub use pool::ServerConfig;
+pub use protocol::CasOutcome;
 pub use server_stats::{ServerStats, ServerStatsSnapshot};

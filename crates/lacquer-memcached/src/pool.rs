@@ -10,8 +10,9 @@
 //! * Retry: if a connection taken from the pool fails with an I/O error before
 //!   any response byte was read (typically because memcached restarted while
 //!   it sat idle), the idle pool is flushed and an idempotent call (get,
-//!   get_multi, set, delete, touch) is retried once on a fresh connection.
-//!   `add` is never retried.  No other failure is retried.
+//!   get_multi, gets, set, cas, `add_retried`, delete, touch) is retried once on a
+//!   fresh connection. `add` (a lease's) and append are never retried.  No other
+//!   failure is retried.
 //! * A connection is used again only by a task of the runtime that opened it. Its socket is
 //!   registered with that runtime's reactor, so a task of another runtime (Pingora runs the
 //!   proxy, the admin listener and each background service on runtimes of their own) would be

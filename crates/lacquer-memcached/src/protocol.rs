@@ -1,8 +1,9 @@
 //! The memcached meta text protocol: which bytes a command is, and what a reply's bytes mean.
 //!
-//! Commands used (memcached >= 1.6, see its `protocol.txt`): `mg <key> v`,
-//! `ms <key> <len> T<ttl>` (with `ME` for add), `ms <key> <len> MA` for append, `md <key>`,
-//! `mg <key> T<ttl>` for touch, and for batches `mg <key> v q O<i>` per key closed by `mn`.
+//! Commands used (memcached >= 1.6, see its `protocol.txt`): `mg <key> v` (with `c` for the
+//! value's CAS token), `ms <key> <len> T<ttl>` (with `ME` for add, `MR` for replace, `C<token>`
+//! for compare-and-swap), `ms <key> <len> MA` for append, `md <key>`, `mg <key> T<ttl>` for
+//! touch, and for batches `mg <key> v q O<i>` per key closed by `mn`.
 //!
 //! Nothing here owns a socket: a command is encoded into a byte buffer and replies are read from
 //! any `AsyncRead`, so the `connection` module decides how bytes travel and the tests below
@@ -39,18 +40,39 @@ pub(crate) fn check_key(key: &[u8]) -> Result<(), McError> {
 }
 
 /// Which store a `Store` command is: whatever is there, only when nothing is, or only when
-/// something is.
+/// something is; or (`Cas`) only when the value is still the one read with that CAS token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum StoreMode {
     Set,
+    /// Not retried: a retry whose first attempt landed reads "already there" (a fill lease
+    /// another node holds, to its caller).
     Add,
+    /// An add whose caller reads "already there" as "look at what is there", so a retry that
+    /// finds its own first attempt is harmless: retried like a set.
+    AddRetried,
     Replace,
+    /// Compare-and-swap: stored only if the value's CAS token is still this one. A retry whose
+    /// first attempt landed reads "changed", which its caller reads again: retried like a set.
+    Cas(u64),
+}
+
+/// What a compare-and-swap ([`StoreMode::Cas`]) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CasOutcome {
+    /// The value was still the one read with the token: replaced.
+    Stored,
+    /// Another write (or a touch) changed the value since it was read: nothing stored.
+    Changed,
+    /// The key is gone (deleted or expired since it was read): nothing stored.
+    Gone,
 }
 
 /// One request, so a single exchange routine serves every call (and its retry).
 /// Keys are checked by [`check_key`] before a command is built.
 pub(crate) enum Command<'a> {
     Get(&'a [u8]),
+    /// A get that also asks for the value's CAS token (`mg <key> v c`).
+    Gets(&'a [u8]),
     GetMulti(&'a [&'a [u8]]),
     Store {
         key: &'a [u8],
@@ -68,8 +90,10 @@ pub(crate) enum Command<'a> {
 }
 
 impl Command<'_> {
-    /// Whether sending the command twice has the effect of sending it once, which is what
-    /// allows the pool to retry it on a fresh connection.
+    /// Whether sending the command twice has the effect of sending it once, and the second
+    /// reply means to its caller what the first would have, which is what allows the pool to
+    /// retry it on a fresh connection (not a lease's add, nor an append, which would append
+    /// twice).
     pub(crate) fn is_idempotent(&self) -> bool {
         !matches!(
             self,
@@ -84,6 +108,7 @@ impl Command<'_> {
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         match *self {
             Command::Get(key) => put(out, &[b"mg ", key, b" v\r\n"]),
+            Command::Gets(key) => put(out, &[b"mg ", key, b" v c\r\n"]),
             Command::GetMulti(keys) => {
                 for (i, key) in keys.iter().enumerate() {
                     put(out, &[b"mg ", key, b" v q O"]);
@@ -102,12 +127,16 @@ impl Command<'_> {
                 put_number(out, value.len());
                 put(out, &[b" T"]);
                 put_number(out, ttl.min(MAX_TTL_SECS));
-                let mode: &[u8] = match mode {
-                    StoreMode::Set => b"\r\n",
-                    StoreMode::Add => b" ME\r\n",
-                    StoreMode::Replace => b" MR\r\n",
-                };
-                put(out, &[mode, value, b"\r\n"]);
+                match mode {
+                    StoreMode::Set => {}
+                    StoreMode::Add | StoreMode::AddRetried => put(out, &[b" ME"]),
+                    StoreMode::Replace => put(out, &[b" MR"]),
+                    StoreMode::Cas(token) => {
+                        put(out, &[b" C"]);
+                        put_number(out, token);
+                    }
+                }
+                put(out, &[b"\r\n", value, b"\r\n"]);
             }
             Command::Delete(key) => put(out, &[b"md ", key, b"\r\n"]),
             Command::Touch(key, ttl) => {
@@ -141,8 +170,11 @@ fn put_number(out: &mut Vec<u8>, n: impl itoa::Integer) {
 #[derive(Debug, PartialEq)]
 pub(crate) enum Reply {
     Value(Option<Bytes>),
+    /// A value and its CAS token (`Gets`).
+    ValueCas(Option<(Bytes, u64)>),
     Values(Vec<Option<Bytes>>),
     Flag(bool),
+    Cas(CasOutcome),
 }
 
 /// Room kept free in the read buffer before each read: a read fills whatever the buffer has
@@ -191,7 +223,12 @@ impl<R: AsyncRead + Unpin> ReplyReader<R> {
     pub(crate) async fn read_reply(&mut self, command: &Command<'_>) -> Result<Reply, McError> {
         match command {
             Command::Get(_) => self.read_value().await.map(Reply::Value),
+            Command::Gets(_) => self.read_value_cas().await.map(Reply::ValueCas),
             Command::GetMulti(keys) => self.read_batch(keys.len()).await.map(Reply::Values),
+            Command::Store {
+                mode: StoreMode::Cas(_),
+                ..
+            } => self.read_cas().await.map(Reply::Cas),
             Command::Store { .. } | Command::Append { .. } => {
                 self.read_flag("HD", "NS").await.map(Reply::Flag)
             }
@@ -265,6 +302,36 @@ impl<R: AsyncRead + Unpin> ReplyReader<R> {
         match (tokens.next(), tokens.next()) {
             (Some("VA"), Some(len)) => self.read_data(len).await.map(Some),
             _ => Err(unexpected(line)),
+        }
+    }
+
+    /// Reads the reply to `mg <key> v c`: `VA <len> ... c<token> ...` and data, or `EN`.
+    async fn read_value_cas(&mut self) -> Result<Option<(Bytes, u64)>, McError> {
+        let line = self.read_line().await?;
+        let line = text(&line)?;
+        if line == "EN" {
+            return Ok(None);
+        }
+        let mut tokens = line.split(' ');
+        let len = match (tokens.next(), tokens.next()) {
+            (Some("VA"), Some(len)) => len,
+            _ => return Err(unexpected(line)),
+        };
+        let token = tokens
+            .find_map(|f| f.strip_prefix('c'))
+            .and_then(|t| t.parse::<u64>().ok())
+            .ok_or_else(|| McError::Protocol(format!("no CAS token in {line:?}")))?;
+        Ok(Some((self.read_data(len).await?, token)))
+    }
+
+    /// Reads the reply to a compare-and-swap: `HD` stored, `EX` changed since, `NF` gone.
+    async fn read_cas(&mut self) -> Result<CasOutcome, McError> {
+        let line = self.read_line().await?;
+        match text(&line)? {
+            "HD" => Ok(CasOutcome::Stored),
+            "EX" => Ok(CasOutcome::Changed),
+            "NF" => Ok(CasOutcome::Gone),
+            l => Err(unexpected(l)),
         }
     }
 
@@ -377,6 +444,15 @@ mod tests {
             mode: StoreMode::Set,
         };
         assert!(encoded(store_big).starts_with("ms big 1048576 T2591999\r\nxx"));
+        assert_eq!(
+            encoded(store(StoreMode::AddRetried, 3)),
+            "ms k 7 T3 ME\r\nv\r\nEN\r\n\r\n"
+        );
+        assert_eq!(
+            encoded(store(StoreMode::Cas(18_446_744_073_709_551_615), 60)),
+            "ms k 7 T60 C18446744073709551615\r\nv\r\nEN\r\n\r\n"
+        );
+        assert_eq!(encoded(Command::Gets(b"k")), "mg k v c\r\n");
         assert_eq!(encoded(Command::Delete(b"k")), "md k\r\n");
         assert_eq!(encoded(Command::Touch(b"k", 5)), "mg k T5\r\n");
         assert_eq!(encoded(Command::Touch(b"k", u32::MAX)), "mg k T2592000\r\n");
@@ -424,6 +500,72 @@ mod tests {
         assert!(matches!(wrong, Err(McError::Protocol(_))), "{wrong:?}");
         let wrong = reply_to(Command::Get(b"k"), b"HD\r\n").await;
         assert!(matches!(wrong, Err(McError::Protocol(_))), "{wrong:?}");
+    }
+
+    #[tokio::test]
+    async fn a_gets_reply_carries_the_cas_token_and_a_cas_reply_says_what_happened() {
+        let gets = |input| reply_to(Command::Gets(b"k"), input);
+        assert_eq!(
+            gets(b"VA 4 c42\r\nab\r\n\r\n").await.unwrap(),
+            Reply::ValueCas(Some((Bytes::from_static(b"ab\r\n"), 42)))
+        );
+        // the token wherever the flags put it
+        assert_eq!(
+            gets(b"VA 1 t-1 c7 f0\r\nx\r\n").await.unwrap(),
+            Reply::ValueCas(Some((Bytes::from_static(b"x"), 7)))
+        );
+        assert_eq!(gets(b"EN\r\n").await.unwrap(), Reply::ValueCas(None));
+        for input in [&b"VA 1\r\nx\r\n"[..], b"VA 1 cx\r\nx\r\n", b"HD\r\n"] {
+            let reply = gets(input).await;
+            assert!(matches!(reply, Err(McError::Protocol(_))), "{reply:?}");
+        }
+        let cas = |input| {
+            reply_to(
+                Command::Store {
+                    key: b"k",
+                    value: b"v",
+                    ttl: 0,
+                    mode: StoreMode::Cas(3),
+                },
+                input,
+            )
+        };
+        assert_eq!(
+            cas(b"HD\r\n").await.unwrap(),
+            Reply::Cas(CasOutcome::Stored)
+        );
+        assert_eq!(
+            cas(b"EX\r\n").await.unwrap(),
+            Reply::Cas(CasOutcome::Changed)
+        );
+        assert_eq!(cas(b"NF\r\n").await.unwrap(), Reply::Cas(CasOutcome::Gone));
+        let wrong = cas(b"NS\r\n").await;
+        assert!(matches!(wrong, Err(McError::Protocol(_))), "{wrong:?}");
+    }
+
+    #[test]
+    fn only_a_leases_add_and_an_append_are_not_retried() {
+        let store = |mode| Command::Store {
+            key: b"k",
+            value: b"v",
+            ttl: 0,
+            mode,
+        };
+        assert!(!store(StoreMode::Add).is_idempotent());
+        assert!(!Command::Append {
+            key: b"k",
+            value: b"v"
+        }
+        .is_idempotent());
+        for mode in [
+            StoreMode::Set,
+            StoreMode::AddRetried,
+            StoreMode::Replace,
+            StoreMode::Cas(1),
+        ] {
+            assert!(store(mode).is_idempotent(), "{mode:?}");
+        }
+        assert!(Command::Gets(b"k").is_idempotent());
     }
 
     #[tokio::test]

@@ -5,7 +5,7 @@ mod support;
 
 use bytes::Bytes;
 use lacquer_memcached::protocol::MAX_KEY_LEN;
-use lacquer_memcached::{McError, ServerClient, ServerConfig};
+use lacquer_memcached::{CasOutcome, McError, ServerClient, ServerConfig};
 use std::time::{Duration, Instant};
 use support::*;
 
@@ -119,6 +119,72 @@ async fn add_only_stores_absent_keys() {
 }
 
 #[tokio::test]
+async fn add_retried_only_stores_absent_keys() {
+    let mc = Memcached::start();
+    let c = client(mc.addr(), 2);
+    let value = binary_value(70_000);
+    assert!(within(c.add_retried(b"entry", value.clone(), 60))
+        .await
+        .unwrap());
+    assert!(
+        !within(c.add_retried(b"entry", Bytes::from_static(b"b"), 60))
+            .await
+            .unwrap()
+    );
+    assert_eq!(within(c.get(b"entry")).await.unwrap(), Some(value));
+}
+
+#[tokio::test]
+async fn a_cas_replaces_only_the_value_its_gets_read() {
+    let mc = Memcached::start();
+    let c = client(mc.addr(), 2);
+    assert_eq!(within(c.gets(b"entry")).await.unwrap(), None);
+    let first = Bytes::from_static(b"v1\r\nEN\r\n\0");
+    within(c.set(b"entry", first.clone(), 60)).await.unwrap();
+    let (read, token) = within(c.gets(b"entry")).await.unwrap().unwrap();
+    assert_eq!(read, first);
+    // another writer replaces it meanwhile: the cas with the old token stores nothing
+    within(c.set(b"entry", Bytes::from_static(b"v2"), 60))
+        .await
+        .unwrap();
+    let lost = within(c.cas(b"entry", Bytes::from_static(b"v3"), 60, token)).await;
+    assert_eq!(lost.unwrap(), CasOutcome::Changed);
+    assert_eq!(
+        within(c.get(b"entry")).await.unwrap(),
+        Some(Bytes::from_static(b"v2"))
+    );
+    // read again, then replaced
+    let (read, token) = within(c.gets(b"entry")).await.unwrap().unwrap();
+    assert_eq!(read, Bytes::from_static(b"v2"));
+    let big = binary_value(900 * 1024);
+    let stored = within(c.cas(b"entry", big.clone(), 60, token)).await;
+    assert_eq!(stored.unwrap(), CasOutcome::Stored);
+    assert_eq!(within(c.get(b"entry")).await.unwrap(), Some(big.clone()));
+    // the token is spent: the store changed the value
+    let again = within(c.cas(b"entry", Bytes::from_static(b"v4"), 60, token)).await;
+    assert_eq!(again.unwrap(), CasOutcome::Changed);
+    // deleted since it was read: nothing comes back
+    let (_, token) = within(c.gets(b"entry")).await.unwrap().unwrap();
+    assert!(within(c.delete(b"entry")).await.unwrap());
+    let gone = within(c.cas(b"entry", Bytes::from_static(b"v5"), 60, token)).await;
+    assert_eq!(gone.unwrap(), CasOutcome::Gone);
+    assert_eq!(within(c.get(b"entry")).await.unwrap(), None);
+    // the TTL a cas gives is the one it carries
+    within(c.set(b"short", Bytes::from_static(b"v"), 3600))
+        .await
+        .unwrap();
+    let (_, token) = within(c.gets(b"short")).await.unwrap().unwrap();
+    let stored = within(c.cas(b"short", Bytes::from_static(b"w"), 1, token)).await;
+    assert_eq!(stored.unwrap(), CasOutcome::Stored);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while within(c.get(b"short")).await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "the cas's 1 s TTL did not apply");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(c.open_connections(), 1, "every reply read in step");
+}
+
+#[tokio::test]
 async fn replace_only_stores_present_keys() {
     let mc = Memcached::start();
     let c = client(mc.addr(), 2);
@@ -176,6 +242,11 @@ async fn invalid_keys_are_rejected_before_sending() {
         assert!(matches!(c.delete(key).await, Err(McError::Protocol(_))));
         let set = c.set(key, Bytes::new(), 0).await;
         assert!(matches!(set, Err(McError::Protocol(_))));
+        assert!(matches!(c.gets(key).await, Err(McError::Protocol(_))));
+        let cas = c.cas(key, Bytes::new(), 0, 1).await;
+        assert!(matches!(cas, Err(McError::Protocol(_))));
+        let add = c.add_retried(key, Bytes::new(), 0).await;
+        assert!(matches!(add, Err(McError::Protocol(_))));
     }
     let multi = c.get_multi(&[&b"ok"[..], &b"not ok"[..]]).await;
     assert!(matches!(multi, Err(McError::Protocol(_))));

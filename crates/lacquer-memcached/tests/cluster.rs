@@ -6,7 +6,7 @@ mod support;
 
 use bytes::Bytes;
 use lacquer_memcached::ketama::KetamaRing;
-use lacquer_memcached::{Cluster, ClusterConfig};
+use lacquer_memcached::{CasOutcome, Cluster, ClusterConfig};
 use std::time::Duration;
 use support::*;
 
@@ -162,6 +162,46 @@ async fn a_timed_out_add_counts_against_the_server() {
         "failure_limit = 1: one timed-out add ejects"
     );
     a.signal("-CONT");
+}
+
+/// The operations of a writer that replaces an entry only after comparing it (add, then gets
+/// and cas) go to the placement key's server, and a dead server is `None` for each of them.
+#[tokio::test]
+async fn an_add_gets_and_cas_placed_with_another_key_act_on_that_keys_server() {
+    let (a, mut b) = (Memcached::start(), Memcached::start());
+    let servers = [&a, &b];
+    let cluster = cluster(&servers, 3);
+    let (object, other_key) = keys_on(&servers, 1);
+    let key = format!("{other_key}:chunk");
+    let (place, key) = (object.as_bytes(), key.as_bytes());
+    let added = cluster.add_retried_with(place, key, Bytes::from_static(b"old"), 60);
+    assert_eq!(within(added).await, Some(true));
+    let again = cluster.add_retried_with(place, key, Bytes::from_static(b"x"), 60);
+    assert_eq!(within(again).await, Some(false));
+    let direct = client(servers[1].addr(), 1);
+    assert_eq!(
+        within(direct.get(key)).await.unwrap(),
+        Some(Bytes::from_static(b"old"))
+    );
+    let (value, token) = within(cluster.gets_with(place, key))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(value, Bytes::from_static(b"old"));
+    let swapped = cluster.cas_with(place, key, Bytes::from_static(b"new"), 60, token);
+    assert_eq!(within(swapped).await, Some(CasOutcome::Stored));
+    let stale = cluster.cas_with(place, key, Bytes::from_static(b"late"), 60, token);
+    assert_eq!(within(stale).await, Some(CasOutcome::Changed));
+    assert_eq!(
+        within(direct.get(key)).await.unwrap(),
+        Some(Bytes::from_static(b"new"))
+    );
+    b.kill();
+    assert_eq!(within(cluster.gets_with(place, key)).await, None);
+    let cas = cluster.cas_with(place, key, Bytes::from_static(b"x"), 60, token);
+    assert_eq!(within(cas).await, None);
+    let add = cluster.add_retried_with(place, key, Bytes::from_static(b"x"), 60);
+    assert_eq!(within(add).await, None);
 }
 
 #[tokio::test]

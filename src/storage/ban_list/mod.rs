@@ -20,8 +20,9 @@
 //! whole retention from its issue (`invalidation::Invalidator::carry_out`). (A fill in flight
 //! that no lease announced can still be written after the delete; its writer judges the entry
 //! again once the purge has reached it and deletes it: `TieredStorage::judge_written`, which
-//! waits with [`BanList::wait_log_read_from`], or keeps the purge when it cannot,
-//! [`BanList::keep_url_purge`].)
+//! waits with [`BanList::wait_log_read_from`], and, when the log could not be read meanwhile,
+//! judges it only after a later read that could, [`BanList::log_read_since`]; or keeps the
+//! purge when it cannot delete it, [`BanList::keep_url_purge`].)
 //!
 //! A purge by an unsafe method (a POST's) of a URL with nothing stored is not kept as a ban but
 //! as a mark in a fixed table ([`BanList::mark_unsafe_purge`]), consulted only for what this node
@@ -460,24 +461,44 @@ impl BanList {
     }
 
     /// Waits until a read of the cluster's log that began at or after `from_ms` has been
-    /// applied, so that every ban published before then is known here. Gives up after `extra`
-    /// plus three of the log's poll intervals (the log could not be read); returns at once on a
-    /// node that reads no log.
-    pub async fn wait_log_read_from(&self, from_ms: u64, extra: Duration) {
+    /// applied, so that every ban published before then is known here; returns whether it was.
+    /// Gives up after `extra` plus three of the log's poll intervals (the log could not be
+    /// read: `false`, and the list may lack bans published before `from_ms`); returns `true` at
+    /// once on a node that reads no log (its list is all there is).
+    pub async fn wait_log_read_from(&self, from_ms: u64, extra: Duration) -> bool {
         let poll_ms = self.log_poll_ms.load(Ordering::Acquire);
         if poll_ms == 0 {
-            return;
+            return true;
         }
         let deadline =
             tokio::time::Instant::now() + extra + Duration::from_millis(poll_ms.saturating_mul(3));
         loop {
             let read = self.log_read.notified();
             if self.log_read_from.load(Ordering::Acquire) >= from_ms {
-                return;
+                return true;
             }
             if tokio::time::timeout_at(deadline, read).await.is_err() {
-                return;
+                return false;
             }
+        }
+    }
+
+    /// Waits, without a bound, until a read of the cluster's log that began at or after
+    /// `from_ms` has been applied, and returns when the latest applied read began (ms since the
+    /// epoch; `u64::MAX` on a node that reads no log, whose list is always complete). Exists for
+    /// writes [`BanList::wait_log_read_from`] gave up on: they may not be judged until the bans
+    /// published before they landed are known (`TieredStorage`'s unjudged writes).
+    pub async fn log_read_since(&self, from_ms: u64) -> u64 {
+        if self.log_poll_ms.load(Ordering::Acquire) == 0 {
+            return u64::MAX;
+        }
+        loop {
+            let read = self.log_read.notified();
+            let read_from = self.log_read_from.load(Ordering::Acquire);
+            if read_from >= from_ms {
+                return read_from;
+            }
+            read.await;
         }
     }
 
@@ -512,12 +533,13 @@ mod tests {
         let list = BanList::new(Duration::from_secs(60), None).leak();
         let long = Duration::from_secs(3600);
         // no log: nothing to wait for
-        tokio::time::timeout(
+        let judged = tokio::time::timeout(
             Duration::from_secs(5),
             list.wait_log_read_from(10_000, long),
         )
         .await
         .expect("waited on a node that reads no log");
+        assert!(judged, "a node that reads no log has every ban it will get");
         list.expect_catch_up(Duration::from_secs(3600));
         let waiting = tokio::spawn(list.wait_log_read_from(10_000, long));
         tokio::task::yield_now().await;
@@ -528,10 +550,11 @@ mod tests {
             "a read begun before the write ended the wait"
         );
         list.log_read(10_000);
-        tokio::time::timeout(Duration::from_secs(5), waiting)
+        let read = tokio::time::timeout(Duration::from_secs(5), waiting)
             .await
             .expect("a read begun after the write did not end the wait")
             .unwrap();
+        assert!(read, "the read that ended the wait is reported");
         // a log that cannot be read: given up after the patience
         tokio::time::timeout(
             Duration::from_millis(100),
@@ -539,6 +562,32 @@ mod tests {
         )
         .await
         .expect_err("three poll intervals (an hour here) not waited for");
+    }
+
+    #[tokio::test]
+    async fn a_wait_that_gives_up_says_so_and_the_unbounded_wait_ends_only_with_a_late_enough_read()
+    {
+        let list = BanList::new(Duration::from_secs(60), None).leak();
+        // no log: the list is complete at once
+        assert_eq!(list.log_read_since(10_000).await, u64::MAX);
+        list.expect_catch_up(Duration::from_millis(1));
+        list.log_read(5_000);
+        // three poll intervals and the patience pass without a late enough read
+        assert!(
+            !list
+                .wait_log_read_from(10_000, Duration::from_millis(10))
+                .await
+        );
+        let waiting = tokio::spawn(list.log_read_since(10_000));
+        // far longer than the bounded wait's patience (13 ms)
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        list.log_read(9_999);
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "a read begun too early ended it");
+        list.log_read(12_000);
+        assert_eq!(waiting.await.unwrap(), 12_000, "when the read began");
+        // a read already applied ends it at once
+        assert_eq!(list.log_read_since(11_000).await, 12_000);
     }
 
     /// The page `url` (host + path), whose primary hash is `7`, tagged `tags`.
