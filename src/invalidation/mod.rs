@@ -402,20 +402,11 @@ impl Invalidator {
     /// Records `record` in the ban list and applies it to this node's memory tier.
     fn apply(&self, record: &Record) -> Touched {
         let scope = record.target.scope();
-        self.ban(record);
+        self.bans
+            .add(&scope, record.issued_ms, record.soft, record.short_lived);
+        self.note_applied(record.id);
         self.memory
             .invalidate(&scope, at(record.issued_ms), record.soft)
-    }
-
-    /// Records `record` in the ban list.
-    fn ban(&self, record: &Record) {
-        self.bans.add(
-            &record.target.scope(),
-            record.issued_ms,
-            record.soft,
-            record.short_lived,
-        );
-        self.note_applied(record.id);
     }
 
     /// [`Self::apply`] for a purge only worth making if something is stored (an unsafe

@@ -710,18 +710,13 @@ impl TieredStorage {
                 return;
             };
             let read_from = self.bans.log_read_since(oldest).await;
-            let due: Vec<UnjudgedWrite> = {
-                let mut unjudged = self.unjudged.lock();
-                let keys: Vec<String> = unjudged
-                    .by_key
-                    .iter()
-                    .filter(|(_, w)| w.landed_ms <= read_from)
-                    .map(|(k, _)| k.clone())
-                    .collect();
-                keys.iter()
-                    .filter_map(|k| unjudged.by_key.remove(k))
-                    .collect()
-            };
+            let due: Vec<UnjudgedWrite> = self
+                .unjudged
+                .lock()
+                .by_key
+                .extract_if(|_, w| w.landed_ms <= read_from)
+                .map(|(_, w)| w)
+                .collect();
             let log_tells_for = SHORT_RETENTION
                 .min(self.bans.retention())
                 .saturating_sub(LOG_MARGIN);
