@@ -197,6 +197,15 @@ async fn invalidated_mid_fill(direct: bool, how: &str) {
     origin_has(&origin, path, 1).await;
     // two chunks in: the fill is streaming
     tokio::time::sleep(Duration::from_millis(300)).await;
+    // a second request joins the fill: its head has come (from the fill, the origin saw one)
+    let joined = http_client()
+        .get(lacquer.url(path))
+        .header("host", HOST)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(joined.status(), 200);
+    assert_eq!(origin.hits_for(path), 1, "{how}: the second request joined");
     let answer = match how {
         "purge" => request("PURGE", &lacquer.url(path), &[("host", HOST)], None).await,
         "soft purge" => {
@@ -226,18 +235,24 @@ async fn invalidated_mid_fill(direct: bool, how: &str) {
         1,
         "{how}: still the first fetch's body"
     );
-    let first = first.await.unwrap();
-    if direct {
-        // relayed from the origin, not read back from the fill the purge abandoned
-        let first = first.unwrap_or_else(|e| panic!("{how}: the miss's own answer: {e:?}"));
-        assert_eq!(first.status, 200);
-        assert_eq!(first.body.as_ref(), paced_body(chunks, size).as_slice());
-    } else if let Ok(first) = first {
-        // the standard path serves its miss from the fill: a hard purge abandons it, and the
-        // client's answer is cut (no wrong byte, and never a whole-looking body)
-        assert_eq!(first.status, 200);
-        assert_eq!(first.body.as_ref(), paced_body(chunks, size).as_slice());
-    }
+    // whole: the direct path relays it from the origin; the standard path serves its miss from
+    // the fill, which a hard purge lets go of but still relays to the readers it has
+    let first = first
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{how}: the miss's own answer: {e:?}"));
+    assert_eq!(first.status, 200);
+    assert_eq!(first.body.as_ref(), paced_body(chunks, size).as_slice());
+    // and so does the request that joined it before the invalidation
+    let joined = joined
+        .bytes()
+        .await
+        .unwrap_or_else(|e| panic!("{how}: the joined request's body: {e:?}"));
+    assert_eq!(
+        joined.as_ref(),
+        paced_body(chunks, size).as_slice(),
+        "{how}"
+    );
     let next = get_page(&lacquer, path).await;
     assert_eq!(next.status, 200);
     if how == "soft purge" {

@@ -5,8 +5,7 @@
 //! A miss writes into an in-flight entry; concurrent lookups of the same key stream the body as it
 //! arrives (`support_streaming_partial_write`). On `finish` the object is indexed as complete
 //! before the in-flight entry goes, so lookups never see a gap. A reader never sees a truncated
-//! body as complete: if the writer is dropped before `finish` (or the key is purged meanwhile),
-//! readers get an error.
+//! body as complete: if the writer is dropped before `finish`, readers get an error.
 //!
 //! A body whose length the origin declared is copied into one allocation of that length, and
 //! stored as slices of it ([`BodyBuffer`]): a cached object is one block the allocator can hand
@@ -24,6 +23,10 @@
 //! ([`StreamingHit`] with `owner`) is kept in step by its proxy loop instead
 //! (`owner_holds_back_origin`), since that reader runs in the writer's own task. Before, such a
 //! fill failed its readers and the request mid-body: a 500, or a body cut short.
+//!
+//! A hard purge of the URL turns its fills into relays the same way ([`InFlightFills::disown`]):
+//! the answer in flight must not be stored or joined after the purge, but the requests already
+//! reading it came before the purge, and get it whole.
 
 use super::mapped::MappedBody;
 use super::{key_of, MemoryTier, SharedWriteInFlight};
@@ -69,8 +72,9 @@ enum FillState {
 pub(super) struct FillBody {
     chunks: RwLock<FillChunks>,
     state: watch::Sender<FillState>,
-    /// Set once the body outgrew `cache.max_object_size`: nothing will be stored, and the fill
-    /// only carries the body to the readers it already has (see the module docs).
+    /// Set once the body outgrew `cache.max_object_size` or a purge let go of the fill: nothing
+    /// will be stored, and the fill only carries the body to the readers it already has (see
+    /// the module docs).
     relay: AtomicBool,
     /// Where each reader is, for a relaying fill to let go of what all have read.
     readers: Mutex<Vec<Weak<ReaderPosition>>>,
@@ -142,6 +146,10 @@ struct InFlight {
     /// What bans can name the fill by (with a ban list): a lookup judges the fill by them
     /// before it joins it ([`InFlightFills::joinable`]).
     scopes: Option<Arc<EntryScopes>>,
+    /// A hard purge of its URL let go of it ([`InFlightFills::disown`]): no lookup joins it, and
+    /// it only relays the body to the readers it had. Kept listed so its own request still
+    /// finds it by write id.
+    disowned: bool,
 }
 
 /// The fills being written now, by key (a key may have several: a refresh starts while the
@@ -171,7 +179,12 @@ impl InFlightFills {
 
     /// Whether a fill of `key` is being written.
     pub(super) fn is_filling(&self, key: u128) -> bool {
-        self.count.load(Ordering::Acquire) != 0 && self.by_key.lock().contains_key(&key)
+        self.count.load(Ordering::Acquire) != 0
+            && self
+                .by_key
+                .lock()
+                .get(&key)
+                .is_some_and(|fills| fills.iter().any(|fill| !fill.disowned))
     }
 
     /// The fill of `key` with the given write id (its writer's own request reads it; others
@@ -203,6 +216,7 @@ impl InFlightFills {
         let fill = by_key
             .get(&key)?
             .iter()
+            .filter(|fill| !fill.disowned)
             .find(|fill| match (bans, fill.scopes.as_deref()) {
                 (Some(bans), Some(scopes)) => {
                     bans.judge_fetched(scopes, fill.meta.validated()) == Verdict::Valid
@@ -233,6 +247,7 @@ impl InFlightFills {
             meta,
             body: body.clone(),
             scopes,
+            disowned: false,
         });
         self.count.fetch_add(1, Ordering::Release);
         (write_id, body)
@@ -252,19 +267,22 @@ impl InFlightFills {
         }
     }
 
-    /// Drops every fill of `key`, failing their streaming readers; returns whether there was one.
-    pub(super) fn abort(&self, key: u128) -> bool {
+    /// Lets go of every fill of `key`, for a hard purge of its URL; returns whether there was
+    /// one. Each becomes a relay, as a fill that outgrew `cache.max_object_size` does: no lookup
+    /// joins it from now on and nothing of it is stored, but the readers it already has (its own
+    /// request's client, and requests that joined it before the purge) get the rest of the body.
+    /// Their requests came before the purge: the answer in flight is theirs. Before, the fill was
+    /// aborted, and every one of those clients had its answer cut mid-body.
+    pub(super) fn disown(&self, key: u128) -> bool {
         let mut by_key = self.by_key.lock();
-        match by_key.remove(&key) {
-            Some(fills) => {
-                for fill in &fills {
-                    fill.body.state.send_replace(FillState::Aborted);
-                }
-                self.count.fetch_sub(fills.len(), Ordering::Release);
-                true
-            }
-            None => false,
+        let Some(fills) = by_key.get_mut(&key) else {
+            return false;
+        };
+        for fill in fills.iter_mut() {
+            fill.disowned = true;
+            fill.body.relay.store(true, Ordering::Release);
         }
+        true
     }
 }
 
@@ -335,9 +353,9 @@ impl MemoryMiss {
         }
     }
 
-    /// Past the size limit: the fill is a relay (see the module docs).
+    /// Past the size limit, or disowned by a purge: the fill is a relay (see the module docs).
     fn relaying(&self) -> bool {
-        self.written > self.limit
+        self.written > self.limit || self.body.relay.load(Ordering::Acquire)
     }
 
     /// The body outgrew the size limit: from now on the fill only carries it to its readers.
@@ -524,6 +542,8 @@ impl MemoryMiss {
             // the readers have had every byte; nothing is stored
             self.body.state.send_replace(FillState::Complete);
             self.finished = true;
+            // a fill disowned by a purge is still listed (its size relay was unlisted at once)
+            self.tier.fills.remove(self.key, self.write_id.into());
             return Ok((MissFinishType::Created(0), None));
         }
         let mut chunks: Vec<Bytes> = self.body.chunks.read().list.iter().cloned().collect();
@@ -696,6 +716,47 @@ mod tests {
         drop(miss);
         assert!(reader.read_body().await.is_err());
         assert!(tier.lookup(&key2, &span).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_purged_fill_finishes_for_its_readers_and_stores_nothing() {
+        use crate::storage::ban_list::scope::Scope;
+        use pingora_cache::key::CacheHashKey;
+        let tier = MemoryTier::new(4 << 20, 1 << 20, 1024).leak();
+        let span = Span::inactive().handle();
+        let key = CacheKey::new("/purged", "");
+        let mut miss = tier.get_miss_handler(&key, &meta(), &span).await.unwrap();
+        let (_, mut owner) = tier
+            .lookup_streaming_write(&key, miss.streaming_write_tag(), &span)
+            .await
+            .unwrap()
+            .unwrap();
+        let (_, mut joined) = tier.lookup(&key, &span).await.unwrap().unwrap();
+        miss.write_body(Bytes::from_static(b"before "), false)
+            .await
+            .unwrap();
+        let primary = super::super::key_of(key.primary_bin());
+        tier.invalidate(&Scope::Url(primary), std::time::SystemTime::now(), false);
+        // no lookup joins it now, and the fast path does not wait for it
+        assert!(tier.lookup(&key, &span).await.unwrap().is_none());
+        assert!(!tier.fills.is_filling(primary));
+        // its own request still finds it by write id
+        let again = tier
+            .lookup_streaming_write(&key, miss.streaming_write_tag(), &span)
+            .await
+            .unwrap();
+        assert!(again.is_some(), "the filling request's reader");
+        miss.write_body(Bytes::from_static(b"after"), true)
+            .await
+            .unwrap();
+        miss.finish().await.unwrap();
+        assert_eq!(read_all(&mut owner).await, b"before after");
+        assert_eq!(read_all(&mut joined).await, b"before after");
+        assert!(
+            tier.lookup(&key, &span).await.unwrap().is_none(),
+            "not stored"
+        );
+        assert_eq!(tier.fills.count(), 0, "unlisted once finished");
     }
 
     /// `n` bytes, all `byte`.

@@ -336,8 +336,9 @@ impl MemoryTier {
     /// Applies a purge or ban that arrived (from this node or another): every object under
     /// `scope` validated before `before` (see [`StoredMeta::validated`]) is removed, or with `soft`
     /// marked stale from `before` on (so grace, `stale-while-revalidate` and revalidation still
-    /// serve it), and a hard purge of a URL abandons the fills of it in flight. Objects fetched or
-    /// revalidated since are left alone.
+    /// serve it), and a hard purge of a URL lets go of the fills of it in flight (nothing of them
+    /// is stored or joined; the readers they have get the rest). Objects fetched or revalidated
+    /// since are left alone.
     pub fn invalidate(&self, scope: &Scope, before: SystemTime, soft: bool) -> Touched {
         let keys = match scope {
             Scope::Url(primary) => {
@@ -378,7 +379,7 @@ impl MemoryTier {
             }
         }
         if let (Scope::Url(primary), false) = (scope, soft) {
-            self.fills.abort(*primary);
+            self.fills.disown(*primary);
         }
         touched
     }
@@ -504,7 +505,7 @@ impl MemoryTier {
 
     fn purge_key(&self, target: &CompactCacheKey) -> bool {
         let key = key_of(target.combined_bin());
-        let removed_fill = self.fills.abort(key);
+        let removed_fill = self.fills.disown(key);
         // purging a URL (no variance given) purges all its variants too
         let removed = if target.variance.is_none() {
             self.index.remove_with_variants(key)
