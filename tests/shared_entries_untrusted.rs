@@ -158,3 +158,61 @@ async fn entries_this_cache_never_stores_are_misses() {
     assert_eq!(origin.hits(), 3);
     assert_eq!(admin_stat(admin, "rejected").await, 3);
 }
+
+/// An entry dated further ahead than clocks differ (an application's clock or code wrong) would
+/// escape every purge issued before its date and keep Lacquer's own writes from replacing it: it
+/// is refused as malformed, and the fill that follows replaces it. One dated a few seconds ahead
+/// (clocks that differ a little) is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_dated_in_the_future_is_refused_and_replaced() {
+    let memcached = MemcachedProcess::start();
+    let origin = TestOrigin::start(|req| {
+        OriginResponse::ok(format!("origin {}", req.path)).header("cache-control", "max-age=300")
+    });
+    let (lacquer, admin) = node(&memcached, &origin);
+    let dated = |ahead: StdDuration| {
+        let mut meta = planted_meta(200, &[("content-type", "text/plain")]);
+        meta.created += ahead;
+        meta.epoch += ahead;
+        meta.fresh_until += ahead;
+        meta
+    };
+    plant_complete(
+        &memcached,
+        "/tomorrow",
+        &dated(StdDuration::from_secs(86_400)),
+        BODY,
+    );
+    plant_complete(
+        &memcached,
+        "/skewed",
+        &dated(StdDuration::from_secs(5)),
+        BODY,
+    );
+
+    let mut conn = RawConn::connect(lacquer.addr());
+    let skewed = conn.get("/skewed", &[]);
+    assert_eq!(skewed.body, BODY, "a few seconds ahead: served");
+    let refused = conn.get("/tomorrow", &[]);
+    assert_eq!(refused.status, 200);
+    assert_eq!(
+        refused.text(),
+        "origin /tomorrow",
+        "served the entry dated tomorrow"
+    );
+    assert_eq!(admin_stat(admin, "rejected").await, 1);
+    // the fill replaced it in memcached (it is not "a newer answer")
+    assert_eq!(
+        wait_for_stat(admin, "writes", 1, Duration::from_secs(10)).await,
+        1
+    );
+    assert_eq!(admin_stat(admin, "writes_superseded").await, 0);
+    let key = memcached_key("lq", &lacquer::proxy::cache_key::of_url(HOST, "/tomorrow"));
+    let held = memcached.get_raw(&key).expect("an entry under the key");
+    assert!(
+        held.windows(b"origin /tomorrow".len())
+            .any(|w| w == b"origin /tomorrow"),
+        "memcached still holds the entry dated tomorrow"
+    );
+    assert_eq!(origin.hits(), 1);
+}

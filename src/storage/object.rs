@@ -10,7 +10,7 @@ use bytes::Bytes;
 use pingora_cache::key::HashBinary;
 use pingora_cache::CacheMeta;
 use pingora_http::ResponseHeader;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 /// Fixed per-object bookkeeping charged to the memory budget on top of header and body bytes
 /// (the object struct, the TinyUFO bucket and index entry, the `Arc`s).
@@ -67,6 +67,11 @@ pub fn owned_chunk(data: &[u8]) -> Bytes {
     Bytes::copy_from_slice(data)
 }
 
+/// How much later than a node's clock an entry read from memcached may be dated: the clocks of
+/// the cluster's nodes, and of applications writing entries, differ by less (NTP keeps them
+/// within milliseconds). See [`StoredMeta::dated_ahead`].
+pub const CLOCK_SKEW_ALLOWED: Duration = Duration::from_secs(60);
+
 /// The decoded fields of a `CacheMeta`, enough to rebuild an equivalent one on every hit.
 #[derive(Debug, Clone)]
 pub struct StoredMeta {
@@ -111,6 +116,15 @@ impl StoredMeta {
     /// Purges and bans cover entries validated before them.
     pub fn validated(&self) -> SystemTime {
         self.created.max(self.epoch)
+    }
+
+    /// Whether this entry says it was validated later than `now` by more than clocks differ
+    /// ([`CLOCK_SKEW_ALLOWED`]). Such an entry, read from memcached (an application's clock or
+    /// code wrong, a node's clock far ahead), would escape every purge and ban issued before its
+    /// date (they cover entries validated before them) and stop Lacquer's own writes from
+    /// replacing it (a write never replaces a newer answer): it is refused as malformed.
+    pub fn dated_ahead(&self, now: SystemTime) -> bool {
+        self.validated() > now + CLOCK_SKEW_ALLOWED
     }
 
     /// Captures the parts of `meta` that survive storage.

@@ -14,7 +14,8 @@ pub struct SharedCounters {
     pub decodes_shared: AtomicU64,
     /// Keys memcached did not have.
     pub misses: AtomicU64,
-    /// Values memcached returned that failed verification (format, checksum, key, a chunk).
+    /// Values memcached returned that failed verification (format, checksum, key, a chunk, a
+    /// date further ahead than clocks differ).
     pub rejected: AtomicU64,
     /// Verified entries not served because a purge or ban covers them, or because they are
     /// older than purges and bans are remembered (`invalidation.retention`).

@@ -449,6 +449,11 @@ impl TieredStorage {
         promotes: bool,
     ) -> Option<(Verdict, Option<EntryScopes>)> {
         let now = SystemTime::now();
+        if meta.dated_ahead(now) {
+            // no purge issued before its date would cover it: not trusted at all
+            self.counters.rejected.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
         if self.bans.beyond_horizon(meta.validated(), now) {
             self.counters.invalidated.fetch_add(1, Ordering::Relaxed);
             return None;
@@ -576,8 +581,10 @@ impl TieredStorage {
                 Some(None) => continue,
                 Some(Some(found)) => found,
             };
-            let newer = entry::decode(&stored, logical)
-                .is_ok_and(|there| there.meta.validated() > validated);
+            // an entry dated further ahead than clocks differ is garbage, not a newer answer
+            let newer = entry::decode(&stored, logical).is_ok_and(|there| {
+                there.meta.validated() > validated && !there.meta.dated_ahead(SystemTime::now())
+            });
             if newer {
                 return WriteOutcome::Superseded;
             }
