@@ -2,7 +2,7 @@
 //! `chromium`, installed by `scripts/setup.sh`) loads `/` from a node under a little load, and
 //! the DOM it ends with shows that every chart received samples and the memcached servers and
 //! origin backends were listed with their state; a screenshot is saved beside the build
-//! (`target/status-page.png`). Skipped, saying so, when Chromium is not installed.
+//! (`status-page.png` in cargo's target directory). Skipped, saying so, when Chromium is not installed.
 
 use lacquer_test_support as support;
 
@@ -118,7 +118,12 @@ async fn the_status_page_charts_live_data_in_chromium() {
     .await
     .unwrap();
 
-    let screenshot = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/status-page.png");
+    // where cargo builds (`CARGO_TARGET_DIR` when set, which need not be `<repo>/target`)
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    std::fs::create_dir_all(&target).unwrap();
+    let screenshot = target.join("status-page.png");
     let _ = std::fs::remove_file(&screenshot);
     let shot = format!("--screenshot={}", screenshot.display());
     let profile_shot = profile.path().to_path_buf();
