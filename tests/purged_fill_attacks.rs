@@ -37,6 +37,15 @@ struct Plan {
     interval_ms: u64,
 }
 
+/// A large page: 64 KiB, a pause of 1.5 s, the rest at once, a pause, the end.
+const fn slow_start(len: usize) -> Plan {
+    Plan {
+        len,
+        pieces: 0,
+        interval_ms: 1500,
+    }
+}
+
 /// An origin whose `n`th GET (or HEAD) of a path is the generated page of seed `n` as `plan`
 /// says (cacheable for ten minutes); any other method is answered `200 changed`.
 fn versioned_origin(plan: impl Fn(&str, usize) -> Plan + Send + Sync + 'static) -> TestOrigin {
@@ -53,8 +62,14 @@ fn versioned_origin(plan: impl Fn(&str, usize) -> Plan + Send + Sync + 'static) 
         };
         let p = plan(req.path_only(), n);
         let body = generated_bytes(p.len, n as u8);
-        let piece = p.len.div_ceil(p.pieces.max(1)).max(1);
-        let chunks: Vec<Bytes> = body.chunks(piece).map(Bytes::copy_from_slice).collect();
+        let chunks: Vec<Bytes> = if p.pieces == 0 {
+            // `slow_start`
+            let body = Bytes::from(body);
+            vec![body.slice(..64 << 10), body.slice(64 << 10..)]
+        } else {
+            let piece = p.len.div_ceil(p.pieces).max(1);
+            body.chunks(piece).map(Bytes::copy_from_slice).collect()
+        };
         let resp = OriginResponse::ok(Body::Paced {
             chunks,
             interval: Duration::from_millis(p.interval_ms),
@@ -100,9 +115,15 @@ async fn joined(url: &str, fields: &[(&str, &str)]) -> reqwest::Response {
     resp
 }
 
-/// `PURGE url`: 200 or 404 (nothing was stored yet, only a fill in flight).
+/// `PURGE url` with `Host: shop.example`: 200 or 404 (nothing was stored yet, only a fill in
+/// flight).
 async fn purge(url: &str) {
-    let purged = request("PURGE", url, &SITE, None).await;
+    purge_with(url, &SITE).await
+}
+
+/// `PURGE url` with `fields`: 200 or 404.
+async fn purge_with(url: &str, fields: &[(&str, &str)]) {
+    let purged = request("PURGE", url, fields, None).await;
     assert!(
         matches!(purged.status, 200 | 404),
         "PURGE: {} {}",
@@ -389,4 +410,256 @@ async fn a_purge_at_the_edges_of_a_fill_cuts_nothing_standard() {
     for when in ["before the body", "after the body", "empty"] {
         purged_at_an_edge(false, when).await;
     }
+}
+
+// --- 3. readers of a purged fill that leave, stall, ask HEAD or a range ---------------------
+
+/// A large page (4 MiB, past a relay's 1 MiB window) being filled.
+const LARGE: usize = 4 << 20;
+
+/// The large page's v1 being filled (64 KiB in, the rest held for 1.5 s) through `lacquer`:
+/// returns once its client has the head.
+async fn large_fill_started(origin: &TestOrigin, path: &str) {
+    assert!(origin.wait_for_hits_for_async(path, 1, BOUND).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+/// A HEAD and a range request join a large fill, the HEAD's connection kept open and idle; the
+/// URL is purged: the fill's client and a plain joiner get it whole, well before a reader that
+/// reads nothing would be cut (60 s); the range is answered right; the HEAD's connection serves
+/// its next request; the next GET fetches anew.
+async fn heads_and_ranges_on_a_purged_fill(direct: bool) {
+    let origin = versioned_origin(|_, n| match n {
+        1 => slow_start(LARGE),
+        _ => Plan {
+            len: LARGE,
+            pieces: 4,
+            interval_ms: 0,
+        },
+    });
+    let (lacquer, admin) = node(origin.addr(), direct, "[server]\nsend_timeout = \"10m\"\n");
+    let what = format!("direct {direct}");
+    let path = "/large/head";
+    let url = lacquer.url(path);
+    let started = Instant::now();
+    let owner = spawn_get(&url);
+    large_fill_started(&origin, path).await;
+    let mut head = StallingClient::connect_eager(lacquer.addr()).await;
+    head.send(&format!("HEAD {path} HTTP/1.1\r\nHost: {HOST}\r\n\r\n"))
+        .await;
+    let head_answer = tokio::time::timeout(BOUND, head.answer(true))
+        .await
+        .expect("the HEAD hung");
+    assert_eq!(head_answer.status, 200, "{what}: {}", head_answer.head);
+    let mut range = StallingClient::connect_eager(lacquer.addr()).await;
+    range.send_get(HOST, path, "Range: bytes=0-99\r\n").await;
+    let range = tokio::spawn(async move { range.answer(false).await });
+    let joiner = spawn_get(&url);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(origin.hits_for(path), 1, "{what}: everyone joined the fill");
+    purge(&url).await;
+    whole(owner, LARGE, 1, &format!("{what}: the fill's client")).await;
+    whole(joiner, LARGE, 1, &format!("{what}: the joiner")).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{what}: held up for {:?} (a reader that reads nothing?)",
+        started.elapsed()
+    );
+    let range = tokio::time::timeout(BOUND, range)
+        .await
+        .expect("the range hung")
+        .unwrap();
+    assert!(range.complete, "{what}: the range's answer cut");
+    match range.status {
+        206 => assert_eq!(range.body, generated_range(0, 100, 1), "{what}"),
+        200 => assert_generated_page(&range.body, LARGE, 1, &format!("{what}: range")),
+        other => panic!("{what}: the range answered {other}"),
+    }
+    // the HEAD's connection, idle all along, serves its next request
+    head.send_get(HOST, path, "").await;
+    let next = tokio::time::timeout(BOUND, head.answer(false))
+        .await
+        .expect("the request after the HEAD hung");
+    assert_eq!(next.status, 200, "{what}");
+    assert!(next.complete, "{what}");
+    assert_eq!(next.body.len(), LARGE, "{what}");
+    assert_ne!(
+        generated_mismatch(&next.body, 1, 0),
+        None,
+        "{what}: the purged answer served after the purge"
+    );
+    no_fill_in_flight(admin, &what).await;
+    lacquer.assert_no_panic();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn heads_and_ranges_joining_a_purged_fill_hold_nothing_up_direct() {
+    heads_and_ranges_on_a_purged_fill(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn heads_and_ranges_joining_a_purged_fill_hold_nothing_up_standard() {
+    heads_and_ranges_on_a_purged_fill(false).await;
+}
+
+/// The fill's own client leaves right after the purge (its connection reset with the body
+/// unread): the joiners get the page whole; nothing is stored; the next GET fetches v2, which
+/// is stored.
+async fn the_fills_client_leaves_after_the_purge(direct: bool) {
+    let origin = versioned_origin(|_, n| match n {
+        1 => slow_start(LARGE),
+        _ => Plan {
+            len: 1000,
+            pieces: 1,
+            interval_ms: 0,
+        },
+    });
+    let (lacquer, admin) = node(origin.addr(), direct, "");
+    let what = format!("direct {direct}");
+    let path = "/large/leaver";
+    let url = lacquer.url(path);
+    let mut owner = StallingClient::connect_eager(lacquer.addr()).await;
+    owner.send_get(HOST, path, "").await;
+    large_fill_started(&origin, path).await;
+    assert!(
+        owner.until_head().await,
+        "{what}: the fill's client has its head"
+    );
+    let joiners: Vec<_> = (0..3).map(|_| spawn_get(&url)).collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(origin.hits_for(path), 1, "{what}: the others joined");
+    purge(&url).await;
+    drop(owner);
+    for (i, joiner) in joiners.into_iter().enumerate() {
+        whole(joiner, LARGE, 1, &format!("{what}: joiner {i}")).await;
+    }
+    no_fill_in_flight(admin, &what).await;
+    let next = get(&url, &SITE).await;
+    assert_generated_page(&next.body, 1000, 2, &format!("{what}: after the purge"));
+    let stored = get(&url, &SITE).await;
+    assert!(stored.is_hit(), "{what}: {:?}", stored.cache_status());
+    assert_eq!(origin.hits_for(path), 2, "{what}");
+    lacquer.assert_no_panic();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_fills_client_leaving_after_the_purge_cuts_no_joiner_direct() {
+    the_fills_client_leaves_after_the_purge(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_fills_client_leaving_after_the_purge_cuts_no_joiner_standard() {
+    the_fills_client_leaves_after_the_purge(false).await;
+}
+
+/// The fill's own client reads nothing (a 4 KiB receive buffer); a joiner reads at once; the URL
+/// is purged. The joiner gets the page whole: the stalled client holds it back at most until its
+/// write is given up (`send_timeout`, 3 s here), on the standard path where that client reads
+/// the fill in the writer's own task; the direct path relays to it apart.
+async fn the_fills_client_stalls_after_the_purge(direct: bool) {
+    let origin = versioned_origin(|_, n| match n {
+        1 => slow_start(LARGE),
+        _ => Plan {
+            len: 1000,
+            pieces: 1,
+            interval_ms: 0,
+        },
+    });
+    let (lacquer, admin) = node(origin.addr(), direct, "[server]\nsend_timeout = \"3s\"\n");
+    let what = format!("direct {direct}");
+    let path = "/large/stalled-owner";
+    let url = lacquer.url(path);
+    let mut owner = StallingClient::connect(lacquer.addr()).await;
+    owner.send_get(HOST, path, "").await;
+    large_fill_started(&origin, path).await;
+    let joiner = spawn_get(&url);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(origin.hits_for(path), 1, "{what}: the joiner joined");
+    purge(&url).await;
+    whole(joiner, LARGE, 1, &format!("{what}: the joiner")).await;
+    let owner = tokio::time::timeout(BOUND, owner.answer(false))
+        .await
+        .expect("the stalled client hung");
+    if owner.complete {
+        assert_generated_page(
+            &owner.body,
+            LARGE,
+            1,
+            &format!("{what}: the stalled client"),
+        );
+    } else {
+        owner.assert_cut_start(1, LARGE, &format!("{what}: the stalled client"));
+    }
+    no_fill_in_flight(admin, &what).await;
+    let next = get(&url, &SITE).await;
+    assert_generated_page(&next.body, 1000, 2, &format!("{what}: after the purge"));
+    lacquer.assert_no_panic();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stalled_fill_client_holds_the_joiners_of_a_purged_fill_at_most_send_timeout_direct() {
+    the_fills_client_stalls_after_the_purge(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stalled_fill_client_holds_the_joiners_of_a_purged_fill_at_most_send_timeout_standard() {
+    the_fills_client_stalls_after_the_purge(false).await;
+}
+
+// --- 4. HTTP/2 ---------------------------------------------------------------------------------
+
+/// An h2 client fills, two h2 streams of another connection join, the URL is purged: all three
+/// get the page whole; the next GET fetches anew.
+async fn h2_readers_of_a_purged_fill(direct: bool) {
+    let origin = versioned_origin(|_, n| match n {
+        1 => slow_start(LARGE),
+        _ => Plan {
+            len: 1000,
+            pieces: 1,
+            interval_ms: 0,
+        },
+    });
+    let (lacquer, admin) = node(origin.addr(), direct, "");
+    let what = format!("direct {direct}");
+    let path = "/large/h2";
+    let url = lacquer.url(path);
+    let owner = {
+        let url = url.clone();
+        // (no `host` field: over h2 the URL's authority names the site, for every stream)
+        tokio::spawn(async move { send(&h2c_client(), "GET", &url, &[], None).await })
+    };
+    large_fill_started(&origin, path).await;
+    let (sender, _conn) = h2_connect_default(lacquer.addr()).await;
+    let mut streams = Vec::new();
+    for _ in 0..2 {
+        let (response, _) = h2_request(&sender, "GET", &url, &[]).await;
+        streams.push(tokio::spawn(h2_read_answer(response, None)));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(origin.hits_for(path), 1, "{what}: the h2 streams joined");
+    purge_with(&url, &[]).await;
+    whole(owner, LARGE, 1, &format!("{what}: the h2 fill's client")).await;
+    for (i, stream) in streams.into_iter().enumerate() {
+        let answer = tokio::time::timeout(BOUND, stream)
+            .await
+            .unwrap_or_else(|_| panic!("{what}: h2 stream {i} hung"))
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{what}: h2 stream {i}: {e:?}"));
+        assert_eq!(answer.status, 200, "{what}");
+        assert_generated_page(&answer.body, LARGE, 1, &format!("{what}: h2 stream {i}"));
+    }
+    no_fill_in_flight(admin, &what).await;
+    let next = h2_get(&sender, &url, BOUND).await;
+    assert_generated_page(&next.body, 1000, 2, &format!("{what}: after the purge"));
+    lacquer.assert_no_panic();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn h2_readers_of_a_purged_fill_get_it_whole_direct() {
+    h2_readers_of_a_purged_fill(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn h2_readers_of_a_purged_fill_get_it_whole_standard() {
+    h2_readers_of_a_purged_fill(false).await;
 }
