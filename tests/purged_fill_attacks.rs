@@ -781,9 +781,6 @@ async fn a_stalled_joiner_of_a_purged_fill(direct: bool) -> Duration {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "bug: a purge turns the fill into a relay, whose writer waits up to 60 s for a \
-            reader more than 1 MiB behind: one client that joined and reads nothing holds \
-            every other reader of the fill (the direct miss's own client too) for 60 s"]
 async fn a_stalled_joiner_of_a_purged_fill_holds_no_one_up() {
     let (direct, standard) = tokio::join!(
         a_stalled_joiner_of_a_purged_fill(true),

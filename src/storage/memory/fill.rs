@@ -24,9 +24,12 @@
 //! (`owner_holds_back_origin`), since that reader runs in the writer's own task. Before, such a
 //! fill failed its readers and the request mid-body: a 500, or a body cut short.
 //!
-//! A hard purge of the URL turns its fills into relays the same way ([`InFlightFills::disown`]):
-//! the answer in flight must not be stored or joined after the purge, but the requests already
-//! reading it came before the purge, and get it whole.
+//! A hard purge of the URL lets go of its fills ([`InFlightFills::disown`]): the answer in
+//! flight must not be stored or joined after the purge, but the requests already reading it came
+//! before the purge, and get it whole, as from any fill ([`FillBody::disowned`]). Not as from a
+//! relay: a relay waits for its slowest reader, so one client that had joined the fill and read
+//! nothing held every other reader (the direct miss's own client too) for 60 s once the URL was
+//! purged, where the fill would have gone at the origin's pace without the purge.
 
 use super::mapped::MappedBody;
 use super::{key_of, MemoryTier, SharedWriteInFlight};
@@ -72,10 +75,12 @@ enum FillState {
 pub(super) struct FillBody {
     chunks: RwLock<FillChunks>,
     state: watch::Sender<FillState>,
-    /// Set once the body outgrew `cache.max_object_size` or a purge let go of the fill: nothing
-    /// will be stored, and the fill only carries the body to the readers it already has (see
-    /// the module docs).
+    /// Set once the body outgrew `cache.max_object_size`: nothing will be stored, and the fill
+    /// only carries the body to the readers it already has (see the module docs).
     relay: AtomicBool,
+    /// Set once a hard purge let go of the fill ([`InFlightFills::disown`]): nothing will be
+    /// stored, and no lookup joins it; its readers read it as any fill's.
+    disowned: AtomicBool,
     /// Where each reader is, for a relaying fill to let go of what all have read.
     readers: Mutex<Vec<Weak<ReaderPosition>>>,
     /// A reader of a relaying fill moved on or went away.
@@ -147,8 +152,8 @@ struct InFlight {
     /// before it joins it ([`InFlightFills::joinable`]).
     scopes: Option<Arc<EntryScopes>>,
     /// A hard purge of its URL let go of it ([`InFlightFills::disown`]): no lookup joins it, and
-    /// it only relays the body to the readers it had. Kept listed so its own request still
-    /// finds it by write id.
+    /// only the readers it had read it. Kept listed so its own request still finds it by write
+    /// id.
     disowned: bool,
 }
 
@@ -239,6 +244,7 @@ impl InFlightFills {
             chunks: RwLock::new(FillChunks::default()),
             state,
             relay: AtomicBool::new(false),
+            disowned: AtomicBool::new(false),
             readers: Mutex::new(Vec::new()),
             reader_moved: Notify::new(),
         });
@@ -268,11 +274,12 @@ impl InFlightFills {
     }
 
     /// Lets go of every fill of `key`, for a hard purge of its URL; returns whether there was
-    /// one. Each becomes a relay, as a fill that outgrew `cache.max_object_size` does: no lookup
-    /// joins it from now on and nothing of it is stored, but the readers it already has (its own
-    /// request's client, and requests that joined it before the purge) get the rest of the body.
-    /// Their requests came before the purge: the answer in flight is theirs. Before, the fill was
-    /// aborted, and every one of those clients had its answer cut mid-body.
+    /// one. No lookup joins it from now on and nothing of it is stored, but the readers it
+    /// already has (its own request's client, and requests that joined it before the purge) get
+    /// the rest of the body, at the origin's pace as before the purge (it does not become a
+    /// relay, which waits for its slowest reader). Their requests came before the purge: the
+    /// answer in flight is theirs. Before, the fill was aborted, and every one of those clients
+    /// had its answer cut mid-body.
     pub(super) fn disown(&self, key: u128) -> bool {
         let mut by_key = self.by_key.lock();
         let Some(fills) = by_key.get_mut(&key) else {
@@ -280,7 +287,7 @@ impl InFlightFills {
         };
         for fill in fills.iter_mut() {
             fill.disowned = true;
-            fill.body.relay.store(true, Ordering::Release);
+            fill.body.disowned.store(true, Ordering::Release);
         }
         true
     }
@@ -353,9 +360,9 @@ impl MemoryMiss {
         }
     }
 
-    /// Past the size limit, or disowned by a purge: the fill is a relay (see the module docs).
+    /// Past the size limit: the fill is a relay (see the module docs).
     fn relaying(&self) -> bool {
-        self.written > self.limit || self.body.relay.load(Ordering::Acquire)
+        self.written > self.limit
     }
 
     /// The body outgrew the size limit: from now on the fill only carries it to its readers.
@@ -538,11 +545,11 @@ impl MemoryMiss {
     /// are woken. In near-cache mode, an object stored is returned trusted until the caller has
     /// written it to the shared tier: that object, not whatever the key holds by then.
     pub fn finish_fill(mut self) -> Result<(MissFinishType, Option<SharedWriteInFlight>)> {
-        if self.relaying() {
-            // the readers have had every byte; nothing is stored
+        if self.relaying() || self.body.disowned.load(Ordering::Acquire) {
+            // the readers have every byte; nothing is stored
             self.body.state.send_replace(FillState::Complete);
             self.finished = true;
-            // a fill disowned by a purge is still listed (its size relay was unlisted at once)
+            // a fill disowned by a purge is still listed (a size relay was unlisted at once)
             self.tier.fills.remove(self.key, self.write_id.into());
             return Ok((MissFinishType::Created(0), None));
         }
@@ -752,6 +759,38 @@ mod tests {
         miss.finish().await.unwrap();
         assert_eq!(read_all(&mut owner).await, b"before after");
         assert_eq!(read_all(&mut joined).await, b"before after");
+        assert!(
+            tier.lookup(&key, &span).await.unwrap().is_none(),
+            "not stored"
+        );
+        assert_eq!(tier.fills.count(), 0, "unlisted once finished");
+    }
+
+    #[tokio::test]
+    async fn a_purged_fill_waits_for_no_reader() {
+        use crate::storage::ban_list::scope::Scope;
+        use pingora_cache::key::CacheHashKey;
+        let tier = MemoryTier::new(16 << 20, 8 << 20, 1024).leak();
+        let span = Span::inactive().handle();
+        let key = CacheKey::new("/purged-stalled", "");
+        let mut miss = tier.get_miss_handler(&key, &meta(), &span).await.unwrap();
+        // a reader in another request that reads nothing yet
+        let (_, mut stalled) = tier.lookup(&key, &span).await.unwrap().unwrap();
+        miss.write_body(piece(256 << 10, 0), false).await.unwrap();
+        let primary = super::super::key_of(key.primary_bin());
+        tier.invalidate(&Scope::Url(primary), std::time::SystemTime::now(), false);
+        // far more than a relay's window past the stalled reader: no write waits for it
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        for i in 1..12u8 {
+            let mut write = Box::pin(miss.write_body(piece(256 << 10, i), false));
+            assert!(
+                std::future::Future::poll(write.as_mut(), &mut cx).is_ready(),
+                "write {i} waited"
+            );
+        }
+        miss.finish().await.unwrap();
+        let expected: Vec<u8> = (0..12u8).flat_map(|i| vec![i; 256 << 10]).collect();
+        assert_eq!(read_all(&mut stalled).await, expected);
         assert!(
             tier.lookup(&key, &span).await.unwrap().is_none(),
             "not stored"
