@@ -1130,3 +1130,67 @@ async fn a_purged_fill_reaches_no_memcached_and_its_lease_holds_no_node_up() {
     a_purged_fill_with_a_lease(true).await;
     a_purged_fill_with_a_lease(false).await;
 }
+
+/// A Vary'd page whose `en` variant is stored, and whose `fr` variant is being filled (keyed by
+/// the variant, a fill a URL purge does not find by the URL's key) when the URL is invalidated
+/// (`how`: a POST or a PURGE): the `fr` fill's client and joiner get it whole; a `fr` GET after
+/// the invalidation does not join it, and once it is over `fr` is not it.
+async fn a_second_variant_invalidated_mid_fill(direct: bool, how: &str) {
+    const FR: usize = 200 << 10;
+    const OTHER: usize = 30 << 10;
+    let origin = versioned_origin(|_, n| match n {
+        2 => Plan {
+            len: FR,
+            pieces: 10,
+            interval_ms: 250,
+        },
+        _ => Plan {
+            len: OTHER,
+            pieces: 1,
+            interval_ms: 0,
+        },
+    });
+    let (lacquer, admin) = node(origin.addr(), direct, "");
+    let what = format!("{how}, direct {direct}");
+    let path = "/vary/second";
+    let url = lacquer.url(path);
+    let en: [(&str, &str); 2] = [("host", HOST), ("accept-language", "en")];
+    let fr: [(&str, &str); 2] = [("host", HOST), ("accept-language", "fr")];
+    assert_generated_page(&get(&url, &en).await.body, OTHER, 1, &format!("{what}: en"));
+    assert!(get(&url, &en).await.is_hit(), "{what}: en stored");
+    let owner = {
+        let url = url.clone();
+        tokio::spawn(async move { try_get(&url, &fr).await })
+    };
+    assert!(origin.wait_for_hits_for_async(path, 2, BOUND).await);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let joiner = joined(&url, &fr).await;
+    assert_eq!(fetches(&origin, path), 2, "{what}: the fr joiner joined");
+    match how {
+        "post" => assert_eq!(post(&url, &SITE, "a=1").await.status, 200),
+        _ => purge(&url).await,
+    }
+    let fr_after = get(&url, &fr).await;
+    assert_generated_page(&fr_after.body, OTHER, 3, &format!("{what}: fr after"));
+    whole(owner, FR, 2, &format!("{what}: the fr fill's client")).await;
+    let joined_fr = joiner.bytes().await.expect("the joiner");
+    assert_generated_page(&joined_fr, FR, 2, &format!("{what}: the fr joiner"));
+    no_fill_in_flight(admin, &what).await;
+    let fr_again = get(&url, &fr).await;
+    assert_generated_page(&fr_again.body, OTHER, 3, &format!("{what}: fr once over"));
+    let en_now = get(&url, &en).await;
+    assert!(
+        generated_mismatch(&en_now.body, 2, 0).is_some()
+            && generated_mismatch(&en_now.body, 1, 0).is_some(),
+        "{what}: en is neither the purged en nor fr"
+    );
+    lacquer.assert_no_panic();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_variant_invalidated_mid_fill_is_not_stored_or_joined() {
+    for direct in [true, false] {
+        a_second_variant_invalidated_mid_fill(direct, "post").await;
+        a_second_variant_invalidated_mid_fill(direct, "purge").await;
+    }
+}
