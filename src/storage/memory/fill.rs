@@ -151,10 +151,6 @@ struct InFlight {
     /// What bans can name the fill by (with a ban list): a lookup judges the fill by them
     /// before it joins it ([`InFlightFills::joinable`]).
     scopes: Option<Arc<EntryScopes>>,
-    /// A hard purge of its URL let go of it ([`InFlightFills::disown`]): no lookup joins it, and
-    /// only the readers it had read it. Kept listed so its own request still finds it by write
-    /// id.
-    disowned: bool,
 }
 
 /// The fills being written now, by key (a key may have several: a refresh starts while the
@@ -189,7 +185,7 @@ impl InFlightFills {
                 .by_key
                 .lock()
                 .get(&key)
-                .is_some_and(|fills| fills.iter().any(|fill| !fill.disowned))
+                .is_some_and(|fills| fills.iter().any(|fill| !fill.body.is_disowned()))
     }
 
     /// The fill of `key` with the given write id (its writer's own request reads it; others
@@ -221,7 +217,7 @@ impl InFlightFills {
         let fill = by_key
             .get(&key)?
             .iter()
-            .filter(|fill| !fill.disowned)
+            .filter(|fill| !fill.body.is_disowned())
             .find(|fill| match (bans, fill.scopes.as_deref()) {
                 (Some(bans), Some(scopes)) => {
                     bans.judge_fetched(scopes, fill.meta.validated()) == Verdict::Valid
@@ -253,7 +249,6 @@ impl InFlightFills {
             meta,
             body: body.clone(),
             scopes,
-            disowned: false,
         });
         self.count.fetch_add(1, Ordering::Release);
         (write_id, body)
@@ -281,12 +276,11 @@ impl InFlightFills {
     /// answer in flight is theirs. Before, the fill was aborted, and every one of those clients
     /// had its answer cut mid-body.
     pub(super) fn disown(&self, key: u128) -> bool {
-        let mut by_key = self.by_key.lock();
-        let Some(fills) = by_key.get_mut(&key) else {
+        let by_key = self.by_key.lock();
+        let Some(fills) = by_key.get(&key) else {
             return false;
         };
-        for fill in fills.iter_mut() {
-            fill.disowned = true;
+        for fill in fills {
             fill.body.disowned.store(true, Ordering::Release);
         }
         true
@@ -408,6 +402,12 @@ impl MemoryMiss {
 }
 
 impl FillBody {
+    /// Whether a hard purge let go of the fill ([`InFlightFills::disown`]): lookups skip it, but
+    /// it stays listed so its own request still finds it by write id.
+    fn is_disowned(&self) -> bool {
+        self.disowned.load(Ordering::Acquire)
+    }
+
     /// A relaying fill's housekeeping: drops the chunks every live reader has passed; returns
     /// the readers in other requests that are more than [`RELAY_WINDOW`] behind, or `None`
     /// when no reader is left.
@@ -545,11 +545,12 @@ impl MemoryMiss {
     /// are woken. In near-cache mode, an object stored is returned trusted until the caller has
     /// written it to the shared tier: that object, not whatever the key holds by then.
     pub fn finish_fill(mut self) -> Result<(MissFinishType, Option<SharedWriteInFlight>)> {
-        if self.relaying() || self.body.disowned.load(Ordering::Acquire) {
+        if self.relaying() || self.body.is_disowned() {
             // the readers have every byte; nothing is stored
             self.body.state.send_replace(FillState::Complete);
             self.finished = true;
-            // a fill disowned by a purge is still listed (a size relay was unlisted at once)
+            // a fill disowned by a purge is still listed, so its own request finds it by write id
+            // (a size relay was unlisted at once)
             self.tier.fills.remove(self.key, self.write_id.into());
             return Ok((MissFinishType::Created(0), None));
         }
