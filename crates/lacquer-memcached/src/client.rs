@@ -156,6 +156,29 @@ impl ServerClient {
         self.store_if(StoreMode::Add, key, value, ttl_secs).await
     }
 
+    /// [`Self::add`] that also returns the CAS token memcached gave the value it stored, in the
+    /// same round trip: `Ok(Some(token))` if stored, `Ok(None)` if the key exists. For a
+    /// claimant that later deletes its value only if it is still the one it stored
+    /// ([`Self::delete_cas`]). Never retried, as [`Self::add`].
+    pub async fn add_token(
+        &self,
+        key: &[u8],
+        value: Bytes,
+        ttl_secs: u32,
+    ) -> Result<Option<u64>, McError> {
+        check_key(key)?;
+        let cmd = Command::Store {
+            key,
+            value: &value,
+            ttl: ttl_secs,
+            mode: StoreMode::AddToken,
+        };
+        match self.pool.execute(&cmd).await? {
+            Reply::Token(token) => Ok(token),
+            _ => unreachable!("an add that returns its token yields it"),
+        }
+    }
+
     /// [`Self::add`] for a caller to whom "already there" means "look at what is there" (a
     /// writer that then compares it, [`Self::gets`] and [`Self::cas`]), not "someone else holds
     /// it" as for a lease: a retry that finds its own first attempt landed is harmless, so it is
@@ -222,6 +245,19 @@ impl ServerClient {
         match self.pool.execute(&Command::Delete(key)).await? {
             Reply::Flag(found) => Ok(found),
             _ => unreachable!("delete yields a flag"),
+        }
+    }
+
+    /// Deletes `key` only if its value is still the one whose CAS token is `token` (memcached
+    /// `md <key> C<token>`, atomic on the server): [`CasOutcome::Stored`] when deleted,
+    /// [`CasOutcome::Changed`] when the value was written since (nothing deleted),
+    /// [`CasOutcome::Gone`] when there was nothing. Retried once on a stale pooled connection
+    /// like a delete: a retry whose first attempt landed answers `Gone`.
+    pub async fn delete_cas(&self, key: &[u8], token: u64) -> Result<CasOutcome, McError> {
+        check_key(key)?;
+        match self.pool.execute(&Command::DeleteCas(key, token)).await? {
+            Reply::Cas(outcome) => Ok(outcome),
+            _ => unreachable!("a compare-and-delete yields its outcome"),
         }
     }
 

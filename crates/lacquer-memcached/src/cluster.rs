@@ -372,6 +372,21 @@ impl Cluster {
         self.within_op_timeout(index, added).await
     }
 
+    /// [`Self::add_with`] that also returns the CAS token of the value it stored
+    /// ([`ServerClient::add_token`]): `Some(Some(token))` when stored, `Some(None)` when the key
+    /// was there, `None` when the server could not be asked.
+    pub async fn add_token_with(
+        &self,
+        placement_key: &[u8],
+        key: &[u8],
+        value: Bytes,
+        ttl_secs: u32,
+    ) -> Option<Option<u64>> {
+        let index = self.node_for(placement_key)?;
+        let added = self.nodes[index].client.add_token(key, value, ttl_secs);
+        self.within_op_timeout(index, added).await
+    }
+
     /// `operation` on server `index`, given at most `op_timeout`, its outcome recorded: a
     /// timeout is a failure of the server like any other (and counts towards ejection).
     async fn within_op_timeout<T>(
@@ -413,6 +428,20 @@ impl Cluster {
     pub async fn delete_with(&self, placement_key: &[u8], key: &[u8]) -> Option<bool> {
         let index = self.node_for(placement_key)?;
         let result = self.nodes[index].client.delete(key).await;
+        self.record(index, result)
+    }
+
+    /// Deletes one value stored on the server of `placement_key` only if its CAS token is still
+    /// `token` ([`ServerClient::delete_cas`]); `None` when the server did not answer or is
+    /// ejected.
+    pub async fn delete_cas_with(
+        &self,
+        placement_key: &[u8],
+        key: &[u8],
+        token: u64,
+    ) -> Option<CasOutcome> {
+        let index = self.node_for(placement_key)?;
+        let result = self.nodes[index].client.delete_cas(key, token).await;
         self.record(index, result)
     }
 
