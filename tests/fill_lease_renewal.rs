@@ -1,10 +1,12 @@
 //! A fill slower than its lease (`cache.memcached.fill_lease`): its node renews the lease while
-//! the fill lasts (`storage::fill_lease`, a `replace` of the lease's time every third of a lease),
+//! the fill lasts (`storage::fill_lease`, a `cas` of the lease's time every third of a lease),
 //! so the rest of the cluster still sees the fill in flight: requests arriving after the lease's
 //! first length wait for it instead of fetching once per node, a renewal memcached did not answer
 //! is tried again, and an answer that will not be stored gives its lease up at once. A fill
 //! whose lease is lost (its server restarted empty) is not kept, whether its renewal or the
-//! delete after its write finds the lease gone. (A POST in a slow fill is in
+//! delete after its write finds the lease gone; nor is one whose lease another node claimed
+//! after it was lost, whose renewal or delete finds that claim's holder in the lease and leaves
+//! it be. (A POST in a slow fill is in
 //! `tests/cluster_invalidation.rs`; one after the lease was lost, in
 //! `tests/cluster_purge_attacks.rs`.) Real memcached processes, real origins.
 

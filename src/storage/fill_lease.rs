@@ -869,12 +869,21 @@ impl FillLeases {
 
 /// A lease's value: the time of its claim or renewal, in ms since the Unix epoch, then its
 /// claim's holder ([`Claim`]), as text: `{ms} {holder:016x}`.
+/// (Written without `format!`, which cost every claim about 1,200 instructions more.)
 fn lease_value(holder: u64) -> Bytes {
     let ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or_default();
-    Bytes::from(format!("{ms} {holder:016x}"))
+    let mut digits = itoa::Buffer::new();
+    let ms = digits.format(ms).as_bytes();
+    let mut hex = [0u8; 16];
+    hex::encode_to_slice(holder.to_be_bytes(), &mut hex).expect("8 bytes are 16 hex digits");
+    let mut value = Vec::with_capacity(ms.len() + 1 + hex.len());
+    value.extend_from_slice(ms);
+    value.push(b' ');
+    value.extend_from_slice(&hex);
+    Bytes::from(value)
 }
 
 /// Field `index` of a lease's value ([`lease_value`]): 0, its time (decimal), 1, its holder
@@ -942,5 +951,33 @@ impl Held {
             leases.release(&entry_key, &lease_key, claim).await;
             drop(task);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_leases_value_is_its_time_then_its_holder_and_reads_back() {
+        let holder = 0x00ab_cdef_0123_4567;
+        let value = lease_value(holder);
+        let text = std::str::from_utf8(&value).unwrap();
+        let (ms, hex) = text.split_once(' ').unwrap();
+        assert_eq!(hex, "00abcdef01234567");
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let ms: u64 = ms.parse().unwrap();
+        assert!(ms <= now && now - ms < 60_000, "{text}");
+        assert_eq!(lease_field(&value, 0), Some(ms));
+        assert_eq!(lease_holder(&value), Some(holder));
+        assert_eq!(lease_holder(&lease_value(u64::MAX)), Some(u64::MAX));
+        // an earlier version's lease: its time, and no holder
+        assert_eq!(lease_field(b"1700000000000", 0), Some(1_700_000_000_000));
+        assert_eq!(lease_holder(b"1700000000000"), None);
+        assert_eq!(lease_holder(b"1700000000000 xyz"), None);
+        assert_eq!(lease_field(b"", 0), None);
     }
 }
