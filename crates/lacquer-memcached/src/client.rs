@@ -151,7 +151,8 @@ impl ServerClient {
     }
 
     /// Stores `value` only if `key` is absent: `Ok(true)` if stored, `Ok(false)`
-    /// if the key exists.  Used for fill leases; never retried.
+    /// if the key exists.  Never retried (a retry whose first attempt landed would read "there
+    /// already"); a fill lease is claimed with [`Self::add_token`].
     pub async fn add(&self, key: &[u8], value: Bytes, ttl_secs: u32) -> Result<bool, McError> {
         self.store_if(StoreMode::Add, key, value, ttl_secs).await
     }
@@ -194,8 +195,8 @@ impl ServerClient {
     }
 
     /// Stores `value` only if `key` is present (memcached `replace`): `Ok(true)` if stored,
-    /// `Ok(false)` if the key is absent, which it stays. Used to renew fill leases: a lease a
-    /// purge deleted does not come back.
+    /// `Ok(false)` if the key is absent, which it stays: a value deleted meanwhile does not come
+    /// back.
     pub async fn replace(&self, key: &[u8], value: Bytes, ttl_secs: u32) -> Result<bool, McError> {
         self.store_if(StoreMode::Replace, key, value, ttl_secs)
             .await

@@ -402,9 +402,10 @@ impl Cluster {
 
     /// Stores `value` under `key` on the server of `placement_key`, only if `key` is there
     /// (memcached `replace`): `Some(true)` when it was replaced, `Some(false)` when it was absent
-    /// (and stays absent), `None` when the server could not be asked. A fill lease is renewed
-    /// this way while its fill lasts: a lease a purge deleted meanwhile must not come back, which
-    /// a `set` would do.
+    /// (and stays absent), `None` when the server could not be asked: unlike a `set`, it never
+    /// brings back a value deleted meanwhile. (Lacquer renewed its fill leases this way; it now
+    /// reads them and compares and swaps, [`Self::gets_with`] and [`Self::cas_with`], so that a
+    /// renewal does not overwrite a lease another claimant made since.)
     pub async fn replace_with(
         &self,
         placement_key: &[u8],
