@@ -1,10 +1,12 @@
 //! A fill slower than its lease (`cache.memcached.fill_lease`): its node renews the lease while
-//! the fill lasts (`storage::fill_lease`, a `replace` of the lease's time every third of a lease),
+//! the fill lasts (`storage::fill_lease`, a `cas` of the lease's time every third of a lease),
 //! so the rest of the cluster still sees the fill in flight: requests arriving after the lease's
 //! first length wait for it instead of fetching once per node, a renewal memcached did not answer
 //! is tried again, and an answer that will not be stored gives its lease up at once. A fill
 //! whose lease is lost (its server restarted empty) is not kept, whether its renewal or the
-//! delete after its write finds the lease gone. (A POST in a slow fill is in
+//! delete after its write finds the lease gone; nor is one whose lease another node claimed
+//! after it was lost, whose renewal or delete finds that claim's holder in the lease and leaves
+//! it be. (A POST in a slow fill is in
 //! `tests/cluster_invalidation.rs`; one after the lease was lost, in
 //! `tests/cluster_purge_attacks.rs`.) Real memcached processes, real origins.
 
@@ -352,4 +354,154 @@ async fn a_fill_whose_lease_was_lost_before_any_renewal_is_not_kept_once_written
     assert_eq!(admin_stat(a.admin, "fill_leases_renewed").await, 0);
     the_fill_is_not_kept(&cluster, &a, path).await;
     assert_eq!(served.load(Ordering::SeqCst), 2);
+}
+
+/// The memcached key of `path`'s lease.
+fn lease_key(path: &str) -> String {
+    MemcachedCluster::key_of(HOST, path).replacen("lq:", "lq:fill:", 1)
+}
+
+/// The value of `path`'s lease, if it is in memcached (one server): its time, then the holder
+/// of the claim that made it.
+fn lease_value(cluster: &MemcachedCluster, path: &str) -> Option<String> {
+    cluster.servers[0]
+        .get_raw(&lease_key(path))
+        .map(|raw| String::from_utf8_lossy(&raw).into_owned())
+}
+
+/// The holder a lease's value names (what follows its time).
+fn holder_of(value: &str) -> &str {
+    value.split_once(' ').map_or("", |(_, holder)| holder)
+}
+
+/// An origin whose first answer to a GET takes `first` (`body-1-` then `late`), and every
+/// later one `later` (`body-<n>-late`).
+fn origin_slower_after_the_first(first: Duration, later: Duration) -> TestOrigin {
+    let served = AtomicUsize::new(0);
+    TestOrigin::start(move |_| {
+        let n = served.fetch_add(1, Ordering::SeqCst) + 1;
+        OriginResponse::ok(Body::Paced {
+            chunks: vec![
+                Bytes::from(format!("body-{n}-")),
+                Bytes::from_static(b"late"),
+            ],
+            interval: if n == 1 { first } else { later },
+        })
+        .header("cache-control", "max-age=3600")
+    })
+}
+
+/// A's fill is slow; its lease vanishes (deleted here, as an eviction or a server restarted
+/// empty would) and B, missing the URL, claims it anew and fetches too. A's next renewal finds
+/// B's claim in the lease: A counts its lease lost and does not keep its fill, and leaves B's
+/// lease as it is, B's, through A's renewal and A's request's end, while B's fill lasts.
+/// (Before, A's renewal was a `replace` of whatever lease was there: it overwrote B's lease
+/// with A's time, A never learned its lease was lost, and kept and served its fill.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_renewal_that_finds_another_claim_in_its_lease_leaves_it_and_keeps_no_fill() {
+    let cluster = MemcachedCluster::start(1);
+    let path = "/lease-claimed-again-before-renewal";
+    let origin = origin_slower_after_the_first(Duration::from_secs(4), Duration::from_secs(7));
+    let config = "local_ttl = \"30s\"\nfill_lease = \"3s\"";
+    let a = cluster.node(&origin, "A", config);
+    let b = cluster.node(&origin, "B", config);
+    let url = a.proxy.url(path);
+    let a_fill = tokio::spawn(async move { get(&url, &SITE).await });
+    assert!(
+        poll_until_async(Duration::from_secs(2), || lease_present(&cluster, path)).await,
+        "A never claimed the fill"
+    );
+    let reply = cluster.servers[0].command(&format!("delete {}", lease_key(path)), None);
+    assert!(reply.starts_with("DELETED"), "{reply}");
+    let url = b.proxy.url(path);
+    let b_fill = tokio::spawn(async move { get(&url, &SITE).await });
+    assert!(
+        poll_until_async(Duration::from_secs(2), || lease_present(&cluster, path)).await,
+        "B never claimed the fill"
+    );
+    let b_lease = lease_value(&cluster, path).expect("B's lease");
+    // A's renewals are due every second
+    assert_eq!(
+        wait_for_stat(a.admin, "fill_leases_lost", 1, Duration::from_secs(3)).await,
+        1,
+        "A's renewal did not find its lease claimed by B"
+    );
+    let after = lease_value(&cluster, path).expect("B's lease is gone after A's renewal");
+    assert_eq!(
+        holder_of(&after),
+        holder_of(&b_lease),
+        "A's renewal overwrote B's lease ({b_lease:?}, then {after:?})"
+    );
+    let a_fill = a_fill.await.expect("A's request");
+    assert_eq!(&a_fill.body[..], b"body-1-late");
+    assert_eq!(
+        wait_for_stat_at_most(a.admin, "background_writes", 0, Duration::from_secs(10)).await,
+        0
+    );
+    let after = lease_value(&cluster, path).expect("B's lease is gone after A's fill ended");
+    assert_eq!(holder_of(&after), holder_of(&b_lease));
+    assert!(
+        !holder_of(&b_lease).is_empty(),
+        "{b_lease:?} names no holder"
+    );
+    the_fill_is_not_kept(&cluster, &a, path).await;
+    let b_fill = b_fill.await.expect("B's request");
+    assert_eq!(&b_fill.body[..], b"body-2-late");
+    assert_eq!(admin_stat(b.admin, "fill_leases_lost").await, 0);
+    assert!(admin_stat(b.admin, "fill_leases_renewed").await >= 1);
+    let again = get(&b.proxy.url(path), &SITE).await;
+    assert_eq!(&again.body[..], b"body-2-late", "B did not keep its fill");
+}
+
+/// As above, but A's fill ends before any renewal is due (`fill_lease = "30s"`): the delete
+/// that follows A's write is what finds B's claim in the lease. A deletes only a lease still
+/// its own (by the CAS token its claim was given, then by the holder the lease names), so it
+/// leaves B's lease in place, counts its own lost and does not keep its fill; B's fill is kept.
+/// (Before, that delete took B's lease for A's: it deleted it, and A kept its fill.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_delete_after_a_write_leaves_another_claims_lease_and_keeps_no_fill() {
+    let cluster = MemcachedCluster::start(1);
+    let path = "/lease-claimed-again-before-the-write";
+    let origin = origin_slower_after_the_first(Duration::from_secs(2), Duration::from_secs(5));
+    let config = "local_ttl = \"30s\"\nfill_lease = \"30s\"";
+    let a = cluster.node(&origin, "A", config);
+    let b = cluster.node(&origin, "B", config);
+    let url = a.proxy.url(path);
+    let a_fill = tokio::spawn(async move { get(&url, &SITE).await });
+    assert!(
+        poll_until_async(Duration::from_secs(2), || lease_present(&cluster, path)).await,
+        "A never claimed the fill"
+    );
+    let reply = cluster.servers[0].command(&format!("delete {}", lease_key(path)), None);
+    assert!(reply.starts_with("DELETED"), "{reply}");
+    let url = b.proxy.url(path);
+    let b_fill = tokio::spawn(async move { get(&url, &SITE).await });
+    assert!(
+        poll_until_async(Duration::from_secs(2), || lease_present(&cluster, path)).await,
+        "B never claimed the fill"
+    );
+    let b_lease = lease_value(&cluster, path).expect("B's lease");
+    let a_fill = a_fill.await.expect("A's request");
+    assert_eq!(&a_fill.body[..], b"body-1-late");
+    assert_eq!(
+        wait_for_stat(a.admin, "fill_leases_lost", 1, Duration::from_secs(5)).await,
+        1,
+        "the delete after A's write did not find its lease claimed by B"
+    );
+    assert_eq!(
+        wait_for_stat_at_most(a.admin, "background_writes", 0, Duration::from_secs(10)).await,
+        0
+    );
+    assert_eq!(
+        lease_value(&cluster, path).as_deref(),
+        Some(&b_lease[..]),
+        "A's release took B's lease"
+    );
+    assert_eq!(admin_stat(a.admin, "fill_leases_renewed").await, 0);
+    the_fill_is_not_kept(&cluster, &a, path).await;
+    let b_fill = b_fill.await.expect("B's request");
+    assert_eq!(&b_fill.body[..], b"body-2-late");
+    assert_eq!(admin_stat(b.admin, "fill_leases_lost").await, 0);
+    let again = get(&b.proxy.url(path), &SITE).await;
+    assert_eq!(&again.body[..], b"body-2-late", "B did not keep its fill");
 }

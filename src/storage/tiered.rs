@@ -21,7 +21,7 @@
 
 use super::decoded_values::DecodedValues;
 use super::entry::{self, ChunkList, EntryBody};
-use super::fill_lease::FillLeases;
+use super::fill_lease::{Claim, FillLeases};
 use super::memory::{CompleteObject, MemoryMiss, MemoryTier, SharedWriteInFlight};
 use super::object::{with_room_for_hit_fields, Body, StoredMeta};
 use super::shared_counters::{BackgroundTask, SharedCounters};
@@ -856,7 +856,7 @@ impl TieredStorage {
         let Some(in_flight) = stored else {
             // a fill that admission or a ban refused, or (`share`) a copy evicted meanwhile:
             // nodes waiting for it would never see it
-            self.fill_leases.on_write_failed(&key);
+            self.fill_leases.on_write_failed(&key, of.leased());
             return;
         };
         let task = self.counters.background_task();
@@ -886,7 +886,7 @@ impl TieredStorage {
                 WriteOutcome::Failed => {
                     self.counters.write_failures.fetch_add(1, Ordering::Relaxed);
                     // nodes waiting for this fill would never see it
-                    self.fill_leases.on_write_failed(&key);
+                    self.fill_leases.on_write_failed(&key, of.leased());
                     // a write its server did not answer may still land (a frozen server
                     // carries it out when it thaws)
                     self.judge_written(&key, &meta, false).await;
@@ -901,12 +901,23 @@ impl TieredStorage {
 /// fill lease, or a copy shared outside a fill ([`TieredStorage::share`]), which does not.
 #[derive(Debug, Clone, Copy)]
 enum WriteOf {
-    /// A fill's; `leased`: this node's lease on the URL was held for it
-    /// ([`FillLeases::holds`]), so the lease is confirmed when it is deleted after the write.
+    /// A fill's; `leased`: the claim by which this node's lease on the URL was held for it
+    /// ([`FillLeases::holds`]), so the lease is confirmed when it is deleted after the write,
+    /// and deleted only if it is still that claim's.
     Fill {
-        leased: bool,
+        leased: Option<Claim>,
     },
     Share,
+}
+
+impl WriteOf {
+    /// The claim of the lease the write was a fill of, if any.
+    fn leased(self) -> Option<Claim> {
+        match self {
+            WriteOf::Fill { leased } => leased,
+            WriteOf::Share => None,
+        }
+    }
 }
 
 /// The primary key's text (the logical key's part before a variant's `#`) and hash of `key`,

@@ -151,9 +151,33 @@ impl ServerClient {
     }
 
     /// Stores `value` only if `key` is absent: `Ok(true)` if stored, `Ok(false)`
-    /// if the key exists.  Used for fill leases; never retried.
+    /// if the key exists.  Never retried (a retry whose first attempt landed would read "there
+    /// already"); a fill lease is claimed with [`Self::add_token`].
     pub async fn add(&self, key: &[u8], value: Bytes, ttl_secs: u32) -> Result<bool, McError> {
         self.store_if(StoreMode::Add, key, value, ttl_secs).await
+    }
+
+    /// [`Self::add`] that also returns the CAS token memcached gave the value it stored, in the
+    /// same round trip: `Ok(Some(token))` if stored, `Ok(None)` if the key exists. For a
+    /// claimant that later deletes its value only if it is still the one it stored
+    /// ([`Self::delete_cas`]). Never retried, as [`Self::add`].
+    pub async fn add_token(
+        &self,
+        key: &[u8],
+        value: Bytes,
+        ttl_secs: u32,
+    ) -> Result<Option<u64>, McError> {
+        check_key(key)?;
+        let cmd = Command::Store {
+            key,
+            value: &value,
+            ttl: ttl_secs,
+            mode: StoreMode::AddToken,
+        };
+        match self.pool.execute(&cmd).await? {
+            Reply::Token(token) => Ok(token),
+            _ => unreachable!("an add that returns its token yields it"),
+        }
     }
 
     /// [`Self::add`] for a caller to whom "already there" means "look at what is there" (a
@@ -171,8 +195,8 @@ impl ServerClient {
     }
 
     /// Stores `value` only if `key` is present (memcached `replace`): `Ok(true)` if stored,
-    /// `Ok(false)` if the key is absent, which it stays. Used to renew fill leases: a lease a
-    /// purge deleted does not come back.
+    /// `Ok(false)` if the key is absent, which it stays: a value deleted meanwhile does not come
+    /// back.
     pub async fn replace(&self, key: &[u8], value: Bytes, ttl_secs: u32) -> Result<bool, McError> {
         self.store_if(StoreMode::Replace, key, value, ttl_secs)
             .await
@@ -222,6 +246,19 @@ impl ServerClient {
         match self.pool.execute(&Command::Delete(key)).await? {
             Reply::Flag(found) => Ok(found),
             _ => unreachable!("delete yields a flag"),
+        }
+    }
+
+    /// Deletes `key` only if its value is still the one whose CAS token is `token` (memcached
+    /// `md <key> C<token>`, atomic on the server): [`CasOutcome::Stored`] when deleted,
+    /// [`CasOutcome::Changed`] when the value was written since (nothing deleted),
+    /// [`CasOutcome::Gone`] when there was nothing. Retried once on a stale pooled connection
+    /// like a delete: a retry whose first attempt landed answers `Gone`.
+    pub async fn delete_cas(&self, key: &[u8], token: u64) -> Result<CasOutcome, McError> {
+        check_key(key)?;
+        match self.pool.execute(&Command::DeleteCas(key, token)).await? {
+            Reply::Cas(outcome) => Ok(outcome),
+            _ => unreachable!("a compare-and-delete yields its outcome"),
         }
     }
 

@@ -372,6 +372,21 @@ impl Cluster {
         self.within_op_timeout(index, added).await
     }
 
+    /// [`Self::add_with`] that also returns the CAS token of the value it stored
+    /// ([`ServerClient::add_token`]): `Some(Some(token))` when stored, `Some(None)` when the key
+    /// was there, `None` when the server could not be asked.
+    pub async fn add_token_with(
+        &self,
+        placement_key: &[u8],
+        key: &[u8],
+        value: Bytes,
+        ttl_secs: u32,
+    ) -> Option<Option<u64>> {
+        let index = self.node_for(placement_key)?;
+        let added = self.nodes[index].client.add_token(key, value, ttl_secs);
+        self.within_op_timeout(index, added).await
+    }
+
     /// `operation` on server `index`, given at most `op_timeout`, its outcome recorded: a
     /// timeout is a failure of the server like any other (and counts towards ejection).
     async fn within_op_timeout<T>(
@@ -387,9 +402,10 @@ impl Cluster {
 
     /// Stores `value` under `key` on the server of `placement_key`, only if `key` is there
     /// (memcached `replace`): `Some(true)` when it was replaced, `Some(false)` when it was absent
-    /// (and stays absent), `None` when the server could not be asked. A fill lease is renewed
-    /// this way while its fill lasts: a lease a purge deleted meanwhile must not come back, which
-    /// a `set` would do.
+    /// (and stays absent), `None` when the server could not be asked: unlike a `set`, it never
+    /// brings back a value deleted meanwhile. (Lacquer renewed its fill leases this way; it now
+    /// reads them and compares and swaps, [`Self::gets_with`] and [`Self::cas_with`], so that a
+    /// renewal does not overwrite a lease another claimant made since.)
     pub async fn replace_with(
         &self,
         placement_key: &[u8],
@@ -413,6 +429,20 @@ impl Cluster {
     pub async fn delete_with(&self, placement_key: &[u8], key: &[u8]) -> Option<bool> {
         let index = self.node_for(placement_key)?;
         let result = self.nodes[index].client.delete(key).await;
+        self.record(index, result)
+    }
+
+    /// Deletes one value stored on the server of `placement_key` only if its CAS token is still
+    /// `token` ([`ServerClient::delete_cas`]); `None` when the server did not answer or is
+    /// ejected.
+    pub async fn delete_cas_with(
+        &self,
+        placement_key: &[u8],
+        key: &[u8],
+        token: u64,
+    ) -> Option<CasOutcome> {
+        let index = self.node_for(placement_key)?;
+        let result = self.nodes[index].client.delete_cas(key, token).await;
         self.record(index, result)
     }
 

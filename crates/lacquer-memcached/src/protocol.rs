@@ -2,8 +2,9 @@
 //!
 //! Commands used (memcached >= 1.6, see its `protocol.txt`): `mg <key> v` (with `c` for the
 //! value's CAS token), `ms <key> <len> T<ttl>` (with `ME` for add, `MR` for replace, `C<token>`
-//! for compare-and-swap), `ms <key> <len> MA` for append, `md <key>`, `mg <key> T<ttl>` for
-//! touch, and for batches `mg <key> v q O<i>` per key closed by `mn`.
+//! for compare-and-swap, `c` for an add that returns its CAS token), `ms <key> <len> MA` for
+//! append, `md <key>` (with `C<token>` for compare-and-delete), `mg <key> T<ttl>` for touch, and
+//! for batches `mg <key> v q O<i>` per key closed by `mn`.
 //!
 //! Nothing here owns a socket: a command is encoded into a byte buffer and replies are read from
 //! any `AsyncRead`, so the `connection` module decides how bytes travel and the tests below
@@ -50,20 +51,26 @@ pub(crate) enum StoreMode {
     /// An add whose caller reads "already there" as "look at what is there", so a retry that
     /// finds its own first attempt is harmless: retried like a set.
     AddRetried,
+    /// An add that returns the CAS token memcached gave the value it stored (`ME c`), for a
+    /// claimant that later deletes its value only if it is still the one it stored
+    /// ([`Command::DeleteCas`]). Not retried, as [`StoreMode::Add`].
+    AddToken,
     Replace,
     /// Compare-and-swap: stored only if the value's CAS token is still this one. A retry whose
     /// first attempt landed reads "changed", which its caller reads again: retried like a set.
     Cas(u64),
 }
 
-/// What a compare-and-swap ([`StoreMode::Cas`]) did.
+/// What a compare-and-swap ([`StoreMode::Cas`]) or a compare-and-delete ([`Command::DeleteCas`])
+/// did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CasOutcome {
-    /// The value was still the one read with the token: replaced.
+    /// The value was still the one read with the token: replaced (or deleted).
     Stored,
-    /// Another write (or a touch) changed the value since it was read: nothing stored.
+    /// Another write (or a touch) changed the value since it was read: nothing stored (or
+    /// deleted).
     Changed,
-    /// The key is gone (deleted or expired since it was read): nothing stored.
+    /// The key is gone (deleted or expired since it was read): nothing stored (or deleted).
     Gone,
 }
 
@@ -81,6 +88,8 @@ pub(crate) enum Command<'a> {
         mode: StoreMode,
     },
     Delete(&'a [u8]),
+    /// Deletes the value only if its CAS token is still this one (`md <key> C<token>`).
+    DeleteCas(&'a [u8], u64),
     Touch(&'a [u8], u32),
     /// Appends to an existing value (the value keeps its TTL); a missing key is not stored.
     Append {
@@ -98,7 +107,7 @@ impl Command<'_> {
         !matches!(
             self,
             Command::Store {
-                mode: StoreMode::Add,
+                mode: StoreMode::Add | StoreMode::AddToken,
                 ..
             } | Command::Append { .. }
         )
@@ -130,6 +139,7 @@ impl Command<'_> {
                 match mode {
                     StoreMode::Set => {}
                     StoreMode::Add | StoreMode::AddRetried => put(out, &[b" ME"]),
+                    StoreMode::AddToken => put(out, &[b" ME c"]),
                     StoreMode::Replace => put(out, &[b" MR"]),
                     StoreMode::Cas(token) => {
                         put(out, &[b" C"]);
@@ -139,6 +149,11 @@ impl Command<'_> {
                 put(out, &[b"\r\n", value, b"\r\n"]);
             }
             Command::Delete(key) => put(out, &[b"md ", key, b"\r\n"]),
+            Command::DeleteCas(key, token) => {
+                put(out, &[b"md ", key, b" C"]);
+                put_number(out, token);
+                put(out, &[b"\r\n"]);
+            }
             Command::Touch(key, ttl) => {
                 put(out, &[b"mg ", key, b" T"]);
                 put_number(out, ttl.min(MAX_TTL_SECS));
@@ -175,6 +190,9 @@ pub(crate) enum Reply {
     Values(Vec<Option<Bytes>>),
     Flag(bool),
     Cas(CasOutcome),
+    /// The CAS token of the value an add stored, `None` when it stored nothing
+    /// ([`StoreMode::AddToken`]).
+    Token(Option<u64>),
 }
 
 /// Room kept free in the read buffer before each read: a read fills whatever the buffer has
@@ -229,10 +247,15 @@ impl<R: AsyncRead + Unpin> ReplyReader<R> {
                 mode: StoreMode::Cas(_),
                 ..
             } => self.read_cas().await.map(Reply::Cas),
+            Command::Store {
+                mode: StoreMode::AddToken,
+                ..
+            } => self.read_token().await.map(Reply::Token),
             Command::Store { .. } | Command::Append { .. } => {
                 self.read_flag("HD", "NS").await.map(Reply::Flag)
             }
             Command::Delete(_) => self.read_flag("HD", "NF").await.map(Reply::Flag),
+            Command::DeleteCas(..) => self.read_cas().await.map(Reply::Cas),
             Command::Touch(..) => self.read_flag("HD", "EN").await.map(Reply::Flag),
         }
     }
@@ -324,7 +347,26 @@ impl<R: AsyncRead + Unpin> ReplyReader<R> {
         Ok(Some((self.read_data(len).await?, token)))
     }
 
-    /// Reads the reply to a compare-and-swap: `HD` stored, `EX` changed since, `NF` gone.
+    /// Reads the reply to an add that returns its token (`ms <key> ... ME c`): `HD c<token>`
+    /// stored, `NS` not stored (memcached 1.6.18 says `NS c0`).
+    async fn read_token(&mut self) -> Result<Option<u64>, McError> {
+        let line = self.read_line().await?;
+        let line = text(&line)?;
+        let mut tokens = line.split(' ');
+        match tokens.next() {
+            Some("NS") => return Ok(None),
+            Some("HD") => {}
+            _ => return Err(unexpected(line)),
+        }
+        tokens
+            .find_map(|f| f.strip_prefix('c'))
+            .and_then(|t| t.parse::<u64>().ok())
+            .map(Some)
+            .ok_or_else(|| McError::Protocol(format!("no CAS token in {line:?}")))
+    }
+
+    /// Reads the reply to a compare-and-swap or compare-and-delete: `HD` stored (deleted), `EX`
+    /// changed since, `NF` gone.
     async fn read_cas(&mut self) -> Result<CasOutcome, McError> {
         let line = self.read_line().await?;
         match text(&line)? {
@@ -454,6 +496,11 @@ mod tests {
         );
         assert_eq!(encoded(Command::Gets(b"k")), "mg k v c\r\n");
         assert_eq!(encoded(Command::Delete(b"k")), "md k\r\n");
+        assert_eq!(
+            encoded(store(StoreMode::AddToken, 4)),
+            "ms k 7 T4 ME c\r\nv\r\nEN\r\n\r\n"
+        );
+        assert_eq!(encoded(Command::DeleteCas(b"k", 42)), "md k C42\r\n");
         assert_eq!(encoded(Command::Touch(b"k", 5)), "mg k T5\r\n");
         assert_eq!(encoded(Command::Touch(b"k", u32::MAX)), "mg k T2592000\r\n");
         let append = Command::Append {
@@ -541,6 +588,41 @@ mod tests {
         assert_eq!(cas(b"NF\r\n").await.unwrap(), Reply::Cas(CasOutcome::Gone));
         let wrong = cas(b"NS\r\n").await;
         assert!(matches!(wrong, Err(McError::Protocol(_))), "{wrong:?}");
+        let delete = |input| reply_to(Command::DeleteCas(b"k", 3), input);
+        assert_eq!(
+            delete(b"HD\r\n").await.unwrap(),
+            Reply::Cas(CasOutcome::Stored)
+        );
+        assert_eq!(
+            delete(b"EX\r\n").await.unwrap(),
+            Reply::Cas(CasOutcome::Changed)
+        );
+        assert_eq!(
+            delete(b"NF\r\n").await.unwrap(),
+            Reply::Cas(CasOutcome::Gone)
+        );
+    }
+
+    #[tokio::test]
+    async fn an_add_that_returns_its_token_reads_it_from_its_reply() {
+        let add = |input| {
+            reply_to(
+                Command::Store {
+                    key: b"k",
+                    value: b"v",
+                    ttl: 0,
+                    mode: StoreMode::AddToken,
+                },
+                input,
+            )
+        };
+        assert_eq!(add(b"HD c17\r\n").await.unwrap(), Reply::Token(Some(17)));
+        assert_eq!(add(b"NS\r\n").await.unwrap(), Reply::Token(None));
+        assert_eq!(add(b"NS c0\r\n").await.unwrap(), Reply::Token(None));
+        for input in [&b"HD\r\n"[..], b"HD cx\r\n", b"EX\r\n"] {
+            let reply = add(input).await;
+            assert!(matches!(reply, Err(McError::Protocol(_))), "{reply:?}");
+        }
     }
 
     #[test]
@@ -552,6 +634,7 @@ mod tests {
             mode,
         };
         assert!(!store(StoreMode::Add).is_idempotent());
+        assert!(!store(StoreMode::AddToken).is_idempotent());
         assert!(!Command::Append {
             key: b"k",
             value: b"v"
@@ -566,6 +649,7 @@ mod tests {
             assert!(store(mode).is_idempotent(), "{mode:?}");
         }
         assert!(Command::Gets(b"k").is_idempotent());
+        assert!(Command::DeleteCas(b"k", 1).is_idempotent());
     }
 
     #[tokio::test]

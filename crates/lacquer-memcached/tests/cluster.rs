@@ -204,6 +204,55 @@ async fn an_add_gets_and_cas_placed_with_another_key_act_on_that_keys_server() {
     assert_eq!(within(add).await, None);
 }
 
+/// A claimant's add returns the CAS token of what it stored, and its compare-and-delete removes
+/// the value only while it is still that one: not one written over it since, and not another
+/// claimant's added after it was deleted. On the placement key's server; `None` once it is dead.
+#[tokio::test]
+async fn an_add_returns_its_token_and_a_delete_by_token_spares_a_value_written_since() {
+    let (a, mut b) = (Memcached::start(), Memcached::start());
+    let servers = [&a, &b];
+    let cluster = cluster(&servers, 3);
+    let (object, other_key) = keys_on(&servers, 1);
+    let key = format!("{other_key}:fill");
+    let (place, key) = (object.as_bytes(), key.as_bytes());
+    let first = within(cluster.add_token_with(place, key, Bytes::from_static(b"A"), 60))
+        .await
+        .unwrap()
+        .expect("the first add stores");
+    let again = cluster.add_token_with(place, key, Bytes::from_static(b"B"), 60);
+    assert_eq!(within(again).await, Some(None));
+    let (_, read) = within(cluster.gets_with(place, key))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(read, first, "the add's token is the value's");
+    // deleted, then added by another claimant: the first one's token does not delete it
+    assert_eq!(within(cluster.delete_with(place, key)).await, Some(true));
+    let second = within(cluster.add_token_with(place, key, Bytes::from_static(b"B"), 60))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(second, first);
+    let stale = cluster.delete_cas_with(place, key, first);
+    assert_eq!(within(stale).await, Some(CasOutcome::Changed));
+    let direct = client(servers[1].addr(), 1);
+    assert_eq!(
+        within(direct.get(key)).await.unwrap(),
+        Some(Bytes::from_static(b"B"))
+    );
+    let own = cluster.delete_cas_with(place, key, second);
+    assert_eq!(within(own).await, Some(CasOutcome::Stored));
+    let gone = cluster.delete_cas_with(place, key, second);
+    assert_eq!(within(gone).await, Some(CasOutcome::Gone));
+    b.kill();
+    let add = cluster.add_token_with(place, key, Bytes::from_static(b"x"), 60);
+    assert_eq!(within(add).await, None);
+    assert_eq!(
+        within(cluster.delete_cas_with(place, key, second)).await,
+        None
+    );
+}
+
 #[tokio::test]
 async fn a_dead_server_is_failing_and_a_healthy_one_is_not() {
     let (a, mut b) = (Memcached::start(), Memcached::start());
