@@ -557,14 +557,20 @@ impl FillLeases {
         }
     }
 
-    /// The memcached expiry of a lease, claimed or renewed: one second past `fill_lease`.
-    /// memcached counts expiry in whole seconds from a clock that ticks once a second, so a key
-    /// given `n` seconds lasts between `n - 1` and `n`; given `n + 1`, a lease lasts at least
-    /// `fill_lease` after its claim or renewal, which outlasts two thirds of a lease to its
-    /// holder's next renewal but one. (Waiters are bounded by the time the lease carries, not by
-    /// its expiry.)
+    /// The memcached expiry of a lease, claimed or renewed: a third past `fill_lease`, and one
+    /// second more. memcached counts expiry in whole seconds from a clock that ticks once a
+    /// second, so a key given `n` seconds lasts between `n - 1` and `n`. Renewals go at the
+    /// renewal task's ticks, a third of a lease apart, for leases held a sixth of one; so after
+    /// two renewals in a row that do not land (one its frozen server never answered, the next
+    /// skipped while that server is ejected) the third goes up to `fill_lease` and a sixth after
+    /// the last renewal. Given one second past `fill_lease`, a lease could expire just before
+    /// it (found gone: lost, and the fill refused, though nothing took it); given a third more,
+    /// it waits for it. (Waiters are bounded by the time the lease carries, not by its expiry:
+    /// a longer expiry only keeps a dead holder's lease from being claimed again a little
+    /// longer, while its waiters fetch for themselves.)
     fn lease_ttl(&self) -> u32 {
-        self.lease.as_secs() as u32 + 1
+        let ms = self.lease.as_millis() as u64;
+        (ms + ms / 3).div_ceil(1000) as u32 + 1
     }
 
     /// The process's renewal task, started at its first claim: every third of `fill_lease`,
@@ -574,9 +580,9 @@ impl FillLeases {
     /// claim ([`Self::renew_claim`]), so it never brings back a lease that a purge deleted (or
     /// its server lost), nor overwrites another node's claim made since: one found gone or
     /// another claim's is not renewed again, and its fill is [lost](Self::lost), refused here.
-    /// One whose server did not answer is tried again at the next tick; a lease lives at least
-    /// `fill_lease` from its last renewal ([`Self::lease_ttl`]), so one missed renewal loses
-    /// nothing. Each renewal runs as a task of its own, so a frozen server delays no other
+    /// One whose server did not answer is tried again at the next tick; a lease lives a third
+    /// past `fill_lease` from its last renewal ([`Self::lease_ttl`]), so two missed renewals
+    /// lose nothing. Each renewal runs as a task of its own, so a frozen server delays no other
     /// lease's. Two memcached round trips (`gets`, `cas`) per slow fill per third of a lease,
     /// out of any request's path; fills shorter than that are never renewed.
     async fn keep_alive(&'static self) {
