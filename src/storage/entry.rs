@@ -278,19 +278,29 @@ fn read_meta(reader: &mut Reader<'_>, value: &Bytes) -> Result<StoredMeta, Entry
     };
     let status = reader.u16()?;
     let count = reader.u16()?;
-    let hint = Some(usize::from(count) + FIELDS_ADDED_PER_HIT);
-    let mut header = ResponseHeader::build_no_case(status, hint)
-        .map_err(|_| EntryError::Malformed("bad status"))?;
+    // The head is built as `ResponseHeader::build_no_case(status, hint)` builds it, and its
+    // fields appended as `append_header` appends them to a head without a case map, but on the
+    // field map itself: through `append_header`, each field paid about 70 instructions of
+    // conversions and error wrapping around the append.
+    let mut parts = http::Response::new(()).into_parts().0;
+    parts.status =
+        http::StatusCode::from_u16(status).map_err(|_| EntryError::Malformed("bad status"))?;
+    parts
+        .headers
+        .reserve((usize::from(count) + FIELDS_ADDED_PER_HIT).min(MAX_RESERVED_FIELDS));
     for _ in 0..count {
         let name_len = reader.u16()? as usize;
         let name = field_name(reader.take(name_len)?)?;
         let value_len = reader.u32()? as usize;
         let field = http::HeaderValue::from_maybe_shared(reader.slice_of(value, value_len)?)
             .map_err(|_| EntryError::Malformed("bad header value"))?;
-        header
-            .append_header(name, field)
+        // fails only past the map's largest size
+        parts
+            .headers
+            .try_append(name, field)
             .map_err(|_| EntryError::Malformed("bad header name"))?;
     }
+    let header = ResponseHeader::from(parts);
     Ok(StoredMeta {
         fresh_until,
         created,
@@ -302,6 +312,10 @@ fn read_meta(reader: &mut Reader<'_>, value: &Bytes) -> Result<StoredMeta, Entry
         wire_head: Default::default(),
     })
 }
+
+/// The most fields a decoded head's map reserves room for, as `pingora_http` bounds a size
+/// hint (its `http_header_map_upper_bound`): a count of up to 65,535 is the entry's word.
+const MAX_RESERVED_FIELDS: usize = 4096;
 
 /// Sets of [`FieldNames`] (two names each).
 const NAME_SETS: usize = 64;
