@@ -15,7 +15,9 @@
 
 use super::object::{StoredMeta, FIELDS_ADDED_PER_HIT};
 use bytes::{BufMut, Bytes, BytesMut};
+use http::HeaderName;
 use pingora_http::ResponseHeader;
+use std::cell::RefCell;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// First bytes of every value.
@@ -276,19 +278,29 @@ fn read_meta(reader: &mut Reader<'_>, value: &Bytes) -> Result<StoredMeta, Entry
     };
     let status = reader.u16()?;
     let count = reader.u16()?;
-    let hint = Some(usize::from(count) + FIELDS_ADDED_PER_HIT);
-    let mut header = ResponseHeader::build_no_case(status, hint)
-        .map_err(|_| EntryError::Malformed("bad status"))?;
+    // The head is built as `ResponseHeader::build_no_case(status, hint)` builds it, and its
+    // fields appended as `append_header` appends them to a head without a case map, but on the
+    // field map itself: through `append_header`, each field paid about 70 instructions of
+    // conversions and error wrapping around the append.
+    let mut parts = http::Response::new(()).into_parts().0;
+    parts.status =
+        http::StatusCode::from_u16(status).map_err(|_| EntryError::Malformed("bad status"))?;
+    parts
+        .headers
+        .reserve((usize::from(count) + FIELDS_ADDED_PER_HIT).min(MAX_RESERVED_FIELDS));
     for _ in 0..count {
         let name_len = reader.u16()? as usize;
-        let name = reader.slice_of(value, name_len)?;
+        let name = field_name(reader.take(name_len)?)?;
         let value_len = reader.u32()? as usize;
         let field = http::HeaderValue::from_maybe_shared(reader.slice_of(value, value_len)?)
             .map_err(|_| EntryError::Malformed("bad header value"))?;
-        header
-            .append_header(name, field)
+        // fails only past the map's largest size
+        parts
+            .headers
+            .try_append(name, field)
             .map_err(|_| EntryError::Malformed("bad header name"))?;
     }
+    let header = ResponseHeader::from(parts);
     Ok(StoredMeta {
         fresh_until,
         created,
@@ -298,6 +310,79 @@ fn read_meta(reader: &mut Reader<'_>, value: &Bytes) -> Result<StoredMeta, Entry
         variance,
         header,
         wire_head: Default::default(),
+    })
+}
+
+/// The most fields a decoded head's map reserves room for, as `pingora_http` bounds a size
+/// hint (its `http_header_map_upper_bound`): a count of up to 65,535 is the entry's word.
+const MAX_RESERVED_FIELDS: usize = 4096;
+
+/// Sets of [`FieldNames`] (two names each).
+const NAME_SETS: usize = 64;
+/// The longest name [`FieldNames`] keeps: a longer one is parsed each time it is read.
+const NAME_KEPT_MAX: usize = 64;
+
+/// The field names last parsed from entries, by the bytes they were parsed from: two per set,
+/// the set chosen by a few of the bytes.
+///
+/// Every field of every entry read from memcached had its name parsed (`HeaderName::from_bytes`:
+/// each byte mapped and checked, the standard names matched, a custom one copied): about 240
+/// instructions a field, a quarter of a decode, though an origin's entries carry the same few
+/// names over and over. Parsing is a function of the bytes alone, so bytes equal to bytes already
+/// parsed are the same name, and a name kept is served as a clone; any other bytes, a hostile
+/// name among them, are parsed, and refused when they are not a name. A name refused is never
+/// kept, and what a hostile writer can do to the table is push names out of it.
+struct FieldNames {
+    sets: [[Option<KeptName>; 2]; NAME_SETS],
+}
+
+/// A name in [`FieldNames`]: the bytes it was parsed from, and what they parsed into.
+type KeptName = (Box<[u8]>, HeaderName);
+
+thread_local! {
+    static FIELD_NAMES: RefCell<FieldNames> = const {
+        RefCell::new(FieldNames {
+            sets: [const { [const { None }, const { None }] }; NAME_SETS],
+        })
+    };
+}
+
+/// The set of [`FieldNames`] that keeps the name parsed from `raw` (not empty).
+fn name_set(raw: &[u8]) -> usize {
+    let n = raw.len();
+    let mixed = (n as u64)
+        | u64::from(raw[0]) << 8
+        | u64::from(raw[n / 4]) << 16
+        | u64::from(raw[n / 2]) << 24
+        | u64::from(raw[3 * n / 4]) << 32
+        | u64::from(raw[n - 1]) << 40;
+    (mixed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % NAME_SETS
+}
+
+/// The field name stored as `raw`, as `HeaderName::from_bytes` parses it (names are stored in
+/// lower case, but one in capitals is read as it always was), from [`FieldNames`] when the same
+/// bytes were parsed before; a malformed entry when `raw` is not a valid name.
+fn field_name(raw: &[u8]) -> Result<HeaderName, EntryError> {
+    let parse = |raw: &[u8]| {
+        HeaderName::from_bytes(raw).map_err(|_| EntryError::Malformed("bad header name"))
+    };
+    if raw.is_empty() || raw.len() > NAME_KEPT_MAX {
+        return parse(raw);
+    }
+    let set = name_set(raw);
+    FIELD_NAMES.with(|names| {
+        let mut names = names.borrow_mut();
+        let ways = &mut names.sets[set];
+        for (kept, name) in ways.iter().flatten() {
+            if **kept == *raw {
+                return Ok(name.clone());
+            }
+        }
+        let name = parse(raw)?;
+        // the newer in the first way, the one it pushes aside in the second
+        ways.swap(0, 1);
+        ways[0] = Some((raw.into(), name.clone()));
+        Ok(name)
     })
 }
 
@@ -442,6 +527,161 @@ mod tests {
         );
         assert!(decode(&Bytes::from_static(b"garbage value"), "k").is_err());
         assert!(decode(&Bytes::new(), "k").is_err());
+    }
+
+    /// A complete entry for key `k` whose head has the fields `fields` exactly as given (names
+    /// and values as raw bytes, as an application might write them), and whose field count is
+    /// `count` (the number of fields when `None`).
+    fn raw_entry(fields: &[(&[u8], &[u8])], count: Option<u16>, body: &[u8]) -> Bytes {
+        let mut out = BytesMut::new();
+        put_prefix(&mut out, Kind::Complete, "k");
+        out.put_u64(1_795_000_000_123);
+        out.put_u64(1_795_000_000_123);
+        out.put_u64(1_795_000_060_123);
+        out.put_u32(0);
+        out.put_u32(0);
+        out.put_u8(0);
+        out.put_u16(200);
+        out.put_u16(count.unwrap_or(fields.len() as u16));
+        for (name, value) in fields {
+            out.put_u16(name.len() as u16);
+            out.put_slice(name);
+            out.put_u32(value.len() as u32);
+            out.put_slice(value);
+        }
+        out.put_u64(body.len() as u64);
+        out.put_slice(body);
+        seal(out)
+    }
+
+    /// The head's fields, in order, as names and values.
+    fn fields_of(header: &ResponseHeader) -> Vec<(String, Vec<u8>)> {
+        header
+            .headers
+            .iter()
+            .map(|(name, value)| (name.as_str().to_string(), value.as_bytes().to_vec()))
+            .collect()
+    }
+
+    /// Names and values are untrusted: a name that is not a field name, a value with a control
+    /// byte, a length past the value's end, or more fields counted than written, is a malformed
+    /// entry, read once or again (the second read of a name is looked up where the names read
+    /// before are kept), and a bad name is refused where a valid one read before is kept in the
+    /// set it falls in.
+    #[test]
+    fn hostile_names_values_and_lengths_are_refused() {
+        let good: &[u8] = b"text/html";
+        let bad_names: [&[u8]; 10] = [
+            b"",
+            b"content type",
+            b"content-type:",
+            b"content-typ\0",
+            b"x-a\r\nx-b",
+            b"x-\xff",
+            b"x-\xc3\xa9",
+            b"(x)",
+            b"x\ty",
+            b"x-a-name-longer-than-those-kept-with-a space-in-it-and-more-bytes-to-go",
+        ];
+        for _ in 0..2 {
+            // a valid name of each length read first, kept where a bad one may look
+            for name in bad_names {
+                let valid = vec![b'a'; name.len().max(1)];
+                let value = raw_entry(&[(&valid, good)], None, b"body");
+                assert!(decode(&value, "k").is_ok(), "{}", name.len());
+            }
+            for name in bad_names {
+                let value = raw_entry(&[(b"content-type", good), (name, good)], None, b"body");
+                assert_eq!(
+                    decode(&value, "k").unwrap_err(),
+                    EntryError::Malformed("bad header name"),
+                    "{:?}",
+                    String::from_utf8_lossy(&name[..name.len().min(20)])
+                );
+            }
+        }
+        // bytes that differ from a kept name's only where the set is not chosen by
+        for bad in [
+            &b"c ntent-type"[..],
+            b"c\0ntent-type",
+            b"c\rntent-type",
+            b"c:ntent-type",
+        ] {
+            assert_eq!(name_set(bad), name_set(b"content-type"));
+            let kept = raw_entry(&[(b"content-type", good)], None, b"body");
+            assert!(decode(&kept, "k").is_ok());
+            let value = raw_entry(&[(bad, good)], None, b"body");
+            assert_eq!(
+                decode(&value, "k").unwrap_err(),
+                EntryError::Malformed("bad header name")
+            );
+        }
+        for bad in [
+            &b"a\rb"[..],
+            b"a\nb",
+            b"a\0b",
+            b"\x7f",
+            b"v\r\nx-injected: 1",
+        ] {
+            let value = raw_entry(&[(b"x-field", bad)], None, b"body");
+            assert_eq!(
+                decode(&value, "k").unwrap_err(),
+                EntryError::Malformed("bad header value")
+            );
+        }
+        // lengths pointing past the end: more fields counted than written, a name or a value
+        // longer than what follows
+        let value = raw_entry(&[(b"x-field", b"v")], Some(2), b"");
+        assert!(matches!(decode(&value, "k"), Err(EntryError::Malformed(_))));
+        for (at, patch) in [(0usize, [0xffu8, 0xff]), (2 + 7, [0x7f, 0xff])] {
+            let mut value = raw_entry(&[(b"x-field", b"v")], None, b"").to_vec();
+            // the first field's name length, or the top half of its value length
+            let fields = 7 + 1 + 8 * 3 + 4 * 2 + 1 + 2 + 2;
+            value[fields + at..fields + at + 2].copy_from_slice(&patch);
+            let len = value.len();
+            let crc = crc32fast::hash(&value[..len - 4]);
+            value[len - 4..].copy_from_slice(&crc.to_be_bytes());
+            assert_eq!(
+                decode(&Bytes::from(value), "k").unwrap_err(),
+                EntryError::Malformed("length overruns value")
+            );
+        }
+    }
+
+    /// A head with many fields, repeated names, names in capitals and names longer than those
+    /// kept decodes, read once or again, into the fields parsing each name gives, in order.
+    #[test]
+    fn many_and_repeated_names_decode_as_parsed_each_time() {
+        let long = "x-".repeat(40);
+        let names: Vec<String> = (0..300)
+            .map(|i| match i % 7 {
+                0 => "content-type".to_string(),
+                1 => format!("x-field-{}", i % 150),
+                2 => "Set-Cookie".to_string(),
+                3 => "X-Capitals".to_string(),
+                4 => long.clone(),
+                5 => format!("x-{i}"),
+                _ => "date".to_string(),
+            })
+            .collect();
+        let values: Vec<String> = (0..300).map(|i| format!("value {i}")).collect();
+        let fields: Vec<(&[u8], &[u8])> = names
+            .iter()
+            .zip(&values)
+            .map(|(n, v)| (n.as_bytes(), v.as_bytes()))
+            .collect();
+        let value = raw_entry(&fields, None, b"body");
+        let mut expected = ResponseHeader::build_no_case(200, None).unwrap();
+        for (name, value) in &fields {
+            let name = HeaderName::from_bytes(name).unwrap();
+            expected
+                .append_header(name, http::HeaderValue::from_bytes(value).unwrap())
+                .unwrap();
+        }
+        for _ in 0..3 {
+            let decoded = decode(&value, "k").unwrap();
+            assert_eq!(fields_of(&decoded.meta.header), fields_of(&expected));
+        }
     }
 
     #[test]

@@ -93,6 +93,15 @@ pub fn logical_key(key: &CacheKey) -> String {
     }
 }
 
+/// [`logical_key`]`(key)`, made where [`DecodedValues`] keeps it: for a key with no variance
+/// (every URL but a variant's), one allocation, not the `String`'s and a copy of it.
+fn logical_key_shared(key: &CacheKey) -> Arc<str> {
+    match key.variance() {
+        None => Arc::from(&*String::from_utf8_lossy(key.primary_key())),
+        Some(_) => logical_key(key).into(),
+    }
+}
+
 /// Whether `logical` is [`logical_key`]`(key)`, without building it for a key with no variance
 /// (the bytes are compared: equal ones are valid UTF-8, which `logical_key` keeps as it is).
 fn logical_key_is(key: &CacheKey, logical: &str) -> bool {
@@ -297,7 +306,8 @@ impl TieredStorage {
                 return served;
             }
         }
-        let logical = logical_key(key);
+        // made once, where a remembered value keeps it
+        let logical = logical_key_shared(key);
         let (mut meta, body) = self.decoded_value(&value, &logical)?;
         let bytes = match body {
             EntryBody::Inline(bytes) => bytes,
@@ -320,7 +330,7 @@ impl TieredStorage {
         // (hop-by-hop fields a crafted value carried), whose next readers judge it by the head
         // as it came, as this one did.
         if value.len() <= self.item_size && object.meta().header.headers.len() >= fields {
-            self.decoded.remember(value, logical.into(), object.clone());
+            self.decoded.remember(value, logical, object.clone());
         }
         self.served(verdict, object)
     }

@@ -99,17 +99,28 @@ fn build(
     let stored = &hit.meta().header;
     let status = stored.status;
     if status.is_informational()
-        || stored.headers.contains_key(header::TRANSFER_ENCODING)
         // stripped after `Age` and `Content-Length` are added, the standard way: rare, not copied
         || for_us_only.includes(&header::AGE)
         || for_us_only.includes(&header::CONTENT_LENGTH)
     {
         return None;
     }
+    // One pass over the fields finds the framing (a `Transfer-Encoding`, the `Content-Length`
+    // values) and the length of the lines, so that the bytes are allocated once, at their
+    // length when no field is left out, and never moved to a smaller block.
+    let mut framing = Framing::default();
+    let mut field_bytes = 0;
+    for (name, value) in &stored.headers {
+        framing.see(name, value);
+        field_bytes += name.as_str().len() + value.len() + 4;
+    }
+    if framing.chunked {
+        return None;
+    }
     let no_body = matches!(status.as_u16(), 204 | 304);
-    let add_length = match content_length(stored) {
+    let add_length = match framing.length() {
         Some(length) if length != hit.body_len() => return None,
-        None if !no_body && stored.headers.contains_key(header::CONTENT_LENGTH) => return None,
+        None if !no_body && framing.lengths > 0 => return None,
         None => !no_body,
         Some(_) => false,
     };
@@ -119,11 +130,21 @@ fn build(
             || (announcing && name.as_str() == "cache-status")
             || for_us_only.includes(name)
     };
-    let mut bytes = Vec::with_capacity(512);
+    let reason = stored.get_reason_phrase().unwrap_or_default();
+    let mut digits = itoa::Buffer::new();
+    let length_line = if add_length {
+        let digits = digits.format(hit.body_len());
+        Some((written_without_case(&header::CONTENT_LENGTH), digits))
+    } else {
+        None
+    };
+    let length_bytes = length_line.map_or(0, |(name, digits)| name.len() + digits.len() + 4);
+    let status_line = "HTTP/1.1 200 \r\n".len() + reason.len();
+    let mut bytes = Vec::with_capacity(status_line + field_bytes + length_bytes);
     bytes.extend_from_slice(b"HTTP/1.1 ");
     bytes.extend_from_slice(status.as_str().as_bytes());
     bytes.push(b' ');
-    bytes.extend_from_slice(stored.get_reason_phrase().unwrap_or_default().as_bytes());
+    bytes.extend_from_slice(reason.as_bytes());
     bytes.extend_from_slice(b"\r\n");
     let mut line = |name: &[u8], value: &[u8]| {
         bytes.extend_from_slice(name);
@@ -145,28 +166,46 @@ fn build(
         let written = case.map_or(written_without_case(name).as_bytes(), |(c, _)| c.as_slice());
         line(written, value.as_bytes());
     }
-    if add_length {
-        line(
-            written_without_case(&header::CONTENT_LENGTH).as_bytes(),
-            itoa::Buffer::new().format(hit.body_len()).as_bytes(),
-        );
+    if let Some((name, digits)) = length_line {
+        line(name.as_bytes(), digits.as_bytes());
     }
     Some(WireHead {
         made_for,
         has_date,
-        // exactly its length: kept for as long as the object is
+        // kept for as long as the object is: allocated at its length (above), this moves
+        // nothing unless fields were left out
         bytes: bytes.into_boxed_slice(),
     })
 }
 
-/// The head's `Content-Length`, when it has exactly one valid one.
-fn content_length(head: &pingora_http::ResponseHeader) -> Option<usize> {
-    let mut values = head.headers.get_all(header::CONTENT_LENGTH).iter();
-    let value = values.next()?;
-    if values.next().is_some() {
-        return None;
+/// What a head's fields say of its framing, seen one by one.
+#[derive(Default)]
+struct Framing<'a> {
+    /// A `Transfer-Encoding` is among them.
+    chunked: bool,
+    /// How many `Content-Length` fields there are.
+    lengths: usize,
+    /// The last `Content-Length`'s value.
+    length: Option<&'a http::HeaderValue>,
+}
+
+impl<'a> Framing<'a> {
+    fn see(&mut self, name: &HeaderName, value: &'a http::HeaderValue) {
+        if name == header::TRANSFER_ENCODING {
+            self.chunked = true;
+        } else if name == header::CONTENT_LENGTH {
+            self.lengths += 1;
+            self.length = Some(value);
+        }
     }
-    value.to_str().ok()?.parse().ok()
+
+    /// The head's `Content-Length`, when it has exactly one valid one.
+    fn length(&self) -> Option<usize> {
+        if self.lengths != 1 {
+            return None;
+        }
+        self.length?.to_str().ok()?.parse().ok()
+    }
 }
 
 #[cfg(test)]
@@ -204,6 +243,17 @@ mod tests {
             StoredMeta::from_meta(&meta),
             Body::from_chunks(vec![Bytes::from_static(body)]),
         )
+    }
+
+    /// The head's `Content-Length`, when it has exactly one valid one (as `build` judged it
+    /// before it saw the framing in its pass over the fields).
+    fn content_length(head: &ResponseHeader) -> Option<usize> {
+        let mut values = head.headers.get_all(header::CONTENT_LENGTH).iter();
+        let value = values.next()?;
+        if values.next().is_some() {
+            return None;
+        }
+        value.to_str().ok()?.parse().ok()
     }
 
     /// The wire head as this module built it before: the stored head copied, edited and
@@ -307,6 +357,168 @@ mod tests {
                 }
                 let dated = names.iter().any(|n| n == "date");
                 assert_eq!(wire.has_date, dated);
+            }
+        }
+    }
+
+    /// `build` as it was before it found the framing in its pass over the fields and allocated
+    /// the bytes at their length: the reference its wire heads must match byte for byte.
+    fn old_build(
+        hit: &CompleteObject,
+        for_us_only: &ForUsOnly,
+        announcing: bool,
+        made_for: u64,
+    ) -> Option<WireHead> {
+        let stored = &hit.meta().header;
+        let status = stored.status;
+        if status.is_informational()
+            || stored.headers.contains_key(header::TRANSFER_ENCODING)
+            || for_us_only.includes(&header::AGE)
+            || for_us_only.includes(&header::CONTENT_LENGTH)
+        {
+            return None;
+        }
+        let no_body = matches!(status.as_u16(), 204 | 304);
+        let add_length = match content_length(stored) {
+            Some(length) if length != hit.body_len() => return None,
+            None if !no_body && stored.headers.contains_key(header::CONTENT_LENGTH) => return None,
+            None => !no_body,
+            Some(_) => false,
+        };
+        let left_out = |name: &HeaderName| {
+            name == header::AGE
+                || name == header::CONNECTION
+                || (announcing && name.as_str() == "cache-status")
+                || for_us_only.includes(name)
+        };
+        let mut bytes = Vec::with_capacity(512);
+        bytes.extend_from_slice(b"HTTP/1.1 ");
+        bytes.extend_from_slice(status.as_str().as_bytes());
+        bytes.push(b' ');
+        bytes.extend_from_slice(stored.get_reason_phrase().unwrap_or_default().as_bytes());
+        bytes.extend_from_slice(b"\r\n");
+        let mut line = |name: &[u8], value: &[u8]| {
+            bytes.extend_from_slice(name);
+            bytes.extend_from_slice(b": ");
+            bytes.extend_from_slice(value);
+            bytes.extend_from_slice(b"\r\n");
+        };
+        let mut cases = stored.case_header_iter();
+        let mut has_date = false;
+        for (name, value) in &stored.headers {
+            let case = cases.next();
+            if left_out(name) {
+                continue;
+            }
+            has_date |= name == header::DATE;
+            let written = case.map_or(written_without_case(name).as_bytes(), |(c, _)| c.as_slice());
+            line(written, value.as_bytes());
+        }
+        if add_length {
+            line(
+                written_without_case(&header::CONTENT_LENGTH).as_bytes(),
+                itoa::Buffer::new().format(hit.body_len()).as_bytes(),
+            );
+        }
+        Some(WireHead {
+            made_for,
+            has_date,
+            bytes: bytes.into_boxed_slice(),
+        })
+    }
+
+    fn object_with_status(
+        status: u16,
+        fields: &[(&str, String)],
+        body: &'static [u8],
+        case: bool,
+    ) -> CompleteObject {
+        let head = if case {
+            ResponseHeader::build(status, None).unwrap()
+        } else {
+            ResponseHeader::build_no_case(status, None).unwrap()
+        };
+        object_with(head, fields, body)
+    }
+
+    /// The wire head is the one `build` wrote before, byte for byte, with the same `has_date`,
+    /// and is refused where it was: many fields, repeated names, fields left out (`Age`,
+    /// `Connection`, `Cache-Status`, the fields for us only), `Content-Length` missing, wrong,
+    /// repeated or unparsable, `Transfer-Encoding`, bodiless statuses, with and without a case
+    /// map.
+    #[test]
+    fn the_wire_head_is_the_one_built_before() {
+        let body: &'static [u8] = b"<html>a page</html>";
+        let length = body.len().to_string();
+        let mut many: Vec<(&str, String)> = (0..60)
+            .map(|i| {
+                let name = ["X-Field-A", "x-field-b", "Set-Cookie", "Vary", "Link"][i % 5];
+                (name, format!("value {i}"))
+            })
+            .collect();
+        many.push(("Content-Length", length.clone()));
+        many.push(("Date", "Tue, 24 Nov 2026 04:00:00 GMT".to_string()));
+        let heads: Vec<(u16, Vec<(&str, String)>)> = vec![
+            (200, many),
+            (
+                200,
+                vec![
+                    ("Content-Type", "text/html".to_string()),
+                    ("Age", "3".to_string()),
+                    ("Connection", "keep-alive".to_string()),
+                    ("Cache-Status", "other; hit".to_string()),
+                    ("Lacquer-Debug", "1".to_string()),
+                    ("Surrogate-Key", "a b".to_string()),
+                    ("content-length", length.clone()),
+                ],
+            ),
+            (200, vec![("Content-Type", "text/plain".to_string())]),
+            (404, vec![("content-length", "7".to_string())]),
+            (
+                200,
+                vec![
+                    ("content-length", length.clone()),
+                    ("content-length", length.clone()),
+                ],
+            ),
+            (200, vec![("content-length", "1x".to_string())]),
+            (200, vec![("transfer-encoding", "chunked".to_string())]),
+            (204, vec![("ETag", "\"e\"".to_string())]),
+            (304, vec![("content-length", "99".to_string())]),
+            (203, vec![("X-Empty", String::new())]),
+        ];
+        let settings = [
+            (true, ForUsOnly::new(["Lacquer-Debug", "Surrogate-Key"])),
+            (false, ForUsOnly::new([])),
+            (true, ForUsOnly::new(["Age"])),
+            (false, ForUsOnly::new(["content-length"])),
+        ];
+        for ((status, fields), case) in heads.iter().flat_map(|h| [(h, true), (h, false)]) {
+            let body: &'static [u8] = if matches!(status, 204 | 304) {
+                b""
+            } else {
+                body
+            };
+            let hit = object_with_status(*status, fields, body, case);
+            for (announcing, for_us_only) in &settings {
+                let new = build(&hit, for_us_only, *announcing, 7);
+                let old = old_build(&hit, for_us_only, *announcing, 7);
+                match (new, old) {
+                    (None, None) => {}
+                    (Some(new), Some(old)) => {
+                        assert_eq!(
+                            String::from_utf8_lossy(&new.bytes),
+                            String::from_utf8_lossy(&old.bytes)
+                        );
+                        assert_eq!(new.has_date, old.has_date);
+                        assert_eq!(new.made_for, old.made_for);
+                    }
+                    (new, old) => panic!(
+                        "{status} {fields:?}: built {} before, {} now",
+                        old.is_some(),
+                        new.is_some()
+                    ),
+                }
             }
         }
     }
