@@ -37,6 +37,8 @@ pub struct MemcachedProcess {
     child: OwnedChild,
     port: u16,
     dir: TempDir,
+    /// Options given after the usual ones ([`MemcachedProcess::start_with`]).
+    extra_args: Vec<String>,
 }
 
 impl MemcachedProcess {
@@ -44,12 +46,19 @@ impl MemcachedProcess {
     /// Retries with another port if the chosen one turned out taken (by a server of another
     /// test, which may have bound it first and will leave with its test).
     pub fn start() -> MemcachedProcess {
+        MemcachedProcess::start_with(&[])
+    }
+
+    /// [`MemcachedProcess::start`] with `extra_args` after the usual options (`-C`, say: no CAS
+    /// tokens); a restart keeps them.
+    pub fn start_with(extra_args: &[&str]) -> MemcachedProcess {
         let mut last = String::new();
         for _ in 0..3 {
             let mut m = MemcachedProcess {
                 child: OwnedChild::default(),
                 port: free_port(),
                 dir: TempDir::new("memcached-test"),
+                extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
             };
             match m.spawn_and_wait() {
                 Ok(()) => return m,
@@ -78,6 +87,7 @@ impl MemcachedProcess {
                 "-u",
                 "root",
             ])
+            .args(&self.extra_args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
