@@ -1,0 +1,792 @@
+//! Attacks on the cross-node fill leases (`storage::fill_lease`: a claim by `ms <key> <len> ME c`,
+//! renewals by `gets` and `cas`, releases by `md <key> C<token>` falling back to a read) over real
+//! sockets and real memcached processes:
+//!
+//! * values under a lease key that this version did not write (garbage, an earlier version's
+//!   time alone, a time far in the future, bytes that are not text, a value of half a MiB): no
+//!   node crashes, a request waits for such a lease at most `fill_lease`, and the fill that
+//!   follows deletes it;
+//! * a claim's `add` that memcached carries out only after its sender gave up on it (a
+//!   [`Relay`] holds it past `op_timeout`): the orphan lease names a fill that is indeed in
+//!   flight, uncoordinated, and the nodes waiting on it are served that fill;
+//! * a renewal's `cas` whose reply is lost after memcached carried it out (the [`Relay`] cuts
+//!   the connection; the client retries it on a fresh one and reads `EX`): the lease is not taken
+//!   for lost;
+//! * a release's `md ... C<token>` whose reply is lost the same way: its retry reads `NF`, which
+//!   the node cannot tell from a lease purged meanwhile, so it does not keep its fill (one more
+//!   origin fetch, no answer served that should not be);
+//! * a renewal's `cas` held past `op_timeout` while a POST through another node deletes the
+//!   lease: the late `cas` does not bring the lease back, and the fill is not kept;
+//! * memcached run without CAS tokens (`-C`): every token is 0, so a release by token deleted
+//!   whatever lease was there, another claim's too;
+//! * memcached restarted empty between a claim and its release, its CAS tokens counted from 1
+//!   again up to the very token the claim was given, which another node's claim is given: the
+//!   release by token deletes the other claim's lease and the fill from before a POST is kept
+//!   and served (`#[ignore]`d: the gap the module docs name and leave open).
+
+use lacquer_test_support as support;
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const HOST: &str = "shop.example";
+const SITE: [(&str, &str); 1] = [("host", HOST)];
+/// The bound of every wait for something in the background (a write, a delete).
+const SETTLE: Duration = Duration::from_secs(10);
+
+/// The memcached key of `path`'s entry.
+fn entry_key(path: &str) -> String {
+    MemcachedCluster::key_of(HOST, path)
+}
+
+/// The memcached key of `path`'s lease.
+fn lease_key(path: &str) -> String {
+    entry_key(path).replacen("lq:", "lq:fill:", 1)
+}
+
+/// Whether `path`'s lease is in memcached (one server).
+fn lease_present(server: &MemcachedProcess, path: &str) -> bool {
+    server.holds(&lease_key(path))
+}
+
+/// Whether memcached (one server) holds `bytes` in `path`'s entry.
+fn entry_holds(server: &MemcachedProcess, path: &str, bytes: &[u8]) -> bool {
+    server
+        .get_raw(&entry_key(path))
+        .is_some_and(|raw| raw.windows(bytes.len()).any(|w| w == bytes))
+}
+
+/// The CAS token memcached gave `key`'s value (`mg <key> c`), if it holds one.
+fn cas_of(server: &MemcachedProcess, key: &str) -> Option<u64> {
+    let reply = server.command(&format!("mg {key} c\r\nversion"), None);
+    let line = reply.lines().next()?;
+    if !(line.starts_with("HD") || line.starts_with("VA")) {
+        return None;
+    }
+    line.split(' ')
+        .find_map(|f| f.strip_prefix('c'))
+        .and_then(|t| t.parse().ok())
+}
+
+/// Stores `n` throwaway values (each takes the server's next CAS token), in one connection.
+fn spend_cas_tokens(server: &MemcachedProcess, n: u64) {
+    if n == 0 {
+        return;
+    }
+    let mut s = std::net::TcpStream::connect(server.addr()).expect("connect to memcached");
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    let mut out = Vec::new();
+    for i in 0..n {
+        out.extend_from_slice(format!("set spent:{i} 0 60 1 noreply\r\nx\r\n").as_bytes());
+    }
+    out.extend_from_slice(b"version\r\n");
+    s.write_all(&out).expect("write to memcached");
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !reply.ends_with(b"\r\n") || !reply.starts_with(b"VERSION") {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => panic!("memcached did not answer: {reply:?}"),
+            Ok(n) => reply.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// The CAS token the server's next store will be given.
+fn next_cas(server: &MemcachedProcess) -> u64 {
+    server.set_raw("probe", b"x", 60);
+    cas_of(server, "probe").expect("the probe's token") + 1
+}
+
+/// An origin whose `n`th GET of a path is answered `body-n-late` (fresh for an hour), once the
+/// gate of that answer is open, if the test closed it ([`GatedOrigin::close`]); at most 30 s.
+/// A POST is answered `changed`.
+struct GatedOrigin {
+    origin: TestOrigin,
+    closed: Arc<Mutex<Vec<(String, usize)>>>,
+}
+
+impl GatedOrigin {
+    fn start() -> GatedOrigin {
+        let closed: Arc<Mutex<Vec<(String, usize)>>> = Arc::default();
+        let served: Arc<Mutex<std::collections::HashMap<String, usize>>> = Arc::default();
+        let gates = closed.clone();
+        let origin = TestOrigin::start(move |req| {
+            if req.method == "POST" {
+                return OriginResponse::ok("changed");
+            }
+            let n = {
+                let mut served = served.lock().unwrap();
+                let n = served.entry(req.path.clone()).or_default();
+                *n += 1;
+                *n
+            };
+            let id = (req.path.clone(), n);
+            let until = Instant::now() + Duration::from_secs(30);
+            while gates.lock().unwrap().contains(&id) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            OriginResponse::ok(format!("body-{n}-late")).header("cache-control", "max-age=3600")
+        });
+        GatedOrigin { origin, closed }
+    }
+
+    /// The `n`th GET of `path` waits until [`Self::open`].
+    fn close(&self, path: &str, n: usize) {
+        self.closed.lock().unwrap().push((path.to_string(), n));
+    }
+
+    fn open(&self, path: &str, n: usize) {
+        self.closed
+            .lock()
+            .unwrap()
+            .retain(|id| id != &(path.to_string(), n));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A relay between a node and memcached that holds or cuts chosen commands
+// ---------------------------------------------------------------------------------------------
+
+/// What a [`Relay`] does to a command a rule matches.
+#[derive(Debug, Clone, Copy)]
+enum Tamper {
+    /// Sends it on this much later, after its sender gave up on it (`op_timeout`): memcached
+    /// carries it out late.
+    Delay(Duration),
+    /// Sends it on, and when memcached's reply comes, closes the sender's connection instead of
+    /// passing the reply on: the command was carried out, and its sender read nothing of the
+    /// reply (so the client may retry it on a fresh connection).
+    Cut,
+}
+
+type Matcher = Box<dyn Fn(&str) -> bool + Send + Sync>;
+
+#[derive(Default)]
+struct RelayState {
+    /// Rules, each applied to the first command line it matches, once.
+    rules: Mutex<Vec<(Matcher, Tamper, bool)>>,
+    /// Every command line seen, in order.
+    lines: Mutex<Vec<String>>,
+}
+
+impl RelayState {
+    fn tamper_for(&self, line: &str) -> Option<Tamper> {
+        self.lines.lock().unwrap().push(line.to_string());
+        let mut rules = self.rules.lock().unwrap();
+        let (_, tamper, used) = rules
+            .iter_mut()
+            .find(|(matches, _, used)| !*used && matches(line))?;
+        *used = true;
+        Some(*tamper)
+    }
+}
+
+/// A TCP relay on a loopback port in front of one memcached server, for a node configured with
+/// its address: passes every command and reply on, but the ones its rules name.
+struct Relay {
+    addr: SocketAddr,
+    state: Arc<RelayState>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Relay {
+    async fn start(upstream: SocketAddr) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind relay");
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(RelayState::default());
+        let shared = state.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                tokio::spawn(relay_connection(client, upstream, shared.clone()));
+            }
+        });
+        Relay { addr, state, task }
+    }
+
+    /// The first command whose line `matches` gets `tamper`.
+    fn on(&self, matches: impl Fn(&str) -> bool + Send + Sync + 'static, tamper: Tamper) {
+        self.state
+            .rules
+            .lock()
+            .unwrap()
+            .push((Box::new(matches), tamper, false));
+    }
+
+    /// The command lines seen so far that start with `prefix`.
+    fn lines_starting(&self, prefix: &str) -> Vec<String> {
+        self.state
+            .lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.starts_with(prefix))
+            .cloned()
+            .collect()
+    }
+
+    /// Whether every rule has been applied.
+    fn rules_used(&self) -> bool {
+        self.state.rules.lock().unwrap().iter().all(|r| r.2)
+    }
+}
+
+/// The length of the first whole command in `bytes` (a meta command line, and for `ms` its data
+/// block), and its line.
+fn next_command(bytes: &[u8]) -> Option<(usize, String)> {
+    let end = bytes.windows(2).position(|w| w == b"\r\n")?;
+    let line = String::from_utf8_lossy(&bytes[..end]).into_owned();
+    let mut len = end + 2;
+    if line.starts_with("ms ") || line.starts_with("set ") {
+        let tokens: Vec<&str> = line.split(' ').collect();
+        let data = if line.starts_with("ms ") {
+            tokens.get(2)
+        } else {
+            tokens.get(4)
+        };
+        len += data.and_then(|d| d.parse::<usize>().ok()).unwrap_or(0) + 2;
+    }
+    (bytes.len() >= len).then_some((len, line))
+}
+
+async fn relay_connection(client: TcpStream, upstream: SocketAddr, state: Arc<RelayState>) {
+    let Ok(server) = TcpStream::connect(upstream).await else {
+        return;
+    };
+    let (mut from_client, mut to_client) = client.into_split();
+    let (mut from_server, mut to_server) = server.into_split();
+    let cut = Arc::new(AtomicBool::new(false));
+    let cutting = cut.clone();
+    let back = tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match from_server.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            // a cut command's reply: the client's connection closes before any byte of it
+            if cutting.load(Ordering::SeqCst) {
+                break;
+            }
+            if to_client.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
+        // (dropping `to_client` closes the client's connection)
+    });
+    let mut pending = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    'relay: loop {
+        while let Some((len, line)) = next_command(&pending) {
+            let command: Vec<u8> = pending.drain(..len).collect();
+            match state.tamper_for(&line) {
+                Some(Tamper::Delay(d)) => tokio::time::sleep(d).await,
+                Some(Tamper::Cut) => cut.store(true, Ordering::SeqCst),
+                None => {}
+            }
+            if to_server.write_all(&command).await.is_err() {
+                break 'relay;
+            }
+            if cut.load(Ordering::SeqCst) {
+                break 'relay;
+            }
+        }
+        match from_client.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => pending.extend_from_slice(&buf[..n]),
+        }
+    }
+    // a command sent on late is carried out and answered before memcached sees the end
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(to_server);
+    let _ = back.await;
+}
+
+/// The admin token file of the nodes started by [`node_via`].
+struct Tokens(TempDir);
+
+impl Tokens {
+    fn new() -> Tokens {
+        let dir = TempDir::new("lease-attacks");
+        dir.write("admin.token", format!("{ADMIN_TOKEN}\n"));
+        Tokens(dir)
+    }
+}
+
+/// A node named `name` in front of `origin` whose one memcached server is `server` (a
+/// [`Relay`]'s address, or memcached's own), configured as [`MemcachedCluster::node`]'s are,
+/// with `extra` appended to its `[cache.memcached]` section.
+fn node_via(
+    tokens: &Tokens,
+    server: SocketAddr,
+    origin: &TestOrigin,
+    name: &str,
+    extra: &str,
+) -> Node {
+    let admin = free_port();
+    let config = format!(
+        "\n[log]\naccess = \"off\"\n{}\n[cache.memcached]\nservers = [\"{server}\"]\n\
+         retry_after = \"1s\"\nop_timeout = \"200ms\"\nconnect_timeout = \"100ms\"\n{extra}",
+        admin_toml(admin, &tokens.0.path().join("admin.token"), name),
+    );
+    Node {
+        proxy: LacquerProcess::start_simple(origin.addr(), &config),
+        admin,
+        name: name.to_string(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Values under a lease key that this version did not write
+// ---------------------------------------------------------------------------------------------
+
+/// Lease values this version never writes, planted under the lease keys of six pages (for a
+/// minute): garbage, nothing, an earlier version's value (its time alone, now), a time far in
+/// the future, bytes that are not UTF-8, and half a MiB of `x`. A node asked for each page at
+/// once (`fill_lease = "2s"`) cannot claim them (the `add` finds a lease), waits for a fill
+/// nobody makes, for at most the lease (trusting a lease of unknown time for its whole length),
+/// then fetches the page itself: every answer is the origin's, within the lease and a generous
+/// margin, one origin fetch per page. Each fill, written, deletes the planted lease (a fill that
+/// was not the lease's deletes whatever lease is there), so the page is then a hit. No panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn leases_this_version_did_not_write_hold_a_request_up_at_most_the_lease() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let origin = GatedOrigin::start();
+    let a = cluster.node(&origin.origin, "A", "fill_lease = \"2s\"");
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let planted: Vec<(&str, Vec<u8>)> = vec![
+        ("/garbage", b"not a lease at all".to_vec()),
+        ("/empty", Vec::new()),
+        ("/old-format", now_ms.to_string().into_bytes()),
+        ("/future", b"18446744073709551615 ffffffffffffffff".to_vec()),
+        (
+            "/not-text",
+            vec![0xff, 0xfe, b' ', 0x80, 0x00, b'\r', b'\n'],
+        ),
+        ("/huge", vec![b'x'; 512 * 1024]),
+    ];
+    for (path, value) in &planted {
+        server.set_raw(&lease_key(path), value, 60);
+        assert!(lease_present(server, path), "{path}: not planted");
+    }
+    let started = Instant::now();
+    let answers = gets_at_once(planted.iter().map(|(path, _)| a.proxy.url(path)), &SITE).await;
+    let took = started.elapsed();
+    for ((path, _), answer) in planted.iter().zip(&answers) {
+        assert_eq!(answer.status, 200, "{path}");
+        assert_eq!(&answer.body[..], b"body-1-late", "{path}");
+        assert_eq!(origin.origin.hits_for(path), 1, "{path}");
+    }
+    assert!(
+        took < Duration::from_secs(5),
+        "the requests were held {took:?} by leases of a 2 s fill_lease"
+    );
+    assert_eq!(admin_stat(a.admin, "fills_claimed").await, 0);
+    assert_eq!(admin_stat(a.admin, "fill_waits").await, 6);
+    assert_eq!(admin_stat(a.admin, "fills_awaited").await, 0);
+    assert_eq!(
+        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
+        0
+    );
+    for (path, _) in &planted {
+        assert!(
+            !lease_present(server, path),
+            "{path}: the planted lease outlived the fill"
+        );
+        let again = get(&a.proxy.url(path), &SITE).await;
+        assert!(again.is_hit(), "{path}: not a hit after the fill");
+        assert_eq!(&again.body[..], b"body-1-late", "{path}");
+    }
+    assert_eq!(admin_stat(a.admin, "fill_leases_lost").await, 0);
+    a.proxy.assert_no_panic();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Commands carried out late, or whose replies are lost
+// ---------------------------------------------------------------------------------------------
+
+/// A's claim of a page's lease (`ms <lease> ... ME c`) is held by the relay 700 ms, past
+/// `op_timeout` (200 ms): A, unanswered, fetches the page uncoordinated (`fills_unguarded`), and
+/// memcached then stores the lease, naming a claim nobody holds. B, asking 1 s in, finds that
+/// lease and waits: A's fill is indeed in flight, and its write deletes whatever lease is there,
+/// so B is served A's fill: one origin fetch for the two nodes, and no lease left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_memcached_carries_out_after_its_sender_gave_up_holds_no_one_past_the_fill() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/claimed-late";
+    let origin = counting_origin(Duration::from_millis(1400), "max-age=3600");
+    let relay = Relay::start(server.addr()).await;
+    let lease = lease_key(path);
+    relay.on(
+        move |line| line.starts_with(&format!("ms {lease} ")) && line.ends_with(" ME c"),
+        Tamper::Delay(Duration::from_millis(700)),
+    );
+    let tokens = Tokens::new();
+    let config = "local_ttl = \"30s\"\nfill_lease = \"3s\"";
+    let a = node_via(&tokens, relay.addr, &origin, "A", config);
+    let b = node_via(&tokens, server.addr(), &origin, "B", config);
+    let started = Instant::now();
+    let url = a.proxy.url(path);
+    let a_fill = tokio::spawn(async move { get(&url, &SITE).await });
+    assert!(
+        poll_until_async(Duration::from_secs(3), || lease_present(server, path)).await,
+        "the claim held by the relay never reached memcached"
+    );
+    assert!(relay.rules_used());
+    assert_eq!(admin_stat(a.admin, "fills_claimed").await, 0);
+    assert_eq!(admin_stat(a.admin, "fills_unguarded").await, 1);
+    tokio::time::sleep(Duration::from_secs(1).saturating_sub(started.elapsed())).await;
+    let b_answer = get(&b.proxy.url(path), &SITE).await;
+    let a_answer = a_fill.await.expect("A's request");
+    assert_eq!(&a_answer.body[..], b"body-1-late");
+    assert_eq!(b_answer.status, 200);
+    assert_eq!(&b_answer.body[..], b"body-1-late", "B fetched for itself");
+    assert_eq!(origin.hits_for(path), 1);
+    assert_eq!(admin_stat(b.admin, "fill_waits").await, 1);
+    assert_eq!(admin_stat(b.admin, "fills_awaited").await, 1);
+    assert_eq!(
+        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
+        0
+    );
+    assert!(!lease_present(server, path), "the orphan lease was left");
+    assert_eq!(admin_stat(a.admin, "fill_leases_lost").await, 0);
+}
+
+/// A slow fill's first renewal: its `cas` reaches memcached and is carried out, and the relay
+/// closes A's connection instead of passing the reply on. The client retries the `cas` on a
+/// fresh connection, which reads `EX` (its own first attempt changed the lease); a second read
+/// finds the lease still A's claim's: renewed, not lost. The fill is kept and written, and B
+/// is then served it from memcached: one origin fetch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_renewal_whose_reply_was_lost_after_it_landed_is_not_taken_for_a_lost_lease() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/renewal-reply-lost";
+    let origin = counting_origin(Duration::from_millis(1600), "max-age=3600");
+    let relay = Relay::start(server.addr()).await;
+    let lease = lease_key(path);
+    relay.on(
+        move |line| line.starts_with(&format!("ms {lease} ")) && line.contains(" C"),
+        Tamper::Cut,
+    );
+    let tokens = Tokens::new();
+    let config = "local_ttl = \"30s\"\nfill_lease = \"3s\"";
+    let a = node_via(&tokens, relay.addr, &origin, "A", config);
+    let b = node_via(&tokens, server.addr(), &origin, "B", config);
+    let answer = get(&a.proxy.url(path), &SITE).await;
+    assert_eq!(&answer.body[..], b"body-1-late");
+    let swaps = relay.lines_starting(&format!("ms {} ", lease_key(path)));
+    let swaps: Vec<&String> = swaps.iter().filter(|l| l.contains(" C")).collect();
+    assert!(
+        swaps.len() >= 2 && swaps[0] == swaps[1],
+        "the cut cas was not retried as it was: {swaps:?}"
+    );
+    assert!(admin_stat(a.admin, "fill_leases_renewed").await >= 1);
+    assert_eq!(
+        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
+        0
+    );
+    assert_eq!(admin_stat(a.admin, "fill_leases_lost").await, 0);
+    assert!(!lease_present(server, path), "the lease outlived the fill");
+    assert!(
+        entry_holds(server, path, b"body-1-late"),
+        "A's fill was not kept"
+    );
+    let from_b = get(&b.proxy.url(path), &SITE).await;
+    assert!(from_b.is_hit());
+    assert_eq!(&from_b.body[..], b"body-1-late");
+    assert_eq!(origin.hits_for(path), 1);
+}
+
+/// The delete that releases a fill's lease after its write (`md <lease> C<token>`) reaches
+/// memcached and is carried out, and the relay closes A's connection instead of passing the
+/// reply (`HD`) on. The client retries it on a fresh connection, which reads `NF`: to A, the
+/// lease was gone before its release, as if a purge had deleted it, and A cannot tell the two
+/// apart, so it does not keep its fill (`fill_leases_lost`): the entry it wrote is deleted and
+/// the next request fetches the page again. One origin fetch more; no answer is served that
+/// should not be, and nothing is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_whose_reply_was_lost_after_it_landed_costs_the_fill_and_nothing_else() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/release-reply-lost";
+    let origin = counting_origin(Duration::from_millis(300), "max-age=3600");
+    let relay = Relay::start(server.addr()).await;
+    let prefix = format!("md {} C", lease_key(path));
+    let matches = prefix.clone();
+    relay.on(move |line| line.starts_with(&matches), Tamper::Cut);
+    let tokens = Tokens::new();
+    let a = node_via(
+        &tokens,
+        relay.addr,
+        &origin,
+        "A",
+        "local_ttl = \"30s\"\nfill_lease = \"30s\"",
+    );
+    let answer = get(&a.proxy.url(path), &SITE).await;
+    assert_eq!(&answer.body[..], b"body-1-late");
+    assert_eq!(
+        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
+        0
+    );
+    let deletes = relay.lines_starting(&prefix);
+    assert!(
+        deletes.len() == 2 && deletes[0] == deletes[1],
+        "the cut delete was not retried as it was: {deletes:?}"
+    );
+    assert!(!lease_present(server, path), "the lease outlived the fill");
+    assert_eq!(admin_stat(a.admin, "fill_leases_lost").await, 1);
+    assert!(
+        !entry_holds(server, path, b"body-1-late"),
+        "memcached keeps a fill its node counted lost"
+    );
+    let again = get(&a.proxy.url(path), &SITE).await;
+    assert_eq!(&again.body[..], b"body-2-late");
+    assert_eq!(origin.hits_for(path), 2);
+}
+
+/// A slow fill's renewal: its `cas` is held by the relay 900 ms (past `op_timeout`), and
+/// meanwhile a POST through B deletes the lease and, having found it, is published. The late
+/// `cas` finds no lease and does not bring it back; A's next renewal finds it gone (lost), so A
+/// does not keep its fill, from before the POST; after the fill no node serves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_renewal_landing_after_a_purge_deleted_the_lease_does_not_bring_it_back() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/renewed-across-a-post";
+    let origin = counting_origin(Duration::from_millis(2000), "max-age=3600");
+    let relay = Relay::start(server.addr()).await;
+    let lease = lease_key(path);
+    relay.on(
+        move |line| line.starts_with(&format!("ms {lease} ")) && line.contains(" C"),
+        Tamper::Delay(Duration::from_millis(900)),
+    );
+    let tokens = Tokens::new();
+    let config = "local_ttl = \"30s\"\nfill_lease = \"3s\"";
+    let a = node_via(&tokens, relay.addr, &origin, "A", config);
+    let b = node_via(&tokens, server.addr(), &origin, "B", config);
+    let url = a.proxy.url(path);
+    let a_fill = tokio::spawn(async move { get(&url, &SITE).await });
+    // the first renewal goes about 1 s in; its cas lands about 0.9 s later
+    assert!(
+        poll_until_async(Duration::from_secs(3), || relay.rules_used()).await,
+        "no renewal was sent"
+    );
+    let posted = post(&b.proxy.url(path), &SITE, "x=1").await;
+    assert_eq!(posted.status, 200);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(
+        !lease_present(server, path),
+        "the late renewal brought back the lease the POST deleted"
+    );
+    assert_eq!(
+        wait_for_stat(a.admin, "fill_leases_lost", 1, Duration::from_secs(3)).await,
+        1,
+        "A's renewals did not find the lease gone"
+    );
+    let a_answer = a_fill.await.expect("A's request");
+    assert_eq!(&a_answer.body[..], b"body-1-late");
+    for node in [&a, &b] {
+        assert_eq!(
+            wait_for_stat_at_most(node.admin, "background_writes", 0, SETTLE).await,
+            0
+        );
+    }
+    assert!(!lease_present(server, path));
+    assert!(!entry_holds(server, path, b"body-1-late"));
+    none_serves_the_first_answer(&[&a, &b], path, &SITE, "the page as it was before the POST")
+        .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A server restarted empty between a claim and its release
+// ---------------------------------------------------------------------------------------------
+
+/// A claims a page (its lease given CAS token `t`, past 500 here) and waits at the origin. The
+/// lease's server restarts empty; C and B start; a POST through C finds nothing stored and no
+/// lease, and is not published. The restarted server counts CAS tokens from 1 again, and
+/// reaches `t - 1` (other writes; spent here on purpose), so B's claim of the page is given `t`
+/// too. A's fill ends (the answer from before the POST): its write lands, and its release
+/// deletes by `t`, which memcached finds on B's lease: B's lease is deleted as if it were
+/// A's, A takes its own lease for intact, keeps its fill and serves it, and memcached holds it
+/// for every node.
+///
+/// The module docs name this gap (a restarted server's tokens may repeat) and leave it open, as
+/// closing it costs every release a read; this test shows what it costs when it happens: not
+/// only one more fetch, but the answer from before a POST kept and served (as every release did
+/// before holders were told apart, 3a8288b and earlier, with any token).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "KNOWN gap: a release by the CAS token of a claim made before its server restarted \
+            empty deletes another claim's lease given the same token, and the fill from \
+            before a POST is kept and served"]
+async fn a_release_by_a_token_the_restarted_server_gave_again_keeps_a_fill_from_before_a_post() {
+    let mut cluster = MemcachedCluster::start(1);
+    let path = "/token-given-again";
+    let origin = GatedOrigin::start();
+    origin.close(path, 1);
+    origin.close(path, 2);
+    let tokens = Tokens::new();
+    let config = "local_ttl = \"30s\"\nfill_lease = \"30s\"";
+    let addr = cluster.servers[0].addr();
+    let a = node_via(&tokens, addr, &origin.origin, "A", config);
+    spend_cas_tokens(&cluster.servers[0], 500);
+    let url = a.proxy.url(path);
+    let a_fill = tokio::spawn(async move { get(&url, &SITE).await });
+    assert_eq!(
+        wait_for_stat(a.admin, "fills_claimed", 1, Duration::from_secs(3)).await,
+        1
+    );
+    let claimed = cas_of(&cluster.servers[0], &lease_key(path)).expect("A's lease");
+    cluster.servers[0].restart();
+    let server = &cluster.servers[0];
+    // A's pooled connections to the restarted server fail once: it writes other pages until
+    // one lands, so that its fill's write and release do too
+    let mut reconnected = false;
+    for i in 0..20 {
+        let other = format!("/other-{i}");
+        assert_eq!(get(&a.proxy.url(&other), &SITE).await.status, 200);
+        if poll_until_async(Duration::from_secs(1), || {
+            entry_holds(server, &other, b"body-1-late")
+        })
+        .await
+        {
+            reconnected = true;
+            break;
+        }
+    }
+    assert!(reconnected, "A never wrote to the restarted server");
+    let c = node_via(&tokens, addr, &origin.origin, "C", config);
+    let b = node_via(&tokens, addr, &origin.origin, "B", config);
+    let posted = post(&c.proxy.url(path), &SITE, "x=1").await;
+    assert_eq!(posted.status, 200);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let next = next_cas(server);
+    assert!(
+        next < claimed,
+        "the restarted server is past {claimed}: {next}"
+    );
+    spend_cas_tokens(server, claimed - next);
+    let url = b.proxy.url(path);
+    let b_fill = tokio::spawn(async move { get(&url, &SITE).await });
+    assert_eq!(
+        wait_for_stat(b.admin, "fills_claimed", 1, Duration::from_secs(3)).await,
+        1
+    );
+    let b_token = cas_of(server, &lease_key(path)).expect("B's lease");
+    assert_eq!(
+        b_token, claimed,
+        "B's claim was not given A's token (setup)"
+    );
+    origin.open(path, 1);
+    let a_answer = a_fill.await.expect("A's request");
+    assert_eq!(&a_answer.body[..], b"body-1-late");
+    assert_eq!(
+        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
+        0
+    );
+    let b_lease_kept = lease_present(server, path);
+    let a_lost = admin_stat(a.admin, "fill_leases_lost").await;
+    let kept_in_memcached = entry_holds(server, path, b"body-1-late");
+    let a_serves = get(&a.proxy.url(path), &SITE).await.body.clone();
+    origin.open(path, 2);
+    let b_answer = b_fill.await.expect("B's request");
+    assert_eq!(&b_answer.body[..], b"body-2-late");
+    assert!(
+        b_lease_kept && a_lost == 1 && !kept_in_memcached && &a_serves[..] != b"body-1-late",
+        "A's release by token {claimed} deleted B's lease (B's lease kept: {b_lease_kept}); A \
+         counted its lease lost {a_lost} times; memcached holds the answer from before the POST: \
+         {kept_in_memcached}; A serves {:?}",
+        String::from_utf8_lossy(&a_serves)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// memcached without CAS tokens
+// ---------------------------------------------------------------------------------------------
+
+/// memcached run with `-C` (no CAS tokens, 8 bytes saved per item) gives every value the token
+/// 0: a claim's `add` returns `c0`, and `md <lease> C0` deletes whatever lease is there. A claims
+/// a page and waits at the origin; its lease is deleted (as an eviction or a restart would), and
+/// B claims the page anew. A's fill ends: its release must leave B's lease alone (it names
+/// another holder), count A's lease lost and not keep A's fill; B's fill is kept. (Before, A's
+/// release by the token 0 deleted B's lease, and A kept and served its fill.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_cas_tokens_a_release_leaves_another_claims_lease_and_keeps_no_fill() {
+    let server = MemcachedProcess::start_with(&["-C"]);
+    let path = "/no-cas-tokens";
+    let origin = GatedOrigin::start();
+    origin.close(path, 1);
+    origin.close(path, 2);
+    let tokens = Tokens::new();
+    let config = "local_ttl = \"30s\"\nfill_lease = \"30s\"";
+    let a = node_via(&tokens, server.addr(), &origin.origin, "A", config);
+    let b = node_via(&tokens, server.addr(), &origin.origin, "B", config);
+    let url = a.proxy.url(path);
+    let a_fill = tokio::spawn(async move { get(&url, &SITE).await });
+    assert_eq!(
+        wait_for_stat(a.admin, "fills_claimed", 1, Duration::from_secs(3)).await,
+        1
+    );
+    assert_eq!(
+        cas_of(&server, &lease_key(path)),
+        Some(0),
+        "not run with -C"
+    );
+    let reply = server.command(&format!("delete {}", lease_key(path)), None);
+    assert!(reply.starts_with("DELETED"), "{reply}");
+    let url = b.proxy.url(path);
+    let b_fill = tokio::spawn(async move { get(&url, &SITE).await });
+    assert_eq!(
+        wait_for_stat(b.admin, "fills_claimed", 1, Duration::from_secs(3)).await,
+        1
+    );
+    let b_lease = server.get_raw(&lease_key(path)).expect("B's lease");
+    origin.open(path, 1);
+    let a_answer = a_fill.await.expect("A's request");
+    assert_eq!(&a_answer.body[..], b"body-1-late");
+    assert_eq!(
+        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
+        0
+    );
+    assert_eq!(
+        server.get_raw(&lease_key(path)).as_deref(),
+        Some(&b_lease[..]),
+        "A's release took B's lease"
+    );
+    assert_eq!(admin_stat(a.admin, "fill_leases_lost").await, 1);
+    assert!(
+        !entry_holds(&server, path, b"body-1-late"),
+        "memcached keeps A's fill, whose lease was lost"
+    );
+    origin.open(path, 2);
+    let b_answer = b_fill.await.expect("B's request");
+    assert_eq!(&b_answer.body[..], b"body-2-late");
+    assert_eq!(
+        wait_for_stat_at_most(b.admin, "background_writes", 0, SETTLE).await,
+        0
+    );
+    assert_eq!(admin_stat(b.admin, "fill_leases_lost").await, 0);
+    let from_b = get(&b.proxy.url(path), &SITE).await;
+    assert_eq!(&from_b.body[..], b"body-2-late", "B did not keep its fill");
+    // A purged the URL on itself as of its loss, which covers B's fill too (fetched before):
+    // A fetches the page once more, and does not serve its own fill
+    let from_a = get(&a.proxy.url(path), &SITE).await;
+    assert_eq!(&from_a.body[..], b"body-3-late");
+    assert_eq!(origin.origin.hits_for(path), 3);
+}
