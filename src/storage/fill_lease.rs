@@ -34,7 +34,9 @@
 //!   `gets` whose value names this claim ([`FillLeases::release`]). Another claim's lease is
 //!   left alone. (A server restarted empty counts its tokens from 1 again, so another claim's
 //!   lease may by chance carry the token this claim was given before the restart; closing that
-//!   would cost every fill's release a `gets`, and is not paid.) A fill written by a node that
+//!   would cost every fill's release a `gets`, and is not paid.) A server run without CAS tokens
+//!   (`-C`) gives every value the token 0, which names no value (`md <key> C0` deletes any):
+//!   a claim given 0 is released by its holder, as a renewed one. A fill written by a node that
 //!   held no claim for it (uncoordinated, or a waiter that fetched for itself) deletes whatever
 //!   lease is there, as before, so that the nodes waiting on it look for the entry.
 //! * **Bounds**: memcached failing is never waited on. When the URL's server is ejected or its
@@ -224,8 +226,23 @@ enum LocalFill {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Claim {
     holder: u64,
-    /// The lease's CAS token as claimed; `None` once a renewal has rewritten it.
+    /// The lease's CAS token as claimed; `None` once a renewal has rewritten it, or when the
+    /// server gave none (`Claim::claimed`).
     token: Option<u64>,
+}
+
+impl Claim {
+    /// The claim of `holder` whose `add` memcached answered with `token`. A token of 0 names no
+    /// value: memcached counts tokens from 1, and one run without them (`-C`) gives every value
+    /// 0, so that `md <key> C0` deletes whatever value is there, another claim's lease too. Such
+    /// a claim is released as a renewed one is, by the holder its lease names
+    /// ([`FillLeases::release`]).
+    fn claimed(holder: u64, token: u64) -> Claim {
+        Claim {
+            holder,
+            token: (token != 0).then_some(token),
+        }
+    }
 }
 
 /// What a renewal of a lease found ([`FillLeases::renew_claim`]).
@@ -537,10 +554,7 @@ impl FillLeases {
         {
             Some(Some(token)) => {
                 std::mem::forget(pending);
-                let claim = Claim {
-                    holder,
-                    token: Some(token),
-                };
+                let claim = Claim::claimed(holder, token);
                 self.local_fills
                     .lock()
                     .insert(primary, LocalFill::Held(Instant::now(), claim));
@@ -985,5 +999,24 @@ mod tests {
         assert_eq!(lease_holder(b"1700000000000"), None);
         assert_eq!(lease_holder(b"1700000000000 xyz"), None);
         assert_eq!(lease_field(b"", 0), None);
+    }
+
+    #[test]
+    fn a_claim_given_the_token_0_is_released_by_its_holder_not_by_that_token() {
+        assert_eq!(
+            Claim::claimed(7, 42),
+            Claim {
+                holder: 7,
+                token: Some(42)
+            }
+        );
+        // memcached run with -C: every value's token is 0, and `md <key> C0` deletes any
+        assert_eq!(
+            Claim::claimed(7, 0),
+            Claim {
+                holder: 7,
+                token: None
+            }
+        );
     }
 }
