@@ -790,3 +790,45 @@ async fn without_cas_tokens_a_release_leaves_another_claims_lease_and_keeps_no_f
     assert_eq!(&from_a.body[..], b"body-3-late");
     assert_eq!(origin.origin.hits_for(path), 3);
 }
+
+/// memcached run with `-C` refuses every compare-and-swap (`ms <key> ... C0` answers `EX`: no
+/// value is ever a token's). A fill slower than its lease (`fill_lease = "2s"`, a page that takes
+/// 2.8 s) must still have its lease renewed: B, asking 2.3 s in, waits for A's fill (one origin
+/// fetch for the two nodes), and A keeps its fill. (Before, each renewal's `cas` was refused, a
+/// second read found the lease still A's and counted it renewed, but its time stayed the
+/// claim's: B found the lease run out and fetched for itself; a fill slower than the lease's
+/// expiry, a third past `fill_lease` and a second, was lost.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_cas_tokens_a_slow_fills_lease_is_still_renewed() {
+    let server = MemcachedProcess::start_with(&["-C"]);
+    let path = "/no-cas-tokens-slow";
+    let origin = counting_origin(Duration::from_millis(1400), "max-age=3600");
+    let tokens = Tokens::new();
+    let config = "local_ttl = \"30s\"\nfill_lease = \"2s\"";
+    let a = node_via(&tokens, server.addr(), &origin, "A", config);
+    let b = node_via(&tokens, server.addr(), &origin, "B", config);
+    let started = Instant::now();
+    let url = a.proxy.url(path);
+    let a_fill = tokio::spawn(async move { get(&url, &SITE).await });
+    tokio::time::sleep(Duration::from_millis(2300).saturating_sub(started.elapsed())).await;
+    let b_answer = get(&b.proxy.url(path), &SITE).await;
+    let a_answer = a_fill.await.expect("A's request");
+    assert_eq!(&a_answer.body[..], b"body-1-late");
+    assert_eq!(
+        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
+        0
+    );
+    let (renewed, lost) = (
+        admin_stat(a.admin, "fill_leases_renewed").await,
+        admin_stat(a.admin, "fill_leases_lost").await,
+    );
+    assert!(
+        &b_answer.body[..] == b"body-1-late" && lost == 0,
+        "B served {:?} (origin fetches: {}); A: fill_leases_renewed {renewed}, \
+         fill_leases_lost {lost}",
+        b_answer.text(),
+        origin.hits_for(path)
+    );
+    assert_eq!(origin.hits_for(path), 1);
+    assert!(entry_holds(&server, path, b"body-1-late"));
+}
