@@ -36,7 +36,8 @@
 //!   lease may by chance carry the token this claim was given before the restart; closing that
 //!   would cost every fill's release a `gets`, and is not paid.) A server run without CAS tokens
 //!   (`-C`) gives every value the token 0, which names no value (`md <key> C0` deletes any):
-//!   a claim given 0 is released by its holder, as a renewed one. A fill written by a node that
+//!   a claim given 0 is released by its holder, as a renewed one, and such a server's lease,
+//!   whose `cas` it always refuses, is renewed by a `replace` once read as this claim's. A fill written by a node that
 //!   held no claim for it (uncoordinated, or a waiter that fetched for itself) deletes whatever
 //!   lease is there, as before, so that the nodes waiting on it look for the entry.
 //! * **Bounds**: memcached failing is never waited on. When the URL's server is ejected or its
@@ -689,6 +690,21 @@ impl FillLeases {
             Some(Some((value, token))) if lease_holder(&value) == Some(holder) => token,
             Some(_) => return Renewal::Lost,
         };
+        if token == 0 {
+            // a server run without CAS tokens (`-C`) refuses every `cas` (`EX`): the lease, just
+            // read as this claim's, is rewritten by a `replace`, which brings back no lease gone
+            // since (only one claimed anew in between would be overwritten, as every renewal did
+            // before `cas`)
+            let replaced = self
+                .cluster
+                .replace_with(place, key, lease_value(holder), self.lease_ttl())
+                .await;
+            return match replaced {
+                None => Renewal::Unanswered,
+                Some(true) => Renewal::Renewed,
+                Some(false) => Renewal::Lost,
+            };
+        }
         let swap = self
             .cluster
             .cas_with(place, key, lease_value(holder), self.lease_ttl(), token)
