@@ -18,7 +18,8 @@
 //! * a renewal's `cas` held past `op_timeout` while a POST through another node deletes the
 //!   lease: the late `cas` does not bring the lease back, and the fill is not kept;
 //! * memcached run without CAS tokens (`-C`): every token is 0, so a release by token deleted
-//!   whatever lease was there, another claim's too;
+//!   whatever lease was there, another claim's too, and every renewal's `cas` was refused (yet
+//!   counted renewed), the lease keeping its claim's time;
 //! * memcached restarted empty between a claim and its release, its CAS tokens counted from 1
 //!   again up to the very token the claim was given, which another node's claim is given: the
 //!   release by token deletes the other claim's lease and the fill from before a POST is kept
