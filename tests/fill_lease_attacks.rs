@@ -17,7 +17,8 @@
 //!   for lost;
 //! * a release's `md ... C<token>` whose reply is lost the same way: its retry reads `NF`, which
 //!   the node cannot tell from a lease purged meanwhile, so it does not keep its fill (one more
-//!   origin fetch, no answer served that should not be);
+//!   origin fetch, no answer served that should not be); so does one held past `op_timeout`,
+//!   whose late delete still takes the lease out;
 //! * a renewal's `cas` held past `op_timeout` while a POST through another node deletes the
 //!   lease: the late `cas` does not bring the lease back, and the fill is not kept;
 //! * memcached run without CAS tokens (`-C`): every token is 0, so a release by token deleted
@@ -638,6 +639,56 @@ async fn a_release_whose_reply_was_lost_after_it_landed_costs_the_fill_and_nothi
         !entry_holds(server, path, b"body-1-late"),
         "memcached keeps a fill its node counted lost"
     );
+    let again = get(&a.proxy.url(path), &SITE).await;
+    assert_eq!(&again.body[..], b"body-2-late");
+    assert_eq!(origin.hits_for(path), 2);
+}
+
+/// As above, but the release's `md <lease> C<token>` is held by the relay 700 ms, past
+/// `op_timeout`, and carried out late: unanswered, it cannot confirm the lease was A's all along,
+/// so A does not keep its fill (`fill_leases_lost`; one more origin fetch), and the late delete
+/// still takes A's lease out: nothing is left to hold anyone up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_memcached_carries_out_late_costs_the_fill_and_leaves_no_lease() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/release-held";
+    let origin = counting_origin(Duration::from_millis(300), "max-age=3600");
+    let relay = Relay::start(server.addr()).await;
+    let prefix = format!("md {} C", lease_key(path));
+    let matches = prefix.clone();
+    relay.on(
+        move |line| line.starts_with(&matches),
+        Tamper::Delay(Duration::from_millis(700)),
+    );
+    let tokens = Tokens::new();
+    let a = node_via(
+        &tokens,
+        relay.addr,
+        &origin,
+        "A",
+        "local_ttl = \"30s\"\nfill_lease = \"30s\"",
+    );
+    let answer = get(&a.proxy.url(path), &SITE).await;
+    assert_eq!(&answer.body[..], b"body-1-late");
+    assert_eq!(
+        wait_for_stat(a.admin, "fill_leases_lost", 1, Duration::from_secs(5)).await,
+        1
+    );
+    assert_eq!(
+        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
+        0
+    );
+    assert_eq!(
+        relay.lines_starting(&prefix).len(),
+        1,
+        "the delete was retried"
+    );
+    assert!(
+        poll_until_async(Duration::from_secs(3), || !lease_present(server, path)).await,
+        "the late delete left the lease"
+    );
+    assert!(!entry_holds(server, path, b"body-1-late"));
     let again = get(&a.proxy.url(path), &SITE).await;
     assert_eq!(&again.body[..], b"body-2-late");
     assert_eq!(origin.hits_for(path), 2);
