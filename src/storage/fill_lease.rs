@@ -233,17 +233,23 @@ pub struct Claim {
 }
 
 impl Claim {
-    /// The claim of `holder` whose `add` memcached answered with `token`. A token of 0 names no
-    /// value: memcached counts tokens from 1, and one run without them (`-C`) gives every value
-    /// 0, so that `md <key> C0` deletes whatever value is there, another claim's lease too. Such
-    /// a claim is released as a renewed one is, by the holder its lease names
-    /// ([`FillLeases::release`]).
+    /// The claim of `holder` whose `add` memcached answered with `token`. A claim given no
+    /// usable token ([`usable_token`]) is released as a renewed one is, by the holder its lease
+    /// names ([`FillLeases::release`]).
     fn claimed(holder: u64, token: u64) -> Claim {
         Claim {
             holder,
-            token: (token != 0).then_some(token),
+            token: usable_token(token),
         }
     }
+}
+
+/// `token` as a CAS token that names one value, or `None` for 0, which names none: memcached
+/// counts tokens from 1, and one run without them (`-C`) gives every value 0, refuses every
+/// `cas` (`EX`), and carries out `md <key> C0` on whatever value is there, another claim's
+/// lease too.
+fn usable_token(token: u64) -> Option<u64> {
+    (token != 0).then_some(token)
 }
 
 /// What a renewal of a lease found ([`FillLeases::renew_claim`]).
@@ -685,14 +691,14 @@ impl FillLeases {
     /// trips per renewal, paid only by fills slower than a third of `fill_lease`.
     async fn renew_claim(&self, entry_key: &str, lease_key: &str, holder: u64) -> Renewal {
         let (place, key) = (entry_key.as_bytes(), lease_key.as_bytes());
-        let token = match self.cluster.gets_with(place, key).await {
+        let read = match self.cluster.gets_with(place, key).await {
             None => return Renewal::Unanswered,
             Some(Some((value, token))) if lease_holder(&value) == Some(holder) => token,
             Some(_) => return Renewal::Lost,
         };
-        if token == 0 {
-            // a server run without CAS tokens (`-C`) refuses every `cas` (`EX`): the lease, just
-            // read as this claim's, is rewritten by a `replace`, which brings back no lease gone
+        let Some(token) = usable_token(read) else {
+            // a server run without CAS tokens (`-C`) refuses every `cas`: the lease, just read
+            // as this claim's, is rewritten by a `replace`, which brings back no lease gone
             // since (only one claimed anew in between would be overwritten, as every renewal did
             // before `cas`)
             let replaced = self
@@ -704,7 +710,7 @@ impl FillLeases {
                 Some(true) => Renewal::Renewed,
                 Some(false) => Renewal::Lost,
             };
-        }
+        };
         let swap = self
             .cluster
             .cas_with(place, key, lease_value(holder), self.lease_ttl(), token)
