@@ -86,8 +86,22 @@
 //!   same and costs the same: the fill is refused, as the purge, published, refuses it
 //!   anyway.)
 //!
-//! `fill_lease = 0` switches coordination off (`FillClaim::Uncoordinated`); so does memcached
-//! not answering the claim.
+//! * **An unanswered claim**: an `add` memcached does not answer within `op_timeout` (or whose
+//!   connection fails) may still land later, naming this claim, or may never land. Either way
+//!   the lease did not guard the fill from its start: an unsafe method's invalidation through
+//!   another node before the `add` lands finds no lease and is published to no one. So the
+//!   request fetches (its waiters have nowhere else to go), holding the URL here by a claim
+//!   marked unanswered ([`Claim::unanswered`]): not renewed, its fill refused when it finishes
+//!   ([`FillLeases::on_unguarded_fill`]: not stored here, not written to memcached), and its
+//!   lease, if it landed, released by the holder it names, so the nodes that found it and wait
+//!   fetch for themselves. (It was fetched uncoordinated and kept: a POST meanwhile was undone
+//!   on every node, `tests/fill_lease_attacks.rs`.) Counted `fills_unguarded`, as is a fill whose
+//!   server was failing before any claim was asked, which is kept: a POST through another node
+//!   that finds that server failing too publishes itself (one that reaches it while this node
+//!   cannot, a partition, is not judged against this node's copy, which lasts `local_ttl`).
+//!
+//! `fill_lease = 0` switches coordination off (`FillClaim::Uncoordinated`); so does the URL's
+//! server failing when the claim would be asked.
 
 use super::ban_list::scope::Scope;
 use super::ban_list::{at, ms_after, BanList};
@@ -230,6 +244,9 @@ pub struct Claim {
     /// The lease's CAS token as claimed; `None` once a renewal has rewritten it, or when the
     /// server gave none (`Claim::claimed`).
     token: Option<u64>,
+    /// Its `add` went unanswered (`Claim::unanswered`): its lease, if memcached carries the `add`
+    /// out late, did not guard the fill from its start, and the fill is not kept.
+    unanswered: bool,
 }
 
 impl Claim {
@@ -240,7 +257,27 @@ impl Claim {
         Claim {
             holder,
             token: usable_token(token),
+            unanswered: false,
         }
+    }
+
+    /// The claim of `holder` whose `add` memcached did not answer in time (or whose connection
+    /// failed): the lease may be in memcached, or land later (a slow server carries the `add` out
+    /// after its sender gave up), or never be. Until it lands, an unsafe method's invalidation
+    /// on another node finds no lease and is not published, so nothing would judge the fill by
+    /// it: the fill is refused when it finishes ([`FillLeases::on_unguarded_fill`]), and its lease,
+    /// if there, released by the holder it names. Not renewed.
+    fn unanswered(holder: u64) -> Claim {
+        Claim {
+            holder,
+            token: None,
+            unanswered: true,
+        }
+    }
+
+    /// Whether this claim's `add` went unanswered ([`Claim::unanswered`]): its fill is not kept.
+    pub fn is_unanswered(&self) -> bool {
+        self.unanswered
     }
 }
 
@@ -570,10 +607,18 @@ impl FillLeases {
             }
             Some(None) => FillClaim::Theirs,
             None => {
+                // the `add` may still land, naming this holder: the URL stays held here (so
+                // this node's other requests coalesce behind this fill) by a claim whose fill is
+                // refused when it finishes and whose lease is released by its holder
+                std::mem::forget(pending);
+                let claim = Claim::unanswered(holder);
+                self.local_fills
+                    .lock()
+                    .insert(primary, LocalFill::Held(Instant::now(), claim));
                 self.counters
                     .fills_unguarded
                     .fetch_add(1, Ordering::Relaxed);
-                FillClaim::Uncoordinated
+                FillClaim::Ours(claim)
             }
         }
     }
@@ -619,9 +664,12 @@ impl FillLeases {
                 .local_fills
                 .lock()
                 .iter()
-                .filter(
-                    |(_, fill)| matches!(fill, LocalFill::Held(since, _) if *since <= due_since),
-                )
+                .filter(|(_, fill)| {
+                    // (an unanswered claim's fill is not kept: its lease, if it landed, is not
+                    // kept alive for it)
+                    matches!(fill, LocalFill::Held(since, claim)
+                        if *since <= due_since && !claim.unanswered)
+                })
                 .map(|(primary, _)| *primary)
                 .collect();
             for primary in due {
@@ -664,8 +712,8 @@ impl FillLeases {
                 Renewal::Renewed => {
                     // its CAS token changed with it: a release reads the lease first
                     let renewed = Claim {
-                        holder: claim.holder,
                         token: None,
+                        ..claim
                     };
                     *fill = LocalFill::Held(sent, renewed);
                     self.counters
@@ -748,6 +796,24 @@ impl FillLeases {
             "memcached: the fill lease {} was lost while its fill was in flight (its server \
              restarted, evicted it, or did not answer its renewals): the fill is not kept",
             self.lease_key_of(primary)
+        );
+    }
+
+    /// `key`'s fill, held by a claim whose `add` went unanswered ([`Claim::unanswered`]), is
+    /// finishing and is refused by the caller (not stored here, not written to memcached): its
+    /// request went to the origin unguarded, and a POST through another node before the `add`
+    /// landed found no lease and was published to no one, so the fill may hold the page as it
+    /// was before it. Its lease, if it landed, is released when the fill reports nothing stored
+    /// ([`Self::on_write_failed`]), by the holder it names, so the nodes waiting on it fetch for
+    /// themselves. Costs the URL one more origin fetch, only when memcached failed to answer a
+    /// claim in time. (Only this fill is refused: a purge of the URL on this node, as for a lost
+    /// lease, would also refuse the answers other nodes fetch once the lease is released, since
+    /// their requests may have come before it.)
+    pub fn on_unguarded_fill(&self, key: &CacheKey) {
+        log::info!(
+            "memcached: the claim of the fill lease {} went unanswered, and its fill went to the \
+             origin unguarded: the fill is not kept",
+            self.lease_key(key)
         );
     }
 
@@ -1029,7 +1095,8 @@ mod tests {
             Claim::claimed(7, 42),
             Claim {
                 holder: 7,
-                token: Some(42)
+                token: Some(42),
+                unanswered: false,
             }
         );
         // memcached run with -C: every value's token is 0, and `md <key> C0` deletes any
@@ -1037,7 +1104,8 @@ mod tests {
             Claim::claimed(7, 0),
             Claim {
                 holder: 7,
-                token: None
+                token: None,
+                unanswered: false,
             }
         );
     }

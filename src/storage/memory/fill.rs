@@ -541,6 +541,13 @@ impl HandleMiss for MemoryMiss {
 }
 
 impl MemoryMiss {
+    /// Lets go of this fill as a hard purge does ([`InFlightFills::disown`]), for this fill
+    /// alone: nothing of it will be stored, no lookup joins it, its readers get the rest. For a
+    /// fill its caller will not keep (`FillLeases::on_unguarded_fill`).
+    pub fn refuse(&self) {
+        self.body.disowned.store(true, Ordering::Release);
+    }
+
     /// Ends the fill: the object is indexed (unless admission or a ban refuses it) and lookups
     /// are woken. In near-cache mode, an object stored is returned trusted until the caller has
     /// written it to the shared tier: that object, not whatever the key holds by then.
