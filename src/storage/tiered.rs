@@ -31,7 +31,9 @@ use crate::storage::ban_list::scope::EntryScopes;
 use crate::storage::ban_list::{ms_after, BanList, Verdict, SHORT_RETENTION};
 use async_trait::async_trait;
 use bytes::Bytes;
-use lacquer_memcached::{CasOutcome, Cluster, ClusterConfig, ClusterServer, DeleteOutcome};
+use lacquer_memcached::{
+    usable_cas_token, CasOutcome, Cluster, ClusterConfig, ClusterServer, DeleteOutcome,
+};
 use pingora_cache::key::{CacheHashKey, CompactCacheKey};
 use pingora_cache::storage::{
     HandleMiss, HitHandler, MissFinishType, MissHandler, PurgeOutcome, PurgeTarget, PurgeType,
@@ -565,7 +567,8 @@ impl TieredStorage {
     /// key (garbage, a foreign value), is replaced with a compare-and-swap, so a write that
     /// landed in between is looked at in turn; one validated later stays. A key deleted in
     /// between (a purge) is added again, as a `set` after the delete would have been: judging
-    /// that write is [`TieredStorage::judge_written`]'s.
+    /// that write is [`TieredStorage::judge_written`]'s. A server run without CAS tokens (`-C`)
+    /// refuses every compare-and-swap: there, what was read as older is replaced by a `replace`.
     async fn store_unless_newer(
         &self,
         mc_key: &str,
@@ -598,6 +601,24 @@ impl TieredStorage {
             if newer {
                 return WriteOutcome::Superseded;
             }
+            let Some(token) = usable_cas_token(token) else {
+                // a server run without CAS tokens (`-C`) refuses every compare-and-swap, so an
+                // older answer (a stale entry kept for revalidation, `keep`) could never be
+                // replaced, and every node would refetch the page on each read of it until it
+                // expired: replaced by a `replace` of what was just read as older (only an
+                // answer written in between would be overwritten, as every write did before
+                // the compare)
+                match self
+                    .cluster
+                    .replace_with(key, key, value.clone(), ttl)
+                    .await
+                {
+                    None => return WriteOutcome::Failed,
+                    Some(true) => return WriteOutcome::Written,
+                    // deleted since it was read: added again
+                    Some(false) => continue,
+                }
+            };
             match self
                 .cluster
                 .cas_with(key, key, value.clone(), ttl, token)

@@ -44,5 +44,5 @@ pub use cluster::{
 };
 pub use error::McError;
 pub use pool::ServerConfig;
-pub use protocol::CasOutcome;
+pub use protocol::{usable_cas_token, CasOutcome};
 pub use server_stats::{ServerStats, ServerStatsSnapshot};

@@ -74,6 +74,16 @@ pub enum CasOutcome {
     Gone,
 }
 
+/// `token`, a CAS token memcached gave a value (`gets`, `mg ... c`, `ms ... c`), as one that
+/// names that value, or `None` for 0, which names none: memcached counts tokens from 1, and a
+/// server run without them (`-C`, 8 bytes saved per item) gives every value 0, answers every
+/// compare-and-swap by that token `EX` (changed), and carries out `md <key> C0` on whatever value
+/// is there. A caller holding `None` must do without the compare (a `replace`, or a check of the
+/// value read) or not at all.
+pub fn usable_cas_token(token: u64) -> Option<u64> {
+    (token != 0).then_some(token)
+}
+
 /// One request, so a single exchange routine serves every call (and its retry).
 /// Keys are checked by [`check_key`] before a command is built.
 pub(crate) enum Command<'a> {
