@@ -948,3 +948,72 @@ async fn a_waiter_on_a_late_claims_lease_fetches_unguarded_and_is_kept_over_a_po
          {served:?}, kept in memcached: {kept}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// A drain cut in the middle of an unanswered claim's fill
+// ---------------------------------------------------------------------------------------------
+
+/// A's claim is held by the relay past `op_timeout` and lands while A's slow fill (3 s) is at
+/// the origin; A is then sent SIGTERM and its drain cut at `shutdown_timeout` (1 s). The claim
+/// is held here as an unanswered one, not renewed, but its lease is in memcached naming it:
+/// A deletes it before it exits (`release_held`, by the holder it names), so B, asking right
+/// after, claims the URL and fetches it at once instead of waiting for a fill that will never
+/// come. Nothing of the cut fill is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drain_cut_in_an_unanswered_claims_fill_releases_its_late_lease() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/drained-late";
+    let origin = GatedOrigin::start(|_, n| match n {
+        1 => paced(1, Duration::from_millis(3000)),
+        n => small(n),
+    });
+    let relay = Relay::start(server.addr()).await;
+    relay.on(claim_of(path), Tamper::Delay(Duration::from_millis(500)));
+    let tokens = Tokens::new();
+    let config = "local_ttl = \"30s\"\nfill_lease = \"8s\"";
+    let mut a = node_with(
+        &tokens,
+        relay.addr,
+        &origin.origin,
+        "A",
+        "shutdown_timeout = \"1s\"\n",
+        config,
+    );
+    let b = node_via(&tokens, server.addr(), &origin.origin, "B", config);
+    let addr = a.proxy.addr();
+    let a_fill = tokio::spawn(async move {
+        StallingClient::eager(addr, HOST, path)
+            .await
+            .answer(false)
+            .await
+    });
+    assert!(
+        poll_until_async(Duration::from_secs(3), || lease_present(server, path)).await,
+        "the claim held by the relay never reached memcached"
+    );
+    assert_eq!(admin_stat(a.admin, "fills_unguarded").await, 1);
+    assert!(a.proxy.signal("TERM"));
+    let status = a.proxy.wait_exit(Duration::from_secs(6));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "A: {status:?}; stderr:\n{}",
+        a.proxy.stderr_log()
+    );
+    let cut = a_fill.await.expect("A's client");
+    assert!(!cut.complete, "the drain did not cut the fill");
+    assert!(
+        !lease_present(server, path),
+        "A exited leaving its late lease in memcached"
+    );
+    assert!(
+        server.get_raw(&entry_key(path)).is_none(),
+        "the cut fill was stored"
+    );
+    let asked = Instant::now();
+    let from_b = get(&b.proxy.url(path), &SITE).await;
+    assert_eq!(&from_b.body[..], b"body-2");
+    assert!(asked.elapsed() < Duration::from_secs(6));
+    assert_eq!(admin_stat(b.admin, "fill_waits").await, 0, "B waited");
+    assert_eq!(admin_stat(b.admin, "fills_claimed").await, 1);
+}
