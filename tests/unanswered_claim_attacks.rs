@@ -1017,3 +1017,74 @@ async fn a_drain_cut_in_an_unanswered_claims_fill_releases_its_late_lease() {
     assert_eq!(admin_stat(b.admin, "fill_waits").await, 0, "B waited");
     assert_eq!(admin_stat(b.admin, "fills_claimed").await, 1);
 }
+
+/// A's claim is held by the relay past `op_timeout`; A's fill is a large page (8 MiB). A second
+/// request on A joins the fill while it streams, and its client reads nothing until the fill has
+/// ended, been refused (unguarded) and its late lease released. It then reads the whole page:
+/// the refusal lets go of the fill as a purge does, not of its readers. One origin fetch for
+/// both; nothing stored; the next request fetches and stores the page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slow_reader_joined_to_an_unanswered_claims_large_fill_gets_it_whole() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/big-joined";
+    let origin = GatedOrigin::start(|_, n| {
+        OriginResponse::generated(BIG, n as u8)
+            .header("cache-control", "max-age=3600")
+            .delay(Duration::from_millis(if n == 1 { 900 } else { 0 }))
+    });
+    let relay = Relay::start(server.addr()).await;
+    relay.on(claim_of(path), Tamper::Delay(Duration::from_millis(700)));
+    let tokens = Tokens::new();
+    let config = "local_ttl = \"30s\"\nfill_lease = \"5s\"";
+    let a = node_with(&tokens, relay.addr, &origin.origin, "A", PATIENT, config);
+    let first = tokio::spawn({
+        let addr = a.proxy.addr();
+        async move {
+            StallingClient::eager(addr, HOST, path)
+                .await
+                .answer(false)
+                .await
+        }
+    });
+    assert!(
+        origin
+            .origin
+            .wait_for_hits_for_async(path, 1, Duration::from_secs(3))
+            .await
+    );
+    let mut joined = StallingClient::stalled(a.proxy.addr(), HOST, path).await;
+    let first = first.await.expect("the first client");
+    assert!(first.complete, "the first client's answer was cut");
+    assert_generated_page(&first.body, BIG, 1, "the first client");
+    assert!(relay.rules_used());
+    assert_eq!(admin_stat(a.admin, "fills_unguarded").await, 1);
+    assert!(
+        poll_until_async(SETTLE, || !lease_present(server, path)).await,
+        "the late lease was left"
+    );
+    let second = joined.answer(false).await;
+    assert_eq!(second.status, 200);
+    assert!(second.complete, "the joined client's answer was cut");
+    assert_generated_page(&second.body, BIG, 1, "the joined client");
+    assert_eq!(
+        origin.hits_for(path),
+        1,
+        "the second request did not join the fill"
+    );
+    assert_eq!(
+        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
+        0
+    );
+    assert_eq!(admin_stat(a.admin, "writes").await, 0);
+    drop(joined);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let next = StallingClient::eager(a.proxy.addr(), HOST, path)
+        .await
+        .answer(false)
+        .await;
+    assert!(next.complete);
+    assert_generated_page(&next.body, BIG, 2, "the next request");
+    assert_eq!(wait_for_stat(a.admin, "writes", 1, SETTLE).await, 1);
+    a.proxy.assert_no_panic();
+}
