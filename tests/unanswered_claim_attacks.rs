@@ -1088,3 +1088,48 @@ async fn a_slow_reader_joined_to_an_unanswered_claims_large_fill_gets_it_whole()
     assert_eq!(wait_for_stat(a.admin, "writes", 1, SETTLE).await, 1);
     a.proxy.assert_no_panic();
 }
+
+/// A HEAD whose claim is held by the relay past `op_timeout` (the node asks the origin for the
+/// whole answer, to store it): the client gets the head alone, nothing is stored, the late lease
+/// is released, and a GET after it fetches the page and stores it; a HEAD after that is a hit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_head_whose_claim_went_unanswered_stores_nothing_and_leaves_nothing() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/headed";
+    let origin = GatedOrigin::start(|_, n| {
+        small(n).delay(Duration::from_millis(if n == 1 { 900 } else { 0 }))
+    });
+    let relay = Relay::start(server.addr()).await;
+    relay.on(claim_of(path), Tamper::Delay(Duration::from_millis(600)));
+    let tokens = Tokens::new();
+    let a = node_via(
+        &tokens,
+        relay.addr,
+        &origin.origin,
+        "A",
+        "local_ttl = \"30s\"\nfill_lease = \"5s\"",
+    );
+    let head = request("HEAD", &a.proxy.url(path), &SITE, None).await;
+    assert_eq!(head.status, 200);
+    assert!(head.body.is_empty(), "a HEAD was answered a body");
+    assert!(relay.rules_used(), "the claim was not held");
+    assert_eq!(admin_stat(a.admin, "fills_unguarded").await, 1);
+    assert!(
+        poll_until_async(SETTLE, || !lease_present(server, path)).await,
+        "the late lease was left"
+    );
+    assert_eq!(
+        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
+        0
+    );
+    assert_eq!(admin_stat(a.admin, "writes").await, 0);
+    let fetched = get(&a.proxy.url(path), &SITE).await;
+    assert_eq!(&fetched.body[..], b"body-2");
+    assert_eq!(wait_for_stat(a.admin, "writes", 1, SETTLE).await, 1);
+    assert!(entry_holds(server, path, b"body-2"));
+    let again = request("HEAD", &a.proxy.url(path), &SITE, None).await;
+    assert!(again.is_hit(), "a HEAD after the fill is not a hit");
+    assert_eq!(origin.hits_for(path), 2);
+    a.proxy.assert_no_panic();
+}
