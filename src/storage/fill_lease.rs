@@ -99,10 +99,13 @@
 //!   request ends (its client may read for minutes after its fill): this node's requests for it
 //!   meanwhile fetch with no claim of their own, guarded by nothing, and their fills are refused
 //!   too ([`FillLeases::unguarded`]; until 2026-12-06 they were kept, and a POST through another
-//!   node meanwhile undone, `tests/unanswered_claim_attacks.rs`). Counted `fills_unguarded`, as is a fill whose
-//!   server was failing before any claim was asked, which is kept: a POST through another node
-//!   that finds that server failing too publishes itself (one that reaches it while this node
-//!   cannot, a partition, is not judged against this node's copy, which lasts `local_ttl`).
+//!   node meanwhile undone, `tests/unanswered_claim_attacks.rs`). One such fetch that finishes
+//!   after the claiming request ended is still kept (the refusal goes by the URL's mark here,
+//!   not by how the fill's request started): left open, with its test ignored. Counted
+//!   `fills_unguarded`, as is a fill whose server was failing before any claim was asked, which
+//!   is kept: a POST through another node that finds that server failing too publishes itself
+//!   (one that reaches it while this node cannot, a partition, is not judged against this
+//!   node's copy, which lasts `local_ttl`).
 //!
 //! `fill_lease = 0` switches coordination off (`FillClaim::Uncoordinated`); so does the URL's
 //! server failing when the claim would be asked.
