@@ -95,10 +95,17 @@
 //!   ([`FillLeases::on_unguarded_fill`]: not stored here, not written to memcached), and its
 //!   lease, if it landed, released by the holder it names, so the nodes that found it and wait
 //!   fetch for themselves. (It was fetched uncoordinated and kept: a POST meanwhile was undone
-//!   on every node, `tests/fill_lease_attacks.rs`.) Counted `fills_unguarded`, as is a fill whose
-//!   server was failing before any claim was asked, which is kept: a POST through another node
-//!   that finds that server failing too publishes itself (one that reaches it while this node
-//!   cannot, a partition, is not judged against this node's copy, which lasts `local_ttl`).
+//!   on every node, `tests/fill_lease_attacks.rs`.) The URL stays held here until the claiming
+//!   request ends (its client may read for minutes after its fill): this node's requests for it
+//!   meanwhile fetch with no claim of their own, guarded by nothing, and their fills are refused
+//!   too ([`FillLeases::unguarded`]; until 2026-12-06 they were kept, and a POST through another
+//!   node meanwhile undone, `tests/unanswered_claim_attacks.rs`). One such fetch that finishes
+//!   after the claiming request ended is still kept (the refusal goes by the URL's mark here,
+//!   not by how the fill's request started): left open, with its test ignored. Counted
+//!   `fills_unguarded`, as is a fill whose server was failing before any claim was asked, which
+//!   is kept: a POST through another node that finds that server failing too publishes itself
+//!   (one that reaches it while this node cannot, a partition, is not judged against this
+//!   node's copy, which lasts `local_ttl`).
 //!
 //! `fill_lease = 0` switches coordination off (`FillClaim::Uncoordinated`); so does the URL's
 //! server failing when the claim would be asked.
@@ -231,6 +238,12 @@ enum LocalFill {
     /// the lease itself: not renewed any more (a renewal would find it gone, and take it for
     /// lost), nor deleted again.
     Released,
+    /// As `Released`, for a claim whose `add` went unanswered ([`Claim::unanswered`]): its fill
+    /// was refused and its lease (if it landed) is being released. Until the claiming request
+    /// ends, this node's other requests for the URL still fetch without a claim of their own
+    /// (`FillClaim::ThisNode`), guarded by no lease and with no entry in memcached for a POST
+    /// through another node to find: their fills are refused too ([`FillLeases::unguarded`]).
+    Refused,
 }
 
 /// One claim of a URL's lease by this node: who holds it, written in the lease's value after its
@@ -563,9 +576,12 @@ impl FillLeases {
             {
                 let mut fills = self.local_fills.lock();
                 match fills.get(&primary) {
-                    Some(LocalFill::Held(..) | LocalFill::Lost | LocalFill::Released) => {
-                        return FillClaim::ThisNode
-                    }
+                    Some(
+                        LocalFill::Held(..)
+                        | LocalFill::Lost
+                        | LocalFill::Released
+                        | LocalFill::Refused,
+                    ) => return FillClaim::ThisNode,
                     Some(LocalFill::Claiming) => {}
                     None => {
                         fills.insert(primary, LocalFill::Claiming);
@@ -817,6 +833,24 @@ impl FillLeases {
         );
     }
 
+    /// Whether a fill of `key`'s URL finishing now went to the origin unguarded, held here by a
+    /// claim whose `add` went unanswered ([`Claim::unanswered`]), or fetched after that claim's
+    /// fill was refused while its request still runs (`LocalFill::Refused`: its client still
+    /// reading, say): the fill is refused ([`Self::on_unguarded_fill`]). (Before 2026-12-06 a
+    /// request of the URL on this node in that window fetched with no claim and was kept, and a
+    /// POST through another node meanwhile, finding no lease and no entry, was undone on every
+    /// node: `tests/unanswered_claim_attacks.rs`.)
+    pub fn unguarded(&self, key: &CacheKey) -> bool {
+        if self.lease.is_zero() {
+            return false;
+        }
+        match self.local_fills.lock().get(&key.primary_bin()) {
+            Some(LocalFill::Held(_, claim)) => claim.unanswered,
+            Some(LocalFill::Refused) => true,
+            _ => false,
+        }
+    }
+
     /// The claim by which a request on this node holds the lease of `key`'s URL and keeps it
     /// alive, if one does: a fill of it finishing now is the lease's, and [`Self::on_written`]
     /// confirms the lease after its write.
@@ -847,11 +881,14 @@ impl FillLeases {
             return Ok(leased);
         };
         match *fill {
-            LocalFill::Lost | LocalFill::Released => Err(()),
+            LocalFill::Lost | LocalFill::Released | LocalFill::Refused => Err(()),
             LocalFill::Held(_, held)
                 if leased.is_none_or(|leased| leased.holder == held.holder) =>
             {
-                *fill = LocalFill::Released;
+                *fill = match held.unanswered {
+                    true => LocalFill::Refused,
+                    false => LocalFill::Released,
+                };
                 Ok(Some(held))
             }
             // being claimed again, or held by a later claim: not this write's to release
@@ -1046,7 +1083,7 @@ impl Held {
         let claim = match was {
             // (lost: it may be another node's claim by now; released: deleted already)
             _ if stored => return,
-            Some(LocalFill::Lost | LocalFill::Released) => return,
+            Some(LocalFill::Lost | LocalFill::Released | LocalFill::Refused) => return,
             // renewed since it was claimed, maybe
             Some(LocalFill::Held(_, held)) if held.holder == claim.holder => held,
             _ => claim,

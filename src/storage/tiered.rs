@@ -1073,7 +1073,7 @@ impl HandleMiss for TieredMiss {
         // whether the fill was this node's lease's, asked before the request ends (and with it
         // the lease's mark here), which may be before the write lands
         let leased = tier.fill_leases.holds(&key);
-        if leased.is_some_and(|claim| claim.is_unanswered()) {
+        if tier.fill_leases.unguarded(&key) {
             // went to the origin unguarded: not stored (so `stored` is `None`, and the lease, if
             // it landed, is released by `on_write_failed`)
             inner.refuse();

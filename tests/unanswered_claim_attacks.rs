@@ -1,0 +1,1200 @@
+//! Attacks on a claim of a URL's fill lease whose `add` memcached did not answer in time
+//! (`Claim::unanswered` in `storage::fill_lease`): its fill is fetched, refused when it finishes
+//! (`MemoryMiss::refuse` in `TieredMiss::finish`) and its lease, if it landed, released by its
+//! holder. Over real sockets and real memcached processes, with a [`Relay`] between a node and
+//! memcached that holds the claim's `ms <lease> ... ME c` past `op_timeout`:
+//!
+//! * the requests that follow the refused fill on the claiming node, while the claiming request
+//!   still runs (its client reads slowly), and a POST through another node meanwhile;
+//! * the claiming node's other requests for the URL (they coalesce behind the fill): whole
+//!   answers, nothing stored, and the URL filled normally afterwards;
+//! * the fill failing at the origin (502, a cut body), the answer uncacheable, a HEAD, a drain
+//!   cut mid-fill, a large fill a slow reader joined, a claim that lands after its fill was
+//!   released: whole answers, no stuck state, no lease left behind for longer than the lease;
+//! * three gaps left open (`#[ignore]`d, each documented at its test): a fetch started while the
+//!   refused claim marks the URL and ending after the claiming request; a miss the fast path
+//!   declines (`Range`, validators), which claims no lease; a waiter whose lease was released,
+//!   which fetches with none. Each fill is kept over a POST through another node meanwhile.
+
+use lacquer_test_support as support;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const HOST: &str = "shop.example";
+const SITE: [(&str, &str); 1] = [("host", HOST)];
+/// The bound of every wait for something in the background (a write, a delete).
+const SETTLE: Duration = Duration::from_secs(10);
+
+/// The memcached key of `path`'s entry.
+fn entry_key(path: &str) -> String {
+    MemcachedCluster::key_of(HOST, path)
+}
+
+/// The memcached key of `path`'s lease.
+fn lease_key(path: &str) -> String {
+    entry_key(path).replacen("lq:", "lq:fill:", 1)
+}
+
+/// Whether `path`'s lease is in memcached (one server).
+fn lease_present(server: &MemcachedProcess, path: &str) -> bool {
+    server.holds(&lease_key(path))
+}
+
+/// Whether memcached (one server) holds `bytes` in `path`'s entry.
+fn entry_holds(server: &MemcachedProcess, path: &str, bytes: &[u8]) -> bool {
+    server
+        .get_raw(&entry_key(path))
+        .is_some_and(|raw| raw.windows(bytes.len()).any(|w| w == bytes))
+}
+
+/// A relay rule matching the claim (`ms <lease> ... ME c`) of `path`'s lease.
+fn claim_of(path: &str) -> impl Fn(&str) -> bool + Send + Sync + 'static {
+    let lease = lease_key(path);
+    move |line: &str| line.starts_with(&format!("ms {lease} ")) && line.ends_with(" ME c")
+}
+
+// ---------------------------------------------------------------------------------------------
+// A relay between a node and memcached that holds or cuts chosen commands
+// (as in tests/fill_lease_attacks.rs)
+// ---------------------------------------------------------------------------------------------
+
+/// What a [`Relay`] does to a command a rule matches.
+#[derive(Debug, Clone, Copy)]
+enum Tamper {
+    /// Sends it on this much later, after its sender gave up on it (`op_timeout`): memcached
+    /// carries it out late.
+    Delay(Duration),
+    /// Sends it on, and when memcached's reply comes, closes the sender's connection instead of
+    /// passing the reply on: the command was carried out, and its sender read nothing of the
+    /// reply (so the client may retry it on a fresh connection).
+    Cut,
+}
+
+type Matcher = Box<dyn Fn(&str) -> bool + Send + Sync>;
+
+#[derive(Default)]
+struct RelayState {
+    /// Rules, each applied to the first command line it matches, once.
+    rules: Mutex<Vec<(Matcher, Tamper, bool)>>,
+    /// Every command line seen, in order (but the invalidation log's).
+    lines: Mutex<Vec<String>>,
+}
+
+impl RelayState {
+    fn tamper_for(&self, line: &str) -> Option<Tamper> {
+        if !line.contains(":inval:") && line != "mn" {
+            self.lines.lock().unwrap().push(line.to_string());
+        }
+        let mut rules = self.rules.lock().unwrap();
+        let (_, tamper, used) = rules
+            .iter_mut()
+            .find(|(matches, _, used)| !*used && matches(line))?;
+        *used = true;
+        Some(*tamper)
+    }
+}
+
+/// A TCP relay on a loopback port in front of one memcached server, for a node configured with
+/// its address: passes every command and reply on, but the ones its rules name.
+struct Relay {
+    addr: SocketAddr,
+    state: Arc<RelayState>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Relay {
+    async fn start(upstream: SocketAddr) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind relay");
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(RelayState::default());
+        let shared = state.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                tokio::spawn(relay_connection(client, upstream, shared.clone()));
+            }
+        });
+        Relay { addr, state, task }
+    }
+
+    /// The first command whose line `matches` gets `tamper`.
+    fn on(&self, matches: impl Fn(&str) -> bool + Send + Sync + 'static, tamper: Tamper) {
+        self.state
+            .rules
+            .lock()
+            .unwrap()
+            .push((Box::new(matches), tamper, false));
+    }
+
+    /// The command lines seen so far that start with `prefix`.
+    fn lines_starting(&self, prefix: &str) -> Vec<String> {
+        self.state
+            .lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.starts_with(prefix))
+            .cloned()
+            .collect()
+    }
+
+    /// Whether every rule has been applied.
+    fn rules_used(&self) -> bool {
+        self.state.rules.lock().unwrap().iter().all(|r| r.2)
+    }
+}
+
+/// The length of the first whole command in `bytes` (a meta command line, and for `ms` its data
+/// block), and its line.
+fn next_command(bytes: &[u8]) -> Option<(usize, String)> {
+    let end = bytes.windows(2).position(|w| w == b"\r\n")?;
+    let line = String::from_utf8_lossy(&bytes[..end]).into_owned();
+    let mut len = end + 2;
+    if line.starts_with("ms ") || line.starts_with("set ") {
+        let tokens: Vec<&str> = line.split(' ').collect();
+        let data = if line.starts_with("ms ") {
+            tokens.get(2)
+        } else {
+            tokens.get(4)
+        };
+        len += data.and_then(|d| d.parse::<usize>().ok()).unwrap_or(0) + 2;
+    }
+    (bytes.len() >= len).then_some((len, line))
+}
+
+async fn relay_connection(client: TcpStream, upstream: SocketAddr, state: Arc<RelayState>) {
+    let Ok(server) = TcpStream::connect(upstream).await else {
+        return;
+    };
+    let (mut from_client, mut to_client) = client.into_split();
+    let (mut from_server, mut to_server) = server.into_split();
+    let cut = Arc::new(AtomicBool::new(false));
+    let cutting = cut.clone();
+    let back = tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match from_server.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            // a cut command's reply: the client's connection closes before any byte of it
+            if cutting.load(Ordering::SeqCst) {
+                break;
+            }
+            if to_client.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
+        // (dropping `to_client` closes the client's connection)
+    });
+    let mut pending = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    'relay: loop {
+        // the commands read so far go on in one write, but a tampered one, which goes alone
+        let mut out = Vec::new();
+        while let Some((len, line)) = next_command(&pending) {
+            let command: Vec<u8> = pending.drain(..len).collect();
+            let Some(tamper) = state.tamper_for(&line) else {
+                out.extend_from_slice(&command);
+                continue;
+            };
+            if to_server.write_all(&out).await.is_err() {
+                break 'relay;
+            }
+            out.clear();
+            match tamper {
+                Tamper::Delay(d) => tokio::time::sleep(d).await,
+                Tamper::Cut => cut.store(true, Ordering::SeqCst),
+            }
+            if to_server.write_all(&command).await.is_err() || matches!(tamper, Tamper::Cut) {
+                break 'relay;
+            }
+        }
+        if to_server.write_all(&out).await.is_err() {
+            break;
+        }
+        match from_client.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => pending.extend_from_slice(&buf[..n]),
+        }
+    }
+    // a command sent on late is carried out and answered before memcached sees the end
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(to_server);
+    let _ = back.await;
+}
+
+/// The admin token file of the nodes started by [`node_via`].
+struct Tokens(TempDir);
+
+impl Tokens {
+    fn new() -> Tokens {
+        let dir = TempDir::new("lease-attacks");
+        dir.write("admin.token", format!("{ADMIN_TOKEN}\n"));
+        Tokens(dir)
+    }
+}
+
+/// A node named `name` in front of `origin` whose one memcached server is `server` (a
+/// [`Relay`]'s address, or memcached's own), configured as [`MemcachedCluster::node`]'s are,
+/// with `extra` appended to its `[cache.memcached]` section.
+fn node_via(
+    tokens: &Tokens,
+    server: SocketAddr,
+    origin: &TestOrigin,
+    name: &str,
+    extra: &str,
+) -> Node {
+    node_with(tokens, server, origin, name, "", extra)
+}
+
+/// [`node_via`] with `sections` (whole sections, e.g. `[server]`) written before the others.
+fn node_with(
+    tokens: &Tokens,
+    server: SocketAddr,
+    origin: &TestOrigin,
+    name: &str,
+    sections: &str,
+    extra: &str,
+) -> Node {
+    let admin = free_port();
+    let config = format!(
+        "\n{sections}\n[log]\naccess = \"off\"\n{}\n[cache.memcached]\nservers = [\"{server}\"]\n\
+         retry_after = \"1s\"\nop_timeout = \"200ms\"\nconnect_timeout = \"100ms\"\n{extra}",
+        admin_toml(admin, &tokens.0.path().join("admin.token"), name),
+    );
+    Node {
+        proxy: LacquerProcess::start_simple(origin.addr(), &config),
+        admin,
+        name: name.to_string(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// An origin whose answers can be held
+// ---------------------------------------------------------------------------------------------
+
+/// An origin whose `n`th GET of a path (counted per path from 1) is answered `answer(path, n)`,
+/// once the gate of that GET is open if the test closed it ([`Self::close`]; at most 30 s). A
+/// POST is answered `changed`.
+struct GatedOrigin {
+    origin: TestOrigin,
+    closed: Arc<Mutex<Vec<(String, usize)>>>,
+}
+
+impl GatedOrigin {
+    fn start(
+        answer: impl Fn(&str, usize) -> OriginResponse + Send + Sync + 'static,
+    ) -> GatedOrigin {
+        let closed: Arc<Mutex<Vec<(String, usize)>>> = Arc::default();
+        let served: Arc<Mutex<std::collections::HashMap<String, usize>>> = Arc::default();
+        let gates = closed.clone();
+        let origin = TestOrigin::start(move |req| {
+            if req.method == "POST" {
+                return OriginResponse::ok("changed");
+            }
+            let n = {
+                let mut served = served.lock().unwrap();
+                let n = served.entry(req.path.clone()).or_default();
+                *n += 1;
+                *n
+            };
+            let id = (req.path.clone(), n);
+            let until = Instant::now() + Duration::from_secs(30);
+            while gates.lock().unwrap().contains(&id) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            answer(&req.path, n)
+        });
+        GatedOrigin { origin, closed }
+    }
+
+    /// The `n`th GET of `path` waits until [`Self::open`].
+    fn close(&self, path: &str, n: usize) {
+        self.closed.lock().unwrap().push((path.to_string(), n));
+    }
+
+    fn open(&self, path: &str, n: usize) {
+        self.closed
+            .lock()
+            .unwrap()
+            .retain(|id| id != &(path.to_string(), n));
+    }
+
+    fn hits_for(&self, path: &str) -> usize {
+        self.origin.hits_for(path)
+    }
+}
+
+/// `body-{n}`, fresh for an hour.
+fn small(n: usize) -> OriginResponse {
+    OriginResponse::ok(format!("body-{n}")).header("cache-control", "max-age=3600")
+}
+
+/// The size of the page the slow client below does not read: far more than the socket buffers
+/// between the node and a client whose receive buffer is 4 KiB.
+const BIG: usize = 8 << 20;
+
+/// Sections for a node whose clients may stall for minutes, and that stores pages of [`BIG`].
+const PATIENT: &str = "[server]\nsend_timeout = \"10m\"\n[cache]\nmax_object_size = \"64MiB\"\n";
+
+// ---------------------------------------------------------------------------------------------
+// After the refused fill, while the claiming request still runs
+// ---------------------------------------------------------------------------------------------
+
+/// A's claim of `/big` is held by the relay 700 ms, past `op_timeout` (200 ms): A fetches the
+/// page unguarded (the origin answers after 1 s, 8 MiB), and the claim lands at 0.7 s. A's client
+/// reads none of it (a phone in a tunnel), so A's request lasts long after its fill: the fill
+/// finishes, is refused (unguarded), and its late lease released. The URL stays marked on A (the
+/// claiming request is not over).
+///
+/// A second request for `/big` on A then finds nothing stored anywhere and no lease, and fetches
+/// (its answer held at the origin). A POST through B meanwhile finds nothing stored and no lease:
+/// it is published to no one. The second request's fetch, from before the POST, was guarded by
+/// no lease either (no claim was made for it: A's request "holds" the URL), so it must not be
+/// kept: a node serving it would serve the page as it was before the POST, for its hour.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fetch_after_the_refused_fill_while_its_request_still_runs_is_not_kept_over_a_post() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/big";
+    let origin = GatedOrigin::start(|_, n| match n {
+        1 => OriginResponse::generated(BIG, 1)
+            .header("cache-control", "max-age=3600")
+            .delay(Duration::from_millis(1000)),
+        n => small(n),
+    });
+    let relay = Relay::start(server.addr()).await;
+    relay.on(claim_of(path), Tamper::Delay(Duration::from_millis(700)));
+    let tokens = Tokens::new();
+    let config = "local_ttl = \"30s\"\nfill_lease = \"5s\"";
+    let a = node_with(&tokens, relay.addr, &origin.origin, "A", PATIENT, config);
+    let b = node_with(&tokens, server.addr(), &origin.origin, "B", PATIENT, config);
+    let c = node_with(&tokens, server.addr(), &origin.origin, "C", PATIENT, config);
+    // A's client asks, and reads nothing
+    let mut stalled = StallingClient::stalled(a.proxy.addr(), HOST, path).await;
+    assert!(
+        poll_until_async(Duration::from_secs(3), || lease_present(server, path)).await,
+        "the claim held by the relay never reached memcached"
+    );
+    assert_eq!(admin_stat(a.admin, "fills_unguarded").await, 1);
+    // the fill finishes (refused) and A releases the late lease
+    assert!(
+        poll_until_async(SETTLE, || !lease_present(server, path)).await,
+        "A did not release its late lease when its fill ended"
+    );
+    assert_eq!(origin.hits_for(path), 1);
+    assert!(!entry_holds(server, path, &generated_range(0, 64, 1)));
+    // a second request on A, its answer held at the origin
+    origin.close(path, 2);
+    let url = a.proxy.url(path);
+    let second = tokio::spawn(async move { get(&url, &SITE).await });
+    assert!(
+        origin
+            .origin
+            .wait_for_hits_for_async(path, 2, Duration::from_secs(5))
+            .await,
+        "the second request did not reach the origin"
+    );
+    assert!(
+        !lease_present(server, path),
+        "the second fetch is guarded by a lease after all"
+    );
+    let posted = post(&b.proxy.url(path), &SITE, "x=1").await;
+    assert_eq!(posted.status, 200);
+    origin.open(path, 2);
+    let second = second.await.expect("the second request");
+    assert_eq!(second.status, 200);
+    assert_eq!(&second.body[..], b"body-2");
+    assert_eq!(
+        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
+        0
+    );
+    let kept = entry_holds(server, path, b"body-2");
+    let mut served = Vec::new();
+    for node in [&c, &b, &a] {
+        if get(&node.proxy.url(path), &SITE).await.body[..] == b"body-2"[..] {
+            served.push(node.name.clone());
+        }
+    }
+    // A's own client is still there, and gets the whole first answer once it reads
+    let answer = stalled.answer(false).await;
+    assert_eq!(answer.status, 200);
+    assert!(answer.complete, "A's own client's answer was cut");
+    assert_generated_page(&answer.body, BIG, 1, "A's own client");
+    assert!(
+        served.is_empty() && !kept,
+        "the page as it was before the POST is served by {served:?}, kept in memcached: {kept}"
+    );
+    a.proxy.assert_no_panic();
+}
+
+/// As above, but the second request's answer is held at the origin until after A's own client
+/// has read its answer and A's request is over (the URL no longer marked on A), and the POST
+/// through B comes between the two. The second fetch was sent while A held the URL by its
+/// refused claim, with no claim of its own: no lease guarded it, and the POST, finding no lease
+/// and no entry, was published to no one. It finishes once nothing on A marks the URL any more,
+/// and is kept: the page as it was before the POST is served by every node for its hour.
+///
+/// KNOWN, left open: the refusal is decided when the fill finishes (`FillLeases::unguarded`, by
+/// the URL's mark on this node), not by how the fill's request started; closing it needs the
+/// request that took `FillClaim::ThisNode` under an unanswered claim to carry that to its fill
+/// (or to claim anew once the unanswered claim's fill is refused, its mark removed only by its
+/// own claim's end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "KNOWN: a fetch started while an unanswered claim marks the URL, finishing after the claiming request ended, is kept over a POST"]
+async fn a_fetch_started_while_the_refused_claim_marks_the_url_and_ending_after_is_not_kept() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/big-after";
+    let origin = GatedOrigin::start(|_, n| match n {
+        1 => OriginResponse::generated(BIG, 1)
+            .header("cache-control", "max-age=3600")
+            .delay(Duration::from_millis(1000)),
+        n => small(n),
+    });
+    let relay = Relay::start(server.addr()).await;
+    relay.on(claim_of(path), Tamper::Delay(Duration::from_millis(700)));
+    let tokens = Tokens::new();
+    let config = "local_ttl = \"30s\"\nfill_lease = \"5s\"";
+    let a = node_with(&tokens, relay.addr, &origin.origin, "A", PATIENT, config);
+    let b = node_with(&tokens, server.addr(), &origin.origin, "B", PATIENT, config);
+    let c = node_with(&tokens, server.addr(), &origin.origin, "C", PATIENT, config);
+    let mut stalled = StallingClient::stalled(a.proxy.addr(), HOST, path).await;
+    assert!(
+        poll_until_async(Duration::from_secs(3), || lease_present(server, path)).await,
+        "the claim held by the relay never reached memcached"
+    );
+    assert!(
+        poll_until_async(SETTLE, || !lease_present(server, path)).await,
+        "A did not release its late lease when its fill ended"
+    );
+    origin.close(path, 2);
+    let url = a.proxy.url(path);
+    let second = tokio::spawn(async move { get(&url, &SITE).await });
+    assert!(
+        origin
+            .origin
+            .wait_for_hits_for_async(path, 2, Duration::from_secs(5))
+            .await,
+        "the second request did not reach the origin"
+    );
+    // A's own client reads its answer: A's request ends
+    let answer = stalled.answer(false).await;
+    assert!(answer.complete, "A's own client's answer was cut");
+    assert_generated_page(&answer.body, BIG, 1, "A's own client");
+    drop(stalled);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!lease_present(server, path));
+    let posted = post(&b.proxy.url(path), &SITE, "x=1").await;
+    assert_eq!(posted.status, 200);
+    origin.open(path, 2);
+    let second = second.await.expect("the second request");
+    assert_eq!(&second.body[..], b"body-2");
+    assert_eq!(
+        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
+        0
+    );
+    let kept = entry_holds(server, path, b"body-2");
+    let mut served = Vec::new();
+    for node in [&c, &b, &a] {
+        if get(&node.proxy.url(path), &SITE).await.body[..] == b"body-2"[..] {
+            served.push(node.name.clone());
+        }
+    }
+    assert!(
+        served.is_empty() && !kept,
+        "the page as it was before the POST is served by {served:?}, kept in memcached: {kept}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The claiming node's other requests, and what is left after the fill
+// ---------------------------------------------------------------------------------------------
+
+/// `body-{n}-` then `late` after `pause` (so the body takes `pause`), fresh for an hour.
+fn paced(n: usize, pause: Duration) -> OriginResponse {
+    OriginResponse::ok(Body::Paced {
+        chunks: vec![
+            Bytes::from(format!("body-{n}-")),
+            Bytes::from_static(b"late"),
+        ],
+        interval: pause,
+    })
+    .header("cache-control", "max-age=3600")
+}
+
+/// A's claim is held by the relay past `op_timeout`; while A's fill (1 s) is at the origin, two
+/// more requests for the URL on A coalesce behind it. All three get the whole answer, from one
+/// origin fetch, and nothing of it is stored or written. Once they are over, nothing is left
+/// marked on A nor in memcached: the next request claims the URL, fetches it and stores it as
+/// any miss (written to memcached, a hit after, and B is served it from memcached).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn requests_behind_an_unanswered_claims_fill_get_it_whole_and_the_url_is_filled_after() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/coalesced";
+    let origin = GatedOrigin::start(|_, n| paced(n, Duration::from_millis(1000)));
+    let relay = Relay::start(server.addr()).await;
+    relay.on(claim_of(path), Tamper::Delay(Duration::from_millis(700)));
+    let tokens = Tokens::new();
+    let config = "local_ttl = \"30s\"\nfill_lease = \"5s\"";
+    let a = node_via(&tokens, relay.addr, &origin.origin, "A", config);
+    let b = node_via(&tokens, server.addr(), &origin.origin, "B", config);
+    let url = a.proxy.url(path);
+    let first = tokio::spawn({
+        let url = url.clone();
+        async move { get(&url, &SITE).await }
+    });
+    assert!(
+        origin
+            .origin
+            .wait_for_hits_for_async(path, 1, Duration::from_secs(3))
+            .await
+    );
+    let others: Vec<_> = (0..2)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { get(&url, &SITE).await })
+        })
+        .collect();
+    let mut answers = vec![first.await.unwrap()];
+    for other in others {
+        answers.push(other.await.unwrap());
+    }
+    for (i, answer) in answers.iter().enumerate() {
+        assert_eq!(answer.status, 200, "request {i}");
+        assert_eq!(&answer.body[..], b"body-1-late", "request {i}");
+    }
+    assert_eq!(
+        origin.hits_for(path),
+        1,
+        "the requests on A did not coalesce"
+    );
+    assert!(relay.rules_used());
+    assert_eq!(admin_stat(a.admin, "fills_unguarded").await, 1);
+    assert_eq!(
+        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
+        0
+    );
+    assert_eq!(admin_stat(a.admin, "writes").await, 0, "A wrote its fill");
+    assert!(
+        poll_until_async(SETTLE, || !lease_present(server, path)).await,
+        "the late lease was left"
+    );
+    // the next request is a miss like any: claimed, fetched, stored
+    let next = get(&url, &SITE).await;
+    assert_eq!(&next.body[..], b"body-2-late");
+    assert_eq!(admin_stat(a.admin, "fills_claimed").await, 1);
+    assert_eq!(wait_for_stat(a.admin, "writes", 1, SETTLE).await, 1);
+    assert!(entry_holds(server, path, b"body-2-late"));
+    assert!(
+        poll_until_async(SETTLE, || !lease_present(server, path)).await,
+        "the second fill's lease was left"
+    );
+    let again = get(&url, &SITE).await;
+    assert!(again.is_hit());
+    assert_eq!(&again.body[..], b"body-2-late");
+    let from_b = get(&b.proxy.url(path), &SITE).await;
+    assert_eq!(&from_b.body[..], b"body-2-late");
+    assert_eq!(origin.hits_for(path), 2);
+    assert_eq!(admin_stat(a.admin, "fill_leases_lost").await, 0);
+    a.proxy.assert_no_panic();
+}
+
+/// A's claims of three pages are each held by the relay past `op_timeout`, and land while A's
+/// fetch is at the origin (1 s); the origin then fails each differently: a `502`, a body cut
+/// short, an answer not to be stored (`no-store`). No crash; each late lease is released (by
+/// the request's end: nothing was stored), nothing is written, and nothing is left marked on
+/// A: the next request for each page fetches it and stores it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unanswered_claims_fill_that_fails_leaves_no_lease_and_no_stuck_url() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let paths = ["/fails-502", "/fails-cut", "/fails-no-store"];
+    let origin = GatedOrigin::start(|path, n| {
+        let late = Duration::from_millis(1000);
+        match (path, n) {
+            ("/fails-502", 1) => OriginResponse::new(502).body("bad gateway").delay(late),
+            ("/fails-cut", 1) => OriginResponse::ok(Body::Truncated {
+                declared_len: 100_000,
+                data: Bytes::from_static(b"body-1-cut"),
+            })
+            .header("cache-control", "max-age=3600")
+            .delay(late),
+            ("/fails-no-store", 1) => OriginResponse::ok("body-1-private")
+                .header("cache-control", "no-store")
+                .delay(late),
+            (_, n) => small(n),
+        }
+    });
+    let relay = Relay::start(server.addr()).await;
+    for path in paths {
+        relay.on(claim_of(path), Tamper::Delay(Duration::from_millis(600)));
+    }
+    let tokens = Tokens::new();
+    let a = node_via(
+        &tokens,
+        relay.addr,
+        &origin.origin,
+        "A",
+        "local_ttl = \"30s\"\nfill_lease = \"10s\"",
+    );
+    for (i, path) in paths.into_iter().enumerate() {
+        let mut client = StallingClient::eager(a.proxy.addr(), HOST, path).await;
+        let answer = client.answer(false).await;
+        match path {
+            "/fails-502" => assert_eq!(answer.status, 502, "{path}"),
+            "/fails-cut" => assert!(!answer.complete, "{path}: a cut body came whole"),
+            _ => assert_eq!(&answer.body[..], b"body-1-private", "{path}"),
+        }
+        assert_eq!(
+            admin_stat(a.admin, "fills_unguarded").await,
+            i as u64 + 1,
+            "{path}: the claim was answered"
+        );
+        assert!(
+            poll_until_async(SETTLE, || !lease_present(server, path)).await,
+            "{path}: the late lease was left behind the failed fill"
+        );
+    }
+    assert!(relay.rules_used(), "a claim was not held");
+    assert_eq!(
+        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
+        0
+    );
+    assert_eq!(admin_stat(a.admin, "writes").await, 0);
+    for path in paths {
+        let next = get(&a.proxy.url(path), &SITE).await;
+        assert_eq!(next.status, 200, "{path}");
+        assert_eq!(&next.body[..], b"body-2", "{path}");
+        assert!(
+            poll_until_async(SETTLE, || entry_holds(server, path, b"body-2")).await,
+            "{path}: the next fill was not stored"
+        );
+        let again = get(&a.proxy.url(path), &SITE).await;
+        assert!(again.is_hit(), "{path}: not a hit after the next fill");
+    }
+    // (a page last answered uncacheable is filled without a claim: `hit_for_miss`)
+    assert!(admin_stat(a.admin, "fills_claimed").await >= 1);
+    a.proxy.assert_no_panic();
+}
+
+/// A's claim reaches memcached and is carried out, and the relay closes A's connection instead
+/// of passing the reply on (a reset, not a slow server): the `add` is not retried, so A does not
+/// know its claim landed. A fetches unguarded, and B, asking meanwhile, finds A's lease and
+/// waits. A's fill is refused and its lease, which names A's claim, released by A when the fill
+/// ends (the reset may leave A's client taking the server for failing: a release skipped then
+/// would hold B for the whole lease): B fetches for itself, well before the lease runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_whose_reply_is_cut_after_it_landed_holds_no_one_past_the_fill() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/claim-cut";
+    let origin = GatedOrigin::start(|_, n| paced(n, Duration::from_millis(1000)));
+    let relay = Relay::start(server.addr()).await;
+    relay.on(claim_of(path), Tamper::Cut);
+    let tokens = Tokens::new();
+    let config = "local_ttl = \"30s\"\nfill_lease = \"8s\"";
+    let a = node_via(&tokens, relay.addr, &origin.origin, "A", config);
+    let b = node_via(&tokens, server.addr(), &origin.origin, "B", config);
+    let url = a.proxy.url(path);
+    let a_fill = tokio::spawn(async move { get(&url, &SITE).await });
+    assert!(
+        origin
+            .origin
+            .wait_for_hits_for_async(path, 1, Duration::from_secs(3))
+            .await
+    );
+    assert!(lease_present(server, path), "the cut claim did not land");
+    assert_eq!(
+        relay
+            .lines_starting(&format!("ms {} ", lease_key(path)))
+            .len(),
+        1
+    );
+    assert_eq!(admin_stat(a.admin, "fills_unguarded").await, 1);
+    let asked = Instant::now();
+    let b_answer = get(&b.proxy.url(path), &SITE).await;
+    let b_took = asked.elapsed();
+    let a_answer = a_fill.await.expect("A's request");
+    assert_eq!(&a_answer.body[..], b"body-1-late");
+    assert_eq!(&b_answer.body[..], b"body-2-late");
+    assert!(
+        b_took < Duration::from_millis(6_000),
+        "B waited out the lease ({b_took:?}): A did not release it"
+    );
+    assert_eq!(
+        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
+        0
+    );
+    assert_eq!(admin_stat(a.admin, "writes").await, 0, "A wrote its fill");
+    assert!(
+        poll_until_async(SETTLE, || !lease_present(server, path)).await,
+        "the lease was left"
+    );
+    a.proxy.assert_no_panic();
+}
+
+/// A's claim of a page that varies by `X-Lang` is held by the relay past `op_timeout`; A's fill
+/// of the `en` variant streams slowly (its head at once, its body over 1.5 s). Meanwhile a
+/// request on A for the `fr` variant takes the URL as held here (`FillClaim::ThisNode`), fetches
+/// its own variant and finishes first: it is refused, being unguarded too, and its end releases
+/// the URL's lease. A's `en` fill, finishing after, must still be refused: its claim went
+/// unanswered whatever ended first. (Before the `Refused` mark, the other variant's end marked
+/// the URL released, and the `en` fill, no longer seen as the unanswered claim's, was kept and
+/// written.) Every client gets its variant whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unanswered_claims_fill_stays_refused_when_another_variant_ends_first() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/varies";
+    let origin = TestOrigin::start(|req| {
+        if req.method == "POST" {
+            return OriginResponse::ok("changed");
+        }
+        let lang = req.header("x-lang").unwrap_or("none").to_string();
+        let response = match lang.as_str() {
+            "en" => OriginResponse::ok(Body::Paced {
+                chunks: vec![Bytes::from("en-"), Bytes::from_static(b"late")],
+                interval: Duration::from_millis(1500),
+            }),
+            _ => OriginResponse::ok(format!("{lang}-quick")),
+        };
+        response
+            .header("cache-control", "max-age=3600")
+            .header("vary", "X-Lang")
+    });
+    let relay = Relay::start(server.addr()).await;
+    relay.on(claim_of(path), Tamper::Delay(Duration::from_millis(700)));
+    let tokens = Tokens::new();
+    let config = "local_ttl = \"30s\"\nfill_lease = \"5s\"";
+    let a = node_via(&tokens, relay.addr, &origin, "A", config);
+    let c = node_via(&tokens, server.addr(), &origin, "C", config);
+    let url = a.proxy.url(path);
+    let en = tokio::spawn({
+        let url = url.clone();
+        async move { get(&url, &[("host", HOST), ("x-lang", "en")]).await }
+    });
+    assert!(
+        origin
+            .wait_for_hits_for_async(path, 1, Duration::from_secs(3))
+            .await
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let fr = get(&url, &[("host", HOST), ("x-lang", "fr")]).await;
+    assert_eq!(&fr.body[..], b"fr-quick");
+    let en = en.await.expect("the en request");
+    assert_eq!(&en.body[..], b"en-late");
+    assert_eq!(admin_stat(a.admin, "fills_unguarded").await, 1);
+    assert_eq!(
+        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
+        0
+    );
+    assert_eq!(
+        admin_stat(a.admin, "writes").await,
+        0,
+        "A wrote a fill of its unanswered claim"
+    );
+    let from_c = get(&c.proxy.url(path), &[("host", HOST), ("x-lang", "en")]).await;
+    assert_eq!(&from_c.body[..], b"en-late");
+    assert_eq!(
+        origin.hits_for(path),
+        3,
+        "C was served the en fill of A's unanswered claim"
+    );
+    a.proxy.assert_no_panic();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Misses that never claim
+// ---------------------------------------------------------------------------------------------
+
+/// A request the fast path declines (here with a `Range`, or a validator, `If-None-Match`)
+/// misses on the standard path, which never asks for the URL's lease: its fetch is guarded by
+/// no lease, as an unanswered claim's is. A POST through B while it is at the origin finds
+/// nothing stored and no lease, and is published to no one; the fill, from before the POST,
+/// must not be kept and served by every node.
+///
+/// KNOWN, left open (not the unanswered claim's doing, but the same gap): the standard path's
+/// miss (`TieredStorage`'s lookup, after the fast path declined) claims no lease and its fill is
+/// kept and written. Closing it needs that miss to claim the lease too (or to refuse its fill as
+/// an unanswered claim's is).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "KNOWN: a miss the fast path declines (Range, validators) claims no lease, and its fill is kept over a POST through another node"]
+async fn a_miss_the_fast_path_declines_is_not_kept_over_a_post_meanwhile() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let origin = GatedOrigin::start(|_, n| small(n));
+    let tokens = Tokens::new();
+    let config = "local_ttl = \"30s\"\nfill_lease = \"5s\"";
+    let a = node_via(&tokens, server.addr(), &origin.origin, "A", config);
+    let b = node_via(&tokens, server.addr(), &origin.origin, "B", config);
+    let c = node_via(&tokens, server.addr(), &origin.origin, "C", config);
+    let mut failures = Vec::new();
+    for (path, field) in [
+        ("/ranged", ("range", "bytes=0-3")),
+        ("/validated", ("if-none-match", "\"v0\"")),
+    ] {
+        origin.close(path, 1);
+        let url = a.proxy.url(path);
+        let first = tokio::spawn(async move { get(&url, &[("host", HOST), field]).await });
+        assert!(
+            origin
+                .origin
+                .wait_for_hits_for_async(path, 1, Duration::from_secs(5))
+                .await,
+            "{path}: the first request did not reach the origin"
+        );
+        let guarded = lease_present(server, path);
+        let posted = post(&b.proxy.url(path), &SITE, "x=1").await;
+        assert_eq!(posted.status, 200);
+        origin.open(path, 1);
+        let first = first.await.expect("the first request");
+        assert!(first.status == 200 || first.status == 206, "{path}");
+        assert_eq!(
+            wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
+            0
+        );
+        let kept = entry_holds(server, path, b"body-1");
+        let mut served = Vec::new();
+        for node in [&c, &b, &a] {
+            if get(&node.proxy.url(path), &SITE).await.body[..] == b"body-1"[..] {
+                served.push(node.name.clone());
+            }
+        }
+        if kept || !served.is_empty() {
+            failures.push(format!(
+                "{path} (lease while at the origin: {guarded}): the page as it was before the \
+                 POST is served by {served:?}, kept in memcached: {kept}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// A's claim is held by the relay past `op_timeout` and lands while A's fill is at the origin;
+/// B asks then, finds the lease and waits. A's fill ends, refused, and A releases the lease, so
+/// B fetches for itself, as meant (`a_claim_memcached_carries_out_after_its_sender_gave_up_...`
+/// in `tests/fill_lease_attacks.rs`). But B's fetch claims no lease either (a waiter whose lease
+/// is gone fetches with none, `FillLeases::lease_gone`): a POST through C while it is at the
+/// origin finds nothing stored and no lease, and is published to no one, and B's fill, from
+/// before the POST, is kept and served by every node.
+///
+/// KNOWN, left open: the gap is not the unanswered claim's own (any waiter whose lease is
+/// released or expires fetches unguarded), but an unanswered claim makes every node that found
+/// its late lease fetch so. Closing it needs a waiter whose lease is gone to claim the URL
+/// itself (once, so that a chain of failing fills does not hold it for several leases), or its
+/// fill to be refused as an unanswered claim's is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "KNOWN: a waiter whose lease was released fetches with no claim, and its fill is kept over a POST through another node"]
+async fn a_waiter_on_a_late_claims_lease_fetches_unguarded_and_is_kept_over_a_post() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/waited-late";
+    let origin = GatedOrigin::start(|_, n| match n {
+        1 => paced(1, Duration::from_millis(1000)).delay(Duration::from_millis(500)),
+        n => small(n),
+    });
+    let relay = Relay::start(server.addr()).await;
+    relay.on(claim_of(path), Tamper::Delay(Duration::from_millis(500)));
+    let tokens = Tokens::new();
+    let config = "local_ttl = \"30s\"\nfill_lease = \"8s\"";
+    let a = node_via(&tokens, relay.addr, &origin.origin, "A", config);
+    let b = node_via(&tokens, server.addr(), &origin.origin, "B", config);
+    let c = node_via(&tokens, server.addr(), &origin.origin, "C", config);
+    let url = a.proxy.url(path);
+    let a_fill = tokio::spawn(async move { get(&url, &SITE).await });
+    assert!(
+        poll_until_async(Duration::from_secs(3), || lease_present(server, path)).await,
+        "the claim held by the relay never reached memcached"
+    );
+    origin.close(path, 2);
+    let url = b.proxy.url(path);
+    let b_fill = tokio::spawn(async move { get(&url, &SITE).await });
+    let a_answer = a_fill.await.expect("A's request");
+    assert_eq!(&a_answer.body[..], b"body-1-late");
+    assert!(
+        origin.origin.wait_for_hits_for_async(path, 2, SETTLE).await,
+        "B never fetched for itself"
+    );
+    assert_eq!(admin_stat(b.admin, "fill_waits").await, 1);
+    let guarded = lease_present(server, path);
+    let posted = post(&c.proxy.url(path), &SITE, "x=1").await;
+    assert_eq!(posted.status, 200);
+    origin.open(path, 2);
+    let b_answer = b_fill.await.expect("B's request");
+    assert_eq!(&b_answer.body[..], b"body-2");
+    assert_eq!(
+        wait_for_stat_at_most(b.admin, "background_writes", 0, SETTLE).await,
+        0
+    );
+    let kept = entry_holds(server, path, b"body-2");
+    let mut served = Vec::new();
+    for node in [&c, &a, &b] {
+        if get(&node.proxy.url(path), &SITE).await.body[..] == b"body-2"[..] {
+            served.push(node.name.clone());
+        }
+    }
+    assert!(
+        served.is_empty() && !kept,
+        "(a lease while B fetched: {guarded}) the page as it was before the POST is served by \
+         {served:?}, kept in memcached: {kept}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// A drain cut in the middle of an unanswered claim's fill
+// ---------------------------------------------------------------------------------------------
+
+/// A's claim is held by the relay past `op_timeout` and lands while A's slow fill (3 s) is at
+/// the origin; A is then sent SIGTERM and its drain cut at `shutdown_timeout` (1 s). The claim
+/// is held here as an unanswered one, not renewed, but its lease is in memcached naming it:
+/// A deletes it before it exits (`release_held`, by the holder it names), so B, asking right
+/// after, claims the URL and fetches it at once instead of waiting for a fill that will never
+/// come. Nothing of the cut fill is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drain_cut_in_an_unanswered_claims_fill_releases_its_late_lease() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/drained-late";
+    let origin = GatedOrigin::start(|_, n| match n {
+        1 => paced(1, Duration::from_millis(3000)),
+        n => small(n),
+    });
+    let relay = Relay::start(server.addr()).await;
+    relay.on(claim_of(path), Tamper::Delay(Duration::from_millis(500)));
+    let tokens = Tokens::new();
+    let config = "local_ttl = \"30s\"\nfill_lease = \"8s\"";
+    let mut a = node_with(
+        &tokens,
+        relay.addr,
+        &origin.origin,
+        "A",
+        "shutdown_timeout = \"1s\"\n",
+        config,
+    );
+    let b = node_via(&tokens, server.addr(), &origin.origin, "B", config);
+    let addr = a.proxy.addr();
+    let a_fill = tokio::spawn(async move {
+        StallingClient::eager(addr, HOST, path)
+            .await
+            .answer(false)
+            .await
+    });
+    assert!(
+        poll_until_async(Duration::from_secs(3), || lease_present(server, path)).await,
+        "the claim held by the relay never reached memcached"
+    );
+    assert_eq!(admin_stat(a.admin, "fills_unguarded").await, 1);
+    assert!(a.proxy.signal("TERM"));
+    let status = a.proxy.wait_exit(Duration::from_secs(6));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "A: {status:?}; stderr:\n{}",
+        a.proxy.stderr_log()
+    );
+    let cut = a_fill.await.expect("A's client");
+    assert!(!cut.complete, "the drain did not cut the fill");
+    assert!(
+        !lease_present(server, path),
+        "A exited leaving its late lease in memcached"
+    );
+    assert!(
+        server.get_raw(&entry_key(path)).is_none(),
+        "the cut fill was stored"
+    );
+    let asked = Instant::now();
+    let from_b = get(&b.proxy.url(path), &SITE).await;
+    assert_eq!(&from_b.body[..], b"body-2");
+    assert!(asked.elapsed() < Duration::from_secs(6));
+    assert_eq!(admin_stat(b.admin, "fill_waits").await, 0, "B waited");
+    assert_eq!(admin_stat(b.admin, "fills_claimed").await, 1);
+}
+
+/// A's claim is held by the relay past `op_timeout`; A's fill is a large page (8 MiB). A second
+/// request on A joins the fill while it streams, and its client reads nothing until the fill has
+/// ended, been refused (unguarded) and its late lease released. It then reads the whole page:
+/// the refusal lets go of the fill as a purge does, not of its readers. One origin fetch for
+/// both; nothing stored; the next request fetches and stores the page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slow_reader_joined_to_an_unanswered_claims_large_fill_gets_it_whole() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/big-joined";
+    let origin = GatedOrigin::start(|_, n| {
+        OriginResponse::generated(BIG, n as u8)
+            .header("cache-control", "max-age=3600")
+            .delay(Duration::from_millis(if n == 1 { 900 } else { 0 }))
+    });
+    let relay = Relay::start(server.addr()).await;
+    relay.on(claim_of(path), Tamper::Delay(Duration::from_millis(700)));
+    let tokens = Tokens::new();
+    let config = "local_ttl = \"30s\"\nfill_lease = \"5s\"";
+    let a = node_with(&tokens, relay.addr, &origin.origin, "A", PATIENT, config);
+    let first = tokio::spawn({
+        let addr = a.proxy.addr();
+        async move {
+            StallingClient::eager(addr, HOST, path)
+                .await
+                .answer(false)
+                .await
+        }
+    });
+    assert!(
+        origin
+            .origin
+            .wait_for_hits_for_async(path, 1, Duration::from_secs(3))
+            .await
+    );
+    let mut joined = StallingClient::stalled(a.proxy.addr(), HOST, path).await;
+    let first = first.await.expect("the first client");
+    assert!(first.complete, "the first client's answer was cut");
+    assert_generated_page(&first.body, BIG, 1, "the first client");
+    assert!(relay.rules_used());
+    assert_eq!(admin_stat(a.admin, "fills_unguarded").await, 1);
+    assert!(
+        poll_until_async(SETTLE, || !lease_present(server, path)).await,
+        "the late lease was left"
+    );
+    let second = joined.answer(false).await;
+    assert_eq!(second.status, 200);
+    assert!(second.complete, "the joined client's answer was cut");
+    assert_generated_page(&second.body, BIG, 1, "the joined client");
+    assert_eq!(
+        origin.hits_for(path),
+        1,
+        "the second request did not join the fill"
+    );
+    assert_eq!(
+        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
+        0
+    );
+    assert_eq!(admin_stat(a.admin, "writes").await, 0);
+    drop(joined);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let next = StallingClient::eager(a.proxy.addr(), HOST, path)
+        .await
+        .answer(false)
+        .await;
+    assert!(next.complete);
+    assert_generated_page(&next.body, BIG, 2, "the next request");
+    assert_eq!(wait_for_stat(a.admin, "writes", 1, SETTLE).await, 1);
+    a.proxy.assert_no_panic();
+}
+
+/// A HEAD whose claim is held by the relay past `op_timeout` (the node asks the origin for the
+/// whole answer, to store it): the client gets the head alone, nothing is stored, the late lease
+/// is released, and a GET after it fetches the page and stores it; a HEAD after that is a hit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_head_whose_claim_went_unanswered_stores_nothing_and_leaves_nothing() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/headed";
+    let origin = GatedOrigin::start(|_, n| {
+        small(n).delay(Duration::from_millis(if n == 1 { 900 } else { 0 }))
+    });
+    let relay = Relay::start(server.addr()).await;
+    relay.on(claim_of(path), Tamper::Delay(Duration::from_millis(600)));
+    let tokens = Tokens::new();
+    let a = node_via(
+        &tokens,
+        relay.addr,
+        &origin.origin,
+        "A",
+        "local_ttl = \"30s\"\nfill_lease = \"5s\"",
+    );
+    let head = request("HEAD", &a.proxy.url(path), &SITE, None).await;
+    assert_eq!(head.status, 200);
+    assert!(head.body.is_empty(), "a HEAD was answered a body");
+    assert!(relay.rules_used(), "the claim was not held");
+    assert_eq!(admin_stat(a.admin, "fills_unguarded").await, 1);
+    assert!(
+        poll_until_async(SETTLE, || !lease_present(server, path)).await,
+        "the late lease was left"
+    );
+    assert_eq!(
+        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
+        0
+    );
+    assert_eq!(admin_stat(a.admin, "writes").await, 0);
+    let fetched = get(&a.proxy.url(path), &SITE).await;
+    assert_eq!(&fetched.body[..], b"body-2");
+    assert_eq!(wait_for_stat(a.admin, "writes", 1, SETTLE).await, 1);
+    assert!(entry_holds(server, path, b"body-2"));
+    let again = request("HEAD", &a.proxy.url(path), &SITE, None).await;
+    assert!(again.is_hit(), "a HEAD after the fill is not a hit");
+    assert_eq!(origin.hits_for(path), 2);
+    a.proxy.assert_no_panic();
+}
+
+/// A's claim is held by the relay 1.5 s, and A's fill (answered at once) has ended, been refused
+/// and had its release find no lease before the claim lands: the late lease then names a claim
+/// nobody will release. Nodes that miss the URL meanwhile (B, and A itself: it does not know the
+/// lease for its own) wait for it, but only until `fill_lease` (4 s) from the claim's time, which
+/// the lease carries (so not for the lease's whole life from when it landed), then fetch; the
+/// fill that follows deletes the stray lease. A cost of a claim that lands after its fill, not a
+/// stuck URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_landing_after_its_refused_fill_was_released_holds_others_at_most_the_lease() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/landed-after";
+    let origin = GatedOrigin::start(|_, n| small(n));
+    let relay = Relay::start(server.addr()).await;
+    relay.on(claim_of(path), Tamper::Delay(Duration::from_millis(1500)));
+    let tokens = Tokens::new();
+    let config = "local_ttl = \"30s\"\nfill_lease = \"4s\"";
+    let a = node_via(&tokens, relay.addr, &origin.origin, "A", config);
+    let b = node_via(&tokens, server.addr(), &origin.origin, "B", config);
+    let claimed = Instant::now();
+    let first = get(&a.proxy.url(path), &SITE).await;
+    assert_eq!(&first.body[..], b"body-1");
+    assert!(
+        !lease_present(server, path),
+        "the claim landed before the fill ended"
+    );
+    assert!(
+        poll_until_async(Duration::from_secs(3), || lease_present(server, path)).await,
+        "the claim held by the relay never reached memcached"
+    );
+    let (url_a, url_b) = (a.proxy.url(path), b.proxy.url(path));
+    let (from_a, from_b) = tokio::join!(get(&url_a, &SITE), get(&url_b, &SITE));
+    let waited = claimed.elapsed();
+    assert_eq!(from_a.status, 200);
+    assert_eq!(from_b.status, 200);
+    assert!(
+        waited < Duration::from_millis(4_000 + 2_000),
+        "the stray lease held requests {waited:?}, past the 4 s lease from its claim"
+    );
+    assert_eq!(
+        admin_stat(b.admin, "fill_waits").await,
+        1,
+        "B did not find the stray lease"
+    );
+    assert_eq!(
+        admin_stat(a.admin, "fill_waits").await,
+        1,
+        "A did not find the stray lease"
+    );
+    assert!(
+        poll_until_async(SETTLE, || !lease_present(server, path)).await,
+        "the stray lease outlived the fill after it"
+    );
+    assert!(
+        poll_until_async(SETTLE, || entry_holds(server, path, b"body-")).await,
+        "nothing was stored after the stray lease"
+    );
+    a.proxy.assert_no_panic();
+}
