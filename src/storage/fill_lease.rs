@@ -287,11 +287,6 @@ impl Claim {
             unanswered: true,
         }
     }
-
-    /// Whether this claim's `add` went unanswered ([`Claim::unanswered`]): its fill is not kept.
-    pub fn is_unanswered(&self) -> bool {
-        self.unanswered
-    }
 }
 
 /// `token` as a CAS token that names one value, or `None` for 0, which names none: memcached
