@@ -18,13 +18,9 @@
 
 use lacquer_test_support as support;
 
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
+use support::lease_rig::*;
 use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 
 const HOST: &str = "shop.example";
 const SITE: [(&str, &str); 1] = [("host", HOST)];
@@ -59,284 +55,6 @@ fn claim_of(path: &str) -> impl Fn(&str) -> bool + Send + Sync + 'static {
     move |line: &str| line.starts_with(&format!("ms {lease} ")) && line.ends_with(" ME c")
 }
 
-// ---------------------------------------------------------------------------------------------
-// A relay between a node and memcached that holds or cuts chosen commands
-// (as in tests/fill_lease_attacks.rs)
-// ---------------------------------------------------------------------------------------------
-
-/// What a [`Relay`] does to a command a rule matches.
-#[derive(Debug, Clone, Copy)]
-enum Tamper {
-    /// Sends it on this much later, after its sender gave up on it (`op_timeout`): memcached
-    /// carries it out late.
-    Delay(Duration),
-    /// Sends it on, and when memcached's reply comes, closes the sender's connection instead of
-    /// passing the reply on: the command was carried out, and its sender read nothing of the
-    /// reply (so the client may retry it on a fresh connection).
-    Cut,
-}
-
-type Matcher = Box<dyn Fn(&str) -> bool + Send + Sync>;
-
-#[derive(Default)]
-struct RelayState {
-    /// Rules, each applied to the first command line it matches, once.
-    rules: Mutex<Vec<(Matcher, Tamper, bool)>>,
-    /// Every command line seen, in order (but the invalidation log's).
-    lines: Mutex<Vec<String>>,
-}
-
-impl RelayState {
-    fn tamper_for(&self, line: &str) -> Option<Tamper> {
-        if !line.contains(":inval:") && line != "mn" {
-            self.lines.lock().unwrap().push(line.to_string());
-        }
-        let mut rules = self.rules.lock().unwrap();
-        let (_, tamper, used) = rules
-            .iter_mut()
-            .find(|(matches, _, used)| !*used && matches(line))?;
-        *used = true;
-        Some(*tamper)
-    }
-}
-
-/// A TCP relay on a loopback port in front of one memcached server, for a node configured with
-/// its address: passes every command and reply on, but the ones its rules name.
-struct Relay {
-    addr: SocketAddr,
-    state: Arc<RelayState>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl Relay {
-    async fn start(upstream: SocketAddr) -> Relay {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind relay");
-        let addr = listener.local_addr().unwrap();
-        let state = Arc::new(RelayState::default());
-        let shared = state.clone();
-        let task = tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                tokio::spawn(relay_connection(client, upstream, shared.clone()));
-            }
-        });
-        Relay { addr, state, task }
-    }
-
-    /// The first command whose line `matches` gets `tamper`.
-    fn on(&self, matches: impl Fn(&str) -> bool + Send + Sync + 'static, tamper: Tamper) {
-        self.state
-            .rules
-            .lock()
-            .unwrap()
-            .push((Box::new(matches), tamper, false));
-    }
-
-    /// The command lines seen so far that start with `prefix`.
-    fn lines_starting(&self, prefix: &str) -> Vec<String> {
-        self.state
-            .lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|l| l.starts_with(prefix))
-            .cloned()
-            .collect()
-    }
-
-    /// Whether every rule has been applied.
-    fn rules_used(&self) -> bool {
-        self.state.rules.lock().unwrap().iter().all(|r| r.2)
-    }
-}
-
-/// The length of the first whole command in `bytes` (a meta command line, and for `ms` its data
-/// block), and its line.
-fn next_command(bytes: &[u8]) -> Option<(usize, String)> {
-    let end = bytes.windows(2).position(|w| w == b"\r\n")?;
-    let line = String::from_utf8_lossy(&bytes[..end]).into_owned();
-    let mut len = end + 2;
-    if line.starts_with("ms ") || line.starts_with("set ") {
-        let tokens: Vec<&str> = line.split(' ').collect();
-        let data = if line.starts_with("ms ") {
-            tokens.get(2)
-        } else {
-            tokens.get(4)
-        };
-        len += data.and_then(|d| d.parse::<usize>().ok()).unwrap_or(0) + 2;
-    }
-    (bytes.len() >= len).then_some((len, line))
-}
-
-async fn relay_connection(client: TcpStream, upstream: SocketAddr, state: Arc<RelayState>) {
-    let Ok(server) = TcpStream::connect(upstream).await else {
-        return;
-    };
-    let (mut from_client, mut to_client) = client.into_split();
-    let (mut from_server, mut to_server) = server.into_split();
-    let cut = Arc::new(AtomicBool::new(false));
-    let cutting = cut.clone();
-    let back = tokio::spawn(async move {
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            let n = match from_server.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
-            };
-            // a cut command's reply: the client's connection closes before any byte of it
-            if cutting.load(Ordering::SeqCst) {
-                break;
-            }
-            if to_client.write_all(&buf[..n]).await.is_err() {
-                break;
-            }
-        }
-        // (dropping `to_client` closes the client's connection)
-    });
-    let mut pending = Vec::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    'relay: loop {
-        // the commands read so far go on in one write, but a tampered one, which goes alone
-        let mut out = Vec::new();
-        while let Some((len, line)) = next_command(&pending) {
-            let command: Vec<u8> = pending.drain(..len).collect();
-            let Some(tamper) = state.tamper_for(&line) else {
-                out.extend_from_slice(&command);
-                continue;
-            };
-            if to_server.write_all(&out).await.is_err() {
-                break 'relay;
-            }
-            out.clear();
-            match tamper {
-                Tamper::Delay(d) => tokio::time::sleep(d).await,
-                Tamper::Cut => cut.store(true, Ordering::SeqCst),
-            }
-            if to_server.write_all(&command).await.is_err() || matches!(tamper, Tamper::Cut) {
-                break 'relay;
-            }
-        }
-        if to_server.write_all(&out).await.is_err() {
-            break;
-        }
-        match from_client.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => pending.extend_from_slice(&buf[..n]),
-        }
-    }
-    // a command sent on late is carried out and answered before memcached sees the end
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    drop(to_server);
-    let _ = back.await;
-}
-
-/// The admin token file of the nodes started by [`node_via`].
-struct Tokens(TempDir);
-
-impl Tokens {
-    fn new() -> Tokens {
-        let dir = TempDir::new("lease-attacks");
-        dir.write("admin.token", format!("{ADMIN_TOKEN}\n"));
-        Tokens(dir)
-    }
-}
-
-/// A node named `name` in front of `origin` whose one memcached server is `server` (a
-/// [`Relay`]'s address, or memcached's own), configured as [`MemcachedCluster::node`]'s are,
-/// with `extra` appended to its `[cache.memcached]` section.
-fn node_via(
-    tokens: &Tokens,
-    server: SocketAddr,
-    origin: &TestOrigin,
-    name: &str,
-    extra: &str,
-) -> Node {
-    node_with(tokens, server, origin, name, "", extra)
-}
-
-/// [`node_via`] with `sections` (whole sections, e.g. `[server]`) written before the others.
-fn node_with(
-    tokens: &Tokens,
-    server: SocketAddr,
-    origin: &TestOrigin,
-    name: &str,
-    sections: &str,
-    extra: &str,
-) -> Node {
-    let admin = free_port();
-    let config = format!(
-        "\n{sections}\n[log]\naccess = \"off\"\n{}\n[cache.memcached]\nservers = [\"{server}\"]\n\
-         retry_after = \"1s\"\nop_timeout = \"200ms\"\nconnect_timeout = \"100ms\"\n{extra}",
-        admin_toml(admin, &tokens.0.path().join("admin.token"), name),
-    );
-    Node {
-        proxy: LacquerProcess::start_simple(origin.addr(), &config),
-        admin,
-        name: name.to_string(),
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// An origin whose answers can be held
-// ---------------------------------------------------------------------------------------------
-
-/// An origin whose `n`th GET of a path (counted per path from 1) is answered `answer(path, n)`,
-/// once the gate of that GET is open if the test closed it ([`Self::close`]; at most 30 s). A
-/// POST is answered `changed`.
-struct GatedOrigin {
-    origin: TestOrigin,
-    closed: Arc<Mutex<Vec<(String, usize)>>>,
-}
-
-impl GatedOrigin {
-    fn start(
-        answer: impl Fn(&str, usize) -> OriginResponse + Send + Sync + 'static,
-    ) -> GatedOrigin {
-        let closed: Arc<Mutex<Vec<(String, usize)>>> = Arc::default();
-        let served: Arc<Mutex<std::collections::HashMap<String, usize>>> = Arc::default();
-        let gates = closed.clone();
-        let origin = TestOrigin::start(move |req| {
-            if req.method == "POST" {
-                return OriginResponse::ok("changed");
-            }
-            let n = {
-                let mut served = served.lock().unwrap();
-                let n = served.entry(req.path.clone()).or_default();
-                *n += 1;
-                *n
-            };
-            let id = (req.path.clone(), n);
-            let until = Instant::now() + Duration::from_secs(30);
-            while gates.lock().unwrap().contains(&id) && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            answer(&req.path, n)
-        });
-        GatedOrigin { origin, closed }
-    }
-
-    /// The `n`th GET of `path` waits until [`Self::open`].
-    fn close(&self, path: &str, n: usize) {
-        self.closed.lock().unwrap().push((path.to_string(), n));
-    }
-
-    fn open(&self, path: &str, n: usize) {
-        self.closed
-            .lock()
-            .unwrap()
-            .retain(|id| id != &(path.to_string(), n));
-    }
-
-    fn hits_for(&self, path: &str) -> usize {
-        self.origin.hits_for(path)
-    }
-}
-
 /// `body-{n}`, fresh for an hour.
 fn small(n: usize) -> OriginResponse {
     OriginResponse::ok(format!("body-{n}")).header("cache-control", "max-age=3600")
@@ -369,7 +87,7 @@ async fn a_fetch_after_the_refused_fill_while_its_request_still_runs_is_not_kept
     let cluster = MemcachedCluster::start(1);
     let server = &cluster.servers[0];
     let path = "/big";
-    let origin = GatedOrigin::start(|_, n| match n {
+    let origin = GatedOrigin::answering(|_, n| match n {
         1 => OriginResponse::generated(BIG, 1)
             .header("cache-control", "max-age=3600")
             .delay(Duration::from_millis(1000)),
@@ -458,7 +176,7 @@ async fn a_fetch_started_while_the_refused_claim_marks_the_url_and_ending_after_
     let cluster = MemcachedCluster::start(1);
     let server = &cluster.servers[0];
     let path = "/big-after";
-    let origin = GatedOrigin::start(|_, n| match n {
+    let origin = GatedOrigin::answering(|_, n| match n {
         1 => OriginResponse::generated(BIG, 1)
             .header("cache-control", "max-age=3600")
             .delay(Duration::from_millis(1000)),
@@ -545,7 +263,7 @@ async fn requests_behind_an_unanswered_claims_fill_get_it_whole_and_the_url_is_f
     let cluster = MemcachedCluster::start(1);
     let server = &cluster.servers[0];
     let path = "/coalesced";
-    let origin = GatedOrigin::start(|_, n| paced(n, Duration::from_millis(1000)));
+    let origin = GatedOrigin::answering(|_, n| paced(n, Duration::from_millis(1000)));
     let relay = Relay::start(server.addr()).await;
     relay.on(claim_of(path), Tamper::Delay(Duration::from_millis(700)));
     let tokens = Tokens::new();
@@ -623,7 +341,7 @@ async fn an_unanswered_claims_fill_that_fails_leaves_no_lease_and_no_stuck_url()
     let cluster = MemcachedCluster::start(1);
     let server = &cluster.servers[0];
     let paths = ["/fails-502", "/fails-cut", "/fails-no-store"];
-    let origin = GatedOrigin::start(|path, n| {
+    let origin = GatedOrigin::answering(|path, n| {
         let late = Duration::from_millis(1000);
         match (path, n) {
             ("/fails-502", 1) => OriginResponse::new(502).body("bad gateway").delay(late),
@@ -702,7 +420,7 @@ async fn a_claim_whose_reply_is_cut_after_it_landed_holds_no_one_past_the_fill()
     let cluster = MemcachedCluster::start(1);
     let server = &cluster.servers[0];
     let path = "/claim-cut";
-    let origin = GatedOrigin::start(|_, n| paced(n, Duration::from_millis(1000)));
+    let origin = GatedOrigin::answering(|_, n| paced(n, Duration::from_millis(1000)));
     let relay = Relay::start(server.addr()).await;
     relay.on(claim_of(path), Tamper::Cut);
     let tokens = Tokens::new();
@@ -836,7 +554,7 @@ async fn an_unanswered_claims_fill_stays_refused_when_another_variant_ends_first
 async fn a_miss_the_fast_path_declines_is_not_kept_over_a_post_meanwhile() {
     let cluster = MemcachedCluster::start(1);
     let server = &cluster.servers[0];
-    let origin = GatedOrigin::start(|_, n| small(n));
+    let origin = GatedOrigin::answering(|_, n| small(n));
     let tokens = Tokens::new();
     let config = "local_ttl = \"30s\"\nfill_lease = \"5s\"";
     let a = node_via(&tokens, server.addr(), &origin.origin, "A", config);
@@ -903,7 +621,7 @@ async fn a_waiter_on_a_late_claims_lease_fetches_unguarded_and_is_kept_over_a_po
     let cluster = MemcachedCluster::start(1);
     let server = &cluster.servers[0];
     let path = "/waited-late";
-    let origin = GatedOrigin::start(|_, n| match n {
+    let origin = GatedOrigin::answering(|_, n| match n {
         1 => paced(1, Duration::from_millis(1000)).delay(Duration::from_millis(500)),
         n => small(n),
     });
@@ -969,7 +687,7 @@ async fn a_drain_cut_in_an_unanswered_claims_fill_releases_its_late_lease() {
     let cluster = MemcachedCluster::start(1);
     let server = &cluster.servers[0];
     let path = "/drained-late";
-    let origin = GatedOrigin::start(|_, n| match n {
+    let origin = GatedOrigin::answering(|_, n| match n {
         1 => paced(1, Duration::from_millis(3000)),
         n => small(n),
     });
@@ -1033,7 +751,7 @@ async fn a_slow_reader_joined_to_an_unanswered_claims_large_fill_gets_it_whole()
     let cluster = MemcachedCluster::start(1);
     let server = &cluster.servers[0];
     let path = "/big-joined";
-    let origin = GatedOrigin::start(|_, n| {
+    let origin = GatedOrigin::answering(|_, n| {
         OriginResponse::generated(BIG, n as u8)
             .header("cache-control", "max-age=3600")
             .delay(Duration::from_millis(if n == 1 { 900 } else { 0 }))
@@ -1102,7 +820,7 @@ async fn a_head_whose_claim_went_unanswered_stores_nothing_and_leaves_nothing() 
     let cluster = MemcachedCluster::start(1);
     let server = &cluster.servers[0];
     let path = "/headed";
-    let origin = GatedOrigin::start(|_, n| {
+    let origin = GatedOrigin::answering(|_, n| {
         small(n).delay(Duration::from_millis(if n == 1 { 900 } else { 0 }))
     });
     let relay = Relay::start(server.addr()).await;
@@ -1151,7 +869,7 @@ async fn a_claim_landing_after_its_refused_fill_was_released_holds_others_at_mos
     let cluster = MemcachedCluster::start(1);
     let server = &cluster.servers[0];
     let path = "/landed-after";
-    let origin = GatedOrigin::start(|_, n| small(n));
+    let origin = GatedOrigin::answering(|_, n| small(n));
     let relay = Relay::start(server.addr()).await;
     relay.on(claim_of(path), Tamper::Delay(Duration::from_millis(1500)));
     let tokens = Tokens::new();

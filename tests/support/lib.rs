@@ -43,6 +43,7 @@ pub mod gzip;
 mod h2;
 pub mod http_date;
 pub mod lacquer_process;
+pub mod lease_rig;
 pub mod load;
 pub mod memcached;
 pub mod metrics;

@@ -1,0 +1,303 @@
+//! Rigs for attacks on the cross-node fill leases (`storage::fill_lease`): a [`Relay`] between a
+//! node and its memcached that delays or cuts chosen commands (a claim's `ms ... ME c` carried
+//! out after its sender gave up, a reply lost after its command landed), an origin whose answers
+//! wait behind gates the test opens ([`GatedOrigin`]), and nodes with one memcached server each
+//! ([`node_via`]). Shared by `tests/fill_lease_attacks.rs` and `tests/unanswered_claim_attacks.rs`.
+
+use crate::{
+    admin_toml, free_port, LacquerProcess, Node, OriginResponse, TempDir, TestOrigin, ADMIN_TOKEN,
+};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+// ---------------------------------------------------------------------------------------------
+// A relay between a node and memcached that holds or cuts chosen commands
+// ---------------------------------------------------------------------------------------------
+
+/// What a [`Relay`] does to a command a rule matches.
+#[derive(Debug, Clone, Copy)]
+pub enum Tamper {
+    /// Sends it on this much later, after its sender gave up on it (`op_timeout`): memcached
+    /// carries it out late.
+    Delay(Duration),
+    /// Sends it on, and when memcached's reply comes, closes the sender's connection instead of
+    /// passing the reply on: the command was carried out, and its sender read nothing of the
+    /// reply (so the client may retry it on a fresh connection).
+    Cut,
+}
+
+type Matcher = Box<dyn Fn(&str) -> bool + Send + Sync>;
+
+#[derive(Default)]
+struct RelayState {
+    /// Rules, each applied to the first command line it matches, once.
+    rules: Mutex<Vec<(Matcher, Tamper, bool)>>,
+    /// Every command line seen, in order (but the invalidation log's).
+    lines: Mutex<Vec<String>>,
+}
+
+impl RelayState {
+    fn tamper_for(&self, line: &str) -> Option<Tamper> {
+        if !line.contains(":inval:") && line != "mn" {
+            self.lines.lock().unwrap().push(line.to_string());
+        }
+        let mut rules = self.rules.lock().unwrap();
+        let (_, tamper, used) = rules
+            .iter_mut()
+            .find(|(matches, _, used)| !*used && matches(line))?;
+        *used = true;
+        Some(*tamper)
+    }
+}
+
+/// A TCP relay on a loopback port in front of one memcached server, for a node configured with
+/// its address: passes every command and reply on, but the ones its rules name.
+pub struct Relay {
+    /// Where the node is to find "memcached".
+    pub addr: SocketAddr,
+    state: Arc<RelayState>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Relay {
+    /// Starts a relay to the memcached server at `upstream`.
+    pub async fn start(upstream: SocketAddr) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind relay");
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(RelayState::default());
+        let shared = state.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                tokio::spawn(relay_connection(client, upstream, shared.clone()));
+            }
+        });
+        Relay { addr, state, task }
+    }
+
+    /// The first command whose line `matches` gets `tamper`.
+    pub fn on(&self, matches: impl Fn(&str) -> bool + Send + Sync + 'static, tamper: Tamper) {
+        self.state
+            .rules
+            .lock()
+            .unwrap()
+            .push((Box::new(matches), tamper, false));
+    }
+
+    /// The command lines seen so far that start with `prefix`.
+    pub fn lines_starting(&self, prefix: &str) -> Vec<String> {
+        self.state
+            .lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.starts_with(prefix))
+            .cloned()
+            .collect()
+    }
+
+    /// Whether every rule has been applied.
+    pub fn rules_used(&self) -> bool {
+        self.state.rules.lock().unwrap().iter().all(|r| r.2)
+    }
+}
+
+/// The length of the first whole command in `bytes` (a meta command line, and for `ms` its data
+/// block), and its line.
+fn next_command(bytes: &[u8]) -> Option<(usize, String)> {
+    let end = bytes.windows(2).position(|w| w == b"\r\n")?;
+    let line = String::from_utf8_lossy(&bytes[..end]).into_owned();
+    let mut len = end + 2;
+    if line.starts_with("ms ") || line.starts_with("set ") {
+        let tokens: Vec<&str> = line.split(' ').collect();
+        let data = if line.starts_with("ms ") {
+            tokens.get(2)
+        } else {
+            tokens.get(4)
+        };
+        len += data.and_then(|d| d.parse::<usize>().ok()).unwrap_or(0) + 2;
+    }
+    (bytes.len() >= len).then_some((len, line))
+}
+
+async fn relay_connection(client: TcpStream, upstream: SocketAddr, state: Arc<RelayState>) {
+    let Ok(server) = TcpStream::connect(upstream).await else {
+        return;
+    };
+    let (mut from_client, mut to_client) = client.into_split();
+    let (mut from_server, mut to_server) = server.into_split();
+    let cut = Arc::new(AtomicBool::new(false));
+    let cutting = cut.clone();
+    let back = tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match from_server.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            // a cut command's reply: the client's connection closes before any byte of it
+            if cutting.load(Ordering::SeqCst) {
+                break;
+            }
+            if to_client.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
+        // (dropping `to_client` closes the client's connection)
+    });
+    let mut pending = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    'relay: loop {
+        // the commands read so far go on in one write, but a tampered one, which goes alone
+        let mut out = Vec::new();
+        while let Some((len, line)) = next_command(&pending) {
+            let command: Vec<u8> = pending.drain(..len).collect();
+            let Some(tamper) = state.tamper_for(&line) else {
+                out.extend_from_slice(&command);
+                continue;
+            };
+            if to_server.write_all(&out).await.is_err() {
+                break 'relay;
+            }
+            out.clear();
+            match tamper {
+                Tamper::Delay(d) => tokio::time::sleep(d).await,
+                Tamper::Cut => cut.store(true, Ordering::SeqCst),
+            }
+            if to_server.write_all(&command).await.is_err() || matches!(tamper, Tamper::Cut) {
+                break 'relay;
+            }
+        }
+        if to_server.write_all(&out).await.is_err() {
+            break;
+        }
+        match from_client.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => pending.extend_from_slice(&buf[..n]),
+        }
+    }
+    // a command sent on late is carried out and answered before memcached sees the end
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(to_server);
+    let _ = back.await;
+}
+
+/// The admin token file of the nodes started by [`node_via`].
+pub struct Tokens(TempDir);
+
+impl Tokens {
+    /// A fresh token file holding [`ADMIN_TOKEN`].
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Tokens {
+        let dir = TempDir::new("lease-attacks");
+        dir.write("admin.token", format!("{ADMIN_TOKEN}\n"));
+        Tokens(dir)
+    }
+}
+
+/// A node named `name` in front of `origin` whose one memcached server is `server` (a
+/// [`Relay`]'s address, or memcached's own), configured as `MemcachedCluster::node`'s are
+/// (`op_timeout` 200 ms), with `extra` appended to its `[cache.memcached]` section.
+pub fn node_via(
+    tokens: &Tokens,
+    server: SocketAddr,
+    origin: &TestOrigin,
+    name: &str,
+    extra: &str,
+) -> Node {
+    node_with(tokens, server, origin, name, "", extra)
+}
+
+/// [`node_via`] with `sections` (whole sections, e.g. `[server]`) written before the others.
+pub fn node_with(
+    tokens: &Tokens,
+    server: SocketAddr,
+    origin: &TestOrigin,
+    name: &str,
+    sections: &str,
+    extra: &str,
+) -> Node {
+    let admin = free_port();
+    let config = format!(
+        "\n{sections}\n[log]\naccess = \"off\"\n{}\n[cache.memcached]\nservers = [\"{server}\"]\n\
+         retry_after = \"1s\"\nop_timeout = \"200ms\"\nconnect_timeout = \"100ms\"\n{extra}",
+        admin_toml(admin, &tokens.0.path().join("admin.token"), name),
+    );
+    Node {
+        proxy: LacquerProcess::start_simple(origin.addr(), &config),
+        admin,
+        name: name.to_string(),
+    }
+}
+
+/// An origin whose `n`th GET of a path (counted per path from 1) is answered `answer(path, n)`,
+/// once the gate of that GET is open if the test closed it ([`Self::close`]; at most 30 s). A
+/// POST is answered `changed`.
+pub struct GatedOrigin {
+    /// The origin itself.
+    pub origin: TestOrigin,
+    closed: Arc<Mutex<Vec<(String, usize)>>>,
+}
+
+impl GatedOrigin {
+    /// Answers `body-{n}-late`, fresh for an hour.
+    pub fn start() -> GatedOrigin {
+        GatedOrigin::answering(|_, n| {
+            OriginResponse::ok(format!("body-{n}-late")).header("cache-control", "max-age=3600")
+        })
+    }
+
+    /// Answers `answer(path, n)`.
+    pub fn answering(
+        answer: impl Fn(&str, usize) -> OriginResponse + Send + Sync + 'static,
+    ) -> GatedOrigin {
+        let closed: Arc<Mutex<Vec<(String, usize)>>> = Arc::default();
+        let served: Arc<Mutex<std::collections::HashMap<String, usize>>> = Arc::default();
+        let gates = closed.clone();
+        let origin = TestOrigin::start(move |req| {
+            if req.method == "POST" {
+                return OriginResponse::ok("changed");
+            }
+            let n = {
+                let mut served = served.lock().unwrap();
+                let n = served.entry(req.path.clone()).or_default();
+                *n += 1;
+                *n
+            };
+            let id = (req.path.clone(), n);
+            let until = Instant::now() + Duration::from_secs(30);
+            while gates.lock().unwrap().contains(&id) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            answer(&req.path, n)
+        });
+        GatedOrigin { origin, closed }
+    }
+
+    /// The `n`th GET of `path` waits until [`Self::open`].
+    pub fn close(&self, path: &str, n: usize) {
+        self.closed.lock().unwrap().push((path.to_string(), n));
+    }
+
+    /// Opens the gate [`Self::close`] closed.
+    pub fn open(&self, path: &str, n: usize) {
+        self.closed
+            .lock()
+            .unwrap()
+            .retain(|id| id != &(path.to_string(), n));
+    }
+
+    /// How many requests for `path` reached it.
+    pub fn hits_for(&self, path: &str) -> usize {
+        self.origin.hits_for(path)
+    }
+}
