@@ -20,7 +20,10 @@
 //!   server takes both with it, and nobody waits for a fill that could not be stored.
 //! * **Wait**: requests on the other nodes look for the holder's fill every 10 ms, where the
 //!   caller says (the fast path: this node's memory tier, then memcached), and are served by it
-//!   ([`FillLeases::on_shared_miss`]).
+//!   ([`FillLeases::on_shared_miss`]). A wait that ends without the fill (the lease released by
+//!   a fill that stored nothing, or run out) claims the URL once more, and the request fetches
+//!   under that claim (or waits for the claim another node made first), not unguarded: a POST
+//!   through another node while it fetched would find no lease and be published to no one.
 //! * **Release**: a fill that stored nothing (uncacheable, or the fetch failed) deletes the lease
 //!   when its request ends ([`HeldLease::on_request_end`]), and so does a fill whose write to
 //!   memcached failed ([`FillLeases::on_write_failed`]), or that admission or a ban refused
@@ -175,6 +178,16 @@ impl<T> AfterSharedMiss<T> {
             known_missing,
         }
     }
+}
+
+/// How a wait for another node's fill ended ([`FillLeases::wait_for_theirs`]).
+enum Waited<T> {
+    /// With what the request does next: serve the fill, leave it to the standard path, or
+    /// fetch for itself (the URL's server failing).
+    Over(AfterSharedMiss<T>),
+    /// Without the fill, the lease gone or run out and the server answering: the request may
+    /// claim the URL itself. With the lease it waited on, as read when the wait began.
+    Ended(Option<Bytes>),
 }
 
 /// The cluster's fill leases, as seen from this node.
@@ -450,33 +463,69 @@ impl FillLeases {
         F: FnMut() -> Fut,
         Fut: Future<Output = Sighting<T>>,
     {
-        match self.claim(key).await {
-            FillClaim::Ours(claim) => {
-                if !self.renewing.swap(true, Ordering::Relaxed) {
-                    tokio::spawn(self.keep_alive());
+        // a request whose wait ended without the fill (its lease released by a fill that stored
+        // nothing, or run out) claims the URL once more rather than fetch unguarded: a POST
+        // through another node while it fetched would find no lease and be published to no one
+        // (`tests/unanswered_claim_attacks.rs`); once only, so a chain of failing fills holds it
+        // for two leases at most
+        let mut waited_on = None;
+        for claims in 1..=2 {
+            match self.claim(key).await {
+                FillClaim::Ours(claim) => {
+                    if !self.renewing.swap(true, Ordering::Relaxed) {
+                        tokio::spawn(self.keep_alive());
+                    }
+                    return AfterSharedMiss::FillHere {
+                        lease: Some(HeldLease(Some(Box::new(Held {
+                            leases: self,
+                            primary: key.primary_bin(),
+                            claim,
+                            lease_key: self.lease_key(key),
+                            entry_key: self.entry_key(key),
+                        })))),
+                        known_missing: true,
+                    };
                 }
-                return AfterSharedMiss::FillHere {
-                    lease: Some(HeldLease(Some(Box::new(Held {
-                        leases: self,
-                        primary: key.primary_bin(),
-                        claim,
-                        lease_key: self.lease_key(key),
-                        entry_key: self.entry_key(key),
-                    })))),
-                    known_missing: true,
-                };
+                FillClaim::Uncoordinated | FillClaim::ThisNode => {
+                    return AfterSharedMiss::fill_here(true)
+                }
+                FillClaim::Theirs => {}
             }
-            FillClaim::Uncoordinated | FillClaim::ThisNode => {
-                return AfterSharedMiss::fill_here(true)
+            match self
+                .wait_for_theirs(key, &mut look, waited_on.as_ref())
+                .await
+            {
+                Waited::Over(after) => return after,
+                Waited::Ended(lease) if claims < 2 => waited_on = lease,
+                Waited::Ended(_) => break,
             }
-            FillClaim::Theirs => {}
         }
+        AfterSharedMiss::fill_here(true)
+    }
+
+    /// Waits for the fill of another node's claim on `key` (see [`Self::on_shared_miss`]).
+    /// `waited_on`: the lease an earlier wait of this request waited out: found again (it ran
+    /// out by the time it carries, or names no time and was trusted its whole length), it is not
+    /// waited for twice, and the request fetches for itself.
+    async fn wait_for_theirs<T, F, Fut>(
+        &self,
+        key: &CacheKey,
+        look: &mut F,
+        waited_on: Option<&Bytes>,
+    ) -> Waited<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Sighting<T>>,
+    {
         // the holder's claim (or renewal) time bounds the wait, whenever the lease came to be in memcached
-        let remaining = self.lease_remaining(key).await;
+        let lease = self.read_lease(key).await;
+        if lease.is_some() && lease.as_ref() == waited_on {
+            return Waited::Over(AfterSharedMiss::fill_here(true));
+        }
         self.counters.fill_waits.fetch_add(1, Ordering::Relaxed);
-        let Some(remaining) = remaining else {
+        let Some(remaining) = lease.as_deref().and_then(|value| self.remaining_of(value)) else {
             // a wait over as it begins: the lease went between the claim and this look
-            return self.lease_gone(key, &mut look).await;
+            return self.lease_gone(key, look, lease).await;
         };
         let deadline = Instant::now() + remaining;
         loop {
@@ -484,16 +533,16 @@ impl FillLeases {
             match look().await {
                 Sighting::Arrived(fill) => {
                     self.counters.fills_awaited.fetch_add(1, Ordering::Relaxed);
-                    return AfterSharedMiss::Filled(fill);
+                    return Waited::Over(AfterSharedMiss::Filled(fill));
                 }
-                Sighting::Elsewhere => return AfterSharedMiss::fill_here(false),
+                Sighting::Elsewhere => return Waited::Over(AfterSharedMiss::fill_here(false)),
                 Sighting::NotYet => {}
             }
             if Instant::now() >= deadline || self.server_failing(key) {
-                return self.wait_cut(key);
+                return self.wait_cut(key, lease);
             }
             if self.lease_remaining(key).await.is_none() {
-                return self.lease_gone(key, &mut look).await;
+                return self.lease_gone(key, look, lease).await;
             }
         }
     }
@@ -501,45 +550,63 @@ impl FillLeases {
     /// The lease this request found taken is gone: released by a fill that stored nothing,
     /// expired, or deleted because its fill has been written ([`FillLeases::on_written`]). One
     /// more look tells the last from the others: the fill may have landed since the last look.
-    async fn lease_gone<T, F, Fut>(&self, key: &CacheKey, look: &mut F) -> AfterSharedMiss<T>
+    async fn lease_gone<T, F, Fut>(
+        &self,
+        key: &CacheKey,
+        look: &mut F,
+        lease: Option<Bytes>,
+    ) -> Waited<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Sighting<T>>,
     {
         if self.server_failing(key) {
-            return self.wait_cut(key);
+            return self.wait_cut(key, lease);
         }
         match look().await {
             Sighting::Arrived(fill) => {
                 self.counters.fills_awaited.fetch_add(1, Ordering::Relaxed);
-                AfterSharedMiss::Filled(fill)
+                Waited::Over(AfterSharedMiss::Filled(fill))
             }
-            Sighting::Elsewhere => AfterSharedMiss::fill_here(false),
-            Sighting::NotYet => self.wait_cut(key),
+            Sighting::Elsewhere => Waited::Over(AfterSharedMiss::fill_here(false)),
+            Sighting::NotYet => self.wait_cut(key, lease),
         }
     }
 
     /// A wait for another node's fill ends without it (released, expired, or the URL's server
-    /// failed): this request fetches for itself. Counted when it ended early for a failure.
-    fn wait_cut<T>(&self, key: &CacheKey) -> AfterSharedMiss<T> {
+    /// failed). Counted when it ended early for a failure: this request then fetches for itself,
+    /// nothing more being asked of that server; otherwise the wait has [`Waited::Ended`] (`lease`:
+    /// the one it waited on).
+    fn wait_cut<T>(&self, key: &CacheKey, lease: Option<Bytes>) -> Waited<T> {
         if self.server_failing(key) {
             self.counters.fill_waits_cut.fetch_add(1, Ordering::Relaxed);
+            return Waited::Over(AfterSharedMiss::fill_here(true));
         }
-        AfterSharedMiss::fill_here(true)
+        Waited::Ended(lease)
     }
 
     /// How much longer another node's lease on `key` may hold this request up: what is left of
     /// `fill_lease` since the claim (or renewal) time the lease carries (never more than `fill_lease`).
     /// `None` when the lease is gone or its server failed.
     async fn lease_remaining(&self, key: &CacheKey) -> Option<Duration> {
-        let value = self
-            .cluster
+        let value = self.read_lease(key).await?;
+        self.remaining_of(&value)
+    }
+
+    /// The lease on `key`'s URL as memcached holds it; `None` when it is gone or its server
+    /// failed.
+    async fn read_lease(&self, key: &CacheKey) -> Option<Bytes> {
+        self.cluster
             .get_with(
                 self.entry_key(key).as_bytes(),
                 self.lease_key(key).as_bytes(),
             )
-            .await?;
-        let claimed = lease_field(&value, 0).map(|ms| UNIX_EPOCH + Duration::from_millis(ms));
+            .await
+    }
+
+    /// What is left of the lease `value` ([`Self::lease_remaining`]).
+    fn remaining_of(&self, value: &[u8]) -> Option<Duration> {
+        let claimed = lease_field(value, 0).map(|ms| UNIX_EPOCH + Duration::from_millis(ms));
         let Some(claimed) = claimed else {
             // not written by this version: trust the lease for its whole length
             return Some(self.lease);
