@@ -11,6 +11,8 @@
 //! * the fill failing at the origin (502, a cut body), the answer uncacheable, a HEAD, a drain
 //!   cut mid-fill, a large fill a slow reader joined, a claim that lands after its fill was
 //!   released: whole answers, no stuck state, no lease left behind for longer than the lease;
+//! * an unanswered claim's late lease released on a quiet node (its own timeout counted the
+//!   server failing), so the nodes that found it are not held for the whole lease;
 //! * a waiter whose lease was released claims the URL once more, and its fill is not kept over a
 //!   POST through another node meanwhile (it fetched with no claim, and was);
 //! * two gaps left open (`#[ignore]`d, each documented at its test): a fetch started while the
@@ -911,4 +913,62 @@ async fn a_claim_landing_after_its_refused_fill_was_released_holds_others_at_mos
         "nothing was stored after the stray lease"
     );
     a.proxy.assert_no_panic();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The release of a late lease on a quiet node
+// ---------------------------------------------------------------------------------------------
+
+/// A's claim is held by the relay past `op_timeout` (200 ms) and lands while A's fill (2 s) is
+/// at the origin; B asks then and waits on the late lease (`fill_lease = "20s"`). A's claim
+/// timing out left its server counted failing on A, and on a quiet node (no other request, no
+/// read of the invalidation log for 10 s) nothing answered since. A's fill ends, refused: its
+/// release of the late lease is tried all the same (a background task, bounded by `op_timeout`),
+/// so B is released when A's fill ends and fetches for itself, instead of waiting out the 20 s
+/// lease from A's claim. (Before, the release was skipped while the server counted failing.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unanswered_claims_late_lease_is_released_on_a_quiet_node() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/released-quietly";
+    let origin = GatedOrigin::answering(|_, n| match n {
+        1 => paced(1, Duration::from_millis(1000)),
+        n => small(n),
+    });
+    let relay = Relay::start(server.addr()).await;
+    relay.on(claim_of(path), Tamper::Delay(Duration::from_millis(500)));
+    let tokens = Tokens::new();
+    let quiet = "poll_interval = \"10s\"\n";
+    let config = "local_ttl = \"30s\"\nfill_lease = \"20s\"";
+    let a = node_configured(&tokens, relay.addr, &origin.origin, "A", "", quiet, config);
+    let b = node_configured(
+        &tokens,
+        server.addr(),
+        &origin.origin,
+        "B",
+        "",
+        quiet,
+        config,
+    );
+    let url = a.proxy.url(path);
+    let a_fill = tokio::spawn(async move { get(&url, &SITE).await });
+    assert!(
+        poll_until_async(Duration::from_secs(3), || lease_present(server, path)).await,
+        "the claim held by the relay never reached memcached"
+    );
+    let asked = Instant::now();
+    let b_answer = get(&b.proxy.url(path), &SITE).await;
+    let b_took = asked.elapsed();
+    let a_answer = a_fill.await.expect("A's request");
+    assert_eq!(&a_answer.body[..], b"body-1-late");
+    assert_eq!(
+        &b_answer.body[..],
+        b"body-2",
+        "B was served A's refused fill"
+    );
+    assert_eq!(admin_stat(b.admin, "fill_waits").await, 1);
+    assert!(
+        b_took < Duration::from_secs(10),
+        "B waited {b_took:?}: the late lease was not released when A's fill ended"
+    );
 }

@@ -979,8 +979,9 @@ impl FillLeases {
     /// themselves. `leased`: the claim the fill was the lease's ([`Self::holds`] when it
     /// finished), whose lease is deleted only if it is still that claim's; without one, whoever
     /// holds the lease, the worst this does is one more origin fetch. Not attempted while the
-    /// URL's server is failing: the waiters stop on their own then, nor when this node's lease
-    /// was lost (it may be another node's claim by now).
+    /// URL's server is failing (the waiters stop on their own then), unless the claim's `add`
+    /// went unanswered (its own timeout counted the server failing: tried all the same), nor
+    /// when this node's lease was lost (it may be another node's claim by now).
     pub fn on_write_failed(&'static self, key: &CacheKey, leased: Option<Claim>) {
         if self.lease.is_zero() {
             return;
@@ -988,7 +989,10 @@ impl FillLeases {
         let Ok(claim) = self.release_local(&key.primary_bin(), leased) else {
             return;
         };
-        if self.server_failing(key) {
+        // an unanswered claim's own timeout counted its server failing, and on a quiet node
+        // nothing may have answered since: its late lease is released all the same (bounded by
+        // `op_timeout`, out of any request's path), or the nodes that found it would wait it out
+        if self.server_failing(key) && !claim.is_some_and(|claim| claim.unanswered) {
             return;
         }
         let key = key.clone();

@@ -226,10 +226,25 @@ pub fn node_with(
     sections: &str,
     extra: &str,
 ) -> Node {
+    node_configured(tokens, server, origin, name, sections, "", extra)
+}
+
+/// [`node_with`] with `invalidation` (keys, e.g. a `poll_interval`) in its `[invalidation]`
+/// section.
+pub fn node_configured(
+    tokens: &Tokens,
+    server: SocketAddr,
+    origin: &TestOrigin,
+    name: &str,
+    sections: &str,
+    invalidation: &str,
+    extra: &str,
+) -> Node {
     let admin = free_port();
     let config = format!(
-        "\n{sections}\n[log]\naccess = \"off\"\n{}\n[cache.memcached]\nservers = [\"{server}\"]\n\
-         retry_after = \"1s\"\nop_timeout = \"200ms\"\nconnect_timeout = \"100ms\"\n{extra}",
+        "\n{sections}\n[log]\naccess = \"off\"\n{}{invalidation}\n[cache.memcached]\n\
+         servers = [\"{server}\"]\nretry_after = \"1s\"\nop_timeout = \"200ms\"\n\
+         connect_timeout = \"100ms\"\n{extra}",
         admin_toml(admin, &tokens.0.path().join("admin.token"), name),
     );
     Node {
