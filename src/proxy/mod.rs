@@ -123,6 +123,10 @@ pub struct RequestCtx {
     direct_miss: bool,
     /// The cluster's fill lease for this URL, when this request holds it (ended in `logging`).
     fill_lease: Option<HeldLease>,
+    /// The fast path looked this request's URL up in memcached and settled its fill lease
+    /// (claimed, waited for, or none to claim): the standard path's miss does not claim it
+    /// again ([`FillLeases::claim_for_miss`](crate::storage::fill_lease::FillLeases::claim_for_miss)).
+    shared_miss_decided: bool,
     /// The client's `If-Match` / `If-Unmodified-Since` failed against the stored response.
     precondition_failed: bool,
     /// The origin's 304 to our revalidation, whose fields update the stored head.
@@ -172,6 +176,9 @@ pub struct LacquerProxy {
     /// Where Pingora's cache state machine stores and looks up: the memory tier alone, or the
     /// tiered store when a memcached cluster is configured.
     storage: &'static (dyn Storage + Sync),
+    /// The tiered store in front of memcached, when one is configured: its fill leases, for the
+    /// misses the fast path declined.
+    tiered: Option<&'static TieredStorage>,
     /// The tiered store's view for requests whose URL the fast path already found missing in
     /// memcached.
     known_missing: Option<&'static PrimaryKnownMissing>,
@@ -269,6 +276,7 @@ impl LacquerProxy {
         let partial = (config.cache.enabled && config.cache.partial.enabled)
             .then(|| PartialContent::new(memory, tiered));
         LacquerProxy {
+            tiered,
             known_missing,
             fast_hit,
             partial,
@@ -416,6 +424,7 @@ impl ProxyHttp for LacquerProxy {
             direct_pass: false,
             direct_miss: false,
             fill_lease: None,
+            shared_miss_decided: false,
             precondition_failed: false,
             not_modified: None,
             compression: CompressionCtx::default(),
@@ -692,6 +701,16 @@ impl ProxyHttp for LacquerProxy {
             // RFC 9111 §5.2.1.7: nothing usable is stored, and the client forbids the origin
             session.respond_error(504).await?;
             return Ok(false);
+        }
+        if let Some(tier) = self.tiered {
+            if session.cache.phase() == pingora_cache::CachePhase::Miss
+                && ctx.fill_lease.is_none()
+                && !ctx.shared_miss_decided
+            {
+                // a miss the fast path declined: fetched under the URL's lease, as its misses are
+                let key = ctx.key.get(session.req_header());
+                ctx.fill_lease = Box::pin(tier.fill_leases().claim_for_miss(key)).await;
+            }
         }
         let live = self.settings(ctx);
         match &live.fairness {

@@ -14,7 +14,9 @@
 //!   its time alone: it is waited for as any, and never taken for this node's claim; such a
 //!   version reads this one's leases as of unknown time, and waits for them their whole length.)
 //!   Requests on the claiming node itself take the standard path, where Pingora's cache lock
-//!   coalesces them (`FillClaim::ThisNode`); one claim per URL is out per node at a time.
+//!   coalesces them (`FillClaim::ThisNode`); one claim per URL is out per node at a time. A miss
+//!   the fast path declined (a `Range`, a validator) claims on the standard path, before it goes
+//!   to the origin ([`FillLeases::claim_for_miss`]), and waits for no one.
 //! * **Placement**: the lease lives on the server that holds the URL's entry (placed by the
 //!   entry's key, not its own), so the lease is reachable exactly when the entry is: a dead
 //!   server takes both with it, and nobody waits for a fill that could not be stored.
@@ -472,17 +474,8 @@ impl FillLeases {
         for claims in 1..=2 {
             match self.claim(key).await {
                 FillClaim::Ours(claim) => {
-                    if !self.renewing.swap(true, Ordering::Relaxed) {
-                        tokio::spawn(self.keep_alive());
-                    }
                     return AfterSharedMiss::FillHere {
-                        lease: Some(HeldLease(Some(Box::new(Held {
-                            leases: self,
-                            primary: key.primary_bin(),
-                            claim,
-                            lease_key: self.lease_key(key),
-                            entry_key: self.entry_key(key),
-                        })))),
+                        lease: Some(self.hold(key, claim)),
                         known_missing: true,
                     };
                 }
@@ -501,6 +494,37 @@ impl FillLeases {
             }
         }
         AfterSharedMiss::fill_here(true)
+    }
+
+    /// The lease `claim` took on `key`'s URL, for its request to hold (and the renewal task
+    /// started, at the process's first claim).
+    fn hold(&'static self, key: &CacheKey, claim: Claim) -> HeldLease {
+        if !self.renewing.swap(true, Ordering::Relaxed) {
+            tokio::spawn(self.keep_alive());
+        }
+        HeldLease(Some(Box::new(Held {
+            leases: self,
+            primary: key.primary_bin(),
+            claim,
+            lease_key: self.lease_key(key),
+            entry_key: self.entry_key(key),
+        })))
+    }
+
+    /// A miss of the standard path that the fast path did not see through memcached (it
+    /// declined the request: a `Range`, a validator, request directives) is about to go to the
+    /// origin: it claims the URL's lease too, so that an unsafe method's invalidation through
+    /// another node while it fetches finds the lease and publishes itself. Another node's lease
+    /// (or one a request here holds) guards it as well: a POST that finds it publishes, and the
+    /// published ban judges every fill from before it. `None` then, and when nothing could be
+    /// claimed (leases off, the server failing: as uncoordinated as any such miss was). One
+    /// memcached `add` per such miss; before, it fetched unguarded and a POST meanwhile was
+    /// published to no one (`tests/unanswered_claim_attacks.rs`).
+    pub async fn claim_for_miss(&'static self, key: &CacheKey) -> Option<HeldLease> {
+        match self.claim(key).await {
+            FillClaim::Ours(claim) => Some(self.hold(key, claim)),
+            FillClaim::Theirs | FillClaim::ThisNode | FillClaim::Uncoordinated => None,
+        }
     }
 
     /// Waits for the fill of another node's claim on `key` (see [`Self::on_shared_miss`]).

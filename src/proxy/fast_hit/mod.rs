@@ -138,6 +138,9 @@ impl FastHit {
                     return None;
                 };
                 let key = ctx.key.get(req);
+                // (whatever memcached or the lease say, this request's miss is decided here: the
+                // standard path does not claim the lease again)
+                ctx.shared_miss_decided = true;
                 // boxed: a hit from memory, the common case, then neither builds nor copies the
                 // state of memcached reads and the fill-lease wait (kilobytes) on every request
                 let shared = Box::pin(self.after_memory_miss(tier, req, key, now)).await;
