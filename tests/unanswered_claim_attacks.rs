@@ -18,9 +18,9 @@
 //! * a miss the fast path declines (`Range`, validators) claims the lease on the standard path,
 //!   and its fill is not kept over a POST through another node meanwhile (it claimed none, and
 //!   was);
-//! * one gap left open (`#[ignore]`d, documented at its test): a fetch started while the refused
-//!   claim marks the URL and ending after the claiming request is kept over a POST through
-//!   another node meanwhile.
+//! * a fetch started while the refused claim marks the URL, ending after the claiming request:
+//!   it claims the URL anew, and is not kept over a POST through another node meanwhile (it
+//!   followed the refused claim with no lease, and was).
 
 use lacquer_test_support as support;
 
@@ -84,10 +84,11 @@ const PATIENT: &str = "[server]\nsend_timeout = \"10m\"\n[cache]\nmax_object_siz
 /// claiming request is not over).
 ///
 /// A second request for `/big` on A then finds nothing stored anywhere and no lease, and fetches
-/// (its answer held at the origin). A POST through B meanwhile finds nothing stored and no lease:
-/// it is published to no one. The second request's fetch, from before the POST, was guarded by
-/// no lease either (no claim was made for it: A's request "holds" the URL), so it must not be
-/// kept: a node serving it would serve the page as it was before the POST, for its hour.
+/// (its answer held at the origin). It claims the URL anew (A's first claim's fill is over), so
+/// a POST through B meanwhile finds its lease, deletes it and publishes itself; the second
+/// fetch, from before the POST, must not be kept: a node serving it would serve the page as it
+/// was before the POST, for its hour. (Before 2026-12-06 the second request followed A's first
+/// claim, `ThisNode`, with no lease of its own, and the POST was published to no one.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_fetch_after_the_refused_fill_while_its_request_still_runs_is_not_kept_over_a_post() {
     let cluster = MemcachedCluster::start(1);
@@ -131,9 +132,12 @@ async fn a_fetch_after_the_refused_fill_while_its_request_still_runs_is_not_kept
             .await,
         "the second request did not reach the origin"
     );
+    // the second request claimed the URL anew (the first claim's fill is over): its fetch is
+    // guarded by a lease of its own (before 2026-12-06 it had none, and its fill was refused only
+    // while A's request lasted)
     assert!(
-        !lease_present(server, path),
-        "the second fetch is guarded by a lease after all"
+        lease_present(server, path),
+        "the second fetch is guarded by no lease"
     );
     let posted = post(&b.proxy.url(path), &SITE, "x=1").await;
     assert_eq!(posted.status, 200);
@@ -171,13 +175,11 @@ async fn a_fetch_after_the_refused_fill_while_its_request_still_runs_is_not_kept
 /// and no entry, was published to no one. It finishes once nothing on A marks the URL any more,
 /// and is kept: the page as it was before the POST is served by every node for its hour.
 ///
-/// KNOWN, left open: the refusal is decided when the fill finishes (`FillLeases::unguarded`, by
-/// the URL's mark on this node), not by how the fill's request started; closing it needs the
-/// request that took `FillClaim::ThisNode` under an unanswered claim to carry that to its fill
-/// (or to claim anew once the unanswered claim's fill is refused, its mark removed only by its
-/// own claim's end).
+/// (So it was until 2026-12-06: the refusal was decided when the fill finished, by the URL's
+/// mark on this node. Now a request that finds a claim of this node whose fill is over, refused
+/// here, claims the URL anew (`FillLeases::claim`), and the claiming request's end removes its
+/// own mark only: the second fetch goes under a lease of its own, which the POST finds.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "KNOWN: a fetch started while an unanswered claim marks the URL, finishing after the claiming request ended, is kept over a POST"]
 async fn a_fetch_started_while_the_refused_claim_marks_the_url_and_ending_after_is_not_kept() {
     let cluster = MemcachedCluster::start(1);
     let server = &cluster.servers[0];
@@ -220,7 +222,11 @@ async fn a_fetch_started_while_the_refused_claim_marks_the_url_and_ending_after_
     assert_generated_page(&answer.body, BIG, 1, "A's own client");
     drop(stalled);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!lease_present(server, path));
+    // the second fetch's own lease (claimed anew), not removed with A's first request
+    assert!(
+        lease_present(server, path),
+        "the second fetch is guarded by no lease"
+    );
     let posted = post(&b.proxy.url(path), &SITE, "x=1").await;
     assert_eq!(posted.status, 200);
     origin.open(path, 2);

@@ -100,13 +100,14 @@
 //!   ([`FillLeases::on_unguarded_fill`]: not stored here, not written to memcached), and its
 //!   lease, if it landed, released by the holder it names, so the nodes that found it and wait
 //!   fetch for themselves. (It was fetched uncoordinated and kept: a POST meanwhile was undone
-//!   on every node, `tests/fill_lease_attacks.rs`.) The URL stays held here until the claiming
-//!   request ends (its client may read for minutes after its fill): this node's requests for it
-//!   meanwhile fetch with no claim of their own, guarded by nothing, and their fills are refused
-//!   too ([`FillLeases::unguarded`]; until 2026-12-06 they were kept, and a POST through another
-//!   node meanwhile undone, `tests/unanswered_claim_attacks.rs`). One such fetch that finishes
-//!   after the claiming request ended is still kept (the refusal goes by the URL's mark here,
-//!   not by how the fill's request started): left open, with its test ignored. Counted
+//!   on every node, `tests/fill_lease_attacks.rs`.) Requests that coalesced behind the refused
+//!   fill here and fill finishing while it is marked refused are refused too
+//!   ([`FillLeases::unguarded`]); a request of the URL that comes once the fill is over claims
+//!   the URL anew, as does one that coalesced behind it and then goes to the origin itself
+//!   ([`AfterSharedMiss::BehindThisNode`], [`FillLeases::claim_for_miss`]): until 2026-12-06
+//!   they fetched with no claim while the claiming request lasted (its client may read for
+//!   minutes), and one finishing after it was kept over a POST through another node
+//!   meanwhile, `tests/unanswered_claim_attacks.rs`. Counted
 //!   `fills_unguarded`, as is a fill whose server was failing before any claim was asked, which
 //!   is kept: a POST through another node that finds that server failing too publishes itself
 //!   (one that reaches it while this node cannot, a partition, is not judged against this
@@ -171,6 +172,12 @@ pub enum AfterSharedMiss<T> {
         lease: Option<HeldLease>,
         known_missing: bool,
     },
+    /// Another request on this node holds the cluster's lease: fetch on the standard path, where
+    /// Pingora's cache lock coalesces this request behind that one's fill. Memcached still has
+    /// nothing under the URL. Should this request go to the origin itself all the same (that
+    /// fill stored nothing, or was refused), it claims the lease first
+    /// ([`FillLeases::claim_for_miss`]): the other request's claim may guard nothing by then.
+    BehindThisNode,
 }
 
 impl<T> AfterSharedMiss<T> {
@@ -248,17 +255,34 @@ enum LocalFill {
     /// A request held it, but it was found gone (purged, or lost with its server: see
     /// [`FillLeases::lost`]): not renewed, and not deleted when the request ends (it may be
     /// another node's claim by then).
-    Lost,
+    Lost(u64),
     /// The fill's entry was written to memcached (or its write failed), and this node deletes
     /// the lease itself: not renewed any more (a renewal would find it gone, and take it for
     /// lost), nor deleted again.
-    Released,
+    Released(u64),
     /// As `Released`, for a claim whose `add` went unanswered ([`Claim::unanswered`]): its fill
-    /// was refused and its lease (if it landed) is being released. Until the claiming request
-    /// ends, this node's other requests for the URL still fetch without a claim of their own
-    /// (`FillClaim::ThisNode`), guarded by no lease and with no entry in memcached for a POST
-    /// through another node to find: their fills are refused too ([`FillLeases::unguarded`]).
-    Refused,
+    /// was refused and its lease (if it landed) is being released. A fill of the URL finishing
+    /// meanwhile on this node (one that coalesced behind the refused fill, say) is refused too
+    /// ([`FillLeases::unguarded`]).
+    ///
+    /// In these three the claim's fill is over, and its lease gone or going: a request of the
+    /// URL claims it anew rather than follow a claim that guards nothing
+    /// ([`FillLeases::claim`]; each carries its claim's holder, so that the claiming request's
+    /// end removes its own mark only, not a newer claim's).
+    Refused(u64),
+}
+
+impl LocalFill {
+    /// The holder of the claim this mark is (`None` while a claim is out).
+    fn holder(&self) -> Option<u64> {
+        match self {
+            LocalFill::Claiming => None,
+            LocalFill::Held(_, claim) => Some(claim.holder),
+            LocalFill::Lost(holder) | LocalFill::Released(holder) | LocalFill::Refused(holder) => {
+                Some(*holder)
+            }
+        }
+    }
 }
 
 /// One claim of a URL's lease by this node: who holds it, written in the lease's value after its
@@ -479,9 +503,8 @@ impl FillLeases {
                         known_missing: true,
                     };
                 }
-                FillClaim::Uncoordinated | FillClaim::ThisNode => {
-                    return AfterSharedMiss::fill_here(true)
-                }
+                FillClaim::Uncoordinated => return AfterSharedMiss::fill_here(true),
+                FillClaim::ThisNode => return AfterSharedMiss::BehindThisNode,
                 FillClaim::Theirs => {}
             }
             match self
@@ -662,14 +685,12 @@ impl FillLeases {
             {
                 let mut fills = self.local_fills.lock();
                 match fills.get(&primary) {
-                    Some(
-                        LocalFill::Held(..)
-                        | LocalFill::Lost
-                        | LocalFill::Released
-                        | LocalFill::Refused,
-                    ) => return FillClaim::ThisNode,
+                    Some(LocalFill::Held(..)) => return FillClaim::ThisNode,
                     Some(LocalFill::Claiming) => {}
-                    None => {
+                    // a claim of this node whose fill is over (stored, refused, or its lease
+                    // lost): its lease guards nothing now, so this request claims anew
+                    Some(LocalFill::Lost(_) | LocalFill::Released(_) | LocalFill::Refused(_))
+                    | None => {
                         fills.insert(primary, LocalFill::Claiming);
                         break;
                     }
@@ -823,7 +844,7 @@ impl FillLeases {
                         .fetch_add(1, Ordering::Relaxed);
                     return;
                 }
-                Renewal::Lost => *fill = LocalFill::Lost,
+                Renewal::Lost => *fill = LocalFill::Lost(claim.holder),
                 Renewal::Unanswered => return,
             }
         }
@@ -932,7 +953,7 @@ impl FillLeases {
         }
         match self.local_fills.lock().get(&key.primary_bin()) {
             Some(LocalFill::Held(_, claim)) => claim.unanswered,
-            Some(LocalFill::Refused) => true,
+            Some(LocalFill::Refused(_)) => true,
             _ => false,
         }
     }
@@ -967,13 +988,13 @@ impl FillLeases {
             return Ok(leased);
         };
         match *fill {
-            LocalFill::Lost | LocalFill::Released | LocalFill::Refused => Err(()),
+            LocalFill::Lost(_) | LocalFill::Released(_) | LocalFill::Refused(_) => Err(()),
             LocalFill::Held(_, held)
                 if leased.is_none_or(|leased| leased.holder == held.holder) =>
             {
                 *fill = match held.unanswered {
-                    true => LocalFill::Refused,
-                    false => LocalFill::Released,
+                    true => LocalFill::Refused(held.holder),
+                    false => LocalFill::Released(held.holder),
                 };
                 Ok(Some(held))
             }
@@ -1169,11 +1190,19 @@ impl Held {
             lease_key,
             entry_key,
         } = self;
-        let was = leases.local_fills.lock().remove(&primary);
+        let was = {
+            let mut fills = leases.local_fills.lock();
+            match fills.get(&primary).map(LocalFill::holder) {
+                // a newer claim's mark (this claim's fill over, a request claimed anew): left
+                // to it, and nothing released (this claim's lease was lost, or released)
+                Some(holder) if holder != Some(claim.holder) => return,
+                _ => fills.remove(&primary),
+            }
+        };
         let claim = match was {
             // (lost: it may be another node's claim by now; released: deleted already)
             _ if stored => return,
-            Some(LocalFill::Lost | LocalFill::Released | LocalFill::Refused) => return,
+            Some(LocalFill::Lost(_) | LocalFill::Released(_) | LocalFill::Refused(_)) => return,
             // renewed since it was claimed, maybe
             Some(LocalFill::Held(_, held)) if held.holder == claim.holder => held,
             _ => claim,
