@@ -387,6 +387,16 @@ async fn a_get_after_the_purge_is_not_served_the_fill_its_node_was_waiting_for()
     t.origin.hold(path, 1);
     let first = t.get_through_a(path);
     t.origin.wait_held(path, 1).await;
+    // every node has written its first heartbeat (after its first read of the log), so B's
+    // purge waits for each: on a loaded machine C's could come after the purge, and B would not
+    // know of C (CI, 2026-12-06)
+    for node in [&t.a, &t.c] {
+        assert!(
+            wait_for_stat(node.admin, "polls", 2, Duration::from_secs(20)).await >= 2,
+            "{} never read the log twice",
+            node.name
+        );
+    }
     let report = purge_via(&t.b, path, true).await;
     assert_eq!(
         report["nodes"]["reached"],
