@@ -237,14 +237,8 @@ impl LacquerProxy {
                 Locked::Read(_) => return Ok(false),
             }
             ctx.direct_miss = true;
-            if let Some(tier) = self.tiered {
-                if ctx.fill_lease.is_none() && !ctx.shared_miss_decided {
-                    // behind another request's claim here, whose fill is over: claimed anew, as
-                    // the standard path's miss does (`proxy_upstream_filter`)
-                    let key = ctx.key.get(session.req_header());
-                    ctx.fill_lease = Box::pin(tier.fill_leases().claim_for_miss(key)).await;
-                }
-            }
+            // behind another request's claim here, whose fill is over: claimed anew
+            self.claim_unsettled_lease(session, ctx).await;
         } else {
             ctx.direct_pass = true;
         }

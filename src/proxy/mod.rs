@@ -298,6 +298,19 @@ impl LacquerProxy {
         }
     }
 
+    /// A miss about to go to the origin whose fill lease the fast path did not settle (it
+    /// declined the request, or found another request here holding the URL) claims the lease
+    /// first ([`FillLeases::claim_for_miss`](crate::storage::fill_lease::FillLeases::claim_for_miss)),
+    /// on the standard path and the direct one alike.
+    async fn claim_unsettled_lease(&self, session: &Session, ctx: &mut RequestCtx) {
+        if let Some(tier) = self.tiered {
+            if ctx.fill_lease.is_none() && !ctx.shared_miss_decided {
+                let key = ctx.key.get(session.req_header());
+                ctx.fill_lease = Box::pin(tier.fill_leases().claim_for_miss(key)).await;
+            }
+        }
+    }
+
     /// The proxy with an embedding program's [`hooks::PhaseHooks`] in its phases.
     pub fn with_hooks(mut self, hooks: Arc<dyn hooks::PhaseHooks>) -> Self {
         self.hooks = Some(hooks);
@@ -702,15 +715,9 @@ impl ProxyHttp for LacquerProxy {
             session.respond_error(504).await?;
             return Ok(false);
         }
-        if let Some(tier) = self.tiered {
-            if session.cache.phase() == pingora_cache::CachePhase::Miss
-                && ctx.fill_lease.is_none()
-                && !ctx.shared_miss_decided
-            {
-                // a miss the fast path declined: fetched under the URL's lease, as its misses are
-                let key = ctx.key.get(session.req_header());
-                ctx.fill_lease = Box::pin(tier.fill_leases().claim_for_miss(key)).await;
-            }
+        if session.cache.phase() == pingora_cache::CachePhase::Miss {
+            // a miss the fast path declined: fetched under the URL's lease, as its misses are
+            self.claim_unsettled_lease(session, ctx).await;
         }
         let live = self.settings(ctx);
         match &live.fairness {

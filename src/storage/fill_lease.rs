@@ -122,7 +122,7 @@ use super::memory::MemoryTier;
 use super::shared_counters::SharedCounters;
 use super::tiered::namespaced_hex;
 use bytes::Bytes;
-use lacquer_memcached::{CasOutcome, Cluster};
+use lacquer_memcached::{usable_cas_token, CasOutcome, Cluster};
 use parking_lot::Mutex;
 use pingora_cache::key::{CacheHashKey, HashBinary};
 use pingora_cache::CacheKey;
@@ -303,12 +303,12 @@ pub struct Claim {
 
 impl Claim {
     /// The claim of `holder` whose `add` memcached answered with `token`. A claim given no
-    /// usable token ([`usable_token`]) is released as a renewed one is, by the holder its lease
+    /// usable token ([`usable_cas_token`]: 0 names no value, and `md <key> C0` deletes any) is released as a renewed one is, by the holder its lease
     /// names ([`FillLeases::release`]).
     fn claimed(holder: u64, token: u64) -> Claim {
         Claim {
             holder,
-            token: usable_token(token),
+            token: usable_cas_token(token),
             unanswered: false,
         }
     }
@@ -326,14 +326,6 @@ impl Claim {
             unanswered: true,
         }
     }
-}
-
-/// `token` as a CAS token that names one value, or `None` for 0, which names none: memcached
-/// counts tokens from 1, and one run without them (`-C`) gives every value 0, refuses every
-/// `cas` (`EX`), and carries out `md <key> C0` on whatever value is there, another claim's
-/// lease too.
-fn usable_token(token: u64) -> Option<u64> {
-    (token != 0).then_some(token)
 }
 
 /// What a renewal of a lease found ([`FillLeases::renew_claim`]).
@@ -867,7 +859,7 @@ impl FillLeases {
             Some(Some((value, token))) if lease_holder(&value) == Some(holder) => token,
             Some(_) => return Renewal::Lost,
         };
-        let Some(token) = usable_token(read) else {
+        let Some(token) = usable_cas_token(read) else {
             // a server run without CAS tokens (`-C`) refuses every `cas`: the lease, just read
             // as this claim's, is rewritten by a `replace`, which brings back no lease gone
             // since (only one claimed anew in between would be overwritten, as every renewal did
