@@ -36,33 +36,6 @@ use std::time::Instant;
 use support::lease_rig::*;
 use support::*;
 
-const HOST: &str = "shop.example";
-const SITE: [(&str, &str); 1] = [("host", HOST)];
-/// The bound of every wait for something in the background (a write, a delete).
-const SETTLE: Duration = Duration::from_secs(10);
-
-/// The memcached key of `path`'s entry.
-fn entry_key(path: &str) -> String {
-    MemcachedCluster::key_of(HOST, path)
-}
-
-/// The memcached key of `path`'s lease.
-fn lease_key(path: &str) -> String {
-    entry_key(path).replacen("lq:", "lq:fill:", 1)
-}
-
-/// Whether `path`'s lease is in memcached (one server).
-fn lease_present(server: &MemcachedProcess, path: &str) -> bool {
-    server.holds(&lease_key(path))
-}
-
-/// Whether memcached (one server) holds `bytes` in `path`'s entry.
-fn entry_holds(server: &MemcachedProcess, path: &str, bytes: &[u8]) -> bool {
-    server
-        .get_raw(&entry_key(path))
-        .is_some_and(|raw| raw.windows(bytes.len()).any(|w| w == bytes))
-}
-
 /// The CAS token memcached gave `key`'s value (`mg <key> c`), if it holds one.
 fn cas_of(server: &MemcachedProcess, key: &str) -> Option<u64> {
     let reply = server.command(&format!("mg {key} c\r\nversion"), None);
@@ -193,11 +166,7 @@ async fn a_claim_memcached_carries_out_after_its_sender_gave_up_holds_no_one_pas
     let path = "/claimed-late";
     let origin = counting_origin(Duration::from_millis(1000), "max-age=3600");
     let relay = Relay::start(server.addr()).await;
-    let lease = lease_key(path);
-    relay.on(
-        move |line| line.starts_with(&format!("ms {lease} ")) && line.ends_with(" ME c"),
-        Tamper::Delay(Duration::from_millis(700)),
-    );
+    relay.on(claim_of(path), Tamper::Delay(Duration::from_millis(700)));
     let tokens = Tokens::new();
     let config = "local_ttl = \"30s\"\nfill_lease = \"5s\"";
     let a = node_via(&tokens, relay.addr, &origin, "A", config);
@@ -268,11 +237,7 @@ async fn a_post_while_a_claim_is_held_in_flight_leaves_no_fill_from_before_it() 
     let path = "/posted-while-claimed-late";
     let origin = counting_origin(Duration::from_millis(1000), "max-age=3600");
     let relay = Relay::start(server.addr()).await;
-    let lease = lease_key(path);
-    relay.on(
-        move |line| line.starts_with(&format!("ms {lease} ")) && line.ends_with(" ME c"),
-        Tamper::Delay(Duration::from_millis(900)),
-    );
+    relay.on(claim_of(path), Tamper::Delay(Duration::from_millis(900)));
     let tokens = Tokens::new();
     let config = "local_ttl = \"30s\"\nfill_lease = \"5s\"";
     let a = node_via(&tokens, relay.addr, &origin, "A", config);

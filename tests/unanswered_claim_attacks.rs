@@ -28,39 +28,6 @@ use std::time::Instant;
 use support::lease_rig::*;
 use support::*;
 
-const HOST: &str = "shop.example";
-const SITE: [(&str, &str); 1] = [("host", HOST)];
-/// The bound of every wait for something in the background (a write, a delete).
-const SETTLE: Duration = Duration::from_secs(10);
-
-/// The memcached key of `path`'s entry.
-fn entry_key(path: &str) -> String {
-    MemcachedCluster::key_of(HOST, path)
-}
-
-/// The memcached key of `path`'s lease.
-fn lease_key(path: &str) -> String {
-    entry_key(path).replacen("lq:", "lq:fill:", 1)
-}
-
-/// Whether `path`'s lease is in memcached (one server).
-fn lease_present(server: &MemcachedProcess, path: &str) -> bool {
-    server.holds(&lease_key(path))
-}
-
-/// Whether memcached (one server) holds `bytes` in `path`'s entry.
-fn entry_holds(server: &MemcachedProcess, path: &str, bytes: &[u8]) -> bool {
-    server
-        .get_raw(&entry_key(path))
-        .is_some_and(|raw| raw.windows(bytes.len()).any(|w| w == bytes))
-}
-
-/// A relay rule matching the claim (`ms <lease> ... ME c`) of `path`'s lease.
-fn claim_of(path: &str) -> impl Fn(&str) -> bool + Send + Sync + 'static {
-    let lease = lease_key(path);
-    move |line: &str| line.starts_with(&format!("ms {lease} ")) && line.ends_with(" ME c")
-}
-
 /// `body-{n}`, fresh for an hour.
 fn small(n: usize) -> OriginResponse {
     OriginResponse::ok(format!("body-{n}")).header("cache-control", "max-age=3600")

@@ -5,7 +5,8 @@
 //! ([`node_via`]). Shared by `tests/fill_lease_attacks.rs` and `tests/unanswered_claim_attacks.rs`.
 
 use crate::{
-    admin_toml, free_port, LacquerProcess, Node, OriginResponse, TempDir, TestOrigin, ADMIN_TOKEN,
+    admin_toml, free_port, LacquerProcess, MemcachedCluster, MemcachedProcess, Node,
+    OriginResponse, TempDir, TestOrigin, ADMIN_TOKEN,
 };
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,6 +14,41 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+/// The site every node of these tests serves.
+pub const HOST: &str = "shop.example";
+/// The `Host` field of a request for [`HOST`].
+pub const SITE: [(&str, &str); 1] = [("host", HOST)];
+/// The bound of every wait for something in the background (a write, a delete).
+pub const SETTLE: Duration = Duration::from_secs(10);
+
+/// The memcached key of `path`'s entry.
+pub fn entry_key(path: &str) -> String {
+    MemcachedCluster::key_of(HOST, path)
+}
+
+/// The memcached key of `path`'s lease.
+pub fn lease_key(path: &str) -> String {
+    entry_key(path).replacen("lq:", "lq:fill:", 1)
+}
+
+/// Whether `path`'s lease is in memcached (one server).
+pub fn lease_present(server: &MemcachedProcess, path: &str) -> bool {
+    server.holds(&lease_key(path))
+}
+
+/// Whether memcached (one server) holds `bytes` in `path`'s entry.
+pub fn entry_holds(server: &MemcachedProcess, path: &str, bytes: &[u8]) -> bool {
+    server
+        .get_raw(&entry_key(path))
+        .is_some_and(|raw| raw.windows(bytes.len()).any(|w| w == bytes))
+}
+
+/// A relay rule matching the claim (`ms <lease> ... ME c`) of `path`'s lease.
+pub fn claim_of(path: &str) -> impl Fn(&str) -> bool + Send + Sync + 'static {
+    let lease = lease_key(path);
+    move |line: &str| line.starts_with(&format!("ms {lease} ")) && line.ends_with(" ME c")
+}
 
 // ---------------------------------------------------------------------------------------------
 // A relay between a node and memcached that holds or cuts chosen commands
