@@ -26,8 +26,9 @@
 //!   counted renewed), the lease keeping its claim's time;
 //! * memcached restarted empty between a claim and its release, its CAS tokens counted from 1
 //!   again up to the very token the claim was given, which another node's claim is given: the
-//!   release by token deletes the other claim's lease and the fill from before a POST is kept
-//!   and served (`#[ignore]`d: the gap the module docs name and leave open).
+//!   release by token deleted the other claim's lease and the fill from before a POST was kept
+//!   and served (a token is now never sent to a run of the server other than the one that
+//!   gave it).
 
 use lacquer_test_support as support;
 
@@ -489,19 +490,13 @@ async fn a_renewal_landing_after_a_purge_deleted_the_lease_does_not_bring_it_bac
 /// lease's server restarts empty; C and B start; a POST through C finds nothing stored and no
 /// lease, and is not published. The restarted server counts CAS tokens from 1 again, and
 /// reaches `t - 1` (other writes; spent here on purpose), so B's claim of the page is given `t`
-/// too. A's fill ends (the answer from before the POST): its write lands, and its release
-/// deletes by `t`, which memcached finds on B's lease: B's lease is deleted as if it were
-/// A's, A takes its own lease for intact, keeps its fill and serves it, and memcached holds it
-/// for every node.
-///
-/// The module docs name this gap (a restarted server's tokens may repeat) and leave it open, as
-/// closing it costs every release a read; this test shows what it costs when it happens: not
-/// only one more fetch, but the answer from before a POST kept and served (as every release did
-/// before holders were told apart, 3a8288b and earlier, with any token).
+/// too. A's fill ends (the answer from before the POST). Its release must not delete B's lease
+/// by `t`: A must find its lease lost, not keep its fill or leave it in memcached, and serve
+/// B's answer. (Until 2026-12-06 the release deleted by `t`, which memcached found on B's
+/// lease: B's lease was deleted as if it were A's, A took its own for intact, kept its fill and
+/// served it, and memcached held it for every node. A token now carries the run of the server
+/// that gave it, and is not sent to another: `lacquer_memcached::cas_token`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "KNOWN gap: a release by the CAS token of a claim made before its server restarted \
-            empty deletes another claim's lease given the same token, and the fill from \
-            before a POST is kept and served"]
 async fn a_release_by_a_token_the_restarted_server_gave_again_keeps_a_fill_from_before_a_post() {
     let mut cluster = MemcachedCluster::start(1);
     let path = "/token-given-again";
@@ -572,10 +567,11 @@ async fn a_release_by_a_token_the_restarted_server_gave_again_keeps_a_fill_from_
     let b_lease_kept = lease_present(server, path);
     let a_lost = admin_stat(a.admin, "fill_leases_lost").await;
     let kept_in_memcached = entry_holds(server, path, b"body-1-late");
-    let a_serves = get(&a.proxy.url(path), &SITE).await.body.clone();
     origin.open(path, 2);
     let b_answer = b_fill.await.expect("B's request");
     assert_eq!(&b_answer.body[..], b"body-2-late");
+    // asked after B's fill: a request of A's while B's lease stands waits for B's fill
+    let a_serves = get(&a.proxy.url(path), &SITE).await.body.clone();
     assert!(
         b_lease_kept && a_lost == 1 && !kept_in_memcached && &a_serves[..] != b"body-1-late",
         "A's release by token {claimed} deleted B's lease (B's lease kept: {b_lease_kept}); A \

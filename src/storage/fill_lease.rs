@@ -37,9 +37,12 @@
 //!   given (`md <key> C<token>`, atomic in memcached and one round trip, as a plain delete
 //!   was), and when that token is stale (the lease was renewed) or refused, by the token of a
 //!   `gets` whose value names this claim ([`FillLeases::release`]). Another claim's lease is
-//!   left alone. (A server restarted empty counts its tokens from 1 again, so another claim's
-//!   lease may by chance carry the token this claim was given before the restart; closing that
-//!   would cost every fill's release a `gets`, and is not paid.) A server run without CAS tokens
+//!   left alone. A server restarted empty counts its tokens from 1 again, so another claim's
+//!   lease may carry the number this claim was given before the restart: a token carries the
+//!   run of the server that gave it, and is never sent to another run
+//!   ([`lacquer_memcached::cas_token`]; the release then reads the holder, as for a stale
+//!   token). (Until 2026-12-06 it was sent, and deleted the other claim's lease; the fill from
+//!   before a POST was kept.) A server run without CAS tokens
 //!   (`-C`) gives every value the token 0, which names no value (`md <key> C0` deletes any):
 //!   a claim given 0 is released by its holder, as a renewed one, and such a server's lease,
 //!   whose `cas` it always refuses, is renewed by a `replace` once read as this claim's. A fill written by a node that
@@ -122,7 +125,7 @@ use super::memory::MemoryTier;
 use super::shared_counters::SharedCounters;
 use super::tiered::namespaced_hex;
 use bytes::Bytes;
-use lacquer_memcached::{usable_cas_token, CasOutcome, Cluster};
+use lacquer_memcached::{usable_cas_token, CasOutcome, CasToken, Cluster};
 use parking_lot::Mutex;
 use pingora_cache::key::{CacheHashKey, HashBinary};
 use pingora_cache::CacheKey;
@@ -295,7 +298,7 @@ pub struct Claim {
     holder: u64,
     /// The lease's CAS token as claimed; `None` once a renewal has rewritten it, or when the
     /// server gave none (`Claim::claimed`).
-    token: Option<u64>,
+    token: Option<CasToken>,
     /// Its `add` went unanswered (`Claim::unanswered`): its lease, if memcached carries the `add`
     /// out late, did not guard the fill from its start, and the fill is not kept.
     unanswered: bool,
@@ -305,7 +308,7 @@ impl Claim {
     /// The claim of `holder` whose `add` memcached answered with `token`. A claim given no
     /// usable token ([`usable_cas_token`]: 0 names no value, and `md <key> C0` deletes any) is released as a renewed one is, by the holder its lease
     /// names ([`FillLeases::release`]).
-    fn claimed(holder: u64, token: u64) -> Claim {
+    fn claimed(holder: u64, token: CasToken) -> Claim {
         Claim {
             holder,
             token: usable_cas_token(token),
@@ -429,12 +432,10 @@ impl FillLeases {
     /// finds the token changed (a renewal landed meanwhile, or another claim's lease), reads the
     /// lease (`gets`) and deletes it by the token read if the holder it names is this claim's.
     /// Atomic too: the delete by token fails if anything wrote the lease after that read.
-    /// One gap is left: a server restarted empty counts its CAS tokens from 1 again, so the
-    /// token of another claim's lease on it may happen to equal the one this claim's `add` was
-    /// given before the restart; then this claim, not renewed since, deletes the other's lease
-    /// (what every release did before holders were told apart). Reading the holder before
-    /// every release would close it at the cost of a round trip on every fill's release;
-    /// not paid.
+    /// A server restarted empty counts its CAS tokens from 1 again, so another claim's lease on
+    /// it may carry the number this claim's `add` was given before the restart: the token is
+    /// not sent to the new run (it answers "changed", [`lacquer_memcached::CasToken`]), and the
+    /// holder is read as for a stale token. No round trip more on a release otherwise.
     async fn release(&self, entry_key: &str, lease_key: &str, claim: Claim) -> Released {
         let (place, key) = (entry_key.as_bytes(), lease_key.as_bytes());
         let mut token = claim.token;
@@ -1235,26 +1236,5 @@ mod tests {
         assert_eq!(lease_holder(b"1700000000000"), None);
         assert_eq!(lease_holder(b"1700000000000 xyz"), None);
         assert_eq!(lease_field(b"", 0), None);
-    }
-
-    #[test]
-    fn a_claim_given_the_token_0_is_released_by_its_holder_not_by_that_token() {
-        assert_eq!(
-            Claim::claimed(7, 42),
-            Claim {
-                holder: 7,
-                token: Some(42),
-                unanswered: false,
-            }
-        );
-        // memcached run with -C: every value's token is 0, and `md <key> C0` deletes any
-        assert_eq!(
-            Claim::claimed(7, 0),
-            Claim {
-                holder: 7,
-                token: None,
-                unanswered: false,
-            }
-        );
     }
 }

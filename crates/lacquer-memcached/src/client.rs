@@ -10,6 +10,7 @@
 //! server's [`crate::pool`], whose rules bound it in time and decide which connections are
 //! reused.
 
+use crate::cas_token::CasToken;
 use crate::error::McError;
 use crate::pool::{Pool, ServerConfig};
 use crate::protocol::{check_key, CasOutcome, Command, Reply, StoreMode};
@@ -101,10 +102,16 @@ impl ServerClient {
     /// Fetches one value with its CAS token (memcached `gets`), `Ok(None)` on a miss: for a
     /// writer that replaces a value only after looking at it, with [`Self::cas`], so that a
     /// write landing in between is not lost.
-    pub async fn gets(&self, key: &[u8]) -> Result<Option<(Bytes, u64)>, McError> {
+    pub async fn gets(&self, key: &[u8]) -> Result<Option<(Bytes, CasToken)>, McError> {
         check_key(key)?;
-        match self.pool.execute(&Command::Gets(key)).await? {
-            Reply::ValueCas(v) => Ok(v),
+        match self
+            .pool
+            .execute_with_token(&Command::Gets(key), None)
+            .await?
+        {
+            (Reply::ValueCas(v), run) => {
+                Ok(v.map(|(value, token)| (value, CasToken::new(token, run))))
+            }
             _ => unreachable!("gets yields a value and its token"),
         }
     }
@@ -113,23 +120,28 @@ impl ServerClient {
     /// `token` (memcached compare-and-swap): a writer that decided to replace a value by
     /// looking at it replaces that value, not one written since. Retried once on a stale pooled
     /// connection like a set: a retry whose first attempt landed answers
-    /// [`CasOutcome::Changed`], and the caller reads the value again.
+    /// [`CasOutcome::Changed`], and the caller reads the value again. A token of an earlier run
+    /// of the server (it restarted since) is not sent, and answers `Changed` too.
     pub async fn cas(
         &self,
         key: &[u8],
         value: Bytes,
         ttl_secs: u32,
-        token: u64,
+        token: CasToken,
     ) -> Result<CasOutcome, McError> {
         check_key(key)?;
         let cmd = Command::Store {
             key,
             value: &value,
             ttl: ttl_secs,
-            mode: StoreMode::Cas(token),
+            mode: StoreMode::Cas(token.value()),
         };
-        match self.pool.execute(&cmd).await? {
-            Reply::Cas(outcome) => Ok(outcome),
+        match self
+            .pool
+            .execute_with_token(&cmd, Some(token.instance()))
+            .await?
+        {
+            (Reply::Cas(outcome), _) => Ok(outcome),
             _ => unreachable!("a compare-and-swap yields its outcome"),
         }
     }
@@ -166,7 +178,7 @@ impl ServerClient {
         key: &[u8],
         value: Bytes,
         ttl_secs: u32,
-    ) -> Result<Option<u64>, McError> {
+    ) -> Result<Option<CasToken>, McError> {
         check_key(key)?;
         let cmd = Command::Store {
             key,
@@ -174,8 +186,8 @@ impl ServerClient {
             ttl: ttl_secs,
             mode: StoreMode::AddToken,
         };
-        match self.pool.execute(&cmd).await? {
-            Reply::Token(token) => Ok(token),
+        match self.pool.execute_with_token(&cmd, None).await? {
+            (Reply::Token(token), run) => Ok(token.map(|token| CasToken::new(token, run))),
             _ => unreachable!("an add that returns its token yields it"),
         }
     }
@@ -253,11 +265,18 @@ impl ServerClient {
     /// `md <key> C<token>`, atomic on the server): [`CasOutcome::Stored`] when deleted,
     /// [`CasOutcome::Changed`] when the value was written since (nothing deleted),
     /// [`CasOutcome::Gone`] when there was nothing. Retried once on a stale pooled connection
-    /// like a delete: a retry whose first attempt landed answers `Gone`.
-    pub async fn delete_cas(&self, key: &[u8], token: u64) -> Result<CasOutcome, McError> {
+    /// like a delete: a retry whose first attempt landed answers `Gone`. A token of an earlier
+    /// run of the server (it restarted since, and may have given the same number to another
+    /// value) is not sent, and answers `Changed`.
+    pub async fn delete_cas(&self, key: &[u8], token: CasToken) -> Result<CasOutcome, McError> {
         check_key(key)?;
-        match self.pool.execute(&Command::DeleteCas(key, token)).await? {
-            Reply::Cas(outcome) => Ok(outcome),
+        let cmd = Command::DeleteCas(key, token.value());
+        match self
+            .pool
+            .execute_with_token(&cmd, Some(token.instance()))
+            .await?
+        {
+            (Reply::Cas(outcome), _) => Ok(outcome),
             _ => unreachable!("a compare-and-delete yields its outcome"),
         }
     }

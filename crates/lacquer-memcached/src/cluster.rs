@@ -7,6 +7,7 @@
 //! costs at most the operation timeout; nothing here ever fails a client request.
 
 use crate::batch::GetBatcher;
+use crate::cas_token::CasToken;
 use crate::client::ServerClient;
 use crate::error::McError;
 use crate::ketama::KetamaRing;
@@ -322,7 +323,7 @@ impl Cluster {
         &self,
         placement_key: &[u8],
         key: &[u8],
-    ) -> Option<Option<(Bytes, u64)>> {
+    ) -> Option<Option<(Bytes, CasToken)>> {
         let index = self.node_for(placement_key)?;
         let result = self.nodes[index].client.gets(key).await;
         self.record(index, result)
@@ -337,7 +338,7 @@ impl Cluster {
         key: &[u8],
         value: Bytes,
         ttl_secs: u32,
-        token: u64,
+        token: CasToken,
     ) -> Option<CasOutcome> {
         let index = self.node_for(placement_key)?;
         let result = self.nodes[index]
@@ -381,7 +382,7 @@ impl Cluster {
         key: &[u8],
         value: Bytes,
         ttl_secs: u32,
-    ) -> Option<Option<u64>> {
+    ) -> Option<Option<CasToken>> {
         let index = self.node_for(placement_key)?;
         let added = self.nodes[index].client.add_token(key, value, ttl_secs);
         self.within_op_timeout(index, added).await
@@ -439,7 +440,7 @@ impl Cluster {
         &self,
         placement_key: &[u8],
         key: &[u8],
-        token: u64,
+        token: CasToken,
     ) -> Option<CasOutcome> {
         let index = self.node_for(placement_key)?;
         let result = self.nodes[index].client.delete_cas(key, token).await;

@@ -4,6 +4,7 @@
 //! Whether a connection may be used again is not decided here but by [`crate::pool`], which
 //! owns every connection between exchanges.
 
+use crate::cas_token::ServerInstance;
 use crate::error::McError;
 use crate::protocol::{Command, Reply, ReplyReader};
 use std::net::SocketAddr;
@@ -26,14 +27,17 @@ pub(crate) struct Connection {
     command: Vec<u8>,
     /// The runtime whose reactor the socket is registered with (see the pool's rules).
     runtime: tokio::runtime::Id,
+    /// The run of the server this connection reaches, read when it opened.
+    instance: ServerInstance,
     _open: OpenCount,
 }
 
 impl Connection {
     /// Connects to `addr` within `connect_timeout`, from a task of `runtime`; `count` (reserved
     /// by the pool before connecting) counts the connection until it is dropped, or is given
-    /// back if it fails. Any failure is [`McError::Connect`] (the cause is logged at debug
-    /// level).
+    /// back if it fails. Any failure to connect is [`McError::Connect`] (the cause is logged at
+    /// debug level). Once connected, the server's `stats` are read for the run it is
+    /// ([`crate::cas_token`]): one round trip per connection, bounded by the caller's deadline.
     pub(crate) async fn open(
         addr: SocketAddr,
         connect_timeout: Duration,
@@ -53,13 +57,24 @@ impl Connection {
         };
         stream.set_nodelay(true)?;
         let (r, w) = stream.into_split();
-        Ok(Connection {
+        let mut conn = Connection {
             reader: ReplyReader::new(r),
             writer: w,
             command: Vec::new(),
             runtime,
+            instance: ServerInstance::default(),
             _open: count,
-        })
+        };
+        match conn.exchange(&Command::Stats).await? {
+            Reply::Instance(instance) => conn.instance = instance,
+            _ => unreachable!("stats yield the server's run"),
+        }
+        Ok(conn)
+    }
+
+    /// The run of the server this connection reaches.
+    pub(crate) fn instance(&self) -> ServerInstance {
+        self.instance
     }
 
     /// The runtime whose reactor this connection's socket is registered with.

@@ -14,6 +14,8 @@
 //!   idempotent call on a stale pooled connection.
 //! * `connection`: one TCP connection, opened within `connect_timeout`, one exchange at a time.
 //! * [`protocol`]: the meta text protocol's bytes: commands encoded, replies parsed.
+//! * [`cas_token`]: CAS tokens that carry the run of the server that gave them, so that a server
+//!   restarted empty, counting its tokens from 1 again, is not sent a token of its last run.
 //! * [`error`]: [`McError`], why a call failed (callers treat every error as a miss).
 //! * [`server_stats`]: each server's latency, batch sizes, failures and timeouts, for metrics.
 //!
@@ -29,6 +31,7 @@
 //! benchmark's dependency stays out of Lacquer's package.
 
 pub mod batch;
+pub mod cas_token;
 pub mod client;
 pub mod cluster;
 mod connection;
@@ -38,11 +41,12 @@ pub mod pool;
 pub mod protocol;
 pub mod server_stats;
 
+pub use cas_token::{usable_cas_token, CasToken, ServerInstance};
 pub use client::ServerClient;
 pub use cluster::{
     Cluster, ClusterConfig, ClusterCounters, ClusterServer, DeleteOutcome, ServerReport,
 };
 pub use error::McError;
 pub use pool::ServerConfig;
-pub use protocol::{usable_cas_token, CasOutcome};
+pub use protocol::CasOutcome;
 pub use server_stats::{ServerStats, ServerStatsSnapshot};

@@ -13,6 +13,9 @@
 //!   get_multi, gets, set, cas, `add_retried`, delete, touch) is retried once on a
 //!   fresh connection. `add` (a lease's) and append are never retried.  No other
 //!   failure is retried.
+//! * A command carrying a CAS token goes only over a connection to the run of the server that
+//!   gave the token (each connection reads which run it reaches when it opens): a server
+//!   restarted empty counts its tokens from 1 again ([`crate::cas_token`]).
 //! * A connection is used again only by a task of the runtime that opened it. Its socket is
 //!   registered with that runtime's reactor, so a task of another runtime (Pingora runs the
 //!   proxy, the admin listener and each background service on runtimes of their own) would be
@@ -23,9 +26,10 @@
 //!   closes the longest-idle connection of another runtime to make room, so `pool_size` still
 //!   bounds the connections.
 
+use crate::cas_token::ServerInstance;
 use crate::connection::{Connection, OpenCount};
 use crate::error::McError;
-use crate::protocol::{Command, Reply};
+use crate::protocol::{CasOutcome, Command, Reply};
 use crate::server_stats::ServerStats;
 use parking_lot::Mutex;
 use std::net::SocketAddr;
@@ -91,6 +95,20 @@ impl Pool {
         self.execute_by(cmd, deadline).await
     }
 
+    /// [`Self::execute`] for a command that reads or carries a CAS token: the reply comes with
+    /// the run of the server that gave it, and a command carrying a token of the run `sent_to`
+    /// is sent over a connection to that run only. Over a connection to another run (the server
+    /// restarted since the token was read; see [`crate::cas_token`]) it is not sent, and the
+    /// reply is [`CasOutcome::Changed`]: the value the token named is gone.
+    pub(crate) async fn execute_with_token(
+        &self,
+        cmd: &Command<'_>,
+        sent_to: Option<ServerInstance>,
+    ) -> Result<(Reply, ServerInstance), McError> {
+        let deadline = tokio::time::Instant::now() + self.cfg.op_timeout;
+        self.execute_until(cmd, sent_to, deadline).await
+    }
+
     /// Runs one exchange on a pooled or new connection, ending by `deadline` (a caller that
     /// has already started its own clock passes it here, so one timer bounds the whole call).
     pub(crate) async fn execute_by(
@@ -101,8 +119,20 @@ impl Pool {
         if let Command::GetMulti(keys) = cmd {
             self.stats.on_batch(keys.len());
         }
+        self.execute_until(cmd, None, deadline)
+            .await
+            .map(|(reply, _)| reply)
+    }
+
+    /// One exchange (and its retry) ending by `deadline`; a completed one's latency counted.
+    async fn execute_until(
+        &self,
+        cmd: &Command<'_>,
+        sent_to: Option<ServerInstance>,
+        deadline: tokio::time::Instant,
+    ) -> Result<(Reply, ServerInstance), McError> {
         let started = std::time::Instant::now();
-        let result = tokio::time::timeout_at(deadline, self.execute_once_or_retry(cmd))
+        let result = tokio::time::timeout_at(deadline, self.execute_once_or_retry(cmd, sent_to))
             .await
             .unwrap_or(Err(McError::Timeout));
         if result.is_ok() {
@@ -111,7 +141,11 @@ impl Pool {
         result
     }
 
-    async fn execute_once_or_retry(&self, cmd: &Command<'_>) -> Result<Reply, McError> {
+    async fn execute_once_or_retry(
+        &self,
+        cmd: &Command<'_>,
+        sent_to: Option<ServerInstance>,
+    ) -> Result<(Reply, ServerInstance), McError> {
         let _permit = self
             .permits
             .acquire()
@@ -126,10 +160,15 @@ impl Pool {
             Ok(conn) => conn,
             Err(place) => self.connect(place, runtime).await?,
         };
+        if let Some(answer) = self.another_run(conn.instance(), sent_to) {
+            self.idle.lock().push(conn);
+            return Ok(answer);
+        }
         match conn.exchange(cmd).await {
             Ok(reply) => {
+                let instance = conn.instance();
                 self.idle.lock().push(conn);
-                Ok(reply)
+                Ok((reply, instance))
             }
             Err(McError::Io(e)) if reused && !conn.reply_started() => {
                 drop(conn);
@@ -149,12 +188,35 @@ impl Pool {
                     self.cfg.addr
                 );
                 let mut conn = self.connect(place, runtime).await?;
+                if let Some(answer) = self.another_run(conn.instance(), sent_to) {
+                    self.idle.lock().push(conn);
+                    return Ok(answer);
+                }
                 let reply = conn.exchange(cmd).await?;
+                let instance = conn.instance();
                 self.idle.lock().push(conn);
-                Ok(reply)
+                Ok((reply, instance))
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// The reply to a command carrying a token of the run `sent_to`, when the connection
+    /// reaches another run (`reached`): not sent, the value is taken as changed.
+    fn another_run(
+        &self,
+        reached: ServerInstance,
+        sent_to: Option<ServerInstance>,
+    ) -> Option<(Reply, ServerInstance)> {
+        let sent_to = sent_to?;
+        if sent_to == reached {
+            return None;
+        }
+        log::debug!(
+            "memcached {}: a CAS token of an earlier run of the server not sent",
+            self.cfg.addr
+        );
+        Some((Reply::Cas(CasOutcome::Changed), reached))
     }
 
     /// The most recently used idle connection opened by `runtime`, or else a place in the count

@@ -4,12 +4,14 @@
 //! value's CAS token), `ms <key> <len> T<ttl>` (with `ME` for add, `MR` for replace, `C<token>`
 //! for compare-and-swap, `c` for an add that returns its CAS token), `ms <key> <len> MA` for
 //! append, `md <key>` (with `C<token>` for compare-and-delete), `mg <key> T<ttl>` for touch, and
-//! for batches `mg <key> v q O<i>` per key closed by `mn`.
+//! for batches `mg <key> v q O<i>` per key closed by `mn`; `stats` once per connection, for
+//! the run of the server it reaches ([`crate::cas_token`]).
 //!
 //! Nothing here owns a socket: a command is encoded into a byte buffer and replies are read from
 //! any `AsyncRead`, so the `connection` module decides how bytes travel and the tests below
 //! check the encoding and parsing on plain byte buffers.
 
+use crate::cas_token::ServerInstance;
 use crate::error::McError;
 use bytes::{Bytes, BytesMut};
 use std::io;
@@ -23,6 +25,8 @@ const MAX_TTL_SECS: u32 = 30 * 24 * 3600;
 const MAX_LINE: usize = 1024;
 /// Largest value accepted from a server, to bound memory on a corrupt length.
 const MAX_VALUE_LEN: usize = 128 << 20;
+/// Most lines of a `stats` reply read (memcached 1.6 sends about 80).
+const MAX_STATS_LINES: usize = 1024;
 
 /// Rejects keys memcached's text protocol cannot carry, before anything is sent.
 pub(crate) fn check_key(key: &[u8]) -> Result<(), McError> {
@@ -74,16 +78,6 @@ pub enum CasOutcome {
     Gone,
 }
 
-/// `token`, a CAS token memcached gave a value (`gets`, `mg ... c`, `ms ... c`), as one that
-/// names that value, or `None` for 0, which names none: memcached counts tokens from 1, and a
-/// server run without them (`-C`, 8 bytes saved per item) gives every value 0, answers every
-/// compare-and-swap by that token `EX` (changed), and carries out `md <key> C0` on whatever value
-/// is there. A caller holding `None` must do without the compare (a `replace`, or a check of the
-/// value read) or not at all.
-pub fn usable_cas_token(token: u64) -> Option<u64> {
-    (token != 0).then_some(token)
-}
-
 /// One request, so a single exchange routine serves every call (and its retry).
 /// Keys are checked by [`check_key`] before a command is built.
 pub(crate) enum Command<'a> {
@@ -106,6 +100,9 @@ pub(crate) enum Command<'a> {
         key: &'a [u8],
         value: &'a [u8],
     },
+    /// The server's statistics, read for the run they describe ([`ServerInstance`]): once per
+    /// connection, when it opens.
+    Stats,
 }
 
 impl Command<'_> {
@@ -174,6 +171,7 @@ impl Command<'_> {
                 put_number(out, value.len());
                 put(out, &[b" MA\r\n", value, b"\r\n"]);
             }
+            Command::Stats => put(out, &[b"stats\r\n"]),
         }
     }
 }
@@ -203,6 +201,8 @@ pub(crate) enum Reply {
     /// The CAS token of the value an add stored, `None` when it stored nothing
     /// ([`StoreMode::AddToken`]).
     Token(Option<u64>),
+    /// The run of the server a `stats` reply describes.
+    Instance(ServerInstance),
 }
 
 /// Room kept free in the read buffer before each read: a read fills whatever the buffer has
@@ -267,6 +267,7 @@ impl<R: AsyncRead + Unpin> ReplyReader<R> {
             Command::Delete(_) => self.read_flag("HD", "NF").await.map(Reply::Flag),
             Command::DeleteCas(..) => self.read_cas().await.map(Reply::Cas),
             Command::Touch(..) => self.read_flag("HD", "EN").await.map(Reply::Flag),
+            Command::Stats => self.read_instance().await.map(Reply::Instance),
         }
     }
 
@@ -411,6 +412,29 @@ impl<R: AsyncRead + Unpin> ReplyReader<R> {
             values[index] = Some(self.read_data(len).await?);
             next = index + 1;
         }
+    }
+
+    /// Reads a `stats` reply (`STAT <name> <value>` lines up to `END`) for the run it describes:
+    /// `pid`, and `time - uptime`, the start time, constant for a run. At most
+    /// [`MAX_STATS_LINES`] lines (memcached 1.6 sends about 80).
+    async fn read_instance(&mut self) -> Result<ServerInstance, McError> {
+        let (mut pid, mut uptime, mut time) = (0u64, 0i64, 0i64);
+        for _ in 0..MAX_STATS_LINES {
+            let line = self.read_line().await?;
+            let line = text(&line)?;
+            if line == "END" {
+                return Ok(ServerInstance::new(pid, time - uptime));
+            }
+            let mut fields = line.split(' ');
+            match (fields.next(), fields.next(), fields.next()) {
+                (Some("STAT"), Some("pid"), Some(v)) => pid = v.parse().unwrap_or(0),
+                (Some("STAT"), Some("uptime"), Some(v)) => uptime = v.parse().unwrap_or(0),
+                (Some("STAT"), Some("time"), Some(v)) => time = v.parse().unwrap_or(0),
+                (Some("STAT"), Some(_), _) => {}
+                _ => return Err(unexpected(line)),
+            }
+        }
+        Err(McError::Protocol("stats reply too long".into()))
     }
 
     /// Reads a one-line reply that is either `yes` (true) or `no` (false).
@@ -611,6 +635,40 @@ mod tests {
             delete(b"NF\r\n").await.unwrap(),
             Reply::Cas(CasOutcome::Gone)
         );
+    }
+
+    #[tokio::test]
+    async fn a_stats_reply_names_the_run_of_the_server_by_pid_and_start_time() {
+        assert_eq!(encoded(Command::Stats), "stats\r\n");
+        let stats = |input| reply_to(Command::Stats, input);
+        let run = stats(b"STAT pid 4242\r\nSTAT uptime 60\r\nSTAT time 1796596837\r\nSTAT version 1.6.18\r\nEND\r\n");
+        assert_eq!(
+            run.await.unwrap(),
+            Reply::Instance(ServerInstance::new(4242, 1_796_596_777))
+        );
+        // the same run read a minute later
+        let later = stats(b"STAT uptime 120\r\nSTAT pid 4242\r\nSTAT time 1796596897\r\nEND\r\n");
+        assert_eq!(
+            later.await.unwrap(),
+            Reply::Instance(ServerInstance::new(4242, 1_796_596_777))
+        );
+        // not memcached's: every such server is one run, as before runs were told apart
+        let bare = stats(b"STAT curr_items 3\r\nEND\r\n");
+        assert_eq!(
+            bare.await.unwrap(),
+            Reply::Instance(ServerInstance::default())
+        );
+        for input in [
+            &b"ERROR\r\n"[..],
+            b"STAT pid 1\r\nVA 3\r\n",
+            b"STAT pid 1\r\n",
+        ] {
+            let reply = stats(input).await;
+            assert!(reply.is_err(), "{reply:?}");
+        }
+        let endless = "STAT x 1\r\n".repeat(MAX_STATS_LINES + 1);
+        let reply = stats(endless.as_bytes()).await;
+        assert!(matches!(reply, Err(McError::Protocol(_))), "{reply:?}");
     }
 
     #[tokio::test]

@@ -230,11 +230,71 @@ async fn ttl_expires_and_touch_extends() {
     assert!(within(c.get(b"touched")).await.unwrap().is_some());
 }
 
+/// memcached numbers values from 1 and a server restarted empty counts from 1 again, so a token
+/// read before the restart names, after it, whatever value was given the same number. A
+/// compare-and-delete or compare-and-swap by such a token must act on nothing (it answers
+/// `Changed`, and the value is read again), while tokens of the new run work as ever. (Before,
+/// the stale token deleted or overwrote the new run's value: another node's fill lease.)
+#[tokio::test]
+async fn a_token_given_before_the_server_restarted_acts_on_nothing_after_it() {
+    let mut mc = Memcached::start();
+    let c = client(mc.addr(), 2);
+    let claimed = within(c.add_token(b"lease", Bytes::from_static(b"A"), 60))
+        .await
+        .unwrap()
+        .expect("stored");
+    within(c.set(b"entry", Bytes::from_static(b"old"), 60))
+        .await
+        .unwrap();
+    let (_, read) = within(c.gets(b"entry")).await.unwrap().unwrap();
+    mc.kill();
+    let _restarted = Memcached::start_on(mc.port);
+    // another client stores the same keys on the new run, given the same numbers
+    let other = client(mc.addr(), 1);
+    let theirs = within(other.add_token(b"lease", Bytes::from_static(b"B"), 60))
+        .await
+        .unwrap()
+        .expect("stored");
+    within(other.set(b"entry", Bytes::from_static(b"new"), 60))
+        .await
+        .unwrap();
+    let (_, their_read) = within(other.gets(b"entry")).await.unwrap().unwrap();
+    assert_eq!(
+        (theirs.value(), their_read.value()),
+        (claimed.value(), read.value()),
+        "the restarted server gave other numbers (setup)"
+    );
+    assert_ne!(theirs.instance(), claimed.instance());
+    let deleted = within(c.delete_cas(b"lease", claimed)).await.unwrap();
+    assert_eq!(deleted, CasOutcome::Changed);
+    let swapped = within(c.cas(b"entry", Bytes::from_static(b"late"), 60, read)).await;
+    assert_eq!(swapped.unwrap(), CasOutcome::Changed);
+    assert_eq!(
+        within(other.get(b"lease")).await.unwrap(),
+        Some(Bytes::from_static(b"B"))
+    );
+    assert_eq!(
+        within(other.get(b"entry")).await.unwrap(),
+        Some(Bytes::from_static(b"new"))
+    );
+    // the new run's tokens, read by the same client, work
+    let (_, now) = within(c.gets(b"lease")).await.unwrap().unwrap();
+    assert_eq!(now, theirs);
+    let deleted = within(c.delete_cas(b"lease", now)).await.unwrap();
+    assert_eq!(deleted, CasOutcome::Stored);
+    assert_eq!(within(other.get(b"lease")).await.unwrap(), None);
+}
+
 #[tokio::test]
 async fn invalid_keys_are_rejected_before_sending() {
     // Nothing listens here: any attempt to send would yield Connect instead.
     let (_socket, addr) = refusing_addr();
     let c = client(addr, 1);
+    // a token to send (only a server gives one)
+    let mc = Memcached::start();
+    let giver = client(mc.addr(), 1);
+    within(giver.set(b"k", Bytes::new(), 0)).await.unwrap();
+    let (_, token) = within(giver.gets(b"k")).await.unwrap().unwrap();
     let long = vec![b'k'; 251];
     let bad: [&[u8]; 5] = [b"", b"has space", b"tab\tkey", b"nl\n", &long];
     for key in bad {
@@ -243,7 +303,7 @@ async fn invalid_keys_are_rejected_before_sending() {
         let set = c.set(key, Bytes::new(), 0).await;
         assert!(matches!(set, Err(McError::Protocol(_))));
         assert!(matches!(c.gets(key).await, Err(McError::Protocol(_))));
-        let cas = c.cas(key, Bytes::new(), 0, 1).await;
+        let cas = c.cas(key, Bytes::new(), 0, token).await;
         assert!(matches!(cas, Err(McError::Protocol(_))));
         let add = c.add_retried(key, Bytes::new(), 0).await;
         assert!(matches!(add, Err(McError::Protocol(_))));
