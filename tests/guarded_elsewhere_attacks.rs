@@ -1,0 +1,110 @@
+//! A miss that goes to the origin while another claim holds the URL's fill lease (another
+//! node's, or another request's on this node) is guarded by that lease only while it stands.
+//! When that claim's fill fails, its lease is released while this fetch is still at the origin;
+//! a POST through a third node then finds nothing stored and no lease, and is published to no
+//! one. The fetch, from before the POST, must not be kept and served by every node.
+//!
+//! Such a miss is one the fast path declines (a `Range`, a validator), which claims on the
+//! standard path (`FillLeases::claim_for_miss`) and, finding the lease held, fetched anyway:
+//! until 2026-12-07 its answer was stored and written to memcached. It is now served and not
+//! stored: the claim's own fill is the one kept.
+
+use lacquer_test_support as support;
+
+use support::lease_rig::*;
+use support::*;
+
+/// The page as a GET's `n`th arrival at the origin finds it.
+fn page(n: usize) -> OriginResponse {
+    OriginResponse::ok(format!("body-{n}")).header("cache-control", "max-age=3600")
+}
+
+/// B claims `/p` and waits at the origin (its answer: a 502, stored nowhere). A asks for `/p`
+/// with a request its fast path declines: A finds B's lease and fetches too. B's fetch fails and
+/// B releases the lease; a POST through C finds nothing stored and no lease. A's fetch answers
+/// with the page as it was before the POST: not kept in memcached, not served by any node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_miss_under_another_claims_lease_is_not_kept_over_a_post_after_that_claim_failed() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let tokens = Tokens::new();
+    let config = "local_ttl = \"30s\"\nfill_lease = \"10s\"";
+    let mut failures = Vec::new();
+    for (round, (path, field)) in [
+        ("/ranged", ("range", "bytes=0-3")),
+        ("/validated", ("if-none-match", "\"v0\"")),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let origin = GatedOrigin::answering(|_, n| match n {
+            1 => OriginResponse::ok("origin failed").status(502),
+            n => page(n),
+        });
+        let node = |name: &str| {
+            let name = format!("{name}{round}");
+            node_via(&tokens, server.addr(), &origin.origin, &name, config)
+        };
+        let (a, b, c) = (node("A"), node("B"), node("C"));
+        origin.close(path, 1);
+        origin.close(path, 2);
+        let url = b.proxy.url(path);
+        let b_fill = tokio::spawn(async move { get(&url, &SITE).await });
+        assert!(
+            origin
+                .origin
+                .wait_for_hits_for_async(path, 1, Duration::from_secs(5))
+                .await,
+            "{path}: B did not reach the origin"
+        );
+        assert!(lease_present(server, path), "{path}: B claimed no lease");
+        let url = a.proxy.url(path);
+        let a_fill = tokio::spawn(async move { get(&url, &[("host", HOST), field]).await });
+        assert!(
+            origin
+                .origin
+                .wait_for_hits_for_async(path, 2, Duration::from_secs(5))
+                .await,
+            "{path}: A did not reach the origin"
+        );
+        // B's fetch fails: its lease is released
+        origin.open(path, 1);
+        assert_eq!(b_fill.await.expect("B's request").status, 502, "{path}");
+        assert!(
+            poll_until_async(SETTLE, || !lease_present(server, path)).await,
+            "{path}: B's failed fill left its lease"
+        );
+        let posted = post(&c.proxy.url(path), &SITE, "x=1").await;
+        assert_eq!(posted.status, 200);
+        origin.open(path, 2);
+        let answered = a_fill.await.expect("A's request");
+        assert!(
+            answered.status == 200 || answered.status == 206,
+            "{path}: {}",
+            answered.status
+        );
+        let status = answered.header("cache-status").unwrap_or_default();
+        assert!(
+            status.contains("detail=fill-elsewhere"),
+            "{path}: A's answer is not marked as not stored for another claim: {status}"
+        );
+        assert_eq!(
+            wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
+            0
+        );
+        let kept = entry_holds(server, path, b"body-2");
+        let mut served = Vec::new();
+        for node in [&c, &b, &a] {
+            if get(&node.proxy.url(path), &SITE).await.body[..] == b"body-2"[..] {
+                served.push(node.name.clone());
+            }
+        }
+        if kept || !served.is_empty() {
+            failures.push(format!(
+                "{path}: the page as it was before the POST is served by {served:?}, kept in \
+                 memcached: {kept}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
