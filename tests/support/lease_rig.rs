@@ -2,11 +2,14 @@
 //! node and its memcached that delays or cuts chosen commands (a claim's `ms ... ME c` carried
 //! out after its sender gave up, a reply lost after its command landed), an origin whose answers
 //! wait behind gates the test opens ([`GatedOrigin`]), and nodes with one memcached server each
-//! ([`node_via`]). Shared by `tests/fill_lease_attacks.rs` and `tests/unanswered_claim_attacks.rs`.
+//! ([`node_via`], [`Nodes`]), and the waits and checks their tests repeat. Shared by
+//! `tests/fill_lease_attacks.rs`, `tests/unanswered_claim_attacks.rs`,
+//! `tests/fill_lease_renewal.rs` and `tests/purged_fill_attacks.rs`.
 
 use crate::{
-    admin_toml, free_port, LacquerProcess, MemcachedCluster, MemcachedProcess, Node,
-    OriginResponse, TempDir, TestOrigin, ADMIN_TOKEN,
+    admin_toml, free_port, get, poll_until_async, wait_for_stat_at_most, LacquerProcess,
+    MemcachedCluster, MemcachedProcess, Node, OriginResponse, Resp, TempDir, TestOrigin,
+    ADMIN_TOKEN,
 };
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,6 +51,119 @@ pub fn entry_holds(server: &MemcachedProcess, path: &str, bytes: &[u8]) -> bool 
 pub fn claim_of(path: &str) -> impl Fn(&str) -> bool + Send + Sync + 'static {
     let lease = lease_key(path);
     move |line: &str| line.starts_with(&format!("ms {lease} ")) && line.ends_with(" ME c")
+}
+
+/// A relay rule matching a renewal (`ms <lease> ... C<token>`, a compare-and-swap) of `path`'s
+/// lease: the renewal tests' counterpart of [`claim_of`], which two of them wrote out alike.
+pub fn renewal_of(path: &str) -> impl Fn(&str) -> bool + Send + Sync + 'static {
+    let lease = lease_key(path);
+    move |line: &str| line.starts_with(&format!("ms {lease} ")) && line.contains(" C")
+}
+
+/// The start of the line of a release of `path`'s lease by its token (`md <lease> C<token>`):
+/// what a relay rule matches and [`Relay::lines_starting`] counts, in the release tests (each
+/// built it alike).
+pub fn release_prefix(path: &str) -> String {
+    format!("md {} C", lease_key(path))
+}
+
+/// Whether `path`'s lease is on the server of `cluster` that holds `path`'s entry (for clusters
+/// of more than one server, where [`lease_present`] would need that server named): the
+/// renewal and purge tests each defined it alike.
+pub fn lease_in(cluster: &MemcachedCluster, path: &str) -> bool {
+    let entry = entry_key(path);
+    cluster.servers[cluster.server_for(&entry)].holds(&lease_key(path))
+}
+
+/// Whether `path`'s entry is on the server of `cluster` that holds it: [`lease_in`]'s
+/// counterpart for the entry.
+pub fn entry_in(cluster: &MemcachedCluster, path: &str) -> bool {
+    let entry = entry_key(path);
+    cluster.servers[cluster.server_for(&entry)].holds(&entry)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The waits and checks these tests repeat
+// ---------------------------------------------------------------------------------------------
+
+/// `GET path` (with [`SITE`]) on `node`, sent now on a task of its own. It exists because the
+/// tests start a node's request and go on while it is at the origin (a fill to race with, a
+/// claim to watch) in a dozen places, each with the same three lines.
+pub fn get_in_background(node: &Node, path: &str) -> tokio::task::JoinHandle<Resp> {
+    let url = node.proxy.url(path);
+    tokio::spawn(async move { get(&url, &SITE).await })
+}
+
+/// Waits (up to [`SETTLE`]) until `node` has no write to memcached left in the background,
+/// asserting it has none then. It exists because every check of what memcached holds after a
+/// fill (kept or not) must wait for this first, and the tests wrote the same assertion some
+/// twenty times.
+pub async fn writes_settled(node: &Node) {
+    assert_eq!(
+        wait_for_stat_at_most(node.admin, "background_writes", 0, SETTLE).await,
+        0
+    );
+}
+
+/// Asserts that the claim of `path`'s lease a [`Relay`] held (past `op_timeout`) reaches
+/// memcached within 3 s. It exists because the tests of late claims each wait for it, alike,
+/// before the lease it made can be watched.
+pub async fn held_claim_landed(server: &MemcachedProcess, path: &str) {
+    assert!(
+        poll_until_async(Duration::from_secs(3), || lease_present(server, path)).await,
+        "the claim held by the relay never reached memcached"
+    );
+}
+
+/// Asserts that `path`'s lease is gone from memcached within [`SETTLE`] (`what`: the failure's
+/// message). It exists because the tests check, after nearly every fill, that no lease was left
+/// behind, each with the same wait.
+pub async fn lease_released(server: &MemcachedProcess, path: &str, what: &str) {
+    assert!(
+        poll_until_async(SETTLE, || !lease_present(server, path)).await,
+        "{what}"
+    );
+}
+
+/// Where an answer (`bytes`, the page as it was before a POST) is still found once the fills are
+/// over: whether memcached keeps it in `path`'s entry, and the names of the `nodes` (asked in
+/// this order, after memcached was read) that serve it. It exists because the tests of a fill
+/// from before a POST all end by this same look, then judge it with a message of their own.
+pub async fn kept_and_served(
+    server: &MemcachedProcess,
+    nodes: &[&Node],
+    path: &str,
+    bytes: &[u8],
+) -> (bool, Vec<String>) {
+    let kept = entry_holds(server, path, bytes);
+    let mut served = Vec::new();
+    for node in nodes {
+        if get(&node.proxy.url(path), &SITE).await.body[..] == bytes[..] {
+            served.push(node.name.clone());
+        }
+    }
+    (kept, served)
+}
+
+/// After `server` restarted empty: gets pages `/other-0`, `/other-1`, ... through `node` until
+/// one is found written to `server` (as `body`), asserting one is within 20. A node's pooled
+/// connections to a restarted server fail once, so a test whose fill must then be written (or
+/// released) first has the node reconnect this way; two tests did it alike.
+pub async fn write_until_reconnected(node: &Node, server: &MemcachedProcess, body: &[u8]) {
+    let mut reconnected = false;
+    for i in 0..20 {
+        let other = format!("/other-{i}");
+        assert_eq!(get(&node.proxy.url(&other), &SITE).await.status, 200);
+        if poll_until_async(Duration::from_secs(1), || entry_holds(server, &other, body)).await {
+            reconnected = true;
+            break;
+        }
+    }
+    assert!(
+        reconnected,
+        "{} never wrote to the restarted server",
+        node.name
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -118,6 +234,19 @@ impl Relay {
             }
         });
         Relay { addr, state, task }
+    }
+
+    /// [`Self::start`] then [`Self::on`]: a relay to `upstream` whose first command matching
+    /// `matches` gets `tamper`. It exists because nearly every test sets one rule, on a fresh
+    /// relay, before any node starts; the rule is in place before the relay takes a connection.
+    pub async fn with(
+        upstream: SocketAddr,
+        matches: impl Fn(&str) -> bool + Send + Sync + 'static,
+        tamper: Tamper,
+    ) -> Relay {
+        let relay = Relay::start(upstream).await;
+        relay.on(matches, tamper);
+        relay
     }
 
     /// The first command whose line `matches` gets `tamper`.
@@ -350,5 +479,68 @@ impl GatedOrigin {
     /// How many requests for `path` reached it.
     pub fn hits_for(&self, path: &str) -> usize {
         self.origin.hits_for(path)
+    }
+}
+
+/// The nodes of one test: one admin token file, one origin and one configuration for all of
+/// them. It exists because every test here started two or three nodes by [`node_via`] (or
+/// [`node_with`], [`node_configured`]) with the same tokens, origin, sections and `extra`
+/// written out again for each: with it a test says once how its nodes are configured, and each
+/// node only what differs, its name and its memcached server (a [`Relay`]'s address or the
+/// server's own). Nodes start when [`Self::start`] is called, in the order the test calls it.
+pub struct Nodes<'a> {
+    tokens: Tokens,
+    origin: &'a TestOrigin,
+    sections: &'a str,
+    invalidation: &'a str,
+    extra: &'a str,
+}
+
+impl<'a> Nodes<'a> {
+    /// Nodes in front of `origin`, configured as [`node_via`]'s, with `extra` appended to their
+    /// `[cache.memcached]` section; a fresh [`Tokens`] for them all.
+    pub fn new(origin: &'a TestOrigin, extra: &'a str) -> Nodes<'a> {
+        Nodes {
+            tokens: Tokens::new(),
+            origin,
+            sections: "",
+            invalidation: "",
+            extra,
+        }
+    }
+
+    /// The same with `sections` (whole sections, e.g. `[server]`) written before the others, as
+    /// [`node_with`]'s.
+    pub fn sections(self, sections: &'a str) -> Nodes<'a> {
+        Nodes { sections, ..self }
+    }
+
+    /// The same with `invalidation` (keys, e.g. a `poll_interval`) in their `[invalidation]`
+    /// section, as [`node_configured`]'s.
+    pub fn invalidation(self, invalidation: &'a str) -> Nodes<'a> {
+        Nodes {
+            invalidation,
+            ..self
+        }
+    }
+
+    /// Starts node `name`, whose one memcached server is `server`.
+    pub fn start(&self, name: &str, server: SocketAddr) -> Node {
+        self.start_with(name, server, self.sections)
+    }
+
+    /// Starts node `name` with `sections` of its own instead of the shared ones: for the one
+    /// node of a test configured apart (e.g. a short `shutdown_timeout`), so it still shares the
+    /// others' tokens, origin and `extra`.
+    pub fn start_with(&self, name: &str, server: SocketAddr, sections: &str) -> Node {
+        node_configured(
+            &self.tokens,
+            server,
+            self.origin,
+            name,
+            sections,
+            self.invalidation,
+            self.extra,
+        )
     }
 }
