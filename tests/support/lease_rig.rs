@@ -249,6 +249,13 @@ impl Relay {
         relay
     }
 
+    /// [`Self::with`] the rule most tests set: the claim of `path`'s lease ([`claim_of`]) sent
+    /// on `delay` late, past its sender's `op_timeout`, so that memcached carries it out after
+    /// the node gave up on it.
+    pub async fn holding_claim(upstream: SocketAddr, path: &str, delay: Duration) -> Relay {
+        Relay::with(upstream, claim_of(path), Tamper::Delay(delay)).await
+    }
+
     /// The first command whose line `matches` gets `tamper`.
     pub fn on(&self, matches: impl Fn(&str) -> bool + Send + Sync + 'static, tamper: Tamper) {
         self.state
