@@ -130,10 +130,7 @@ async fn leases_this_version_did_not_write_hold_a_request_up_at_most_the_lease()
     assert_eq!(admin_stat(a.admin, "fills_claimed").await, 0);
     assert_eq!(admin_stat(a.admin, "fill_waits").await, 6);
     assert_eq!(admin_stat(a.admin, "fills_awaited").await, 0);
-    assert_eq!(
-        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
-        0
-    );
+    writes_settled(&a).await;
     for (path, _) in &planted {
         assert!(
             !lease_present(server, path),
@@ -166,18 +163,12 @@ async fn a_claim_memcached_carries_out_after_its_sender_gave_up_holds_no_one_pas
     let server = &cluster.servers[0];
     let path = "/claimed-late";
     let origin = counting_origin(Duration::from_millis(1000), "max-age=3600");
-    let relay = Relay::start(server.addr()).await;
-    relay.on(claim_of(path), Tamper::Delay(Duration::from_millis(700)));
-    let tokens = Tokens::new();
-    let config = "local_ttl = \"30s\"\nfill_lease = \"5s\"";
-    let a = node_via(&tokens, relay.addr, &origin, "A", config);
-    let b = node_via(&tokens, server.addr(), &origin, "B", config);
-    let url = a.proxy.url(path);
-    let a_fill = tokio::spawn(async move { get(&url, &SITE).await });
-    assert!(
-        poll_until_async(Duration::from_secs(3), || lease_present(server, path)).await,
-        "the claim held by the relay never reached memcached"
-    );
+    let relay = Relay::holding_claim(server.addr(), path, Duration::from_millis(700)).await;
+    let nodes = Nodes::new(&origin, "local_ttl = \"30s\"\nfill_lease = \"5s\"");
+    let a = nodes.start("A", relay.addr);
+    let b = nodes.start("B", server.addr());
+    let a_fill = get_in_background(&a, path);
+    held_claim_landed(server, path).await;
     assert!(relay.rules_used());
     assert_eq!(admin_stat(a.admin, "fills_claimed").await, 0);
     assert_eq!(admin_stat(a.admin, "fills_unguarded").await, 1);
@@ -205,15 +196,9 @@ async fn a_claim_memcached_carries_out_after_its_sender_gave_up_holds_no_one_pas
         b_took < Duration::from_millis(4_900),
         "B waited out the lease ({b_took:?}): A did not release it"
     );
-    assert_eq!(
-        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
-        0
-    );
+    writes_settled(&a).await;
     assert_eq!(admin_stat(a.admin, "writes").await, 0, "A wrote its fill");
-    assert!(
-        poll_until_async(SETTLE, || !lease_present(server, path)).await,
-        "the lease was left"
-    );
+    lease_released(server, path, "the lease was left").await;
     assert_eq!(admin_stat(a.admin, "fill_leases_lost").await, 0);
     // and A serves the page as B fetched it (once B's write landed), not its own unguarded fill
     assert_eq!(wait_for_stat(b.admin, "writes", 1, SETTLE).await, 1);
@@ -237,15 +222,12 @@ async fn a_post_while_a_claim_is_held_in_flight_leaves_no_fill_from_before_it() 
     let server = &cluster.servers[0];
     let path = "/posted-while-claimed-late";
     let origin = counting_origin(Duration::from_millis(1000), "max-age=3600");
-    let relay = Relay::start(server.addr()).await;
-    relay.on(claim_of(path), Tamper::Delay(Duration::from_millis(900)));
-    let tokens = Tokens::new();
-    let config = "local_ttl = \"30s\"\nfill_lease = \"5s\"";
-    let a = node_via(&tokens, relay.addr, &origin, "A", config);
-    let b = node_via(&tokens, server.addr(), &origin, "B", config);
-    let c = node_via(&tokens, server.addr(), &origin, "C", config);
-    let url = a.proxy.url(path);
-    let a_fill = tokio::spawn(async move { get(&url, &SITE).await });
+    let relay = Relay::holding_claim(server.addr(), path, Duration::from_millis(900)).await;
+    let nodes = Nodes::new(&origin, "local_ttl = \"30s\"\nfill_lease = \"5s\"");
+    let a = nodes.start("A", relay.addr);
+    let b = nodes.start("B", server.addr());
+    let c = nodes.start("C", server.addr());
+    let a_fill = get_in_background(&a, path);
     assert!(
         poll_until_async(Duration::from_secs(3), || origin.hits_for(path) == 1).await,
         "A's fetch never reached the origin"
@@ -263,18 +245,9 @@ async fn a_post_while_a_claim_is_held_in_flight_leaves_no_fill_from_before_it() 
     let a_answer = a_fill.await.expect("A's request");
     assert_eq!(&a_answer.body[..], b"body-1-late");
     assert_eq!(admin_stat(a.admin, "fills_unguarded").await, 1);
-    assert_eq!(
-        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
-        0
-    );
+    writes_settled(&a).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let kept = entry_holds(server, path, b"body-1-late");
-    let mut served = Vec::new();
-    for node in [&c, &a, &b] {
-        if get(&node.proxy.url(path), &SITE).await.body[..] == b"body-1-late"[..] {
-            served.push(node.name.clone());
-        }
-    }
+    let (kept, served) = kept_and_served(server, &[&c, &a, &b], path, b"body-1-late").await;
     assert!(
         served.is_empty() && !kept,
         "the page as it was before the POST is served by {served:?}, kept in memcached: {kept}"
@@ -292,16 +265,10 @@ async fn a_renewal_whose_reply_was_lost_after_it_landed_is_not_taken_for_a_lost_
     let server = &cluster.servers[0];
     let path = "/renewal-reply-lost";
     let origin = counting_origin(Duration::from_millis(1600), "max-age=3600");
-    let relay = Relay::start(server.addr()).await;
-    let lease = lease_key(path);
-    relay.on(
-        move |line| line.starts_with(&format!("ms {lease} ")) && line.contains(" C"),
-        Tamper::Cut,
-    );
-    let tokens = Tokens::new();
-    let config = "local_ttl = \"30s\"\nfill_lease = \"3s\"";
-    let a = node_via(&tokens, relay.addr, &origin, "A", config);
-    let b = node_via(&tokens, server.addr(), &origin, "B", config);
+    let relay = Relay::with(server.addr(), renewal_of(path), Tamper::Cut).await;
+    let nodes = Nodes::new(&origin, "local_ttl = \"30s\"\nfill_lease = \"3s\"");
+    let a = nodes.start("A", relay.addr);
+    let b = nodes.start("B", server.addr());
     let answer = get(&a.proxy.url(path), &SITE).await;
     assert_eq!(&answer.body[..], b"body-1-late");
     let swaps = relay.lines_starting(&format!("ms {} ", lease_key(path)));
@@ -311,10 +278,7 @@ async fn a_renewal_whose_reply_was_lost_after_it_landed_is_not_taken_for_a_lost_
         "the cut cas was not retried as it was: {swaps:?}"
     );
     assert!(admin_stat(a.admin, "fill_leases_renewed").await >= 1);
-    assert_eq!(
-        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
-        0
-    );
+    writes_settled(&a).await;
     assert_eq!(admin_stat(a.admin, "fill_leases_lost").await, 0);
     assert!(!lease_present(server, path), "the lease outlived the fill");
     assert!(
@@ -340,24 +304,19 @@ async fn a_release_whose_reply_was_lost_after_it_landed_costs_the_fill_and_nothi
     let server = &cluster.servers[0];
     let path = "/release-reply-lost";
     let origin = counting_origin(Duration::from_millis(300), "max-age=3600");
-    let relay = Relay::start(server.addr()).await;
-    let prefix = format!("md {} C", lease_key(path));
+    let prefix = release_prefix(path);
     let matches = prefix.clone();
-    relay.on(move |line| line.starts_with(&matches), Tamper::Cut);
-    let tokens = Tokens::new();
-    let a = node_via(
-        &tokens,
-        relay.addr,
-        &origin,
-        "A",
-        "local_ttl = \"30s\"\nfill_lease = \"30s\"",
-    );
+    let relay = Relay::with(
+        server.addr(),
+        move |line| line.starts_with(&matches),
+        Tamper::Cut,
+    )
+    .await;
+    let nodes = Nodes::new(&origin, "local_ttl = \"30s\"\nfill_lease = \"30s\"");
+    let a = nodes.start("A", relay.addr);
     let answer = get(&a.proxy.url(path), &SITE).await;
     assert_eq!(&answer.body[..], b"body-1-late");
-    assert_eq!(
-        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
-        0
-    );
+    writes_settled(&a).await;
     let deletes = relay.lines_starting(&prefix);
     assert!(
         deletes.len() == 2 && deletes[0] == deletes[1],
@@ -384,31 +343,23 @@ async fn a_release_memcached_carries_out_late_costs_the_fill_and_leaves_no_lease
     let server = &cluster.servers[0];
     let path = "/release-held";
     let origin = counting_origin(Duration::from_millis(300), "max-age=3600");
-    let relay = Relay::start(server.addr()).await;
-    let prefix = format!("md {} C", lease_key(path));
+    let prefix = release_prefix(path);
     let matches = prefix.clone();
-    relay.on(
+    let relay = Relay::with(
+        server.addr(),
         move |line| line.starts_with(&matches),
         Tamper::Delay(Duration::from_millis(700)),
-    );
-    let tokens = Tokens::new();
-    let a = node_via(
-        &tokens,
-        relay.addr,
-        &origin,
-        "A",
-        "local_ttl = \"30s\"\nfill_lease = \"30s\"",
-    );
+    )
+    .await;
+    let nodes = Nodes::new(&origin, "local_ttl = \"30s\"\nfill_lease = \"30s\"");
+    let a = nodes.start("A", relay.addr);
     let answer = get(&a.proxy.url(path), &SITE).await;
     assert_eq!(&answer.body[..], b"body-1-late");
     assert_eq!(
         wait_for_stat(a.admin, "fill_leases_lost", 1, Duration::from_secs(5)).await,
         1
     );
-    assert_eq!(
-        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
-        0
-    );
+    writes_settled(&a).await;
     assert_eq!(
         relay.lines_starting(&prefix).len(),
         1,
@@ -434,18 +385,16 @@ async fn a_renewal_landing_after_a_purge_deleted_the_lease_does_not_bring_it_bac
     let server = &cluster.servers[0];
     let path = "/renewed-across-a-post";
     let origin = counting_origin(Duration::from_millis(2000), "max-age=3600");
-    let relay = Relay::start(server.addr()).await;
-    let lease = lease_key(path);
-    relay.on(
-        move |line| line.starts_with(&format!("ms {lease} ")) && line.contains(" C"),
+    let relay = Relay::with(
+        server.addr(),
+        renewal_of(path),
         Tamper::Delay(Duration::from_millis(900)),
-    );
-    let tokens = Tokens::new();
-    let config = "local_ttl = \"30s\"\nfill_lease = \"3s\"";
-    let a = node_via(&tokens, relay.addr, &origin, "A", config);
-    let b = node_via(&tokens, server.addr(), &origin, "B", config);
-    let url = a.proxy.url(path);
-    let a_fill = tokio::spawn(async move { get(&url, &SITE).await });
+    )
+    .await;
+    let nodes = Nodes::new(&origin, "local_ttl = \"30s\"\nfill_lease = \"3s\"");
+    let a = nodes.start("A", relay.addr);
+    let b = nodes.start("B", server.addr());
+    let a_fill = get_in_background(&a, path);
     // the first renewal goes about 1 s in; its cas lands about 0.9 s later
     assert_eq!(
         wait_for_stat(a.admin, "fills_claimed", 1, Duration::from_secs(5)).await,
@@ -471,10 +420,7 @@ async fn a_renewal_landing_after_a_purge_deleted_the_lease_does_not_bring_it_bac
     let a_answer = a_fill.await.expect("A's request");
     assert_eq!(&a_answer.body[..], b"body-1-late");
     for node in [&a, &b] {
-        assert_eq!(
-            wait_for_stat_at_most(node.admin, "background_writes", 0, SETTLE).await,
-            0
-        );
+        writes_settled(node).await;
     }
     assert!(!lease_present(server, path));
     assert!(!entry_holds(server, path, b"body-1-late"));
@@ -503,13 +449,11 @@ async fn a_release_by_a_token_the_restarted_server_gave_again_keeps_a_fill_from_
     let origin = GatedOrigin::start();
     origin.close(path, 1);
     origin.close(path, 2);
-    let tokens = Tokens::new();
-    let config = "local_ttl = \"30s\"\nfill_lease = \"30s\"";
+    let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"30s\"");
     let addr = cluster.servers[0].addr();
-    let a = node_via(&tokens, addr, &origin.origin, "A", config);
+    let a = nodes.start("A", addr);
     spend_cas_tokens(&cluster.servers[0], 500);
-    let url = a.proxy.url(path);
-    let a_fill = tokio::spawn(async move { get(&url, &SITE).await });
+    let a_fill = get_in_background(&a, path);
     assert_eq!(
         wait_for_stat(a.admin, "fills_claimed", 1, Duration::from_secs(3)).await,
         1
@@ -519,22 +463,9 @@ async fn a_release_by_a_token_the_restarted_server_gave_again_keeps_a_fill_from_
     let server = &cluster.servers[0];
     // A's pooled connections to the restarted server fail once: it writes other pages until
     // one lands, so that its fill's write and release do too
-    let mut reconnected = false;
-    for i in 0..20 {
-        let other = format!("/other-{i}");
-        assert_eq!(get(&a.proxy.url(&other), &SITE).await.status, 200);
-        if poll_until_async(Duration::from_secs(1), || {
-            entry_holds(server, &other, b"body-1-late")
-        })
-        .await
-        {
-            reconnected = true;
-            break;
-        }
-    }
-    assert!(reconnected, "A never wrote to the restarted server");
-    let c = node_via(&tokens, addr, &origin.origin, "C", config);
-    let b = node_via(&tokens, addr, &origin.origin, "B", config);
+    write_until_reconnected(&a, server, b"body-1-late").await;
+    let c = nodes.start("C", addr);
+    let b = nodes.start("B", addr);
     let posted = post(&c.proxy.url(path), &SITE, "x=1").await;
     assert_eq!(posted.status, 200);
     // the nodes' writes and registrations done: nothing else stores on the server meanwhile
@@ -546,8 +477,7 @@ async fn a_release_by_a_token_the_restarted_server_gave_again_keeps_a_fill_from_
         "the restarted server is past {claimed}: {next}"
     );
     spend_cas_tokens(server, claimed - next);
-    let url = b.proxy.url(path);
-    let b_fill = tokio::spawn(async move { get(&url, &SITE).await });
+    let b_fill = get_in_background(&b, path);
     assert_eq!(
         wait_for_stat(b.admin, "fills_claimed", 1, Duration::from_secs(3)).await,
         1
@@ -560,10 +490,7 @@ async fn a_release_by_a_token_the_restarted_server_gave_again_keeps_a_fill_from_
     origin.open(path, 1);
     let a_answer = a_fill.await.expect("A's request");
     assert_eq!(&a_answer.body[..], b"body-1-late");
-    assert_eq!(
-        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
-        0
-    );
+    writes_settled(&a).await;
     let b_lease_kept = lease_present(server, path);
     let a_lost = admin_stat(a.admin, "fill_leases_lost").await;
     let kept_in_memcached = entry_holds(server, path, b"body-1-late");
@@ -598,12 +525,10 @@ async fn without_cas_tokens_a_release_leaves_another_claims_lease_and_keeps_no_f
     let origin = GatedOrigin::start();
     origin.close(path, 1);
     origin.close(path, 2);
-    let tokens = Tokens::new();
-    let config = "local_ttl = \"30s\"\nfill_lease = \"30s\"";
-    let a = node_via(&tokens, server.addr(), &origin.origin, "A", config);
-    let b = node_via(&tokens, server.addr(), &origin.origin, "B", config);
-    let url = a.proxy.url(path);
-    let a_fill = tokio::spawn(async move { get(&url, &SITE).await });
+    let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"30s\"");
+    let a = nodes.start("A", server.addr());
+    let b = nodes.start("B", server.addr());
+    let a_fill = get_in_background(&a, path);
     assert_eq!(
         wait_for_stat(a.admin, "fills_claimed", 1, Duration::from_secs(3)).await,
         1
@@ -615,8 +540,7 @@ async fn without_cas_tokens_a_release_leaves_another_claims_lease_and_keeps_no_f
     );
     let reply = server.command(&format!("delete {}", lease_key(path)), None);
     assert!(reply.starts_with("DELETED"), "{reply}");
-    let url = b.proxy.url(path);
-    let b_fill = tokio::spawn(async move { get(&url, &SITE).await });
+    let b_fill = get_in_background(&b, path);
     assert_eq!(
         wait_for_stat(b.admin, "fills_claimed", 1, Duration::from_secs(3)).await,
         1
@@ -625,10 +549,7 @@ async fn without_cas_tokens_a_release_leaves_another_claims_lease_and_keeps_no_f
     origin.open(path, 1);
     let a_answer = a_fill.await.expect("A's request");
     assert_eq!(&a_answer.body[..], b"body-1-late");
-    assert_eq!(
-        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
-        0
-    );
+    writes_settled(&a).await;
     assert_eq!(
         server.get_raw(&lease_key(path)).as_deref(),
         Some(&b_lease[..]),
@@ -642,10 +563,7 @@ async fn without_cas_tokens_a_release_leaves_another_claims_lease_and_keeps_no_f
     origin.open(path, 2);
     let b_answer = b_fill.await.expect("B's request");
     assert_eq!(&b_answer.body[..], b"body-2-late");
-    assert_eq!(
-        wait_for_stat_at_most(b.admin, "background_writes", 0, SETTLE).await,
-        0
-    );
+    writes_settled(&b).await;
     assert_eq!(admin_stat(b.admin, "fill_leases_lost").await, 0);
     let from_b = get(&b.proxy.url(path), &SITE).await;
     assert_eq!(&from_b.body[..], b"body-2-late", "B did not keep its fill");
@@ -668,21 +586,16 @@ async fn without_cas_tokens_a_slow_fills_lease_is_still_renewed() {
     let server = MemcachedProcess::start_with(&["-C"]);
     let path = "/no-cas-tokens-slow";
     let origin = counting_origin(Duration::from_millis(1400), "max-age=3600");
-    let tokens = Tokens::new();
-    let config = "local_ttl = \"30s\"\nfill_lease = \"2s\"";
-    let a = node_via(&tokens, server.addr(), &origin, "A", config);
-    let b = node_via(&tokens, server.addr(), &origin, "B", config);
+    let nodes = Nodes::new(&origin, "local_ttl = \"30s\"\nfill_lease = \"2s\"");
+    let a = nodes.start("A", server.addr());
+    let b = nodes.start("B", server.addr());
     let started = Instant::now();
-    let url = a.proxy.url(path);
-    let a_fill = tokio::spawn(async move { get(&url, &SITE).await });
+    let a_fill = get_in_background(&a, path);
     tokio::time::sleep(Duration::from_millis(2300).saturating_sub(started.elapsed())).await;
     let b_answer = get(&b.proxy.url(path), &SITE).await;
     let a_answer = a_fill.await.expect("A's request");
     assert_eq!(&a_answer.body[..], b"body-1-late");
-    assert_eq!(
-        wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
-        0
-    );
+    writes_settled(&a).await;
     let (renewed, lost) = (
         admin_stat(a.admin, "fill_leases_renewed").await,
         admin_stat(a.admin, "fill_leases_lost").await,
