@@ -15,17 +15,8 @@ use lacquer_test_support as support;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
+use support::lease_rig::*;
 use support::*;
-
-const HOST: &str = "shop.example";
-const SITE: [(&str, &str); 1] = [("host", HOST)];
-
-/// Whether the lease of `path` is in memcached (on the server of its entry).
-fn lease_present(cluster: &MemcachedCluster, path: &str) -> bool {
-    let entry = MemcachedCluster::key_of(HOST, path);
-    let lease = entry.replacen("lq:", "lq:fill:", 1);
-    cluster.servers[cluster.server_for(&entry)].holds(&lease)
-}
 
 /// Whether the cluster's log (one memcached server) holds a record naming `path`, among the
 /// short-lived or the long-lived ones of the last minute.
@@ -77,8 +68,7 @@ async fn a_renewal_memcached_did_not_answer_is_tried_again() {
         "local_ttl = \"30s\"\nfill_lease = \"3s\"",
     );
     let started = Instant::now();
-    let url = b.proxy.url(path);
-    let reader = tokio::spawn(async move { get(&url, &SITE).await });
+    let reader = get_in_background(&b, path);
     // the first renewal goes 1 s after the claim: memcached is frozen from 0.7 s to 1.9 s
     tokio::time::sleep(Duration::from_millis(700)).await;
     cluster.servers[0].freeze();
@@ -86,7 +76,7 @@ async fn a_renewal_memcached_did_not_answer_is_tried_again() {
     cluster.servers[0].thaw();
     tokio::time::sleep(Duration::from_millis(6500).saturating_sub(started.elapsed())).await;
     assert!(
-        lease_present(&cluster, path),
+        lease_in(&cluster, path),
         "the lease of B's fill was gone in its seventh second"
     );
     assert!(admin_stat(b.admin, "fill_leases_renewed").await >= 3);
@@ -122,16 +112,13 @@ async fn an_answer_that_will_not_be_stored_gives_its_lease_up_at_once() {
         .expect("the stream's head");
     assert_eq!(response.status(), 200);
     assert_eq!(admin_stat(a.admin, "fills_claimed").await, 1);
-    let gone = poll_until_async(Duration::from_millis(1500), || {
-        !lease_present(&cluster, path)
-    })
-    .await;
+    let gone = poll_until_async(Duration::from_millis(1500), || !lease_in(&cluster, path)).await;
     assert!(
         gone,
         "the lease of an answer that will not be stored was kept"
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(!lease_present(&cluster, path), "the lease came back");
+    assert!(!lease_in(&cluster, path), "the lease came back");
     let posted = post(&b.proxy.url(path), &SITE, "x=1").await;
     assert_eq!(posted.status, 200);
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -173,10 +160,7 @@ async fn a_fill_abandoned_for_its_size_gives_its_lease_up() {
         .expect("the head");
     assert_eq!(response.status(), 200);
     assert_eq!(admin_stat(a.admin, "fills_claimed").await, 1);
-    let gone = poll_until_async(Duration::from_millis(2500), || {
-        !lease_present(&cluster, path)
-    })
-    .await;
+    let gone = poll_until_async(Duration::from_millis(2500), || !lease_in(&cluster, path)).await;
     assert!(gone, "the lease of an abandoned fill was kept");
     let body = response.bytes().await.expect("the body");
     assert_eq!(body.len(), 64 * 1024 + 3, "the client got the whole answer");
@@ -212,8 +196,7 @@ async fn a_renewal_waits_for_an_ejected_owner_instead_of_its_stand_in() {
         "fill_lease = \"6s\"\nfailure_limit = 1\nrehash_on_eject = true",
     );
     let started = Instant::now();
-    let url = b.proxy.url(path);
-    let reader = tokio::spawn(async move { get(&url, &SITE).await });
+    let reader = get_in_background(&b, path);
     // renewals are due every 2 s; the owner is frozen from 1 s to 2.1 s, and ejected (until
     // about 2.2 s) by a read of another page that times out
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -228,29 +211,19 @@ async fn a_renewal_waits_for_an_ejected_owner_instead_of_its_stand_in() {
         "the renewal ended while the owner was ejected"
     );
     assert!(
-        lease_present(&cluster, path),
+        lease_in(&cluster, path),
         "the lease of B's fill was gone in its eighth second"
     );
     let filled = reader.await.expect("B's request");
     assert_eq!(&filled.body[..], b"slow-page");
 }
 
-/// Whether memcached (one server) holds `bytes` in `path`'s entry.
-fn entry_holds(cluster: &MemcachedCluster, path: &str, bytes: &[u8]) -> bool {
-    cluster.servers[0]
-        .get_raw(&MemcachedCluster::key_of(HOST, path))
-        .is_some_and(|raw| raw.windows(bytes.len()).any(|w| w == bytes))
-}
-
 /// After a fill whose lease was lost: `node`'s writes are done, memcached does not hold the
 /// fill's answer (`body-1-late`), and `node` does not serve it again but fetches the page anew.
 async fn the_fill_is_not_kept(cluster: &MemcachedCluster, node: &Node, path: &str) {
-    assert_eq!(
-        wait_for_stat_at_most(node.admin, "background_writes", 0, Duration::from_secs(10)).await,
-        0
-    );
+    writes_settled(node).await;
     assert!(
-        !entry_holds(cluster, path, b"body-1-late"),
+        !entry_holds(&cluster.servers[0], path, b"body-1-late"),
         "memcached keeps the fill whose lease was lost"
     );
     let again = get(&node.proxy.url(path), &SITE).await;
@@ -275,12 +248,8 @@ async fn a_fill_whose_renewal_finds_its_lease_lost_with_a_restarted_server_is_no
     let path = "/lease-lost-at-renewal";
     let origin = counting_origin(Duration::from_secs(4), "max-age=3600");
     let a = cluster.node(&origin, "A", "local_ttl = \"30s\"\nfill_lease = \"3s\"");
-    let url = a.proxy.url(path);
-    let filled = tokio::spawn(async move { get(&url, &SITE).await });
-    assert!(
-        poll_until_async(Duration::from_secs(2), || lease_present(&cluster, path)).await,
-        "A never claimed the fill"
-    );
+    let filled = get_in_background(&a, path);
+    claimed(&cluster, path, "A").await;
     cluster.servers[0].restart();
     // renewals are due every second
     assert_eq!(
@@ -288,10 +257,7 @@ async fn a_fill_whose_renewal_finds_its_lease_lost_with_a_restarted_server_is_no
         1,
         "A's renewals did not find the lease gone"
     );
-    assert!(
-        !lease_present(&cluster, path),
-        "the lost lease was recreated"
-    );
+    assert!(!lease_in(&cluster, path), "the lost lease was recreated");
     let filled = filled.await.expect("A's request");
     assert_eq!(&filled.body[..], b"body-1-late");
     the_fill_is_not_kept(&cluster, &a, path).await;
@@ -321,29 +287,12 @@ async fn a_fill_whose_lease_was_lost_before_any_renewal_is_not_kept_once_written
         .header("cache-control", "max-age=3600")
     });
     let a = cluster.node(&origin, "A", "local_ttl = \"30s\"\nfill_lease = \"30s\"");
-    let url = a.proxy.url(path);
-    let filled = tokio::spawn(async move { get(&url, &SITE).await });
-    assert!(
-        poll_until_async(Duration::from_secs(2), || lease_present(&cluster, path)).await,
-        "A never claimed the fill"
-    );
+    let filled = get_in_background(&a, path);
+    claimed(&cluster, path, "A").await;
     cluster.servers[0].restart();
     // A's pooled connections to the restarted server fail once: it writes other pages until
     // one lands, so that the fill's write does too
-    let mut reconnected = false;
-    for i in 0..20 {
-        let other = format!("/other-{i}");
-        assert_eq!(get(&a.proxy.url(&other), &SITE).await.status, 200);
-        if poll_until_async(Duration::from_secs(1), || {
-            entry_holds(&cluster, &other, b"other")
-        })
-        .await
-        {
-            reconnected = true;
-            break;
-        }
-    }
-    assert!(reconnected, "A never wrote to the restarted server");
+    write_until_reconnected(&a, &cluster.servers[0], b"other").await;
     let filled = filled.await.expect("A's request");
     assert_eq!(&filled.body[..], b"body-1-late");
     assert_eq!(
@@ -354,11 +303,6 @@ async fn a_fill_whose_lease_was_lost_before_any_renewal_is_not_kept_once_written
     assert_eq!(admin_stat(a.admin, "fill_leases_renewed").await, 0);
     the_fill_is_not_kept(&cluster, &a, path).await;
     assert_eq!(served.load(Ordering::SeqCst), 2);
-}
-
-/// The memcached key of `path`'s lease.
-fn lease_key(path: &str) -> String {
-    MemcachedCluster::key_of(HOST, path).replacen("lq:", "lq:fill:", 1)
 }
 
 /// The value of `path`'s lease, if it is in memcached (one server): its time, then the holder
@@ -372,6 +316,39 @@ fn lease_value(cluster: &MemcachedCluster, path: &str) -> Option<String> {
 /// The holder a lease's value names (what follows its time).
 fn holder_of(value: &str) -> &str {
     value.split_once(' ').map_or("", |(_, holder)| holder)
+}
+
+/// Asserts that `who`'s fill claims `path` (its lease appears in memcached) within 2 s: the
+/// first step of the tests of a lost lease below, each of which waited for it alike.
+async fn claimed(cluster: &MemcachedCluster, path: &str, who: &str) {
+    assert!(
+        poll_until_async(Duration::from_secs(2), || lease_in(cluster, path)).await,
+        "{who} never claimed the fill"
+    );
+}
+
+/// A's fill of `path` (sent now) claims it; its lease then vanishes (deleted here, as an
+/// eviction or a server restarted empty would) and B, missing the URL (sent next), claims it
+/// anew. The start the two tests of another claim in a lease share; returns A's and B's
+/// requests and the value of B's lease.
+async fn claimed_again_by_b(
+    cluster: &MemcachedCluster,
+    a: &Node,
+    b: &Node,
+    path: &str,
+) -> (
+    tokio::task::JoinHandle<Resp>,
+    tokio::task::JoinHandle<Resp>,
+    String,
+) {
+    let a_fill = get_in_background(a, path);
+    claimed(cluster, path, "A").await;
+    let reply = cluster.servers[0].command(&format!("delete {}", lease_key(path)), None);
+    assert!(reply.starts_with("DELETED"), "{reply}");
+    let b_fill = get_in_background(b, path);
+    claimed(cluster, path, "B").await;
+    let b_lease = lease_value(cluster, path).expect("B's lease");
+    (a_fill, b_fill, b_lease)
 }
 
 /// An origin whose first answer to a GET takes `first` (`body-1-` then `late`), and every
@@ -405,21 +382,7 @@ async fn a_renewal_that_finds_another_claim_in_its_lease_leaves_it_and_keeps_no_
     let config = "local_ttl = \"30s\"\nfill_lease = \"3s\"";
     let a = cluster.node(&origin, "A", config);
     let b = cluster.node(&origin, "B", config);
-    let url = a.proxy.url(path);
-    let a_fill = tokio::spawn(async move { get(&url, &SITE).await });
-    assert!(
-        poll_until_async(Duration::from_secs(2), || lease_present(&cluster, path)).await,
-        "A never claimed the fill"
-    );
-    let reply = cluster.servers[0].command(&format!("delete {}", lease_key(path)), None);
-    assert!(reply.starts_with("DELETED"), "{reply}");
-    let url = b.proxy.url(path);
-    let b_fill = tokio::spawn(async move { get(&url, &SITE).await });
-    assert!(
-        poll_until_async(Duration::from_secs(2), || lease_present(&cluster, path)).await,
-        "B never claimed the fill"
-    );
-    let b_lease = lease_value(&cluster, path).expect("B's lease");
+    let (a_fill, b_fill, b_lease) = claimed_again_by_b(&cluster, &a, &b, path).await;
     // A's renewals are due every second
     assert_eq!(
         wait_for_stat(a.admin, "fill_leases_lost", 1, Duration::from_secs(3)).await,
@@ -434,10 +397,7 @@ async fn a_renewal_that_finds_another_claim_in_its_lease_leaves_it_and_keeps_no_
     );
     let a_fill = a_fill.await.expect("A's request");
     assert_eq!(&a_fill.body[..], b"body-1-late");
-    assert_eq!(
-        wait_for_stat_at_most(a.admin, "background_writes", 0, Duration::from_secs(10)).await,
-        0
-    );
+    writes_settled(&a).await;
     let after = lease_value(&cluster, path).expect("B's lease is gone after A's fill ended");
     assert_eq!(holder_of(&after), holder_of(&b_lease));
     assert!(
@@ -466,21 +426,7 @@ async fn the_delete_after_a_write_leaves_another_claims_lease_and_keeps_no_fill(
     let config = "local_ttl = \"30s\"\nfill_lease = \"30s\"";
     let a = cluster.node(&origin, "A", config);
     let b = cluster.node(&origin, "B", config);
-    let url = a.proxy.url(path);
-    let a_fill = tokio::spawn(async move { get(&url, &SITE).await });
-    assert!(
-        poll_until_async(Duration::from_secs(2), || lease_present(&cluster, path)).await,
-        "A never claimed the fill"
-    );
-    let reply = cluster.servers[0].command(&format!("delete {}", lease_key(path)), None);
-    assert!(reply.starts_with("DELETED"), "{reply}");
-    let url = b.proxy.url(path);
-    let b_fill = tokio::spawn(async move { get(&url, &SITE).await });
-    assert!(
-        poll_until_async(Duration::from_secs(2), || lease_present(&cluster, path)).await,
-        "B never claimed the fill"
-    );
-    let b_lease = lease_value(&cluster, path).expect("B's lease");
+    let (a_fill, b_fill, b_lease) = claimed_again_by_b(&cluster, &a, &b, path).await;
     let a_fill = a_fill.await.expect("A's request");
     assert_eq!(&a_fill.body[..], b"body-1-late");
     assert_eq!(
@@ -488,10 +434,7 @@ async fn the_delete_after_a_write_leaves_another_claims_lease_and_keeps_no_fill(
         1,
         "the delete after A's write did not find its lease claimed by B"
     );
-    assert_eq!(
-        wait_for_stat_at_most(a.admin, "background_writes", 0, Duration::from_secs(10)).await,
-        0
-    );
+    writes_settled(&a).await;
     assert_eq!(
         lease_value(&cluster, path).as_deref(),
         Some(&b_lease[..]),
