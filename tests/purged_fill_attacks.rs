@@ -21,10 +21,9 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
+use support::lease_rig::{entry_in, lease_in, HOST, SITE};
 use support::*;
 
-const HOST: &str = "shop.example";
-const SITE: [(&str, &str); 1] = [("host", HOST)];
 /// How long anything may take before it counts as a hang.
 const BOUND: Duration = Duration::from_secs(40);
 
@@ -43,6 +42,31 @@ const fn slow_start(len: usize) -> Plan {
         len,
         pieces: 0,
         interval_ms: 1500,
+    }
+}
+
+/// `len` bytes in `pieces` chunks, `interval_ms` apart: a [`Plan`] on one line, where the
+/// struct written out took five (and the tests write some twenty).
+const fn paced(len: usize, pieces: usize, interval_ms: u64) -> Plan {
+    Plan {
+        len,
+        pieces,
+        interval_ms,
+    }
+}
+
+/// `len` bytes at once, in one chunk: what most tests' later versions are.
+const fn at_once(len: usize) -> Plan {
+    paced(len, 1, 0)
+}
+
+/// The plan of the tests of a purged large fill: v1 a [`slow_start`] of [`LARGE`] (held long
+/// enough for readers to join it and a purge to come), every later version 1000 bytes at once.
+/// Five tests used this same plan, each writing it out.
+fn large_then_small(_path: &str, n: usize) -> Plan {
+    match n {
+        1 => slow_start(LARGE),
+        _ => at_once(1000),
     }
 }
 
@@ -97,9 +121,22 @@ fn node(origin: SocketAddr, direct: bool, extra: &str) -> (LacquerProcess, u16) 
 
 /// `GET url` sent now on a task of its own; its whole answer, or the transport error.
 fn spawn_get(url: &str) -> tokio::task::JoinHandle<Result<Resp, reqwest::Error>> {
-    let url = url.to_string();
-    tokio::spawn(async move { try_get(&url, &SITE).await })
+    spawn_get_with(url, &SITE)
 }
+
+/// [`spawn_get`] with `fields` (a variant's, for a Vary'd page).
+fn spawn_get_with(
+    url: &str,
+    fields: &'static [(&'static str, &'static str)],
+) -> tokio::task::JoinHandle<Result<Resp, reqwest::Error>> {
+    let url = url.to_string();
+    tokio::spawn(async move { try_get(&url, fields).await })
+}
+
+/// A request for the `en` variant of a Vary'd page.
+const EN_SITE: [(&str, &str); 2] = [("host", HOST), ("accept-language", "en")];
+/// A request for the `fr` variant of a Vary'd page.
+const FR_SITE: [(&str, &str); 2] = [("host", HOST), ("accept-language", "fr")];
 
 /// A GET of `url` whose head has come: the request is reading (or has joined) the fill.
 async fn joined(url: &str, fields: &[(&str, &str)]) -> reqwest::Response {
@@ -113,6 +150,35 @@ async fn joined(url: &str, fields: &[(&str, &str)]) -> reqwest::Response {
         .unwrap();
     assert_eq!(resp.status(), 200);
     resp
+}
+
+/// A fill with a joiner: `GET url` with `fields` sent now (the fill's own client), its fetch at
+/// the origin (the origin's `nth` request of `path`), 400 ms for the fill to stream, then a
+/// second GET with `fields` whose head has come ([`joined`]). Five tests start so, alike.
+async fn a_fill_and_its_joiner(
+    origin: &TestOrigin,
+    path: &str,
+    nth: usize,
+    url: &str,
+    fields: &'static [(&'static str, &'static str)],
+) -> (
+    tokio::task::JoinHandle<Result<Resp, reqwest::Error>>,
+    reqwest::Response,
+) {
+    let owner = spawn_get_with(url, fields);
+    assert!(origin.wait_for_hits_for_async(path, nth, BOUND).await);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let joiner = joined(url, fields).await;
+    (owner, joiner)
+}
+
+/// GETs of `path` the origin has answered.
+fn fetches(origin: &TestOrigin, path: &str) -> usize {
+    origin
+        .requests_for(path)
+        .iter()
+        .filter(|r| r.method == "GET")
+        .count()
 }
 
 /// `PURGE url` with `Host: shop.example`: 200 or 404 (nothing was stored yet, only a fill in
@@ -165,30 +231,15 @@ async fn a_refill_while_the_purged_fill_relays(direct: bool, refill_slower: bool
     const V1: usize = 200 << 10;
     const V2: usize = 150 << 10;
     let origin = versioned_origin(move |_, n| match n {
-        1 => Plan {
-            len: V1,
-            pieces: 10,
-            interval_ms: 250,
-        },
-        2 if refill_slower => Plan {
-            len: V2,
-            pieces: 8,
-            interval_ms: 500,
-        },
-        _ => Plan {
-            len: V2,
-            pieces: 1,
-            interval_ms: 0,
-        },
+        1 => paced(V1, 10, 250),
+        2 if refill_slower => paced(V2, 8, 500),
+        _ => at_once(V2),
     });
     let (lacquer, admin) = node(origin.addr(), direct, "");
     let what = format!("direct {direct}, refill slower {refill_slower}");
     let path = "/twice/page";
     let url = lacquer.url(path);
-    let owner = spawn_get(&url);
-    assert!(origin.wait_for_hits_for_async(path, 1, BOUND).await);
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    let joiner = joined(&url, &SITE).await;
+    let (owner, joiner) = a_fill_and_its_joiner(&origin, path, 1, &url, &SITE).await;
     assert_eq!(
         origin.hits_for(path),
         1,
@@ -431,11 +482,7 @@ async fn large_fill_started(origin: &TestOrigin, path: &str) {
 async fn heads_and_ranges_on_a_purged_fill(direct: bool) {
     let origin = versioned_origin(|_, n| match n {
         1 => slow_start(LARGE),
-        _ => Plan {
-            len: LARGE,
-            pieces: 4,
-            interval_ms: 0,
-        },
+        _ => paced(LARGE, 4, 0),
     });
     let (lacquer, admin) = node(origin.addr(), direct, "[server]\nsend_timeout = \"10m\"\n");
     let what = format!("direct {direct}");
@@ -506,14 +553,7 @@ async fn heads_and_ranges_joining_a_purged_fill_hold_nothing_up_standard() {
 /// unread): the joiners get the page whole; nothing is stored; the next GET fetches v2, which
 /// is stored.
 async fn the_fills_client_leaves_after_the_purge(direct: bool) {
-    let origin = versioned_origin(|_, n| match n {
-        1 => slow_start(LARGE),
-        _ => Plan {
-            len: 1000,
-            pieces: 1,
-            interval_ms: 0,
-        },
-    });
+    let origin = versioned_origin(large_then_small);
     let (lacquer, admin) = node(origin.addr(), direct, "");
     let what = format!("direct {direct}");
     let path = "/large/leaver";
@@ -557,14 +597,7 @@ async fn the_fills_client_leaving_after_the_purge_cuts_no_joiner_standard() {
 /// write is given up (`send_timeout`, 3 s here), on the standard path where that client reads
 /// the fill in the writer's own task; the direct path relays to it apart.
 async fn the_fills_client_stalls_after_the_purge(direct: bool) {
-    let origin = versioned_origin(|_, n| match n {
-        1 => slow_start(LARGE),
-        _ => Plan {
-            len: 1000,
-            pieces: 1,
-            interval_ms: 0,
-        },
-    });
+    let origin = versioned_origin(large_then_small);
     let (lacquer, admin) = node(origin.addr(), direct, "[server]\nsend_timeout = \"3s\"\n");
     let what = format!("direct {direct}");
     let path = "/large/stalled-owner";
@@ -611,14 +644,7 @@ async fn a_stalled_fill_client_holds_the_joiners_of_a_purged_fill_at_most_send_t
 /// An h2 client fills, two h2 streams of another connection join, the URL is purged: all three
 /// get the page whole; the next GET fetches anew.
 async fn h2_readers_of_a_purged_fill(direct: bool) {
-    let origin = versioned_origin(|_, n| match n {
-        1 => slow_start(LARGE),
-        _ => Plan {
-            len: 1000,
-            pieces: 1,
-            interval_ms: 0,
-        },
-    });
+    let origin = versioned_origin(large_then_small);
     let (lacquer, admin) = node(origin.addr(), direct, "");
     let what = format!("direct {direct}");
     let path = "/large/h2";
@@ -670,14 +696,7 @@ async fn h2_readers_of_a_purged_fill_get_it_whole_standard() {
 /// the HEAD's connection serves its next request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_head_filling_a_purged_fill_holds_none_of_its_joiners() {
-    let origin = versioned_origin(|_, n| match n {
-        1 => slow_start(LARGE),
-        _ => Plan {
-            len: 1000,
-            pieces: 1,
-            interval_ms: 0,
-        },
-    });
+    let origin = versioned_origin(large_then_small);
     let (lacquer, admin) = node(origin.addr(), false, "[server]\nsend_timeout = \"10m\"\n");
     let path = "/large/head-fills";
     let url = lacquer.url(path);
@@ -716,14 +735,7 @@ async fn a_head_filling_a_purged_fill_holds_none_of_its_joiners() {
 /// stalled one, read at last, has a cut answer or a whole one, never a short body presented as
 /// whole.
 async fn a_stalled_joiner_of_a_purged_fill(direct: bool) -> Duration {
-    let origin = versioned_origin(|_, n| match n {
-        1 => slow_start(LARGE),
-        _ => Plan {
-            len: 1000,
-            pieces: 1,
-            interval_ms: 0,
-        },
-    });
+    let origin = versioned_origin(large_then_small);
     let (lacquer, admin) = node(origin.addr(), direct, "[server]\nsend_timeout = \"10m\"\n");
     let what = format!("direct {direct}");
     let path = "/large/stalled-joiner";
@@ -799,30 +811,14 @@ async fn a_varied_page_invalidated_mid_fill(direct: bool, how: &str) {
     const V1: usize = 200 << 10;
     const LATER: usize = 30 << 10;
     let origin = versioned_origin(|_, n| match n {
-        1 => Plan {
-            len: V1,
-            pieces: 10,
-            interval_ms: 250,
-        },
-        _ => Plan {
-            len: LATER,
-            pieces: 1,
-            interval_ms: 0,
-        },
+        1 => paced(V1, 10, 250),
+        _ => at_once(LATER),
     });
     let (lacquer, admin) = node(origin.addr(), direct, "");
     let what = format!("{how}, direct {direct}");
     let path = "/vary/page";
     let url = lacquer.url(path);
-    let en: [(&str, &str); 2] = [("host", HOST), ("accept-language", "en")];
-    let fr: [(&str, &str); 2] = [("host", HOST), ("accept-language", "fr")];
-    let owner = {
-        let url = url.clone();
-        tokio::spawn(async move { try_get(&url, &en).await })
-    };
-    assert!(origin.wait_for_hits_for_async(path, 1, BOUND).await);
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    let joiner = joined(&url, &en).await;
+    let (owner, joiner) = a_fill_and_its_joiner(&origin, path, 1, &url, &EN_SITE).await;
     assert_eq!(
         origin.hits_for(path),
         1,
@@ -832,21 +828,14 @@ async fn a_varied_page_invalidated_mid_fill(direct: bool, how: &str) {
         "post" => assert_eq!(post(&url, &SITE, "a=1").await.status, 200),
         _ => purge(&url).await,
     }
-    let gets = |origin: &TestOrigin| {
-        origin
-            .requests_for(path)
-            .iter()
-            .filter(|r| r.method == "GET")
-            .count()
-    };
-    let after = get(&url, &en).await;
+    let after = get(&url, &EN_SITE).await;
     assert_generated_page(&after.body, LATER, 2, &format!("{what}: en after"));
-    assert_eq!(gets(&origin), 2, "{what}");
+    assert_eq!(fetches(&origin, path), 2, "{what}");
     whole(owner, V1, 1, &format!("{what}: the fill's client")).await;
     let joined_v1 = joiner.bytes().await.expect("the joiner");
     assert_generated_page(&joined_v1, V1, 1, &format!("{what}: the joiner"));
     no_fill_in_flight(admin, &what).await;
-    let en_again = get(&url, &en).await;
+    let en_again = get(&url, &EN_SITE).await;
     assert_generated_page(
         &en_again.body,
         LATER,
@@ -854,7 +843,7 @@ async fn a_varied_page_invalidated_mid_fill(direct: bool, how: &str) {
         &format!("{what}: en once v1 is over"),
     );
     assert!(en_again.is_hit(), "{what}: {:?}", en_again.cache_status());
-    let fr_now = get(&url, &fr).await;
+    let fr_now = get(&url, &FR_SITE).await;
     assert_ne!(
         generated_mismatch(&fr_now.body, 1, 0),
         None,
@@ -880,25 +869,14 @@ async fn a_varied_page_invalidated_mid_fill_is_not_stored_or_joined_standard() {
 async fn a_soft_purge_mid_fill(direct: bool) {
     const V1: usize = 200 << 10;
     let origin = versioned_origin(|_, n| match n {
-        1 => Plan {
-            len: V1,
-            pieces: 10,
-            interval_ms: 250,
-        },
-        _ => Plan {
-            len: 1000,
-            pieces: 1,
-            interval_ms: 0,
-        },
+        1 => paced(V1, 10, 250),
+        _ => at_once(1000),
     });
     let (lacquer, admin) = node(origin.addr(), direct, "");
     let what = format!("soft, direct {direct}");
     let path = "/soft/page";
     let url = lacquer.url(path);
-    let owner = spawn_get(&url);
-    assert!(origin.wait_for_hits_for_async(path, 1, BOUND).await);
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    let joiner = joined(&url, &SITE).await;
+    let (owner, joiner) = a_fill_and_its_joiner(&origin, path, 1, &url, &SITE).await;
     let soft = request("PURGE", &url, &[("host", HOST), ("soft-purge", "1")], None).await;
     assert!(matches!(soft.status, 200 | 404), "{what}: {}", soft.status);
     // a request after the soft purge does not take the fill for fresh: it either fetches or
@@ -931,25 +909,14 @@ async fn a_post_flood_on_a_slow_fill(direct: bool) {
     const V1: usize = 200 << 10;
     const LATER: usize = 20 << 10;
     let origin = versioned_origin(|_, n| match n {
-        1 => Plan {
-            len: V1,
-            pieces: 10,
-            interval_ms: 300,
-        },
-        _ => Plan {
-            len: LATER,
-            pieces: 2,
-            interval_ms: 150,
-        },
+        1 => paced(V1, 10, 300),
+        _ => paced(LATER, 2, 150),
     });
     let (lacquer, admin) = node(origin.addr(), direct, "");
     let what = format!("flood, direct {direct}");
     let path = "/flood/page";
     let url = lacquer.url(path);
-    let owner = spawn_get(&url);
-    assert!(origin.wait_for_hits_for_async(path, 1, BOUND).await);
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    let joiner = joined(&url, &SITE).await;
+    let (owner, joiner) = a_fill_and_its_joiner(&origin, path, 1, &url, &SITE).await;
     let mut gets = Vec::new();
     for i in 0..30 {
         assert_eq!(post(&url, &SITE, "a=1").await.status, 200, "{what}");
@@ -984,17 +951,10 @@ async fn a_post_flood_on_a_slow_fill(direct: bool) {
         assert!(version >= 2, "{what}: GET {i}");
     }
     no_fill_in_flight(admin, &what).await;
-    let fetches = |origin: &TestOrigin| {
-        origin
-            .requests_for(path)
-            .iter()
-            .filter(|r| r.method == "GET")
-            .count()
-    };
-    let before = fetches(&origin);
+    let before = fetches(&origin, path);
     let next = get(&url, &SITE).await;
     assert_eq!(
-        fetches(&origin),
+        fetches(&origin, path),
         before + 1,
         "{what}: the last POST purged what was stored"
     );
@@ -1016,25 +976,6 @@ async fn a_post_flood_on_a_slow_fill_cuts_nothing_and_leaks_no_fill() {
 /// lease would show.
 const LONG_LEASE: &str = "fill_lease = \"20s\"\n";
 
-/// Whether the entry of `path` (`lease`: its fill lease) is in memcached.
-fn in_memcached(cluster: &MemcachedCluster, path: &str, lease: bool) -> bool {
-    let entry = MemcachedCluster::key_of(HOST, path);
-    let key = match lease {
-        true => entry.replacen("lq:", "lq:fill:", 1),
-        false => entry.clone(),
-    };
-    cluster.servers[cluster.server_for(&entry)].holds(&key)
-}
-
-/// GETs of `path` the origin has answered.
-fn fetches(origin: &TestOrigin, path: &str) -> usize {
-    origin
-        .requests_for(path)
-        .iter()
-        .filter(|r| r.method == "GET")
-        .count()
-}
-
 /// Node A fills a slow page holding its lease; a joiner on A; A is sent a PURGE of it. The
 /// lease goes with the purge, so node B, asked now (`b_asks`), is not held up for A's fill: it
 /// fetches v2 at once. A's clients get v1 whole; nothing of v1 reaches memcached (with B asking,
@@ -1043,16 +984,8 @@ async fn a_purged_fill_with_a_lease(b_asks: bool) {
     const V1: usize = 200 << 10;
     let cluster = MemcachedCluster::start(1);
     let origin = versioned_origin(|_, n| match n {
-        1 => Plan {
-            len: V1,
-            pieces: 10,
-            interval_ms: 300,
-        },
-        _ => Plan {
-            len: 1000,
-            pieces: 1,
-            interval_ms: 0,
-        },
+        1 => paced(V1, 10, 300),
+        _ => at_once(1000),
     });
     let a = cluster.node(&origin, "a", LONG_LEASE);
     let what = format!("B asks {b_asks}");
@@ -1063,13 +996,13 @@ async fn a_purged_fill_with_a_lease(b_asks: bool) {
         1,
         "{what}: A claimed the lease"
     );
-    assert!(in_memcached(&cluster, path, true), "{what}: the lease");
+    assert!(lease_in(&cluster, path), "{what}: the lease");
     tokio::time::sleep(Duration::from_millis(400)).await;
     let joiner = joined(&a.proxy.url(path), &SITE).await;
     assert_eq!(fetches(&origin, path), 1, "{what}: the joiner joined");
     purge(&a.proxy.url(path)).await;
     assert!(
-        !in_memcached(&cluster, path, true),
+        !lease_in(&cluster, path),
         "{what}: the lease outlived the purge"
     );
     let b = b_asks.then(|| cluster.node(&origin, "b", LONG_LEASE));
@@ -1085,7 +1018,7 @@ async fn a_purged_fill_with_a_lease(b_asks: bool) {
             asked.elapsed()
         );
         assert!(
-            poll_until_async(BOUND, || in_memcached(&cluster, path, false)).await,
+            poll_until_async(BOUND, || entry_in(&cluster, path)).await,
             "{what}: B's answer written"
         );
     }
@@ -1096,7 +1029,7 @@ async fn a_purged_fill_with_a_lease(b_asks: bool) {
     // whatever A would have written is written by now
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(
-        !in_memcached(&cluster, path, true),
+        !lease_in(&cluster, path),
         "{what}: a lease left after the fills"
     );
     let before = fetches(&origin, path);
@@ -1139,46 +1072,35 @@ async fn a_second_variant_invalidated_mid_fill(direct: bool, how: &str) {
     const FR: usize = 200 << 10;
     const OTHER: usize = 30 << 10;
     let origin = versioned_origin(|_, n| match n {
-        2 => Plan {
-            len: FR,
-            pieces: 10,
-            interval_ms: 250,
-        },
-        _ => Plan {
-            len: OTHER,
-            pieces: 1,
-            interval_ms: 0,
-        },
+        2 => paced(FR, 10, 250),
+        _ => at_once(OTHER),
     });
     let (lacquer, admin) = node(origin.addr(), direct, "");
     let what = format!("{how}, direct {direct}");
     let path = "/vary/second";
     let url = lacquer.url(path);
-    let en: [(&str, &str); 2] = [("host", HOST), ("accept-language", "en")];
-    let fr: [(&str, &str); 2] = [("host", HOST), ("accept-language", "fr")];
-    assert_generated_page(&get(&url, &en).await.body, OTHER, 1, &format!("{what}: en"));
-    assert!(get(&url, &en).await.is_hit(), "{what}: en stored");
-    let owner = {
-        let url = url.clone();
-        tokio::spawn(async move { try_get(&url, &fr).await })
-    };
-    assert!(origin.wait_for_hits_for_async(path, 2, BOUND).await);
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    let joiner = joined(&url, &fr).await;
+    assert_generated_page(
+        &get(&url, &EN_SITE).await.body,
+        OTHER,
+        1,
+        &format!("{what}: en"),
+    );
+    assert!(get(&url, &EN_SITE).await.is_hit(), "{what}: en stored");
+    let (owner, joiner) = a_fill_and_its_joiner(&origin, path, 2, &url, &FR_SITE).await;
     assert_eq!(fetches(&origin, path), 2, "{what}: the fr joiner joined");
     match how {
         "post" => assert_eq!(post(&url, &SITE, "a=1").await.status, 200),
         _ => purge(&url).await,
     }
-    let fr_after = get(&url, &fr).await;
+    let fr_after = get(&url, &FR_SITE).await;
     assert_generated_page(&fr_after.body, OTHER, 3, &format!("{what}: fr after"));
     whole(owner, FR, 2, &format!("{what}: the fr fill's client")).await;
     let joined_fr = joiner.bytes().await.expect("the joiner");
     assert_generated_page(&joined_fr, FR, 2, &format!("{what}: the fr joiner"));
     no_fill_in_flight(admin, &what).await;
-    let fr_again = get(&url, &fr).await;
+    let fr_again = get(&url, &FR_SITE).await;
     assert_generated_page(&fr_again.body, OTHER, 3, &format!("{what}: fr once over"));
-    let en_now = get(&url, &en).await;
+    let en_now = get(&url, &EN_SITE).await;
     assert!(
         generated_mismatch(&en_now.body, 2, 0).is_some()
             && generated_mismatch(&en_now.body, 1, 0).is_some(),
