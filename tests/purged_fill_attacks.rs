@@ -204,6 +204,33 @@ async fn no_fill_in_flight(admin: u16, what: &str) {
     assert_eq!(left, 0, "{what}: fills still listed in flight");
 }
 
+/// The answer of a spawned request within `bound` (a hang panics, `{what} hung`), which must
+/// have come (no transport error, `{what}: <error>`). Every spawned request of these tests is
+/// awaited so, and the bound and unwraps were written out at each of them. (But [`whole`]'s,
+/// whose messages read `{what}: hung`.)
+async fn answered<T, E: std::fmt::Debug>(
+    task: tokio::task::JoinHandle<Result<T, E>>,
+    bound: Duration,
+    what: &str,
+) -> T {
+    tokio::time::timeout(bound, task)
+        .await
+        .unwrap_or_else(|_| panic!("{what} hung"))
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{what}: {e:?}"))
+}
+
+/// The answer of a stalled reader of the large page (read at last), which may be cut (the
+/// node gave its write up) but is never a short body presented as whole: the page of seed 1
+/// whole, or a cut start of it. Two tests judge their stalled reader so.
+fn whole_or_cut(answer: &StallingAnswer, what: &str) {
+    if answer.complete {
+        assert_generated_page(&answer.body, LARGE, 1, what);
+    } else {
+        answer.assert_cut_start(1, LARGE, what);
+    }
+}
+
 /// The answer of a spawned GET, which must have come whole.
 async fn whole(
     task: tokio::task::JoinHandle<Result<Resp, reqwest::Error>>,
@@ -411,22 +438,14 @@ async fn purged_at_an_edge(direct: bool, when: &str) {
     }
     purge(&url).await;
     steps.allow(last);
-    let owner = tokio::time::timeout(BOUND, owner)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: the fill's client hung"))
-        .unwrap()
-        .unwrap_or_else(|e| panic!("{what}: the fill's client: {e:?}"));
+    let owner = answered(owner, BOUND, &format!("{what}: the fill's client")).await;
     assert_eq!(owner.status, 200, "{what}");
     assert_eq!(
         owner.body.as_ref(),
         expected.as_slice(),
         "{what}: the fill's client"
     );
-    let joiner = tokio::time::timeout(BOUND, joiner)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: the joiner hung"))
-        .unwrap()
-        .unwrap_or_else(|e| panic!("{what}: the joiner: {e:?}"));
+    let joiner = answered(joiner, BOUND, &format!("{what}: the joiner")).await;
     assert_eq!(joiner.status, 200, "{what}");
     if must_join || joiner.body.as_ref() != b"fresh-2" {
         assert_eq!(
@@ -613,16 +632,7 @@ async fn the_fills_client_stalls_after_the_purge(direct: bool) {
     let owner = tokio::time::timeout(BOUND, owner.answer(false))
         .await
         .expect("the stalled client hung");
-    if owner.complete {
-        assert_generated_page(
-            &owner.body,
-            LARGE,
-            1,
-            &format!("{what}: the stalled client"),
-        );
-    } else {
-        owner.assert_cut_start(1, LARGE, &format!("{what}: the stalled client"));
-    }
+    whole_or_cut(&owner, &format!("{what}: the stalled client"));
     no_fill_in_flight(admin, &what).await;
     let next = get(&url, &SITE).await;
     assert_generated_page(&next.body, 1000, 2, &format!("{what}: after the purge"));
@@ -666,11 +676,7 @@ async fn h2_readers_of_a_purged_fill(direct: bool) {
     purge_with(&url, &[]).await;
     whole(owner, LARGE, 1, &format!("{what}: the h2 fill's client")).await;
     for (i, stream) in streams.into_iter().enumerate() {
-        let answer = tokio::time::timeout(BOUND, stream)
-            .await
-            .unwrap_or_else(|_| panic!("{what}: h2 stream {i} hung"))
-            .unwrap()
-            .unwrap_or_else(|e| panic!("{what}: h2 stream {i}: {e:?}"));
+        let answer = answered(stream, BOUND, &format!("{what}: h2 stream {i}")).await;
         assert_eq!(answer.status, 200, "{what}");
         assert_generated_page(&answer.body, LARGE, 1, &format!("{what}: h2 stream {i}"));
     }
@@ -762,11 +768,7 @@ async fn a_stalled_joiner_of_a_purged_fill(direct: bool) -> Duration {
     purge(&url).await;
     let bound = Duration::from_secs(120);
     for (name, task) in [("the fill's client", owner), ("the joiner", joiner)] {
-        let resp = tokio::time::timeout(bound, task)
-            .await
-            .unwrap_or_else(|_| panic!("{what}: {name} hung"))
-            .unwrap()
-            .unwrap_or_else(|e| panic!("{what}: {name}: {e:?}"));
+        let resp = answered(task, bound, &format!("{what}: {name}")).await;
         assert_generated_page(&resp.body, LARGE, 1, &format!("{what}: {name}"));
     }
     let held = purged_at.elapsed();
@@ -777,16 +779,7 @@ async fn a_stalled_joiner_of_a_purged_fill(direct: bool) -> Duration {
     let answer = tokio::time::timeout(BOUND, stalled.answer(false))
         .await
         .expect("the stalled joiner hung");
-    if answer.complete {
-        assert_generated_page(
-            &answer.body,
-            LARGE,
-            1,
-            &format!("{what}: the stalled joiner"),
-        );
-    } else {
-        answer.assert_cut_start(1, LARGE, &format!("{what}: the stalled joiner"));
-    }
+    whole_or_cut(&answer, &format!("{what}: the stalled joiner"));
     no_fill_in_flight(admin, &what).await;
     lacquer.assert_no_panic();
     held
@@ -928,11 +921,7 @@ async fn a_post_flood_on_a_slow_fill(direct: bool) {
     let joined_v1 = joiner.bytes().await.expect("the joiner");
     assert_generated_page(&joined_v1, V1, 1, &format!("{what}: the joiner"));
     for (i, task) in gets.into_iter().enumerate() {
-        let resp = tokio::time::timeout(BOUND, task)
-            .await
-            .unwrap_or_else(|_| panic!("{what}: GET {i} hung"))
-            .unwrap()
-            .unwrap_or_else(|e| panic!("{what}: GET {i}: {e:?}"));
+        let resp = answered(task, BOUND, &format!("{what}: GET {i}")).await;
         assert_eq!(resp.status, 200, "{what}: GET {i}");
         assert_eq!(
             resp.body.len(),
