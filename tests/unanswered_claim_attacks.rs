@@ -756,11 +756,16 @@ async fn a_claim_landing_after_its_refused_fill_was_released_holds_others_at_mos
         "the stray lease held requests {waited:?}, past the 4 s lease from its claim"
     );
     // (a wait that ends without the fill claims the URL once more, which finds the same stray
-    // lease still in memcached: it is not waited for twice)
-    for (node, name) in [(&b, "B"), (&a, "A")] {
+    // lease still in memcached: it is not waited for twice. One node's second claim may come
+    // after memcached expired the stray lease (its TTL counts from when it landed, in whole
+    // seconds), and claim the URL for real: the other then waits for that fill, and gets it)
+    for ((node, name), other) in [((&b, "B"), &a), ((&a, "A"), &b)] {
         let waits = admin_stat(node.admin, "fill_waits").await;
-        assert_eq!(
-            waits, 1,
+        let for_a_real_claim = waits == 2
+            && admin_stat(other.admin, "fills_claimed").await == 1
+            && admin_stat(node.admin, "fills_awaited").await == 1;
+        assert!(
+            waits == 1 || for_a_real_claim,
             "{name} waited {waits} times: did not find the stray lease, or waited for it again"
         );
     }
