@@ -6,8 +6,12 @@
 //!
 //! Such a miss is one the fast path declines (a `Range`, a validator), which claims on the
 //! standard path (`FillLeases::claim_for_miss`) and, finding the lease held, fetched anyway:
-//! until 2026-12-07 its answer was stored and written to memcached. It is now served and not
+//! until 2026-12-06 its answer was stored and written to memcached. It is now served and not
 //! stored: the claim's own fill is the one kept.
+//!
+//! Likewise a fetch after a stray lease (a claim that landed after its fill ended) was waited
+//! out whole: it went to the origin guarded by nothing once memcached expired the stray lease.
+//! The stray lease is now taken over (deleted by its token) and the URL claimed.
 
 use lacquer_test_support as support;
 
@@ -107,4 +111,62 @@ async fn a_miss_under_another_claims_lease_is_not_kept_over_a_post_after_that_cl
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// The value of `path`'s lease in memcached, if there is one.
+fn lease_value(server: &MemcachedProcess, path: &str) -> Option<Vec<u8>> {
+    server.get_raw(&lease_key(path))
+}
+
+/// A's claim is held by the relay 1.5 s and lands after A's fill ended, refused: a stray lease
+/// that names a claim nobody holds. B misses the URL, waits the stray lease out (`fill_lease`
+/// from the claim's time), claims once more and finds it still there. B's fetch must not go out
+/// guarded by nothing: memcached expires the stray lease (its TTL counts from when it landed)
+/// while B is at the origin, a POST through C then finds neither entry nor lease and is
+/// published to no one, and B's answer, from before the POST, was kept and served by every
+/// node. B now takes the stray lease over (deletes it by its token, and claims the URL), so the
+/// POST finds B's lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fetch_after_a_stray_lease_was_waited_out_is_not_kept_over_a_post() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/stray";
+    let origin = GatedOrigin::answering(|_, n| page(n));
+    let relay = Relay::holding_claim(server.addr(), path, Duration::from_millis(1500)).await;
+    let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"4s\"");
+    let a = nodes.start("A", relay.addr);
+    let b = nodes.start("B", server.addr());
+    let c = nodes.start("C", server.addr());
+    assert_eq!(&get(&a.proxy.url(path), &SITE).await.body[..], b"body-1");
+    held_claim_landed(server, path).await;
+    let stray = lease_value(server, path).expect("the stray lease");
+    origin.close(path, 2);
+    let b_fill = get_in_background(&b, path);
+    assert!(
+        origin
+            .origin
+            .wait_for_hits_for_async(path, 2, Duration::from_secs(10))
+            .await,
+        "B never fetched"
+    );
+    // B at the origin; the stray lease goes (taken over, or expired by memcached)
+    assert!(
+        poll_until_async(SETTLE, || lease_value(server, path).as_ref()
+            != Some(&stray))
+        .await,
+        "the stray lease outlived its TTL"
+    );
+    let guarded = lease_present(server, path);
+    let posted = post(&c.proxy.url(path), &SITE, "x=1").await;
+    assert_eq!(posted.status, 200);
+    origin.open(path, 2);
+    assert_eq!(&b_fill.await.expect("B's request").body[..], b"body-2");
+    writes_settled(&b).await;
+    let (kept, served) = kept_and_served(server, &[&c, &b, &a], path, b"body-2").await;
+    assert!(
+        !kept && served.is_empty(),
+        "B's fetch after the stray lease (a lease while it was at the origin: {guarded}): the \
+         page as it was before the POST is served by {served:?}, kept in memcached: {kept}"
+    );
+    b.proxy.assert_no_panic();
 }

@@ -761,12 +761,15 @@ async fn a_claim_landing_after_its_refused_fill_was_released_holds_others_at_mos
     // seconds), and claim the URL for real: the other then waits for that fill, and gets it)
     for ((node, name), other) in [((&b, "B"), &a), ((&a, "A"), &b)] {
         let waits = admin_stat(node.admin, "fill_waits").await;
-        let for_a_real_claim = waits == 2
-            && admin_stat(other.admin, "fills_claimed").await == 1
-            && admin_stat(node.admin, "fills_awaited").await == 1;
+        let other_claimed = admin_stat(other.admin, "fills_claimed").await;
+        let awaited = admin_stat(node.admin, "fills_awaited").await;
+        let claimed = admin_stat(node.admin, "fills_claimed").await;
+        let for_a_real_claim = waits == 2 && other_claimed == 1 && awaited == 1;
         assert!(
             waits == 1 || for_a_real_claim,
-            "{name} waited {waits} times: did not find the stray lease, or waited for it again"
+            "{name} waited {waits} times: did not find the stray lease, or waited for it again \
+             (its fills awaited {awaited}, claimed {claimed}; the other's claimed \
+             {other_claimed}; waited {waited:?})"
         );
     }
     lease_released(server, path, "the stray lease outlived the fill after it").await;

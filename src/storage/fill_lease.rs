@@ -27,7 +27,11 @@
 //!   ([`FillLeases::on_shared_miss`]). A wait that ends without the fill (the lease released by
 //!   a fill that stored nothing, or run out) claims the URL once more, and the request fetches
 //!   under that claim (or waits for the claim another node made first), not unguarded: a POST
-//!   through another node while it fetched would find no lease and be published to no one.
+//!   through another node while it fetched would find no lease and be published to no one. A
+//!   lease found again after it was waited out whole (a claim that landed after its fill ended,
+//!   a node that died mid-fill) is taken over: deleted by its token, and the URL claimed
+//!   ([`FillLeases::take_over`]); fetching beside it, the request was guarded by nothing once
+//!   memcached expired it.
 //! * **Release**: a fill that stored nothing (uncacheable, or the fetch failed) deletes the lease
 //!   when its request ends ([`HeldLease::on_request_end`]), and so does a fill whose write to
 //!   memcached failed ([`FillLeases::on_write_failed`]), or that admission or a ban refused
@@ -202,6 +206,9 @@ enum Waited<T> {
     /// Without the fill, the lease gone or run out and the server answering: the request may
     /// claim the URL itself. With the lease it waited on, as read when the wait began.
     Ended(Option<Bytes>),
+    /// The lease an earlier wait of this request waited out whole was found again, and deleted
+    /// ([`FillLeases::take_over`]): the request claims the URL itself.
+    TakenOver,
 }
 
 /// The cluster's fill leases, as seen from this node.
@@ -503,7 +510,7 @@ impl FillLeases {
         // (`tests/unanswered_claim_attacks.rs`); once only, so a chain of failing fills holds it
         // for two leases at most
         let mut waited_on = None;
-        for claims in 1..=2 {
+        for claims in 1..=3 {
             match self.claim(key).await {
                 FillClaim::Ours(claim) => {
                     return AfterSharedMiss::FillHere {
@@ -521,7 +528,10 @@ impl FillLeases {
             {
                 Waited::Over(after) => return after,
                 Waited::Ended(lease) if claims < 2 => waited_on = lease,
-                Waited::Ended(_) => break,
+                // a lease taken over is claimed for this request (a third claim, once only: an
+                // earlier wait ended, so `waited_on` was set in the first round)
+                Waited::TakenOver if claims < 3 => waited_on = None,
+                Waited::Ended(_) | Waited::TakenOver => break,
             }
         }
         AfterSharedMiss::fill_here(true)
@@ -563,7 +573,7 @@ impl FillLeases {
     /// Waits for the fill of another node's claim on `key` (see [`Self::on_shared_miss`]).
     /// `waited_on`: the lease an earlier wait of this request waited out: found again (it ran
     /// out by the time it carries, or names no time and was trusted its whole length), it is not
-    /// waited for twice, and the request fetches for itself.
+    /// waited for twice but taken over ([`Self::take_over`]), and the request claims the URL.
     async fn wait_for_theirs<T, F, Fut>(
         &self,
         key: &CacheKey,
@@ -576,8 +586,11 @@ impl FillLeases {
     {
         // the holder's claim (or renewal) time bounds the wait, whenever the lease came to be in memcached
         let lease = self.read_lease(key).await;
-        if lease.is_some() && lease.as_ref() == waited_on {
-            return Waited::Over(AfterSharedMiss::fill_here(true));
+        if let Some(stale) = lease.as_ref().filter(|lease| Some(*lease) == waited_on) {
+            return match self.take_over(key, stale).await {
+                true => Waited::TakenOver,
+                false => Waited::Over(AfterSharedMiss::fill_here(true)),
+            };
         }
         self.counters.fill_waits.fetch_add(1, Ordering::Relaxed);
         let Some(remaining) = lease.as_deref().and_then(|value| self.remaining_of(value)) else {
@@ -640,6 +653,36 @@ impl FillLeases {
             return Waited::Over(AfterSharedMiss::fill_here(true));
         }
         Waited::Ended(lease)
+    }
+
+    /// The lease `stale`, which this request waited out whole (it ran out by the time it
+    /// carries, or names no time and was trusted its whole length), is still in memcached: a
+    /// claim that landed after its fill ended (an unanswered claim's), or a node that died
+    /// mid-fill before memcached expired it. A fetch it does not guard would be guarded by
+    /// nothing once memcached expires it (a POST meanwhile finding neither entry nor lease), so
+    /// it is deleted, by the CAS token read with it and only if it is still that value, and the
+    /// request claims the URL itself. Whether the request may claim: `true` when the lease was
+    /// deleted, or is gone or was replaced since (a claim another node made meanwhile, which the
+    /// request then finds); `false` when the server did not answer, or gives no CAS token (`-C`:
+    /// a delete could not be made conditional), when the request fetches as before, unguarded.
+    /// (Until 2026-12-06 it always fetched unguarded: `tests/guarded_elsewhere_attacks.rs`.)
+    async fn take_over(&self, key: &CacheKey, stale: &Bytes) -> bool {
+        let (entry_key, lease_key) = (self.entry_key(key), self.lease_key(key));
+        let (place, lease) = (entry_key.as_bytes(), lease_key.as_bytes());
+        let token = match self.cluster.gets_with(place, lease).await {
+            None => return false,
+            Some(None) => return true,
+            Some(Some((value, _))) if value != *stale => return true,
+            Some(Some((_, token))) => token,
+        };
+        let Some(token) = usable_cas_token(token) else {
+            return false;
+        };
+        log::debug!("memcached: the fill lease {lease_key}, waited out whole, is taken over");
+        self.cluster
+            .delete_cas_with(place, lease, token)
+            .await
+            .is_some()
     }
 
     /// How much longer another node's lease on `key` may hold this request up: what is left of
