@@ -423,7 +423,8 @@ impl<R: AsyncRead + Unpin> ReplyReader<R> {
             let line = self.read_line().await?;
             let line = text(&line)?;
             if line == "END" {
-                return Ok(ServerInstance::new(pid, time - uptime));
+                // wrapping: numbers a server made up must not panic (overflow checks) or fail
+                return Ok(ServerInstance::new(pid, time.wrapping_sub(uptime)));
             }
             let mut fields = line.split(' ');
             match (fields.next(), fields.next(), fields.next()) {
