@@ -457,7 +457,9 @@ impl FillLeases {
     /// A server restarted empty counts its CAS tokens from 1 again, so another claim's lease on
     /// it may carry the number this claim's `add` was given before the restart: the token is
     /// not sent to the new run (it answers "changed", [`lacquer_memcached::CasToken`]), and the
-    /// holder is read as for a stale token. No round trip more on a release otherwise.
+    /// holder is read as for a stale token. No round trip more on a release otherwise (but
+    /// when the memcached pool opened a connection since the claim and sends the release over
+    /// it, which may reach another run: [`lacquer_memcached::cas_token`]).
     async fn release(&self, entry_key: &str, lease_key: &str, claim: Claim) -> Released {
         let (place, key) = (entry_key.as_bytes(), lease_key.as_bytes());
         let mut token = claim.token;

@@ -7,17 +7,30 @@
 //! their `add` was given, so a release after a restart could delete the lease of a claim another
 //! node made since, and the fill from before a POST was kept (`tests/fill_lease_attacks.rs`).
 //!
-//! So every connection learns, when it opens, which run of the server it talks to
-//! ([`ServerInstance`]: the process id and start time `stats` reports, one round trip per
-//! connection), and a token read on it carries that run ([`CasToken`]). A command carrying a
-//! token is sent only over a connection to the same run; over any other the pool answers
-//! [`crate::CasOutcome::Changed`] without sending it, which is true (the value the token named
-//! is gone with its run) and which every caller already handles by reading the value again.
-//! A connection to the old run is dead by then, so no command can reach it.
+//! So a command carrying a token is sent only over a connection known to reach the run that
+//! gave it; over any other the pool answers [`crate::CasOutcome::Changed`] without sending it,
+//! which is true when the run is another (the value the token named is gone with its run) and
+//! which every caller already handles by reading the value again. A connection is known to
+//! reach the token's run when both hold:
+//!
+//! * It was opened (and answered) before the command that read the token was sent, and is
+//!   still open: a TCP connection does not outlive the process that accepted it, so that
+//!   process was alive from before the read to after it, and only one process serves the port
+//!   at a time (`ReadOn`). This alone tells runs apart whatever they report: memcached in a
+//!   container is pid 1 on every run, and a container restarted at once (Docker's restart
+//!   policy waits 100 ms) starts in the same second as the last run, so it reports the very
+//!   same `stats` (`tests/restart_tokens.rs`).
+//! * The server's run it read when it opened ([`ServerInstance`]: the process id and start time
+//!   `stats` reports, one round trip per connection) is the token's.
+//!
+//! A connection opened after a token was read (the pool grew meanwhile) answers `Changed` for
+//! it although it may reach the same run: a caller reads the value again, over a connection
+//! that then qualifies, at the cost of that round trip.
 
 /// One run of a memcached server: its process id and the time it started (`stats`: `pid`, and
-/// `time - uptime`, which is constant for a run). Two runs match only by chance (the same pid
-/// reused within the same second: a container restarted within a second).
+/// `time - uptime`, which is constant for a run). Two runs may match (the same pid reused
+/// within the same second: a container restarted at once), so a token is not sent by this
+/// alone (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct ServerInstance {
     pid: u64,
@@ -32,18 +45,42 @@ impl ServerInstance {
     }
 }
 
-/// A CAS token memcached gave a value (`mg ... c`, `ms ... c`), and the run of the server that
-/// gave it: the token names that value on that run only.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CasToken {
-    value: u64,
-    instance: ServerInstance,
+/// Where a token was read: the run its connection reached, and which connections of the pool
+/// that read it may carry it (those it had opened before the read was sent, the first
+/// `opened` of pool `pool`; see the module docs).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ReadOn {
+    pub(crate) instance: ServerInstance,
+    pub(crate) pool: u64,
+    pub(crate) opened: u64,
 }
 
+/// A CAS token memcached gave a value (`mg ... c`, `ms ... c`), and the run of the server that
+/// gave it: the token names that value on that run only. Two tokens are equal when they name
+/// the same value on the same run, whichever connection read them.
+#[derive(Debug, Clone, Copy)]
+pub struct CasToken {
+    value: u64,
+    read: ReadOn,
+}
+
+impl PartialEq for CasToken {
+    fn eq(&self, other: &CasToken) -> bool {
+        (self.value, self.read.instance) == (other.value, other.read.instance)
+    }
+}
+
+impl Eq for CasToken {}
+
 impl CasToken {
-    /// The token `value`, read on a connection to `instance`.
-    pub(crate) fn new(value: u64, instance: ServerInstance) -> CasToken {
-        CasToken { value, instance }
+    /// The token `value`, read as `read` tells.
+    pub(crate) fn new(value: u64, read: ReadOn) -> CasToken {
+        CasToken { value, read }
+    }
+
+    /// Where it was read.
+    pub(crate) fn read(&self) -> ReadOn {
+        self.read
     }
 
     /// The number memcached gave the value.
@@ -53,7 +90,7 @@ impl CasToken {
 
     /// The run of the server that gave it.
     pub fn instance(&self) -> ServerInstance {
-        self.instance
+        self.read.instance
     }
 }
 
@@ -70,20 +107,31 @@ pub fn usable_cas_token(token: CasToken) -> Option<CasToken> {
 mod tests {
     use super::*;
 
+    /// Read on a connection to `instance`, the first of the pool `pool`.
+    fn on(instance: ServerInstance, pool: u64) -> ReadOn {
+        ReadOn {
+            instance,
+            pool,
+            opened: 1,
+        }
+    }
+
     #[test]
     fn the_token_0_names_no_value_on_any_run() {
         let run = ServerInstance::new(4242, 1_796_596_777);
-        let token = CasToken::new(42, run);
+        let token = CasToken::new(42, on(run, 0));
         assert_eq!(usable_cas_token(token), Some(token));
         // memcached run with -C: every value's token is 0, and `md <key> C0` deletes any
-        assert_eq!(usable_cas_token(CasToken::new(0, run)), None);
+        assert_eq!(usable_cas_token(CasToken::new(0, on(run, 0))), None);
         assert_eq!(
-            usable_cas_token(CasToken::new(0, ServerInstance::default())),
+            usable_cas_token(CasToken::new(0, on(ServerInstance::default(), 0))),
             None
         );
         assert_ne!(
             token,
-            CasToken::new(42, ServerInstance::new(4242, 1_796_596_778))
+            CasToken::new(42, on(ServerInstance::new(4242, 1_796_596_778), 0))
         );
+        // the same value on the same run, read by another pool
+        assert_eq!(token, CasToken::new(42, on(run, 1)));
     }
 }

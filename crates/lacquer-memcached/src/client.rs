@@ -109,8 +109,8 @@ impl ServerClient {
             .execute_with_token(&Command::Gets(key), None)
             .await?
         {
-            (Reply::ValueCas(v), run) => {
-                Ok(v.map(|(value, token)| (value, CasToken::new(token, run))))
+            (Reply::ValueCas(v), read) => {
+                Ok(v.map(|(value, token)| (value, CasToken::new(token, read))))
             }
             _ => unreachable!("gets yields a value and its token"),
         }
@@ -120,8 +120,9 @@ impl ServerClient {
     /// `token` (memcached compare-and-swap): a writer that decided to replace a value by
     /// looking at it replaces that value, not one written since. Retried once on a stale pooled
     /// connection like a set: a retry whose first attempt landed answers
-    /// [`CasOutcome::Changed`], and the caller reads the value again. A token of an earlier run
-    /// of the server (it restarted since) is not sent, and answers `Changed` too.
+    /// [`CasOutcome::Changed`], and the caller reads the value again. A token is sent only over a
+    /// connection known to reach the run of the server that gave it ([`crate::cas_token`]: the
+    /// server may have restarted since); otherwise it answers `Changed` too.
     pub async fn cas(
         &self,
         key: &[u8],
@@ -138,7 +139,7 @@ impl ServerClient {
         };
         match self
             .pool
-            .execute_with_token(&cmd, Some(token.instance()))
+            .execute_with_token(&cmd, Some(token.read()))
             .await?
         {
             (Reply::Cas(outcome), _) => Ok(outcome),
@@ -187,7 +188,7 @@ impl ServerClient {
             mode: StoreMode::AddToken,
         };
         match self.pool.execute_with_token(&cmd, None).await? {
-            (Reply::Token(token), run) => Ok(token.map(|token| CasToken::new(token, run))),
+            (Reply::Token(token), read) => Ok(token.map(|token| CasToken::new(token, read))),
             _ => unreachable!("an add that returns its token yields it"),
         }
     }
@@ -265,15 +266,16 @@ impl ServerClient {
     /// `md <key> C<token>`, atomic on the server): [`CasOutcome::Stored`] when deleted,
     /// [`CasOutcome::Changed`] when the value was written since (nothing deleted),
     /// [`CasOutcome::Gone`] when there was nothing. Retried once on a stale pooled connection
-    /// like a delete: a retry whose first attempt landed answers `Gone`. A token of an earlier
-    /// run of the server (it restarted since, and may have given the same number to another
-    /// value) is not sent, and answers `Changed`.
+    /// like a delete: a retry whose first attempt landed answers `Gone`. A token is sent only
+    /// over a connection known to reach the run of the server that gave it
+    /// ([`crate::cas_token`]: a server restarted since may have given the same number to another
+    /// value); otherwise it answers `Changed`.
     pub async fn delete_cas(&self, key: &[u8], token: CasToken) -> Result<CasOutcome, McError> {
         check_key(key)?;
         let cmd = Command::DeleteCas(key, token.value());
         match self
             .pool
-            .execute_with_token(&cmd, Some(token.instance()))
+            .execute_with_token(&cmd, Some(token.read()))
             .await?
         {
             (Reply::Cas(outcome), _) => Ok(outcome),

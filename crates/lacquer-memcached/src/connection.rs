@@ -29,6 +29,8 @@ pub(crate) struct Connection {
     runtime: tokio::runtime::Id,
     /// The run of the server this connection reaches, read when it opened.
     instance: ServerInstance,
+    /// Its place among the connections its pool opened, counted once it had opened.
+    order: u64,
     _open: OpenCount,
 }
 
@@ -63,6 +65,7 @@ impl Connection {
             command: Vec::new(),
             runtime,
             instance: ServerInstance::default(),
+            order: u64::MAX,
             _open: count,
         };
         match conn.exchange(&Command::Stats).await? {
@@ -75,6 +78,16 @@ impl Connection {
     /// The run of the server this connection reaches.
     pub(crate) fn instance(&self) -> ServerInstance {
         self.instance
+    }
+
+    /// Its place among the connections its pool opened (`u64::MAX` until the pool numbers it).
+    pub(crate) fn order(&self) -> u64 {
+        self.order
+    }
+
+    /// Numbers it among the connections its pool opened.
+    pub(crate) fn set_order(&mut self, order: u64) {
+        self.order = order;
     }
 
     /// The runtime whose reactor this connection's socket is registered with.

@@ -13,9 +13,12 @@
 //!   get_multi, gets, set, cas, `add_retried`, delete, touch) is retried once on a
 //!   fresh connection. `add` (a lease's) and append are never retried.  No other
 //!   failure is retried.
-//! * A command carrying a CAS token goes only over a connection to the run of the server that
-//!   gave the token (each connection reads which run it reaches when it opens): a server
-//!   restarted empty counts its tokens from 1 again ([`crate::cas_token`]).
+//! * A command carrying a CAS token goes only over a connection known to reach the run of the
+//!   server that gave the token: one this pool opened before the token was read, whose `stats`
+//!   (read when it opened) name the token's run. A server restarted empty counts its tokens
+//!   from 1 again ([`crate::cas_token`]). So a cas or compare-and-delete retried on a fresh
+//!   connection is not sent again but answered [`CasOutcome::Changed`] (the connection broke,
+//!   perhaps with the server's run); its caller reads the value again.
 //! * A connection is used again only by a task of the runtime that opened it. Its socket is
 //!   registered with that runtime's reactor, so a task of another runtime (Pingora runs the
 //!   proxy, the admin listener and each background service on runtimes of their own) would be
@@ -26,14 +29,14 @@
 //!   closes the longest-idle connection of another runtime to make room, so `pool_size` still
 //!   bounds the connections.
 
-use crate::cas_token::ServerInstance;
+use crate::cas_token::ReadOn;
 use crate::connection::{Connection, OpenCount};
 use crate::error::McError;
 use crate::protocol::{CasOutcome, Command, Reply};
 use crate::server_stats::ServerStats;
 use parking_lot::Mutex;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::runtime::{Handle, Id as RuntimeId};
@@ -61,7 +64,15 @@ pub(crate) struct Pool {
     open: Arc<AtomicUsize>,
     /// Latency of completed exchanges and sizes of multi-gets (failures: the cluster's count).
     stats: ServerStats,
+    /// This pool among the process's, so a token is sent only by the pool that read it.
+    id: u64,
+    /// Connections opened so far: each is numbered by this count when it has opened, and a token
+    /// records it before its read is sent ([`ReadOn`]).
+    opened: AtomicU64,
 }
+
+/// Pools made so far in this process, to number them.
+static POOLS: AtomicU64 = AtomicU64::new(0);
 
 impl Pool {
     /// Creates the pool; no connection is opened until the first call.
@@ -72,6 +83,8 @@ impl Pool {
             idle: Mutex::new(Vec::new()),
             open: Arc::new(AtomicUsize::new(0)),
             stats: ServerStats::default(),
+            id: POOLS.fetch_add(1, Ordering::Relaxed),
+            opened: AtomicU64::new(0),
         }
     }
 
@@ -96,15 +109,15 @@ impl Pool {
     }
 
     /// [`Self::execute`] for a command that reads or carries a CAS token: the reply comes with
-    /// the run of the server that gave it, and a command carrying a token of the run `sent_to`
-    /// is sent over a connection to that run only. Over a connection to another run (the server
+    /// where it was read, and a command carrying a token read as `sent_to` is sent only over a
+    /// connection known to reach the run that gave it. Over another (the server may have
     /// restarted since the token was read; see [`crate::cas_token`]) it is not sent, and the
-    /// reply is [`CasOutcome::Changed`]: the value the token named is gone.
+    /// reply is [`CasOutcome::Changed`]: the value the token named may be gone.
     pub(crate) async fn execute_with_token(
         &self,
         cmd: &Command<'_>,
-        sent_to: Option<ServerInstance>,
-    ) -> Result<(Reply, ServerInstance), McError> {
+        sent_to: Option<ReadOn>,
+    ) -> Result<(Reply, ReadOn), McError> {
         let deadline = tokio::time::Instant::now() + self.cfg.op_timeout;
         self.execute_until(cmd, sent_to, deadline).await
     }
@@ -128,9 +141,9 @@ impl Pool {
     async fn execute_until(
         &self,
         cmd: &Command<'_>,
-        sent_to: Option<ServerInstance>,
+        sent_to: Option<ReadOn>,
         deadline: tokio::time::Instant,
-    ) -> Result<(Reply, ServerInstance), McError> {
+    ) -> Result<(Reply, ReadOn), McError> {
         let started = std::time::Instant::now();
         let result = tokio::time::timeout_at(deadline, self.execute_once_or_retry(cmd, sent_to))
             .await
@@ -144,8 +157,8 @@ impl Pool {
     async fn execute_once_or_retry(
         &self,
         cmd: &Command<'_>,
-        sent_to: Option<ServerInstance>,
-    ) -> Result<(Reply, ServerInstance), McError> {
+        sent_to: Option<ReadOn>,
+    ) -> Result<(Reply, ReadOn), McError> {
         let _permit = self
             .permits
             .acquire()
@@ -160,15 +173,15 @@ impl Pool {
             Ok(conn) => conn,
             Err(place) => self.connect(place, runtime).await?,
         };
-        if let Some(answer) = self.another_run(conn.instance(), sent_to) {
+        if let Some(answer) = self.another_run(&conn, sent_to) {
             self.idle.lock().push(conn);
             return Ok(answer);
         }
+        let read = self.read_on(&conn);
         match conn.exchange(cmd).await {
             Ok(reply) => {
-                let instance = conn.instance();
                 self.idle.lock().push(conn);
-                Ok((reply, instance))
+                Ok((reply, read))
             }
             Err(McError::Io(e)) if reused && !conn.reply_started() => {
                 drop(conn);
@@ -188,35 +201,45 @@ impl Pool {
                     self.cfg.addr
                 );
                 let mut conn = self.connect(place, runtime).await?;
-                if let Some(answer) = self.another_run(conn.instance(), sent_to) {
+                if let Some(answer) = self.another_run(&conn, sent_to) {
                     self.idle.lock().push(conn);
                     return Ok(answer);
                 }
+                let read = self.read_on(&conn);
                 let reply = conn.exchange(cmd).await?;
-                let instance = conn.instance();
                 self.idle.lock().push(conn);
-                Ok((reply, instance))
+                Ok((reply, read))
             }
             Err(e) => Err(e),
         }
     }
 
-    /// The reply to a command carrying a token of the run `sent_to`, when the connection
-    /// reaches another run (`reached`): not sent, the value is taken as changed.
-    fn another_run(
-        &self,
-        reached: ServerInstance,
-        sent_to: Option<ServerInstance>,
-    ) -> Option<(Reply, ServerInstance)> {
-        let sent_to = sent_to?;
-        if sent_to == reached {
+    /// The reply to a command carrying a token read as `sent_to`, when `conn` is not known to
+    /// reach the run that gave it (see [`crate::cas_token`]): not sent, the value is taken as
+    /// changed. `conn` is known to when it reached that run's `stats` and was opened by this
+    /// pool before the token's read was sent (and, being open, has not outlived that run).
+    fn another_run(&self, conn: &Connection, sent_to: Option<ReadOn>) -> Option<(Reply, ReadOn)> {
+        let token = sent_to?;
+        if token.instance == conn.instance() && token.pool == self.id && conn.order() < token.opened
+        {
             return None;
         }
         log::debug!(
-            "memcached {}: a CAS token of an earlier run of the server not sent",
+            "memcached {}: a CAS token not sent over a connection that may reach another run \
+             of the server than the one that gave it",
             self.cfg.addr
         );
-        Some((Reply::Cas(CasOutcome::Changed), reached))
+        Some((Reply::Cas(CasOutcome::Changed), self.read_on(conn)))
+    }
+
+    /// Where a reply read over `conn` from now on is read: taken before the command is sent, so
+    /// that the connections it counts as opened before were open before the server answered.
+    fn read_on(&self, conn: &Connection) -> ReadOn {
+        ReadOn {
+            instance: conn.instance(),
+            pool: self.id,
+            opened: self.opened.load(Ordering::SeqCst),
+        }
     }
 
     /// The most recently used idle connection opened by `runtime`, or else a place in the count
@@ -235,7 +258,12 @@ impl Pool {
         Err(OpenCount::reserve(&self.open))
     }
 
+    /// Opens a connection and numbers it, once the server has answered over it, among those
+    /// this pool opened ([`ReadOn`]).
     async fn connect(&self, place: OpenCount, runtime: RuntimeId) -> Result<Connection, McError> {
-        Connection::open(self.cfg.addr, self.cfg.connect_timeout, place, runtime).await
+        let mut conn =
+            Connection::open(self.cfg.addr, self.cfg.connect_timeout, place, runtime).await?;
+        conn.set_order(self.opened.fetch_add(1, Ordering::SeqCst));
+        Ok(conn)
     }
 }

@@ -1,18 +1,163 @@
 //! CAS tokens across memcached restarts, as a flaky network and odd servers would test them:
-//! a server restarted twice, frozen or hostile while a connection opens and reads its `stats`;
-//! and the cost of that `stats` on a hit path (one per connection, not one per call).
+//! a server restarted as pid 1 (a container) within the second its last run started, restarted
+//! twice, frozen or hostile while a connection opens and reads its `stats`; and the cost of
+//! that `stats` on a hit path (one per connection, not one per call).
 
 mod support;
 
 use bytes::Bytes;
 use lacquer_memcached::{CasOutcome, McError};
 use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use support::*;
 
+/// memcached run as pid 1 of a pid namespace of its own, as in a container (`unshare`, which
+/// an unprivileged user may run where user namespaces are allowed); killed on drop.
+struct ContainedMemcached {
+    child: Child,
+    port: u16,
+}
+
+impl ContainedMemcached {
+    /// Starts one on `port` and waits until it answers there; `None` where this machine cannot
+    /// make pid namespaces (no `unshare`, or user namespaces not allowed).
+    fn start_on(port: u16) -> Option<ContainedMemcached> {
+        let child = Command::new("unshare")
+            .args([
+                "--user",
+                "--map-root-user",
+                "--pid",
+                "--fork",
+                "--kill-child",
+            ])
+            .args(["memcached", "-u", "root", "-l", "127.0.0.1", "-U", "0"])
+            .args(["-m", "64", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        let mut server = ContainedMemcached { child, port };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if server.child.try_wait().unwrap().is_some() {
+                return None;
+            }
+            if let Some(run) = run_at(server.addr()) {
+                assert_eq!(run.0, 1, "memcached in its own pid namespace is pid 1");
+                return Some(server);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// Kills it (SIGKILL to `unshare`, and by `--kill-child` to memcached) and waits until
+    /// nothing answers on its port any more.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(self.addr()).is_ok() {
+            assert!(Instant::now() < deadline, "memcached outlived its kill");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for ContainedMemcached {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The run the memcached at `addr` reports: its pid and start time (`time - uptime`), or `None`
+/// while nothing answers there.
+fn run_at(addr: SocketAddr) -> Option<(u64, i64)> {
+    let mut stream = TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream.write_all(b"stats\r\n").ok()?;
+    let (mut pid, mut time, mut uptime) = (None, None, None);
+    for line in BufReader::new(stream).lines() {
+        let line = line.ok()?;
+        if line == "END" {
+            break;
+        }
+        let mut fields = line.split(' ').skip(1);
+        let (name, value) = (fields.next()?, fields.next()?);
+        match name {
+            "pid" => pid = value.parse::<u64>().ok(),
+            "time" => time = value.parse::<i64>().ok(),
+            "uptime" => uptime = value.parse::<i64>().ok(),
+            _ => {}
+        }
+    }
+    Some((pid?, time? - uptime?))
+}
+
+/// A server restarted as pid 1 within the second its last run started (a container restarted
+/// at once: Docker's restart policy waits 100 ms) reports the same pid and start time as the
+/// last run, and counts its tokens from 1 again. A compare-and-delete by a token the last run
+/// gave must still act on nothing: here it would delete the lease another client has since
+/// been given the same number for.
+#[tokio::test]
+async fn a_token_of_a_container_restarted_within_the_same_second_acts_on_nothing_after_it() {
+    let port = unassigned_port();
+    for _attempt in 0..20 {
+        let Some(mut first) = ContainedMemcached::start_on(port) else {
+            eprintln!("skipped: this machine cannot run memcached in a pid namespace (unshare)");
+            return;
+        };
+        let c = client(first.addr(), 2);
+        let claimed = within(c.add_token(b"lease", Bytes::from_static(b"A"), 60))
+            .await
+            .unwrap()
+            .expect("stored");
+        let first_run = run_at(first.addr()).unwrap();
+        first.kill();
+        let Some(second) = ContainedMemcached::start_on(port) else {
+            panic!("memcached in a pid namespace started once but not twice");
+        };
+        if run_at(second.addr()) != Some(first_run) {
+            // the restart crossed a second: try again, to the same second
+            continue;
+        }
+        let other = client(second.addr(), 1);
+        let theirs = within(other.add_token(b"lease", Bytes::from_static(b"B"), 60))
+            .await
+            .unwrap()
+            .expect("stored");
+        assert_eq!(theirs.value(), claimed.value(), "numbered from 1 again");
+        let deleted = within(c.delete_cas(b"lease", claimed)).await.unwrap();
+        assert_eq!(
+            deleted,
+            CasOutcome::Changed,
+            "the last run's token was sent"
+        );
+        assert_eq!(
+            within(other.get(b"lease")).await.unwrap(),
+            Some(Bytes::from_static(b"B")),
+            "another client's lease deleted by a token of the server's last run"
+        );
+        // the new run's tokens, read by the same client, work
+        let (_, now) = within(c.gets(b"lease")).await.unwrap().unwrap();
+        let deleted = within(c.delete_cas(b"lease", now)).await.unwrap();
+        assert_eq!(deleted, CasOutcome::Stored);
+        return;
+    }
+    panic!("no restart within the second its last run started, in 20 tries");
+}
+
 /// Two restarts in a row: a token of the first run, and one of the second, both act on nothing
-/// on the third, though it numbers its values as both did; the third's own tokens work.
+/// on the third, though it numbers its values as both did; the third's own tokens work, when
+/// read by the client that sends them.
 #[tokio::test]
 async fn a_token_of_either_earlier_run_acts_on_nothing_after_two_restarts() {
     let mut mc = Memcached::start();
@@ -52,7 +197,12 @@ async fn a_token_of_either_earlier_run_acts_on_nothing_after_two_restarts() {
         within(other.get(b"k")).await.unwrap(),
         Some(Bytes::from_static(b"3"))
     );
+    // a token read by another client is not this one's to send, though it names the value
     let swapped = within(c.cas(b"k", Bytes::from_static(b"4"), 60, third)).await;
+    assert_eq!(swapped.unwrap(), CasOutcome::Changed);
+    let (_, mine) = within(c.gets(b"k")).await.unwrap().unwrap();
+    assert_eq!(mine, third);
+    let swapped = within(c.cas(b"k", Bytes::from_static(b"4"), 60, mine)).await;
     assert_eq!(swapped.unwrap(), CasOutcome::Stored);
 }
 
