@@ -6,7 +6,7 @@
 mod support;
 
 use bytes::Bytes;
-use lacquer_memcached::{CasOutcome, McError};
+use lacquer_memcached::{CasOutcome, Cluster, ClusterConfig, McError};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -331,4 +331,68 @@ async fn a_hit_path_reads_the_servers_run_once() {
     assert_eq!(connections_accepted(mc.addr()), accepted + 2);
     assert_eq!(server_stat(mc.addr(), "cmd_get"), gets + 200);
     assert_eq!(c.open_connections(), 1);
+}
+
+/// Through the cluster, each call a server frozen while its connection reads `stats` leaves
+/// unanswered (a get, a multi-get, a gets, a compare-and-delete) costs one `op_timeout` and
+/// is counted once, as one error and one timeout, and keeps no connection.
+#[tokio::test]
+async fn each_call_a_frozen_servers_stats_leave_unanswered_counts_once() {
+    let mc = Memcached::start();
+    let op_timeout = Duration::from_millis(300);
+    let cluster = Cluster::new(&ClusterConfig {
+        servers: servers_at([mc.addr()]),
+        pool_size: 4,
+        connect_timeout: Duration::from_secs(2),
+        op_timeout,
+        failure_limit: 1000,
+        retry_after: Duration::from_secs(60),
+        rehash_on_eject: false,
+    });
+    let token = within(cluster.add_token_with(b"k", b"k", Bytes::from_static(b"v"), 60))
+        .await
+        .unwrap()
+        .unwrap();
+    // a cluster of its own, with no idle connection when the server freezes: each call opens one
+    let quiet = Cluster::new(&ClusterConfig {
+        servers: servers_at([mc.addr()]),
+        pool_size: 4,
+        connect_timeout: Duration::from_secs(2),
+        op_timeout,
+        failure_limit: 1000,
+        retry_after: Duration::from_secs(60),
+        rehash_on_eject: false,
+    });
+    mc.signal("-STOP");
+    let started = Instant::now();
+    assert_eq!(within(quiet.get(b"k")).await, None);
+    assert_eq!(
+        within(quiet.get_multi_with(b"k", &[b"k".to_vec()])).await,
+        None
+    );
+    assert_eq!(within(quiet.gets_with(b"k", b"k")).await, None);
+    assert_eq!(within(quiet.delete_cas_with(b"k", b"k", token)).await, None);
+    let took = started.elapsed();
+    mc.signal("-CONT");
+    assert!(took < Duration::from_secs(8), "4 calls took {took:?}");
+    let report = &quiet.server_reports()[0];
+    assert_eq!(
+        (report.stats.errors, report.stats.timeouts),
+        (4, 4),
+        "{report:?}"
+    );
+    assert_eq!(report.open_connections, 0);
+    // the thawed server answers, and the token of its run, read by another pool, is not sent
+    assert_eq!(
+        within(quiet.get(b"k")).await,
+        Some(Bytes::from_static(b"v"))
+    );
+    assert_eq!(
+        within(quiet.delete_cas_with(b"k", b"k", token)).await,
+        Some(CasOutcome::Changed)
+    );
+    assert_eq!(
+        within(cluster.delete_cas_with(b"k", b"k", token)).await,
+        Some(CasOutcome::Stored)
+    );
 }
