@@ -165,7 +165,7 @@ impl Pool {
             .await
             .expect("the pool semaphore is never closed");
         let runtime = Handle::current().id();
-        let pooled = self.take_idle(runtime);
+        let pooled = self.take_idle(runtime, sent_to);
         let reused = pooled.is_ok();
         // `conn` is owned by this future: an error, a timeout or the caller
         // dropping the future closes it; only clean completion pools it.
@@ -216,12 +216,9 @@ impl Pool {
 
     /// The reply to a command carrying a token read as `sent_to`, when `conn` is not known to
     /// reach the run that gave it (see [`crate::cas_token`]): not sent, the value is taken as
-    /// changed. `conn` is known to when it reached that run's `stats` and was opened by this
-    /// pool before the token's read was sent (and, being open, has not outlived that run).
+    /// changed ([`Self::carries`]).
     fn another_run(&self, conn: &Connection, sent_to: Option<ReadOn>) -> Option<(Reply, ReadOn)> {
-        let token = sent_to?;
-        if token.instance == conn.instance() && token.pool == self.id && conn.order() < token.opened
-        {
+        if self.carries(conn, sent_to?) {
             return None;
         }
         log::debug!(
@@ -230,6 +227,13 @@ impl Pool {
             self.cfg.addr
         );
         Some((Reply::Cas(CasOutcome::Changed), self.read_on(conn)))
+    }
+
+    /// Whether `conn` is known to reach the run that gave a token read as `token`: it reached
+    /// that run's `stats` and was opened by this pool before the token's read was sent (and,
+    /// being open, has not outlived that run).
+    fn carries(&self, conn: &Connection, token: ReadOn) -> bool {
+        token.instance == conn.instance() && token.pool == self.id && conn.order() < token.opened
     }
 
     /// Where a reply read over `conn` from now on is read: taken before the command is sent, so
@@ -242,14 +246,27 @@ impl Pool {
         }
     }
 
-    /// The most recently used idle connection opened by `runtime`, or else a place in the count
-    /// to open one. When the pool has no room for another, the longest-idle connection of
-    /// another runtime is closed to make it: the caller holds a permit, so while every place is
-    /// taken at least one connection is idle, and it is not the caller's runtime's. Places are
-    /// taken under the idle list's lock, so callers racing to open cannot pass `pool_size`.
-    fn take_idle(&self, runtime: RuntimeId) -> Result<Connection, OpenCount> {
+    /// The most recently used idle connection opened by `runtime` (for a command carrying a
+    /// token read as `sent_to`, the most recently used of those that may carry it, if any: one
+    /// opened since the read, when the pool grew, would answer it "changed"), or else a place in
+    /// the count to open one. When the pool has no room for another, the longest-idle
+    /// connection of another runtime is closed to make it: the caller holds a permit, so while
+    /// every place is taken at least one connection is idle, and it is not the caller's
+    /// runtime's. Places are taken under the idle list's lock, so callers racing to open cannot
+    /// pass `pool_size`.
+    fn take_idle(
+        &self,
+        runtime: RuntimeId,
+        sent_to: Option<ReadOn>,
+    ) -> Result<Connection, OpenCount> {
         let mut idle = self.idle.lock();
-        if let Some(i) = idle.iter().rposition(|c| c.runtime() == runtime) {
+        let ours = |c: &Connection| c.runtime() == runtime;
+        let carries = |c: &Connection| sent_to.is_none_or(|token| self.carries(c, token));
+        let found = idle
+            .iter()
+            .rposition(|c| ours(c) && carries(c))
+            .or_else(|| idle.iter().rposition(ours));
+        if let Some(i) = found {
             return Ok(idle.remove(i));
         }
         if !idle.is_empty() && self.open.load(Ordering::Relaxed) >= self.cfg.pool_size.max(1) {

@@ -396,3 +396,26 @@ async fn each_call_a_frozen_servers_stats_leave_unanswered_counts_once() {
         Some(CasOutcome::Stored)
     );
 }
+
+/// A token read before the pool grew (two calls at once opened a second connection, which is
+/// then the most recently used) is still sent, over the connection open before its read: the
+/// pool does not answer "changed" for a value nobody changed because its newest connection
+/// cannot vouch for the token's run.
+#[tokio::test]
+async fn a_token_read_before_the_pool_grew_is_sent_over_a_connection_open_before() {
+    let mc = Memcached::start();
+    let c = client(mc.addr(), 2);
+    let token = within(c.add_token(b"lease", Bytes::from_static(b"A"), 60))
+        .await
+        .unwrap()
+        .unwrap();
+    within(c.set(b"other", Bytes::from_static(b"x"), 60))
+        .await
+        .unwrap();
+    // the first takes the open connection, the second opens one (and reads stats first)
+    let (first, second) = within(async { tokio::join!(c.get(b"other"), c.get(b"other")) }).await;
+    assert!(first.unwrap().is_some() && second.unwrap().is_some());
+    assert_eq!(c.open_connections(), 2);
+    let deleted = within(c.delete_cas(b"lease", token)).await.unwrap();
+    assert_eq!(deleted, CasOutcome::Stored);
+}
