@@ -257,9 +257,11 @@ async fn a_post_while_a_claim_is_held_in_flight_leaves_no_fill_from_before_it() 
 }
 
 /// A slow fill's first renewal: its `cas` reaches memcached and is carried out, and the relay
-/// closes A's connection instead of passing the reply on. The client retries the `cas` on a
-/// fresh connection, which reads `EX` (its own first attempt changed the lease); a second read
-/// finds the lease still A's claim's: renewed, not lost. The fill is kept and written, and B
+/// closes A's connection instead of passing the reply on. The client's retry on a fresh
+/// connection is answered "changed" without being sent (a connection opened after the token was
+/// read may reach another run of the server: `lacquer_memcached::cas_token`; before, the retry
+/// was sent and read `EX`, its own first attempt having changed the lease); a second read finds
+/// the lease still A's claim's: renewed, not lost. The fill is kept and written, and B
 /// is then served it from memcached: one origin fetch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_renewal_whose_reply_was_lost_after_it_landed_is_not_taken_for_a_lost_lease() {
@@ -275,10 +277,7 @@ async fn a_renewal_whose_reply_was_lost_after_it_landed_is_not_taken_for_a_lost_
     assert_eq!(&answer.body[..], b"body-1-late");
     let swaps = relay.lines_starting(&format!("ms {} ", lease_key(path)));
     let swaps: Vec<&String> = swaps.iter().filter(|l| l.contains(" C")).collect();
-    assert!(
-        swaps.len() >= 2 && swaps[0] == swaps[1],
-        "the cut cas was not retried as it was: {swaps:?}"
-    );
+    assert!(!swaps.is_empty(), "no renewal reached the relay");
     assert!(admin_stat(a.admin, "fill_leases_renewed").await >= 1);
     writes_settled(&a).await;
     assert_eq!(admin_stat(a.admin, "fill_leases_lost").await, 0);
@@ -295,8 +294,9 @@ async fn a_renewal_whose_reply_was_lost_after_it_landed_is_not_taken_for_a_lost_
 
 /// The delete that releases a fill's lease after its write (`md <lease> C<token>`) reaches
 /// memcached and is carried out, and the relay closes A's connection instead of passing the
-/// reply (`HD`) on. The client retries it on a fresh connection, which reads `NF`: to A, the
-/// lease was gone before its release, as if a purge had deleted it, and A cannot tell the two
+/// reply (`HD`) on. The client's retry on a fresh connection is answered "changed" without
+/// being sent (see the renewal's test above), and A reads the lease: gone. To A, the lease was
+/// gone before its release, as if a purge had deleted it, and A cannot tell the two
 /// apart, so it does not keep its fill (`fill_leases_lost`): the entry it wrote is deleted and
 /// the next request fetches the page again. One origin fetch more; no answer is served that
 /// should not be, and nothing is left behind.
@@ -320,9 +320,11 @@ async fn a_release_whose_reply_was_lost_after_it_landed_costs_the_fill_and_nothi
     assert_eq!(&answer.body[..], b"body-1-late");
     writes_settled(&a).await;
     let deletes = relay.lines_starting(&prefix);
-    assert!(
-        deletes.len() == 2 && deletes[0] == deletes[1],
-        "the cut delete was not retried as it was: {deletes:?}"
+    assert_eq!(
+        deletes.len(),
+        1,
+        "the cut delete was sent again over a connection opened after its token was read: \
+         {deletes:?}"
     );
     assert!(!lease_present(server, path), "the lease outlived the fill");
     assert_eq!(admin_stat(a.admin, "fill_leases_lost").await, 1);

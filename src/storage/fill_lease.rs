@@ -671,20 +671,28 @@ impl FillLeases {
     async fn take_over(&self, key: &CacheKey, stale: &Bytes) -> bool {
         let (entry_key, lease_key) = (self.entry_key(key), self.lease_key(key));
         let (place, lease) = (entry_key.as_bytes(), lease_key.as_bytes());
-        let token = match self.cluster.gets_with(place, lease).await {
-            None => return false,
-            Some(None) => return true,
-            Some(Some((value, _))) if value != *stale => return true,
-            Some(Some((_, token))) => token,
-        };
-        let Some(token) = usable_cas_token(token) else {
-            return false;
-        };
-        log::debug!("memcached: the fill lease {lease_key}, waited out whole, is taken over");
-        self.cluster
-            .delete_cas_with(place, lease, token)
-            .await
-            .is_some()
+        // read twice at most: a delete answered "changed" (the lease written since, or the
+        // token not sendable over the connection at hand) reads it again
+        for _ in 0..2 {
+            let token = match self.cluster.gets_with(place, lease).await {
+                None => return false,
+                Some(None) => return true,
+                Some(Some((value, _))) if value != *stale => return true,
+                Some(Some((_, token))) => token,
+            };
+            let Some(token) = usable_cas_token(token) else {
+                return false;
+            };
+            match self.cluster.delete_cas_with(place, lease, token).await {
+                None => return false,
+                Some(CasOutcome::Stored | CasOutcome::Gone) => {
+                    log::debug!("memcached: the fill lease {lease_key}, waited out, taken over");
+                    return true;
+                }
+                Some(CasOutcome::Changed) => {}
+            }
+        }
+        false
     }
 
     /// How much longer another node's lease on `key` may hold this request up: what is left of
