@@ -79,8 +79,8 @@ impl CasToken {
     }
 
     /// Where it was read.
-    pub(crate) fn read(&self) -> ReadOn {
-        self.read
+    pub(crate) fn read(&self) -> &ReadOn {
+        &self.read
     }
 
     /// The number memcached gave the value.

@@ -31,6 +31,8 @@ pub(crate) struct Connection {
     instance: ServerInstance,
     /// Its place among the connections its pool opened, counted once it had opened.
     order: u64,
+    /// How many connections its pool had opened when the last command was sent over it.
+    sent_after: u64,
     _open: OpenCount,
 }
 
@@ -66,6 +68,7 @@ impl Connection {
             runtime,
             instance: ServerInstance::default(),
             order: u64::MAX,
+            sent_after: 0,
             _open: count,
         };
         match conn.exchange(&Command::Stats).await? {
@@ -88,6 +91,16 @@ impl Connection {
     /// Numbers it among the connections its pool opened.
     pub(crate) fn set_order(&mut self, order: u64) {
         self.order = order;
+    }
+
+    /// How many connections its pool had opened when the last command was sent over it.
+    pub(crate) fn sent_after(&self) -> u64 {
+        self.sent_after
+    }
+
+    /// Notes how many connections its pool has opened, before a command is sent over it.
+    pub(crate) fn set_sent_after(&mut self, opened: u64) {
+        self.sent_after = opened;
     }
 
     /// The runtime whose reactor this connection's socket is registered with.
