@@ -614,7 +614,7 @@ impl LacquerProxy {
             &ctx.rules.store_overrides(),
         );
         self.uncacheable.on_decision(ctx.key.get(req), &decision);
-        match ctx.unless_held_elsewhere(decision) {
+        match decision {
             RespCacheable::Cacheable(mut meta)
                 if miss
                     || (!head.headers.contains_key(header::VARY)

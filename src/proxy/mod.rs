@@ -68,7 +68,7 @@ use crate::observe::metrics::RequestMetrics;
 use crate::policy::request_directives::RequestDirectives;
 use crate::policy::{freshness, preconditions, revalidation, vary};
 use crate::rules;
-use crate::storage::fill_lease::{HeldLease, MissClaim};
+use crate::storage::fill_lease::HeldLease;
 use crate::storage::memory::{self, owner_holds_back_origin, MemoryTier};
 use crate::storage::tier::Tier;
 use crate::storage::tiered::{PrimaryKnownMissing, TieredStorage};
@@ -84,9 +84,7 @@ use pingora_cache::key::HashBinary;
 use pingora_cache::lock::{CacheKeyLockImpl, CacheLock};
 use pingora_cache::storage::HitHandler;
 use pingora_cache::storage::Storage;
-use pingora_cache::{
-    CacheKey, CacheMeta, CacheOptionOverrides, ForcedFreshness, NoCacheReason, RespCacheable,
-};
+use pingora_cache::{CacheKey, CacheMeta, CacheOptionOverrides, ForcedFreshness, RespCacheable};
 use pingora_core::connectors::TransportConnector;
 use pingora_core::modules::http::HttpModules;
 use pingora_core::upstreams::peer::HttpPeer;
@@ -129,10 +127,6 @@ pub struct RequestCtx {
     /// (claimed, waited for, or none to claim): the standard path's miss does not claim it
     /// again ([`FillLeases::claim_for_miss`](crate::storage::fill_lease::FillLeases::claim_for_miss)).
     shared_miss_decided: bool,
-    /// Another claim holds the URL's fill lease while this request fetches it (another node's,
-    /// or another request's here): its answer is served and not stored
-    /// ([`MissClaim::Elsewhere`]).
-    fill_held_elsewhere: bool,
     /// The client's `If-Match` / `If-Unmodified-Since` failed against the stored response.
     precondition_failed: bool,
     /// The origin's 304 to our revalidation, whose fields update the stored head.
@@ -164,24 +158,7 @@ pub struct RequestCtx {
     settings: Option<Arc<LiveSettings>>,
 }
 
-/// Why an answer fetched while another claim held the URL's fill lease is not stored
-/// ([`MissClaim::Elsewhere`]); `Cache-Status: ...; detail=fill-elsewhere`.
-const FILL_HELD_ELSEWHERE: &str = "fill-elsewhere";
-
 impl RequestCtx {
-    /// The storing decision for this request's answer, made uncacheable when another claim
-    /// holds the URL's fill lease ([`MissClaim::Elsewhere`]): that claim's fill is the one kept.
-    /// (Only for this answer: what the URL is remembered as, [`hit_for_miss`], is the policy's
-    /// decision.)
-    fn unless_held_elsewhere(&self, decision: RespCacheable) -> RespCacheable {
-        match decision {
-            RespCacheable::Cacheable(_) if self.fill_held_elsewhere => {
-                RespCacheable::Uncacheable(NoCacheReason::Custom(FILL_HELD_ELSEWHERE))
-            }
-            decision => decision,
-        }
-    }
-
     /// The answer will not be stored (judged uncacheable, or its fill abandoned): the cluster's
     /// fill lease, when this request holds it, is given up now ([`HeldLease::on_not_stored`]).
     fn give_up_fill_lease(&mut self) {
@@ -329,11 +306,7 @@ impl LacquerProxy {
         if let Some(tier) = self.tiered {
             if ctx.fill_lease.is_none() && !ctx.shared_miss_decided {
                 let key = ctx.key.get(session.req_header());
-                match Box::pin(tier.fill_leases().claim_for_miss(key)).await {
-                    MissClaim::Held(lease) => ctx.fill_lease = Some(lease),
-                    MissClaim::Elsewhere => ctx.fill_held_elsewhere = true,
-                    MissClaim::Unclaimed => {}
-                }
+                ctx.fill_lease = Box::pin(tier.fill_leases().claim_for_miss(key)).await;
             }
         }
     }
@@ -464,7 +437,6 @@ impl ProxyHttp for LacquerProxy {
             direct_pass: false,
             direct_miss: false,
             fill_lease: None,
-            fill_held_elsewhere: false,
             shared_miss_decided: false,
             precondition_failed: false,
             not_modified: None,
@@ -1006,9 +978,6 @@ impl ProxyHttp for LacquerProxy {
             ctx.request_time,
             &ctx.rules.store_overrides(),
         );
-        self.uncacheable
-            .on_decision(ctx.key.get(session.req_header()), &decision);
-        let decision = ctx.unless_held_elsewhere(decision);
         match &decision {
             RespCacheable::Cacheable(_) => ctx.seen.storable = true,
             RespCacheable::Uncacheable(reason) => {
@@ -1016,6 +985,8 @@ impl ProxyHttp for LacquerProxy {
                 ctx.give_up_fill_lease();
             }
         }
+        self.uncacheable
+            .on_decision(ctx.key.get(session.req_header()), &decision);
         Ok(decision)
     }
 

@@ -16,9 +16,7 @@
 //!   Requests on the claiming node itself take the standard path, where Pingora's cache lock
 //!   coalesces them (`FillClaim::ThisNode`); one claim per URL is out per node at a time. A miss
 //!   the fast path declined (a `Range`, a validator) claims on the standard path, before it goes
-//!   to the origin ([`FillLeases::claim_for_miss`]), and waits for no one; when another claim holds
-//!   the lease, its answer is served and not stored, as that claim's lease guards it only while
-//!   it stands ([`MissClaim::Elsewhere`]).
+//!   to the origin ([`FillLeases::claim_for_miss`]), and waits for no one.
 //! * **Placement**: the lease lives on the server that holds the URL's entry (placed by the
 //!   entry's key, not its own), so the lease is reachable exactly when the entry is: a dead
 //!   server takes both with it, and nobody waits for a fill that could not be stored.
@@ -255,19 +253,6 @@ struct Held {
     lease_key: String,
     /// The key of the URL's entry, by which the lease is placed.
     entry_key: String,
-}
-
-/// What a miss about to go to the origin got when it claimed the URL's lease
-/// ([`FillLeases::claim_for_miss`]).
-pub enum MissClaim {
-    /// The request holds the lease: its fill is the lease's.
-    Held(HeldLease),
-    /// Another claim holds it (another node's, or another request's on this node): the fetch
-    /// is guarded only while that claim stands, so its answer is served and not stored.
-    Elsewhere,
-    /// Nothing was claimed (leases off, or the URL's server failing): an uncoordinated fill, kept
-    /// as any is.
-    Unclaimed,
 }
 
 /// A URL's lease as this node's requests have it.
@@ -557,18 +542,16 @@ impl FillLeases {
     /// A miss of the standard path that the fast path did not see through memcached (it
     /// declined the request: a `Range`, a validator, request directives) is about to go to the
     /// origin: it claims the URL's lease too, so that an unsafe method's invalidation through
-    /// another node while it fetches finds the lease and publishes itself. One memcached `add`
-    /// per such miss; before, it fetched unguarded and a POST meanwhile was published to no one
-    /// (`tests/unanswered_claim_attacks.rs`). Another claim's lease (another node's, or one a
-    /// request here holds) guards the fetch only while it stands: when that claim's fill fails,
-    /// its lease is released while this fetch is still out, and a POST then finds nothing. So
-    /// the fetch is served and not stored ([`MissClaim::Elsewhere`]); the claim's own fill is
-    /// the one kept (`tests/guarded_elsewhere_attacks.rs`).
-    pub async fn claim_for_miss(&'static self, key: &CacheKey) -> MissClaim {
+    /// another node while it fetches finds the lease and publishes itself. Another node's lease
+    /// (or one a request here holds) guards it as well: a POST that finds it publishes, and the
+    /// published ban judges every fill from before it. `None` then, and when nothing could be
+    /// claimed (leases off, the server failing: as uncoordinated as any such miss was). One
+    /// memcached `add` per such miss; before, it fetched unguarded and a POST meanwhile was
+    /// published to no one (`tests/unanswered_claim_attacks.rs`).
+    pub async fn claim_for_miss(&'static self, key: &CacheKey) -> Option<HeldLease> {
         match self.claim(key).await {
-            FillClaim::Ours(claim) => MissClaim::Held(self.hold(key, claim)),
-            FillClaim::Theirs | FillClaim::ThisNode => MissClaim::Elsewhere,
-            FillClaim::Uncoordinated => MissClaim::Unclaimed,
+            FillClaim::Ours(claim) => Some(self.hold(key, claim)),
+            FillClaim::Theirs | FillClaim::ThisNode | FillClaim::Uncoordinated => None,
         }
     }
 

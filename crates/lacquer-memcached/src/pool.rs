@@ -243,8 +243,9 @@ impl Pool {
         token.instance == conn.instance() && token.pool == self.id && conn.order() < token.opened
     }
 
-    /// Where a reply read over `conn` from now on is read: taken before the command is sent, so
-    /// that the connections it counts as opened before were open before the server answered.
+    /// Where the reply just read over `conn` was read: the count of opened connections is the
+    /// one [`Self::mark_sent`] noted before the command was sent, so that the connections it
+    /// counts as opened before were open before the server answered.
     fn read_on(&self, conn: &Connection) -> ReadOn {
         ReadOn {
             instance: conn.instance(),
