@@ -11,9 +11,9 @@
 //! stampede CI caught (`shared_tier::on_a_node_reading_only_memcached_concurrent_misses_...`);
 //! refusing the fill when it finishes, as an unanswered claim's is, would serve them from it.
 //!
-//! Likewise a fetch after a stray lease (a claim that landed after its fill ended) was waited
-//! out whole: it went to the origin guarded by nothing once memcached expired the stray lease.
-//! The stray lease is now taken over (deleted by its token) and the URL claimed.
+//! The second test here, which runs: a fetch after a stray lease (a claim that landed after its
+//! fill ended) was waited out whole went to the origin guarded by nothing once memcached expired
+//! the stray lease. The stray lease is now taken over (deleted by its token) and the URL claimed.
 
 use lacquer_test_support as support;
 
