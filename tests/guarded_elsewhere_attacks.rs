@@ -35,8 +35,6 @@ fn page(n: usize) -> OriginResponse {
 async fn a_miss_under_another_claims_lease_is_not_kept_over_a_post_after_that_claim_failed() {
     let cluster = MemcachedCluster::start(1);
     let server = &cluster.servers[0];
-    let tokens = Tokens::new();
-    let config = "local_ttl = \"30s\"\nfill_lease = \"10s\"";
     let mut failures = Vec::new();
     for (round, (path, field)) in [
         ("/ranged", ("range", "bytes=0-3")),
@@ -49,15 +47,12 @@ async fn a_miss_under_another_claims_lease_is_not_kept_over_a_post_after_that_cl
             1 => OriginResponse::ok("origin failed").status(502),
             n => page(n),
         });
-        let node = |name: &str| {
-            let name = format!("{name}{round}");
-            node_via(&tokens, server.addr(), &origin.origin, &name, config)
-        };
+        let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"10s\"");
+        let node = |name: &str| nodes.start(&format!("{name}{round}"), server.addr());
         let (a, b, c) = (node("A"), node("B"), node("C"));
         origin.close(path, 1);
         origin.close(path, 2);
-        let url = b.proxy.url(path);
-        let b_fill = tokio::spawn(async move { get(&url, &SITE).await });
+        let b_fill = get_in_background(&b, path);
         assert!(
             origin
                 .origin
@@ -78,10 +73,12 @@ async fn a_miss_under_another_claims_lease_is_not_kept_over_a_post_after_that_cl
         // B's fetch fails: its lease is released
         origin.open(path, 1);
         assert_eq!(b_fill.await.expect("B's request").status, 502, "{path}");
-        assert!(
-            poll_until_async(SETTLE, || !lease_present(server, path)).await,
-            "{path}: B's failed fill left its lease"
-        );
+        lease_released(
+            server,
+            path,
+            &format!("{path}: B's failed fill left its lease"),
+        )
+        .await;
         let posted = post(&c.proxy.url(path), &SITE, "x=1").await;
         assert_eq!(posted.status, 200);
         origin.open(path, 2);
@@ -91,17 +88,8 @@ async fn a_miss_under_another_claims_lease_is_not_kept_over_a_post_after_that_cl
             "{path}: {}",
             answered.status
         );
-        assert_eq!(
-            wait_for_stat_at_most(a.admin, "background_writes", 0, SETTLE).await,
-            0
-        );
-        let kept = entry_holds(server, path, b"body-2");
-        let mut served = Vec::new();
-        for node in [&c, &b, &a] {
-            if get(&node.proxy.url(path), &SITE).await.body[..] == b"body-2"[..] {
-                served.push(node.name.clone());
-            }
-        }
+        writes_settled(&a).await;
+        let (kept, served) = kept_and_served(server, &[&c, &b, &a], path, b"body-2").await;
         if kept || !served.is_empty() {
             failures.push(format!(
                 "{path}: the page as it was before the POST is served by {served:?}, kept in \
