@@ -5,7 +5,7 @@ mod support;
 
 use bytes::Bytes;
 use lacquer_memcached::protocol::MAX_KEY_LEN;
-use lacquer_memcached::{CasOutcome, McError, ServerClient, ServerConfig};
+use lacquer_memcached::{CasOutcome, CasToken, McError, ServerClient, ServerConfig};
 use std::time::{Duration, Instant};
 use support::*;
 
@@ -237,28 +237,30 @@ async fn ttl_expires_and_touch_extends() {
 /// the stale token deleted or overwrote the new run's value: another node's fill lease.)
 #[tokio::test]
 async fn a_token_given_before_the_server_restarted_acts_on_nothing_after_it() {
+    /// Through `c`: `lease` added (its token), then `entry` set and read back (its token).
+    async fn lease_and_entry(
+        c: &ServerClient,
+        lease: &'static [u8],
+        entry: &'static [u8],
+    ) -> (CasToken, CasToken) {
+        let added = within(c.add_token(b"lease", Bytes::from_static(lease), 60))
+            .await
+            .unwrap()
+            .expect("stored");
+        within(c.set(b"entry", Bytes::from_static(entry), 60))
+            .await
+            .unwrap();
+        let (_, read) = within(c.gets(b"entry")).await.unwrap().unwrap();
+        (added, read)
+    }
     let mut mc = Memcached::start();
     let c = client(mc.addr(), 2);
-    let claimed = within(c.add_token(b"lease", Bytes::from_static(b"A"), 60))
-        .await
-        .unwrap()
-        .expect("stored");
-    within(c.set(b"entry", Bytes::from_static(b"old"), 60))
-        .await
-        .unwrap();
-    let (_, read) = within(c.gets(b"entry")).await.unwrap().unwrap();
+    let (claimed, read) = lease_and_entry(&c, b"A", b"old").await;
     mc.kill();
     let _restarted = Memcached::start_on(mc.port);
     // another client stores the same keys on the new run, given the same numbers
     let other = client(mc.addr(), 1);
-    let theirs = within(other.add_token(b"lease", Bytes::from_static(b"B"), 60))
-        .await
-        .unwrap()
-        .expect("stored");
-    within(other.set(b"entry", Bytes::from_static(b"new"), 60))
-        .await
-        .unwrap();
-    let (_, their_read) = within(other.gets(b"entry")).await.unwrap().unwrap();
+    let (theirs, their_read) = lease_and_entry(&other, b"B", b"new").await;
     assert_eq!(
         (theirs.value(), their_read.value()),
         (claimed.value(), read.value()),

@@ -340,29 +340,25 @@ async fn a_hit_path_reads_the_servers_run_once() {
 async fn each_call_a_frozen_servers_stats_leave_unanswered_counts_once() {
     let mc = Memcached::start();
     let op_timeout = Duration::from_millis(300);
-    let cluster = Cluster::new(&ClusterConfig {
-        servers: servers_at([mc.addr()]),
-        pool_size: 4,
-        connect_timeout: Duration::from_secs(2),
-        op_timeout,
-        failure_limit: 1000,
-        retry_after: Duration::from_secs(60),
-        rehash_on_eject: false,
-    });
+    // one server, ejected never within the test (every call counted, none skipped)
+    let cluster_of = || {
+        Cluster::new(&ClusterConfig {
+            servers: servers_at([mc.addr()]),
+            pool_size: 4,
+            connect_timeout: Duration::from_secs(2),
+            op_timeout,
+            failure_limit: 1000,
+            retry_after: Duration::from_secs(60),
+            rehash_on_eject: false,
+        })
+    };
+    let cluster = cluster_of();
     let token = within(cluster.add_token_with(b"k", b"k", Bytes::from_static(b"v"), 60))
         .await
         .unwrap()
         .unwrap();
     // a cluster of its own, with no idle connection when the server freezes: each call opens one
-    let quiet = Cluster::new(&ClusterConfig {
-        servers: servers_at([mc.addr()]),
-        pool_size: 4,
-        connect_timeout: Duration::from_secs(2),
-        op_timeout,
-        failure_limit: 1000,
-        retry_after: Duration::from_secs(60),
-        rehash_on_eject: false,
-    });
+    let quiet = cluster_of();
     mc.signal("-STOP");
     let started = Instant::now();
     assert_eq!(within(quiet.get(b"k")).await, None);
