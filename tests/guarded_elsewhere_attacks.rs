@@ -5,12 +5,12 @@
 //! one. The fetch, from before the POST, must not be kept and served by every node.
 //!
 //! Such a miss is one the fast path declines (a `Range`, a validator), which claims on the
-//! standard path (`FillLeases::claim_for_miss`) and, finding the lease held, fetches anyway; its
-//! answer is stored and written to memcached. KNOWN gap, `#[ignore]`d: not storing it (tried
-//! 2026-12-06) released the requests coalesced behind it on the node to fetch for themselves, a
-//! stampede CI caught (`shared_tier::on_a_node_reading_only_memcached_concurrent_misses_...`);
-//! refusing the fill when it finishes, as an unanswered claim's is, would serve them from it.
-//!
+//! standard path (`FillLeases::claim_for_miss`) and, finding the lease held, fetches anyway. Its
+//! answer was stored and written to memcached; now its fill serves the requests reading it and
+//! is refused when it finishes (`MissClaim::Elsewhere`, counted `fills_under_another_claim`).
+//! Not storing it from the start (tried 2026-12-06, reverted) released the requests coalesced
+//! behind it on the node to fetch for themselves, a stampede: the third test holds that shut.
+
 //! The second test here, which runs: a fetch after a stray lease (a claim that landed after its
 //! fill ended) was waited out whole went to the origin guarded by nothing once memcached expired
 //! the stray lease. The stray lease is now taken over (deleted by its token) and the URL claimed.
@@ -30,8 +30,6 @@ fn page(n: usize) -> OriginResponse {
 /// B releases the lease; a POST through C finds nothing stored and no lease. A's fetch answers
 /// with the page as it was before the POST: not kept in memcached, not served by any node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "KNOWN gap: a fetch under another claim's lease is kept over a POST after that claim's \
-            fill failed (see the module docs)"]
 async fn a_miss_under_another_claims_lease_is_not_kept_over_a_post_after_that_claim_failed() {
     let cluster = MemcachedCluster::start(1);
     let server = &cluster.servers[0];
@@ -88,7 +86,19 @@ async fn a_miss_under_another_claims_lease_is_not_kept_over_a_post_after_that_cl
             "{path}: {}",
             answered.status
         );
+        assert!(
+            answered
+                .cache_status()
+                .is_some_and(|status| status.contains("detail=fill-elsewhere")),
+            "{path}: {:?}",
+            answered.cache_status()
+        );
         writes_settled(&a).await;
+        assert_eq!(
+            admin_stat(a.admin, "fills_under_another_claim").await,
+            1,
+            "{path}"
+        );
         let (kept, served) = kept_and_served(server, &[&c, &b, &a], path, b"body-2").await;
         if kept || !served.is_empty() {
             failures.push(format!(
@@ -156,4 +166,82 @@ async fn a_fetch_after_a_stray_lease_was_waited_out_is_not_kept_over_a_post() {
          page as it was before the POST is served by {served:?}, kept in memcached: {kept}"
     );
     b.proxy.assert_no_panic();
+}
+
+/// B claims `/coalesced` and waits at the origin. Six requests for it reach A at once, each with
+/// a `Range` the fast path declines: one claims, finds B's lease and fetches; the other five
+/// coalesce behind it on A's cache lock. Its answer streams slowly, and the five are served from
+/// its fill: one origin fetch on A, not six (not storing it from the start released them to
+/// fetch for themselves, a stampede). The fill is refused when it finishes, so once B's fill is
+/// in, A serves B's page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn requests_behind_a_fill_under_another_claim_are_served_from_it() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/coalesced";
+    let origin = GatedOrigin::answering(|_, n| match n {
+        // A's fetch: its body takes a while, so the five behind it join its fill
+        2 => OriginResponse::ok(Body::Paced {
+            chunks: vec!["bod".into(), "y-2".into()],
+            interval: Duration::from_millis(400),
+        })
+        .header("cache-control", "max-age=3600"),
+        n => page(n),
+    });
+    let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"10s\"");
+    let (a, b) = (
+        nodes.start("A", server.addr()),
+        nodes.start("B", server.addr()),
+    );
+    origin.close(path, 1);
+    origin.close(path, 2);
+    let b_fill = get_in_background(&b, path);
+    assert!(
+        origin
+            .origin
+            .wait_for_hits_for_async(path, 1, Duration::from_secs(5))
+            .await,
+        "B did not reach the origin"
+    );
+    assert!(lease_present(server, path), "B claimed no lease");
+    let ranged = (0..6).map(|_| {
+        let url = a.proxy.url(path);
+        tokio::spawn(async move { get(&url, &[("host", HOST), ("range", "bytes=0-3")]).await })
+    });
+    let ranged: Vec<_> = ranged.collect();
+    assert!(
+        origin
+            .origin
+            .wait_for_hits_for_async(path, 2, Duration::from_secs(5))
+            .await,
+        "A did not reach the origin"
+    );
+    // the other five reach A and queue behind its fetch
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    origin.open(path, 2);
+    for request in ranged {
+        let answer = request.await.expect("a ranged request");
+        assert!(
+            answer.status == 206 || answer.status == 200,
+            "{}",
+            answer.status
+        );
+        assert!(answer.body.starts_with(b"body"), "{:?}", answer.body);
+    }
+    assert_eq!(
+        origin.origin.hits_for(path),
+        2,
+        "the requests queued behind A's fetch went to the origin themselves"
+    );
+    writes_settled(&a).await;
+    assert_eq!(admin_stat(a.admin, "fills_under_another_claim").await, 1);
+    assert!(
+        !entry_holds(server, path, b"body-2"),
+        "A's fill, fetched under B's lease, was written to memcached"
+    );
+    // B's fill is the one kept, and A serves it
+    origin.open(path, 1);
+    assert_eq!(&b_fill.await.expect("B's request").body[..], b"body-1");
+    writes_settled(&b).await;
+    assert_eq!(&get(&a.proxy.url(path), &SITE).await.body[..], b"body-1");
 }

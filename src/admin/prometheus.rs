@@ -383,6 +383,12 @@ impl Collector for NodeCollector {
                     "Requests served by another node's fill after waiting for it.",
                     load(&c.fills_awaited),
                 ),
+                (
+                    "fills_under_another_claim",
+                    "Misses fetched while another claim held the URL's fill lease (a Range or \
+                     validator miss): served, not kept.",
+                    load(&c.fills_under_another_claim),
+                ),
             ] {
                 f.counter(name, help, value)?;
             }

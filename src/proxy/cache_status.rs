@@ -178,6 +178,8 @@ impl CacheStatus {
             CachePhase::Miss => {
                 status.fwd = Some(miss_kind);
                 status.stored = seen.storable;
+                // a fill refused when it finishes (fetched under another claim's lease)
+                status.detail = seen.not_stored_reason.filter(|_| !seen.storable);
             }
             CachePhase::Expired => {
                 status.fwd = Some(Forward::Stale);

@@ -624,7 +624,9 @@ impl LacquerProxy {
                     meta.set_variance_key(variance);
                 }
                 ctx.seen.storable = true;
-                (CachePhase::Miss, Some(meta))
+                let mut decision = RespCacheable::Cacheable(meta);
+                ctx.mark_if_held_elsewhere(&mut decision);
+                (CachePhase::Miss, Some(decision.unwrap_meta()))
             }
             RespCacheable::Cacheable(_) => {
                 (CachePhase::Disabled(NoCacheReason::Custom("passed")), None)

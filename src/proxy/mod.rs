@@ -68,7 +68,7 @@ use crate::observe::metrics::RequestMetrics;
 use crate::policy::request_directives::RequestDirectives;
 use crate::policy::{freshness, preconditions, revalidation, vary};
 use crate::rules;
-use crate::storage::fill_lease::HeldLease;
+use crate::storage::fill_lease::{FetchedUnderAnotherClaim, HeldLease, MissClaim};
 use crate::storage::memory::{self, owner_holds_back_origin, MemoryTier};
 use crate::storage::tier::Tier;
 use crate::storage::tiered::{PrimaryKnownMissing, TieredStorage};
@@ -127,6 +127,10 @@ pub struct RequestCtx {
     /// (claimed, waited for, or none to claim): the standard path's miss does not claim it
     /// again ([`FillLeases::claim_for_miss`](crate::storage::fill_lease::FillLeases::claim_for_miss)).
     shared_miss_decided: bool,
+    /// Another claim held the URL's fill lease when this request's miss claimed it (another
+    /// node's, or another request's here): its storable answer is marked so that its fill is
+    /// refused when it finishes ([`MissClaim::Elsewhere`], [`RequestCtx::mark_if_held_elsewhere`]).
+    fill_held_elsewhere: bool,
     /// The client's `If-Match` / `If-Unmodified-Since` failed against the stored response.
     precondition_failed: bool,
     /// The origin's 304 to our revalidation, whose fields update the stored head.
@@ -158,7 +162,25 @@ pub struct RequestCtx {
     settings: Option<Arc<LiveSettings>>,
 }
 
+/// Why a miss's answer fetched while another claim held the URL's fill lease is served and not
+/// kept ([`MissClaim::Elsewhere`]): `Cache-Status: ...; fwd=miss; detail=fill-elsewhere`.
+const FILL_HELD_ELSEWHERE: &str = "fill-elsewhere";
+
 impl RequestCtx {
+    /// A storable answer of a miss that another claim's lease guarded ([`MissClaim::Elsewhere`])
+    /// is marked in its meta ([`FetchedUnderAnotherClaim`]) so that the tiered store refuses its
+    /// fill when it finishes: the requests reading it are served, nothing is kept. (Only this
+    /// fill: what the URL is remembered as, `hit_for_miss`, is the policy's decision.)
+    fn mark_if_held_elsewhere(&mut self, decision: &mut RespCacheable) {
+        if let RespCacheable::Cacheable(meta) = decision {
+            if self.fill_held_elsewhere {
+                meta.extensions_mut().insert(FetchedUnderAnotherClaim);
+                self.seen.storable = false;
+                self.seen.not_stored_reason = Some(FILL_HELD_ELSEWHERE);
+            }
+        }
+    }
+
     /// The answer will not be stored (judged uncacheable, or its fill abandoned): the cluster's
     /// fill lease, when this request holds it, is given up now ([`HeldLease::on_not_stored`]).
     fn give_up_fill_lease(&mut self) {
@@ -306,7 +328,11 @@ impl LacquerProxy {
         if let Some(tier) = self.tiered {
             if ctx.fill_lease.is_none() && !ctx.shared_miss_decided {
                 let key = ctx.key.get(session.req_header());
-                ctx.fill_lease = Box::pin(tier.fill_leases().claim_for_miss(key)).await;
+                match Box::pin(tier.fill_leases().claim_for_miss(key)).await {
+                    MissClaim::Held(lease) => ctx.fill_lease = Some(lease),
+                    MissClaim::Elsewhere => ctx.fill_held_elsewhere = true,
+                    MissClaim::Unclaimed => {}
+                }
             }
         }
     }
@@ -438,6 +464,7 @@ impl ProxyHttp for LacquerProxy {
             direct_miss: false,
             fill_lease: None,
             shared_miss_decided: false,
+            fill_held_elsewhere: false,
             precondition_failed: false,
             not_modified: None,
             compression: CompressionCtx::default(),
@@ -987,6 +1014,8 @@ impl ProxyHttp for LacquerProxy {
         }
         self.uncacheable
             .on_decision(ctx.key.get(session.req_header()), &decision);
+        let mut decision = decision;
+        ctx.mark_if_held_elsewhere(&mut decision);
         Ok(decision)
     }
 

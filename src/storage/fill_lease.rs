@@ -16,7 +16,9 @@
 //!   Requests on the claiming node itself take the standard path, where Pingora's cache lock
 //!   coalesces them (`FillClaim::ThisNode`); one claim per URL is out per node at a time. A miss
 //!   the fast path declined (a `Range`, a validator) claims on the standard path, before it goes
-//!   to the origin ([`FillLeases::claim_for_miss`]), and waits for no one.
+//!   to the origin ([`FillLeases::claim_for_miss`]), and waits for no one; when another claim
+//!   holds the lease, its fill serves the requests reading it and is refused when it finishes,
+//!   as that claim's lease guards it only while it stands ([`MissClaim::Elsewhere`]).
 //! * **Placement**: the lease lives on the server that holds the URL's entry (placed by the
 //!   entry's key, not its own), so the lease is reachable exactly when the entry is: a dead
 //!   server takes both with it, and nobody waits for a fill that could not be stored.
@@ -254,6 +256,29 @@ struct Held {
     /// The key of the URL's entry, by which the lease is placed.
     entry_key: String,
 }
+
+/// What a miss about to go to the origin got when it claimed the URL's lease
+/// ([`FillLeases::claim_for_miss`]).
+pub enum MissClaim {
+    /// The request holds the lease: its fill is the lease's.
+    Held(HeldLease),
+    /// Another claim holds it (another node's, or another request's on this node): the fetch is
+    /// guarded only while that claim stands, so its fill is served to the requests that read it
+    /// and refused when it finishes ([`FetchedUnderAnotherClaim`]).
+    Elsewhere,
+    /// Nothing was claimed (leases off, or the URL's server failing): an uncoordinated fill,
+    /// kept as any is.
+    Unclaimed,
+}
+
+/// Marks, in a storable answer's `CacheMeta` extensions, a fill fetched while another claim held
+/// the URL's lease ([`MissClaim::Elsewhere`]): the tiered store refuses it when it finishes (not
+/// stored here, not written to memcached, no lease touched), after every request reading it has
+/// been served. Refused at the end rather than judged uncacheable at the start: an uncacheable
+/// answer releases the requests coalesced behind it on this node to fetch for themselves (a
+/// stampede, tried and reverted 2026-12-06), while a refused fill serves them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FetchedUnderAnotherClaim;
 
 /// A URL's lease as this node's requests have it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -542,16 +567,19 @@ impl FillLeases {
     /// A miss of the standard path that the fast path did not see through memcached (it
     /// declined the request: a `Range`, a validator, request directives) is about to go to the
     /// origin: it claims the URL's lease too, so that an unsafe method's invalidation through
-    /// another node while it fetches finds the lease and publishes itself. Another node's lease
-    /// (or one a request here holds) guards it as well: a POST that finds it publishes, and the
-    /// published ban judges every fill from before it. `None` then, and when nothing could be
-    /// claimed (leases off, the server failing: as uncoordinated as any such miss was). One
-    /// memcached `add` per such miss; before, it fetched unguarded and a POST meanwhile was
-    /// published to no one (`tests/unanswered_claim_attacks.rs`).
-    pub async fn claim_for_miss(&'static self, key: &CacheKey) -> Option<HeldLease> {
+    /// another node while it fetches finds the lease and publishes itself. One memcached `add`
+    /// per such miss; before, it fetched unguarded and a POST meanwhile was published to no one
+    /// (`tests/unanswered_claim_attacks.rs`). Another claim's lease (another node's, or one a
+    /// request here holds) guards the fetch only while it stands: when that claim's fill fails,
+    /// its lease is released while this fetch is still out, and a POST then finds nothing. So
+    /// the fetch is served and its fill refused when it finishes ([`MissClaim::Elsewhere`],
+    /// [`FetchedUnderAnotherClaim`]); the claim's own fill is the one kept
+    /// (`tests/guarded_elsewhere_attacks.rs`).
+    pub async fn claim_for_miss(&'static self, key: &CacheKey) -> MissClaim {
         match self.claim(key).await {
-            FillClaim::Ours(claim) => Some(self.hold(key, claim)),
-            FillClaim::Theirs | FillClaim::ThisNode | FillClaim::Uncoordinated => None,
+            FillClaim::Ours(claim) => MissClaim::Held(self.hold(key, claim)),
+            FillClaim::Theirs | FillClaim::ThisNode => MissClaim::Elsewhere,
+            FillClaim::Uncoordinated => MissClaim::Unclaimed,
         }
     }
 
@@ -982,6 +1010,20 @@ impl FillLeases {
         log::info!(
             "memcached: the claim of the fill lease {} went unanswered, and its fill went to the \
              origin unguarded: the fill is not kept",
+            self.lease_key(key)
+        );
+    }
+
+    /// `key`'s fill, fetched while another claim held the URL's lease
+    /// ([`MissClaim::Elsewhere`]), is finishing and is refused by the caller: its readers have
+    /// it, and nothing is stored or written. The lease is left to the claim that holds it, whose
+    /// own fill is the one kept.
+    pub fn on_fill_under_another_claim(&self, key: &CacheKey) {
+        self.counters
+            .fills_under_another_claim
+            .fetch_add(1, Ordering::Relaxed);
+        log::debug!(
+            "memcached: a fill of {} fetched while another claim held its lease is not kept",
             self.lease_key(key)
         );
     }

@@ -56,6 +56,10 @@ pub struct SharedCounters {
     /// Misses filled without a lease because the URL's memcached server was ejected, had just
     /// failed, or did not answer the claim: nothing more is asked of a failing server.
     pub fills_unguarded: AtomicU64,
+    /// Misses fetched while another claim held the URL's lease (a `Range` or validator miss,
+    /// which waits for no one): served to their readers, then refused (see
+    /// [`super::fill_lease::MissClaim::Elsewhere`]).
+    pub fills_under_another_claim: AtomicU64,
     /// Waits for another node's fill begun (each ends served by that fill, cut short, or at the
     /// lease's end).
     pub fill_waits: AtomicU64,

@@ -21,7 +21,7 @@
 
 use super::decoded_values::DecodedValues;
 use super::entry::{self, ChunkList, EntryBody};
-use super::fill_lease::{Claim, FillLeases};
+use super::fill_lease::{Claim, FetchedUnderAnotherClaim, FillLeases};
 use super::memory::{CompleteObject, MemoryMiss, MemoryTier, SharedWriteInFlight};
 use super::object::{with_room_for_hit_fields, Body, StoredMeta};
 use super::shared_counters::{BackgroundTask, SharedCounters};
@@ -1058,6 +1058,9 @@ struct TieredMiss {
     inner: Box<MemoryMiss>,
     key: CacheKey,
     tier: &'static TieredStorage,
+    /// Fetched while another claim held the URL's lease ([`FetchedUnderAnotherClaim`]): refused
+    /// when it finishes.
+    under_another_claim: bool,
 }
 
 #[async_trait]
@@ -1067,7 +1070,19 @@ impl HandleMiss for TieredMiss {
     }
 
     async fn finish(self: Box<Self>) -> Result<MissFinishType> {
-        let TieredMiss { inner, key, tier } = *self;
+        let TieredMiss {
+            inner,
+            key,
+            tier,
+            under_another_claim,
+        } = *self;
+        if under_another_claim {
+            // its readers have it; nothing is stored, nothing written, and the lease is the
+            // other claim's to end
+            inner.refuse();
+            tier.fill_leases.on_fill_under_another_claim(&key);
+            return Ok((*inner).finish_fill()?.0);
+        }
         // what this fill stored is written, not what the key holds by then (a fill a ban refused
         // leaves an older copy there)
         // whether the fill was this node's lease's, asked before the request ends (and with it
@@ -1127,6 +1142,10 @@ impl Storage for TieredStorage {
             inner,
             key: key.clone(),
             tier: self,
+            under_another_claim: meta
+                .extensions()
+                .get::<FetchedUnderAnotherClaim>()
+                .is_some(),
         }))
     }
 
