@@ -15,6 +15,13 @@
 //! * [`allocator`]: when memory the process freed goes back to the system.
 //!
 //! `docs/architecture.md` has the picture.
+//!
+//! These docs are for the people who work on Lacquer: most of the architecture lives in private
+//! items, which the module docs link to. Read them with `cargo doc --document-private-items`
+//! (`.ci/run` builds them so, warnings refused); without that flag the links to private items
+//! would be flagged, so that lint is allowed here.
+
+#![allow(rustdoc::private_intra_doc_links)]
 
 pub mod admin;
 pub mod allocator;

@@ -1,7 +1,7 @@
 //! Configuration: one TOML file, CLI flags that override it, and embedded defaults.
 //!
 //! Loading happens in three steps:
-//! 1. [`file`] deserializes the TOML as written, rejecting unknown keys;
+//! 1. [`file`](mod@file) deserializes the TOML as written, rejecting unknown keys;
 //! 2. [`cli`] lays the flags over it;
 //! 3. [`Config::validate`] hands each section to its module, which turns strings into typed
 //!    values through the key-aware checks in [`check`]: every bad value becomes a

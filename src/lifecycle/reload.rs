@@ -6,7 +6,7 @@
 //! is refused: the running settings stay and the reason is logged (and returned to the admin
 //! endpoint). So is a file whose rules send requests to a backend group only its own
 //! `[[upstreams]]` have: those keep their running value until a hand-over. A valid one replaces
-//! the [`LiveSettings`] requests read; the keys of [`restart_keys`](super::restart_keys) keep
+//! the [`LiveSettings`] requests read; the keys of [`super::restart_keys`] keep
 //! their running value and are named in a warning.
 //! A reload also reopens the access log file (for `logrotate`) and applies `log.level`.
 //!

@@ -5,7 +5,7 @@
 //! * [`CachePolicy::request_cacheable`]: may this request use the cache at all?
 //! * [`CachePolicy::response_decision`]: may this response be stored, and with what metadata?
 //!
-//! [`freshness`] holds the pure freshness and age arithmetic; [`vary`] the variant key.
+//! [`freshness`](mod@freshness) holds the pure freshness and age arithmetic; [`vary`] the variant key.
 
 pub mod cache_control;
 pub mod delta_seconds;

@@ -29,7 +29,7 @@
 //!    With `[cache.partial]`, [`partial_content`] answers a range from a stored part first,
 //!    and otherwise asks the origin for a range and stores the `206` (through to the
 //!    downstream phases, which serve a range spanning a part and a fetched tail).
-//! 6. `response_cache_filter`: the [`CachePolicy`] decides whether and how long to store.
+//! 6. `response_cache_filter`: the [`CachePolicy`](crate::policy::CachePolicy) decides whether and how long to store.
 //! 7. `response_filter`: `Cache-Status` ([`cache_status`]) and `Via` ([`our_fields`]) on every
 //!    response, fields meant for this cache only removed ([`headers::ForUsOnly`]),
 //!    `crate::compression` on the way out; `logging` ends the fill lease this request holds, counts the request

@@ -646,7 +646,7 @@ impl TieredStorage {
     /// So a fill that began before a purge, on this node or another, can be judged valid when
     /// it is stored and written after the purge's delete. Readers judge the entry banned, but
     /// only for as long as the ban is kept: a purge whose delete was answered is kept for
-    /// [`SHORT_RETENTION`](crate::storage::ban_list::SHORT_RETENTION) only, after which the
+    /// [`SHORT_RETENTION`] only, after which the
     /// entry (kept for its freshness lifetime) would be served again on every node. Waiting for
     /// a log read that began two `op_timeout`s after the write landed closes that gap. When the
     /// entry's server does not answer the read-back or the delete, the purge is kept for the

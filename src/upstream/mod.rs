@@ -2,7 +2,7 @@
 //!
 //! The pieces, one concept per module:
 //! * [`backend`]: a replica's live state (in-flight count, health verdicts) and the
-//!   [`InFlight`](backend::InFlight) guard that keeps the count honest on every exit path;
+//!   [`backend::InFlight`] guard that keeps the count honest on every exit path;
 //! * [`replicas`]: the replicas now, one per address of each configured backend, swapped whole;
 //! * [`resolver`]: origin host names looked up again every `balancer.resolve_interval`;
 //! * [`algorithms`]: `round_robin`, `least_loaded`, `consistent`, `random_two_choices`;

@@ -29,6 +29,11 @@
 //! reference data (the ketama vectors in `tests/vectors/` and their generator) and its
 //! benchmark (`bench/mc_client.rs`, against `async-memcached`) live beside it, and that
 //! benchmark's dependency stays out of Lacquer's package.
+//!
+//! Read with `cargo doc --document-private-items` (`.ci/run` builds them so, warnings refused):
+//! the docs link to the private items the design lives in.
+
+#![allow(rustdoc::private_intra_doc_links)]
 
 pub mod batch;
 pub mod cas_token;
