@@ -13,7 +13,13 @@
 
 //! The second test here, which runs: a fetch after a stray lease (a claim that landed after its
 //! fill ended) was waited out whole went to the origin guarded by nothing once memcached expired
-//! the stray lease. The stray lease is now taken over (deleted by its token) and the URL claimed.
+//! the stray lease. The stray lease is now taken over (swapped in place for the request's claim
+//! by its token).
+//!
+//! The fourth: a request that waited as long as it may (two leases) behind a slow fill fetched
+//! with no claim at all, and when that fill failed and released its lease, a POST meanwhile found
+//! nothing and the fetch was kept. It now claims once more; under the slow fill's lease still,
+//! its fill is served and refused, as the first test's is.
 
 use lacquer_test_support as support;
 
@@ -244,4 +250,65 @@ async fn requests_behind_a_fill_under_another_claim_are_served_from_it() {
     assert_eq!(&b_fill.await.expect("B's request").body[..], b"body-1");
     writes_settled(&b).await;
     assert_eq!(&get(&a.proxy.url(path), &SITE).await.body[..], b"body-1");
+}
+
+/// A claims `/long` and its fill is slow (renewed every third of the 2 s lease). B waits for it
+/// as long as it may (two leases), then claims once more, finds A's lease still, and fetches.
+/// A's fetch then fails and A releases its lease; a POST through C finds nothing stored and no
+/// lease. B's answer, from before the POST, must not be kept: B fetched under A's lease, which
+/// guarded it only while it stood, so its fill is served and refused (before, B fetched with no
+/// claim at all and its fill was kept and served by every node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fetch_after_waiting_two_leases_under_a_slow_fill_is_not_kept_over_a_post() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/long";
+    let origin = GatedOrigin::answering(|_, n| match n {
+        1 => OriginResponse::ok("origin failed").status(502),
+        n => page(n),
+    });
+    let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"2s\"");
+    let (a, b, c) = (
+        nodes.start("A", server.addr()),
+        nodes.start("B", server.addr()),
+        nodes.start("C", server.addr()),
+    );
+    origin.close(path, 1);
+    origin.close(path, 2);
+    let a_fill = get_in_background(&a, path);
+    assert!(
+        origin
+            .origin
+            .wait_for_hits_for_async(path, 1, Duration::from_secs(5))
+            .await,
+        "A did not reach the origin"
+    );
+    let b_fill = get_in_background(&b, path);
+    assert!(
+        origin
+            .origin
+            .wait_for_hits_for_async(path, 2, Duration::from_secs(15))
+            .await,
+        "B never fetched for itself"
+    );
+    assert!(
+        admin_stat(b.admin, "fill_waits").await >= 2,
+        "B did not wait two leases"
+    );
+    // A's fetch fails: its lease is released
+    origin.open(path, 1);
+    assert_eq!(a_fill.await.expect("A's request").status, 502);
+    lease_released(server, path, "A's failed fill left its lease").await;
+    let posted = post(&c.proxy.url(path), &SITE, "x=1").await;
+    assert_eq!(posted.status, 200);
+    origin.open(path, 2);
+    let answered = b_fill.await.expect("B's request");
+    assert_eq!(&answered.body[..], b"body-2");
+    writes_settled(&b).await;
+    assert_eq!(admin_stat(b.admin, "fills_under_another_claim").await, 1);
+    let (kept, served) = kept_and_served(server, &[&c, &a, &b], path, b"body-2").await;
+    assert!(
+        served.is_empty() && !kept,
+        "the page as it was before the POST is served by {served:?}, kept in memcached: {kept}"
+    );
 }

@@ -322,8 +322,8 @@ async fn a_lease_older_than_its_length_holds_nobody_up() {
     let resp = get_within_patience(b.url(&url.path)).await;
     assert_eq!(resp.status, 200);
     assert_eq!(origin.hits_for(&url.path), 1);
-    // found again once its time had run out, it is taken over (deleted by its token) and the
-    // URL claimed, so that B's fetch is guarded by a lease of its own (until 2026-12-06 B
+    // found again once its time had run out, it is taken over (swapped for B's claim by its
+    // token), so that B's fetch is guarded by a lease of its own (until 2026-12-06 B
     // fetched beside it, claimed by no one: `tests/guarded_elsewhere_attacks.rs`)
     assert_eq!(
         admin_stat(admin_b, "fills_claimed").await,

@@ -128,8 +128,10 @@ pub struct RequestCtx {
     /// again ([`FillLeases::claim_for_miss`](crate::storage::fill_lease::FillLeases::claim_for_miss)).
     shared_miss_decided: bool,
     /// Another claim held the URL's fill lease when this request's miss claimed it (another
-    /// node's, or another request's here): its storable answer is marked so that its fill is
-    /// refused when it finishes ([`MissClaim::Elsewhere`], [`RequestCtx::mark_if_held_elsewhere`]).
+    /// node's, or another request's here), or still held it when this request had waited as
+    /// long as it may (`AfterSharedMiss::UnderAnotherClaim`): its storable answer is marked so
+    /// that its fill is refused when it finishes ([`MissClaim::Elsewhere`],
+    /// [`RequestCtx::mark_if_held_elsewhere`]).
     fill_held_elsewhere: bool,
     /// The client's `If-Match` / `If-Unmodified-Since` failed against the stored response.
     precondition_failed: bool,

@@ -29,9 +29,12 @@
 //!   under that claim (or waits for the claim another node made first), not unguarded: a POST
 //!   through another node while it fetched would find no lease and be published to no one. A
 //!   lease found again after it was waited out whole (a claim that landed after its fill ended,
-//!   a node that died mid-fill) is taken over: deleted by its token, and the URL claimed
-//!   ([`FillLeases::take_over`]); fetching beside it, the request was guarded by nothing once
-//!   memcached expired it.
+//!   a node that died mid-fill) is taken over: swapped in place for this request's claim, by
+//!   the CAS token read with it ([`FillLeases::take_over`]), so the URL is never without a lease
+//!   in between; fetching beside it, the request was guarded by nothing once memcached expired
+//!   it. A request that has waited as long as it may (two leases) claims once more before it
+//!   fetches; finding another claim's lease still, it fetches under it, and its fill serves its
+//!   readers and is refused when it finishes ([`AfterSharedMiss::UnderAnotherClaim`]).
 //! * **Release**: a fill that stored nothing (uncacheable, or the fetch failed) deletes the lease
 //!   when its request ends ([`HeldLease::on_request_end`]), and so does a fill whose write to
 //!   memcached failed ([`FillLeases::on_write_failed`]), or that admission or a ban refused
@@ -187,6 +190,12 @@ pub enum AfterSharedMiss<T> {
     /// fill stored nothing, or was refused), it claims the lease first
     /// ([`FillLeases::claim_for_miss`]): the other request's claim may guard nothing by then.
     BehindThisNode,
+    /// Fetch on the standard path while another claim holds the lease: this request has waited
+    /// as long as it may (two leases), and that lease guards its fetch only while it stands. Its
+    /// fill serves the requests reading it and is refused when it finishes, as a miss the fast
+    /// path declined is under another claim ([`MissClaim::Elsewhere`]). Memcached still has
+    /// nothing under the URL.
+    UnderAnotherClaim,
 }
 
 impl<T> AfterSharedMiss<T> {
@@ -206,9 +215,33 @@ enum Waited<T> {
     /// Without the fill, the lease gone or run out and the server answering: the request may
     /// claim the URL itself. With the lease it waited on, as read when the wait began.
     Ended(Option<Bytes>),
-    /// The lease an earlier wait of this request waited out whole was found again, and deleted
-    /// ([`FillLeases::take_over`]): the request claims the URL itself.
-    TakenOver,
+    /// The lease an earlier wait of this request waited out whole was found again, as read
+    /// here: the request takes it over ([`FillLeases::take_over`]).
+    Stale(Bytes),
+}
+
+/// How a claim takes the URL's lease ([`FillLeases::claim_by`]).
+#[derive(Clone, Copy)]
+enum Taking<'a> {
+    /// By `add`: the URL has no lease, as far as this request knows.
+    Anew,
+    /// Over this lease, which the request waited out whole and found again
+    /// ([`FillLeases::take_over`]).
+    Over(&'a Bytes),
+}
+
+/// What memcached said to a claim ([`FillLeases::claim_by`]).
+enum Taken {
+    /// The lease is this claim's, with the CAS token it was given (none after a swap: its
+    /// release reads the lease first, as a renewed one's does).
+    Claimed(Option<CasToken>),
+    /// Another claim holds it.
+    Held,
+    /// The `add` (or swap) went unanswered: it may land later ([`Claim::unanswered`]).
+    Unanswered,
+    /// The lease could not be taken over (its server did not answer the read, gives no CAS
+    /// tokens, or it kept changing): the request fetches uncoordinated.
+    GaveUp,
 }
 
 /// The cluster's fill leases, as seen from this node.
@@ -340,10 +373,10 @@ impl Claim {
     /// The claim of `holder` whose `add` memcached answered with `token`. A claim given no
     /// usable token ([`usable_cas_token`]: 0 names no value, and `md <key> C0` deletes any) is released as a renewed one is, by the holder its lease
     /// names ([`FillLeases::release`]).
-    fn claimed(holder: u64, token: CasToken) -> Claim {
+    fn claimed(holder: u64, token: Option<CasToken>) -> Claim {
         Claim {
             holder,
-            token: usable_cas_token(token),
+            token: token.and_then(usable_cas_token),
             unanswered: false,
         }
     }
@@ -522,17 +555,14 @@ impl FillLeases {
         // (`tests/unanswered_claim_attacks.rs`); once only, so a chain of failing fills holds it
         // for two leases at most
         let mut waited_on = None;
+        let mut stale = None;
         for claims in 1..=3 {
-            match self.claim(key).await {
-                FillClaim::Ours(claim) => {
-                    return AfterSharedMiss::FillHere {
-                        lease: Some(self.hold(key, claim)),
-                        known_missing: true,
-                    };
-                }
-                FillClaim::Uncoordinated => return AfterSharedMiss::fill_here(true),
-                FillClaim::ThisNode => return AfterSharedMiss::BehindThisNode,
-                FillClaim::Theirs => {}
+            let claimed = match &stale {
+                Some(stale) => self.claim_by(key, Taking::Over(stale)).await,
+                None => self.claim(key).await,
+            };
+            if let Some(after) = self.after_claim(key, claimed) {
+                return after;
             }
             match self
                 .wait_for_theirs(key, &mut look, waited_on.as_ref())
@@ -540,13 +570,37 @@ impl FillLeases {
             {
                 Waited::Over(after) => return after,
                 Waited::Ended(lease) if claims < 2 => waited_on = lease,
-                // a lease taken over is claimed for this request (a third claim, once only: an
-                // earlier wait ended, so `waited_on` was set in the first round)
-                Waited::TakenOver if claims < 3 => waited_on = None,
-                Waited::Ended(_) | Waited::TakenOver => break,
+                // a lease found again after it was waited out is taken over (a third claim, once
+                // only: an earlier wait ended, so `waited_on` was set in the first round)
+                Waited::Stale(found) if claims < 3 => {
+                    waited_on = None;
+                    stale = Some(found);
+                }
+                Waited::Ended(_) | Waited::Stale(_) => break,
             }
         }
-        AfterSharedMiss::fill_here(true)
+        // waited as long as it may: one more claim, so the fetch is guarded if the URL is free
+        // now; under another claim's lease still, it is fetched, served and not kept
+        let claimed = self.claim(key).await;
+        self.after_claim(key, claimed)
+            .unwrap_or(AfterSharedMiss::UnderAnotherClaim)
+    }
+
+    /// What a request does after a claim on `key`'s URL (`None`: wait for the other claim).
+    fn after_claim<T>(
+        &'static self,
+        key: &CacheKey,
+        claimed: FillClaim,
+    ) -> Option<AfterSharedMiss<T>> {
+        match claimed {
+            FillClaim::Ours(claim) => Some(AfterSharedMiss::FillHere {
+                lease: Some(self.hold(key, claim)),
+                known_missing: true,
+            }),
+            FillClaim::Uncoordinated => Some(AfterSharedMiss::fill_here(true)),
+            FillClaim::ThisNode => Some(AfterSharedMiss::BehindThisNode),
+            FillClaim::Theirs => None,
+        }
     }
 
     /// The lease `claim` took on `key`'s URL, for its request to hold (and the renewal task
@@ -586,7 +640,7 @@ impl FillLeases {
     /// Waits for the fill of another node's claim on `key` (see [`Self::on_shared_miss`]).
     /// `waited_on`: the lease an earlier wait of this request waited out: found again (it ran
     /// out by the time it carries, or names no time and was trusted its whole length), it is not
-    /// waited for twice but taken over ([`Self::take_over`]), and the request claims the URL.
+    /// waited for twice but taken over ([`Self::take_over`]): [`Waited::Stale`].
     async fn wait_for_theirs<T, F, Fut>(
         &self,
         key: &CacheKey,
@@ -600,10 +654,7 @@ impl FillLeases {
         // the holder's claim (or renewal) time bounds the wait, whenever the lease came to be in memcached
         let lease = self.read_lease(key).await;
         if let Some(stale) = lease.as_ref().filter(|lease| Some(*lease) == waited_on) {
-            return match self.take_over(key, stale).await {
-                true => Waited::TakenOver,
-                false => Waited::Over(AfterSharedMiss::fill_here(true)),
-            };
+            return Waited::Stale(stale.clone());
         }
         self.counters.fill_waits.fetch_add(1, Ordering::Relaxed);
         let Some(remaining) = lease.as_deref().and_then(|value| self.remaining_of(value)) else {
@@ -673,37 +724,64 @@ impl FillLeases {
     /// claim that landed after its fill ended (an unanswered claim's), or a node that died
     /// mid-fill before memcached expired it. A fetch it does not guard would be guarded by
     /// nothing once memcached expires it (a POST meanwhile finding neither entry nor lease), so
-    /// it is deleted, by the CAS token read with it and only if it is still that value, and the
-    /// request claims the URL itself. Whether the request may claim: `true` when the lease was
-    /// deleted, or is gone or was replaced since (a claim another node made meanwhile, which the
-    /// request then finds); `false` when the server did not answer, or gives no CAS token (`-C`:
-    /// a delete could not be made conditional), when the request fetches as before, unguarded.
-    /// (Until 2026-12-06 it always fetched unguarded: `tests/guarded_elsewhere_attacks.rs`.)
-    async fn take_over(&self, key: &CacheKey, stale: &Bytes) -> bool {
+    /// claim `holder` takes it over: the lease is read with its CAS token and, if it is still
+    /// `stale`, swapped for this claim's by that token (`cas`), so the URL is never without a
+    /// lease in between. Gone since, the URL is claimed by `add`; another claim's since, that
+    /// claim holds it. Not taken when the server does not answer the read, gives no CAS token
+    /// (`-C`: the swap could not be conditional), or the lease changes under both of two
+    /// reads: the request then fetches uncoordinated, as before. (Until 2026-12-06 it always
+    /// fetched unguarded, `tests/guarded_elsewhere_attacks.rs`; until 2026-12-07 the stray lease
+    /// was deleted and the URL claimed by `add`, and a waiter on another node that read the
+    /// lease between the two found none and fetched unguarded,
+    /// `unanswered_claim_attacks::a_claim_landing_after_its_refused_fill_...`.)
+    async fn take_over(&self, key: &CacheKey, stale: &Bytes, holder: u64) -> Taken {
         let (entry_key, lease_key) = (self.entry_key(key), self.lease_key(key));
         let (place, lease) = (entry_key.as_bytes(), lease_key.as_bytes());
-        // read twice at most: a delete answered "changed" (the lease written since, or the
+        // read twice at most: a swap answered "changed" (the lease written since, or the
         // token not sendable over the connection at hand) reads it again
         for _ in 0..2 {
             let token = match self.cluster.gets_with(place, lease).await {
-                None => return false,
-                Some(None) => return true,
-                Some(Some((value, _))) if value != *stale => return true,
+                None => return Taken::GaveUp,
+                Some(None) => return self.add_lease(key, holder).await,
+                Some(Some((value, _))) if value != *stale => return Taken::Held,
                 Some(Some((_, token))) => token,
             };
             let Some(token) = usable_cas_token(token) else {
-                return false;
+                return Taken::GaveUp;
             };
-            match self.cluster.delete_cas_with(place, lease, token).await {
-                None => return false,
-                Some(CasOutcome::Stored | CasOutcome::Gone) => {
+            let swapped = self
+                .cluster
+                .cas_with(place, lease, lease_value(holder), self.lease_ttl(), token)
+                .await;
+            match swapped {
+                None => return Taken::Unanswered,
+                Some(CasOutcome::Stored) => {
                     log::debug!("memcached: the fill lease {lease_key}, waited out, taken over");
-                    return true;
+                    return Taken::Claimed(None);
                 }
+                Some(CasOutcome::Gone) => return self.add_lease(key, holder).await,
                 Some(CasOutcome::Changed) => {}
             }
         }
-        false
+        Taken::GaveUp
+    }
+
+    /// Claims `key`'s URL for `holder` by `add`, with the CAS token memcached gave the lease.
+    async fn add_lease(&self, key: &CacheKey, holder: u64) -> Taken {
+        let added = self
+            .cluster
+            .add_token_with(
+                self.entry_key(key).as_bytes(),
+                self.lease_key(key).as_bytes(),
+                lease_value(holder),
+                self.lease_ttl(),
+            )
+            .await;
+        match added {
+            Some(Some(token)) => Taken::Claimed(Some(token)),
+            Some(None) => Taken::Held,
+            None => Taken::Unanswered,
+        }
     }
 
     /// How much longer another node's lease on `key` may hold this request up: what is left of
@@ -740,6 +818,12 @@ impl FillLeases {
 
     /// Claims the fill of `key` for this node, unless another node or another request here has.
     async fn claim(&self, key: &CacheKey) -> FillClaim {
+        self.claim_by(key, Taking::Anew).await
+    }
+
+    /// [`Self::claim`], taking the lease as `taking` says: by `add`, or over a stale lease
+    /// ([`Self::take_over`]).
+    async fn claim_by(&self, key: &CacheKey, taking: Taking<'_>) -> FillClaim {
         if self.lease.is_zero() {
             return FillClaim::Uncoordinated;
         }
@@ -780,20 +864,13 @@ impl FillLeases {
             fills: &self.local_fills,
             primary,
         };
-        let ttl = self.lease_ttl();
-        let lease = self.lease_key(key);
         let holder = self.next_holder.fetch_add(1, Ordering::Relaxed);
-        match self
-            .cluster
-            .add_token_with(
-                self.entry_key(key).as_bytes(),
-                lease.as_bytes(),
-                lease_value(holder),
-                ttl,
-            )
-            .await
-        {
-            Some(Some(token)) => {
+        let taken = match taking {
+            Taking::Anew => self.add_lease(key, holder).await,
+            Taking::Over(stale) => self.take_over(key, stale, holder).await,
+        };
+        match taken {
+            Taken::Claimed(token) => {
                 std::mem::forget(pending);
                 let claim = Claim::claimed(holder, token);
                 self.local_fills
@@ -802,11 +879,12 @@ impl FillLeases {
                 self.counters.fills_claimed.fetch_add(1, Ordering::Relaxed);
                 FillClaim::Ours(claim)
             }
-            Some(None) => FillClaim::Theirs,
-            None => {
-                // the `add` may still land, naming this holder: the URL stays held here (so
-                // this node's other requests coalesce behind this fill) by a claim whose fill is
-                // refused when it finishes and whose lease is released by its holder
+            Taken::Held => FillClaim::Theirs,
+            Taken::Unanswered => {
+                // the `add` (or swap) may still land, naming this holder: the URL stays held
+                // here (so this node's other requests coalesce behind this fill) by a claim
+                // whose fill is refused when it finishes and whose lease is released by its
+                // holder
                 std::mem::forget(pending);
                 let claim = Claim::unanswered(holder);
                 self.local_fills
@@ -816,6 +894,12 @@ impl FillLeases {
                     .fills_unguarded
                     .fetch_add(1, Ordering::Relaxed);
                 FillClaim::Ours(claim)
+            }
+            Taken::GaveUp => {
+                self.counters
+                    .fills_unguarded
+                    .fetch_add(1, Ordering::Relaxed);
+                FillClaim::Uncoordinated
             }
         }
     }
