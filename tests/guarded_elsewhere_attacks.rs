@@ -1,5 +1,6 @@
-//! A miss that goes to the origin while another claim holds the URL's fill lease (another
-//! node's, or another request's on this node) is guarded by that lease only while it stands.
+//! A miss that goes to the origin while another node's claim holds the URL's fill lease is
+//! guarded by that lease only while it stands. (A lease another request on the same node holds
+//! is not refused: see `MissClaim::Unclaimed` for why, and for the gap it leaves.)
 //! When that claim's fill fails, its lease is released while this fetch is still at the origin;
 //! a POST through a third node then finds nothing stored and no lease, and is published to no
 //! one. The fetch, from before the POST, must not be kept and served by every node.

@@ -16,9 +16,9 @@
 //!   Requests on the claiming node itself take the standard path, where Pingora's cache lock
 //!   coalesces them (`FillClaim::ThisNode`); one claim per URL is out per node at a time. A miss
 //!   the fast path declined (a `Range`, a validator) claims on the standard path, before it goes
-//!   to the origin ([`FillLeases::claim_for_miss`]), and waits for no one; when another claim
-//!   holds the lease, its fill serves the requests reading it and is refused when it finishes,
-//!   as that claim's lease guards it only while it stands ([`MissClaim::Elsewhere`]).
+//!   to the origin ([`FillLeases::claim_for_miss`]), and waits for no one; when another node's
+//!   claim holds the lease, its fill serves the requests reading it and is refused when it
+//!   finishes, as that claim's lease guards it only while it stands ([`MissClaim::Elsewhere`]).
 //! * **Placement**: the lease lives on the server that holds the URL's entry (placed by the
 //!   entry's key, not its own), so the lease is reachable exactly when the entry is: a dead
 //!   server takes both with it, and nobody waits for a fill that could not be stored.
@@ -295,12 +295,16 @@ struct Held {
 pub enum MissClaim {
     /// The request holds the lease: its fill is the lease's.
     Held(HeldLease),
-    /// Another claim holds it (another node's, or another request's on this node): the fetch is
-    /// guarded only while that claim stands, so its fill is served to the requests that read it
-    /// and refused when it finishes ([`FetchedUnderAnotherClaim`]).
+    /// Another node's claim holds it: the fetch is guarded only while that claim stands, so its
+    /// fill is served to the requests that read it and refused when it finishes
+    /// ([`FetchedUnderAnotherClaim`]).
     Elsewhere,
-    /// Nothing was claimed (leases off, or the URL's server failing): an uncoordinated fill,
-    /// kept as any is.
+    /// Nothing was claimed: leases off, the URL's server failing, or another request on this
+    /// node holds the lease. The last is kept as before: refusing it (tried 2026-12-07) cost a
+    /// fetch to each request queued behind it on this node's cache lock, the lease's holder
+    /// among them when it came second to the lock, and to a second variant of a `Vary` URL
+    /// fetched beside another's fill. Left open: when that holder's fill fails and its lease is
+    /// released while this fetch is out, a POST through another node then finds nothing.
     Unclaimed,
 }
 
@@ -623,17 +627,17 @@ impl FillLeases {
     /// origin: it claims the URL's lease too, so that an unsafe method's invalidation through
     /// another node while it fetches finds the lease and publishes itself. One memcached `add`
     /// per such miss; before, it fetched unguarded and a POST meanwhile was published to no one
-    /// (`tests/unanswered_claim_attacks.rs`). Another claim's lease (another node's, or one a
-    /// request here holds) guards the fetch only while it stands: when that claim's fill fails,
-    /// its lease is released while this fetch is still out, and a POST then finds nothing. So
-    /// the fetch is served and its fill refused when it finishes ([`MissClaim::Elsewhere`],
-    /// [`FetchedUnderAnotherClaim`]); the claim's own fill is the one kept
-    /// (`tests/guarded_elsewhere_attacks.rs`).
+    /// (`tests/unanswered_claim_attacks.rs`). Another node's lease guards the fetch only while
+    /// it stands: when that claim's fill fails, its lease is released while this fetch is still
+    /// out, and a POST then finds nothing. So the fetch is served and its fill refused when it
+    /// finishes ([`MissClaim::Elsewhere`], [`FetchedUnderAnotherClaim`]); the claim's own fill is
+    /// the one kept (`tests/guarded_elsewhere_attacks.rs`). A lease another request here holds
+    /// is not refused ([`MissClaim::Unclaimed`] says why).
     pub async fn claim_for_miss(&'static self, key: &CacheKey) -> MissClaim {
         match self.claim(key).await {
             FillClaim::Ours(claim) => MissClaim::Held(self.hold(key, claim)),
-            FillClaim::Theirs | FillClaim::ThisNode => MissClaim::Elsewhere,
-            FillClaim::Uncoordinated => MissClaim::Unclaimed,
+            FillClaim::Theirs => MissClaim::Elsewhere,
+            FillClaim::ThisNode | FillClaim::Uncoordinated => MissClaim::Unclaimed,
         }
     }
 
