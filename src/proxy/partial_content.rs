@@ -375,6 +375,17 @@ pub fn on_upstream_request(ctx: &PartialCtx, upstream: &mut RequestHeader) -> Re
     Ok(())
 }
 
+/// The `206` on its way into storage (`PartialContent::on_upstream_response`) is not kept:
+/// fetched while another claim held the URL's fill lease (`MissClaim::Elsewhere`), it is refused
+/// as the tiered store refuses such a fill. Only the storing: the client's range (and a fetched
+/// tail's rewrite with a stored part) is served as before.
+pub fn keep_nothing(ctx: &mut PartialCtx) {
+    if let Some(state) = ctx.0.as_mut() {
+        state.collecting = None;
+        state.storing = false;
+    }
+}
+
 /// `response_filter`: `Cache-Status` says the `206` was stored, and `fwd=partial` when it
 /// completed a stored part.
 pub fn on_cache_status(ctx: &PartialCtx, status: &mut CacheStatus) {

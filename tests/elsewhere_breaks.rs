@@ -1,0 +1,134 @@
+//! Attacks on the refusal of a fill fetched under another claim's lease
+//! (`MissClaim::Elsewhere`, `FetchedUnderAnotherClaim`: `tests/guarded_elsewhere_attacks.rs`)
+//! by the routes that store a miss's answer without going through the tiered store's miss
+//! handler, or that claim no lease at all.
+//!
+//! Each is the same story as that file's first test: B claims the URL and waits at the origin,
+//! then fails and releases its lease; A's fetch, from before a POST through C that found neither
+//! an entry nor a lease (and so was published to no one), must not be kept and served by every
+//! node.
+
+use lacquer_test_support as support;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use support::lease_rig::*;
+use support::*;
+
+/// An origin whose `n`th GET of a path (counted per path from 1) waits behind a gate the test
+/// closed, then is answered `answer(request, n)`: [`GatedOrigin`] with the request in hand (a
+/// `Range` to answer with a `206`).
+struct RequestGatedOrigin {
+    origin: TestOrigin,
+    closed: Arc<Mutex<Vec<(String, usize)>>>,
+}
+
+impl RequestGatedOrigin {
+    fn answering(
+        answer: impl Fn(&RecordedRequest, usize) -> OriginResponse + Send + Sync + 'static,
+    ) -> RequestGatedOrigin {
+        let closed: Arc<Mutex<Vec<(String, usize)>>> = Arc::default();
+        let served: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+        let gates = closed.clone();
+        let origin = TestOrigin::start(move |req| {
+            if req.method == "POST" {
+                return OriginResponse::ok("changed");
+            }
+            let n = {
+                let mut served = served.lock().unwrap();
+                let n = served.entry(req.path.clone()).or_default();
+                *n += 1;
+                *n
+            };
+            let id = (req.path.clone(), n);
+            let until = Instant::now() + Duration::from_secs(30);
+            while gates.lock().unwrap().contains(&id) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            answer(req, n)
+        });
+        RequestGatedOrigin { origin, closed }
+    }
+
+    fn close(&self, path: &str, n: usize) {
+        self.closed.lock().unwrap().push((path.to_string(), n));
+    }
+
+    fn open(&self, path: &str, n: usize) {
+        self.closed
+            .lock()
+            .unwrap()
+            .retain(|id| id != &(path.to_string(), n));
+    }
+
+    async fn reached(&self, path: &str, n: usize) -> bool {
+        self.origin
+            .wait_for_hits_for_async(path, n, Duration::from_secs(5))
+            .await
+    }
+}
+
+/// The page as the `n`th GET finds it: `body-{n}`, fresh for an hour, with a strong `ETag`; a
+/// `Range: bytes=0-` is answered with a `206` of the whole of it.
+fn page(req: &RecordedRequest, n: usize) -> OriginResponse {
+    let body = format!("body-{n}");
+    let len = body.len();
+    let resp = match req.header("range") {
+        Some("bytes=0-") => OriginResponse::new(206)
+            .body(body)
+            .header("content-range", format!("bytes 0-{}/{len}", len - 1)),
+        _ => OriginResponse::ok(body),
+    };
+    resp.header("cache-control", "max-age=3600")
+        .header("etag", format!("\"v{n}\""))
+}
+
+/// With `[cache.partial]` enabled, a `Range` miss is fetched as a range and its `206` kept by
+/// the partial-content room (`proxy::partial_content`), not by the tiered store's miss handler:
+/// a `bytes=0-` whose `206` is the whole representation is stored as a complete object in the
+/// memory tier and written to memcached (`TieredStorage::share`). Such a miss, fetched while B's
+/// claim held the lease, must be refused as the standard path's fill is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_whole_range_kept_by_partial_content_under_another_claim_is_not_kept_over_a_post() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/partial";
+    let origin = RequestGatedOrigin::answering(|req, n| match n {
+        1 => OriginResponse::ok("origin failed").status(502),
+        n => page(req, n),
+    });
+    let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"10s\"")
+        .sections("[cache.partial]\nenabled = true\n");
+    let (a, b, c) = (
+        nodes.start("A", server.addr()),
+        nodes.start("B", server.addr()),
+        nodes.start("C", server.addr()),
+    );
+    origin.close(path, 1);
+    origin.close(path, 2);
+    let b_fill = get_in_background(&b, path);
+    assert!(origin.reached(path, 1).await, "B did not reach the origin");
+    assert!(lease_present(server, path), "B claimed no lease");
+    let url = a.proxy.url(path);
+    let a_fill =
+        tokio::spawn(async move { get(&url, &[("host", HOST), ("range", "bytes=0-")]).await });
+    assert!(origin.reached(path, 2).await, "A did not reach the origin");
+    // B's fetch fails: its lease is released
+    origin.open(path, 1);
+    assert_eq!(b_fill.await.expect("B's request").status, 502);
+    lease_released(server, path, "B's failed fill left its lease").await;
+    let posted = post(&c.proxy.url(path), &SITE, "x=1").await;
+    assert_eq!(posted.status, 200);
+    origin.open(path, 2);
+    let answered = a_fill.await.expect("A's request");
+    assert_eq!(answered.status, 206, "{:?}", answered.headers);
+    assert_eq!(&answered.body[..], b"body-2");
+    writes_settled(&a).await;
+    let (kept, served) = kept_and_served(server, &[&c, &b, &a], path, b"body-2").await;
+    assert!(
+        !kept && served.is_empty(),
+        "A's range, fetched under B's lease: the page as it was before the POST is served by \
+         {served:?}, kept in memcached: {kept}"
+    );
+}
