@@ -132,3 +132,69 @@ async fn a_whole_range_kept_by_partial_content_under_another_claim_is_not_kept_o
          {served:?}, kept in memcached: {kept}"
     );
 }
+
+/// A URL last answered uncacheable (`no-store`) on A is remembered there (`hit_for_miss`): A's
+/// next miss of it claims no lease ("will not be filled": `FastHit::after_memory_miss`) and is
+/// fetched unguarded, by the direct path (a GET) or the standard one (a HEAD, which asks the
+/// origin for the GET). The origin now answers it storable, and A stored it and wrote it to
+/// memcached. A POST through C while A's fetch is out finds neither an entry nor a lease and is
+/// published to no one: A's answer, from before the POST, must not be kept and served by every
+/// node. (It is now served and refused, `detail=fill-unguarded`; the URL, forgotten, is stored
+/// by its next miss, which claims.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_remembered_uncacheable_urls_fetch_that_turns_storable_is_not_kept_over_a_post() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let origin = RequestGatedOrigin::answering(|req, n| match n {
+        1 => OriginResponse::ok("private").header("cache-control", "no-store"),
+        n => page(req, n),
+    });
+    let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"10s\"");
+    let (a, c) = (
+        nodes.start("A", server.addr()),
+        nodes.start("C", server.addr()),
+    );
+    let mut failures = Vec::new();
+    for (method, path) in [("GET", "/remembered-get"), ("HEAD", "/remembered-head")] {
+        let first = get(&a.proxy.url(path), &SITE).await;
+        assert_eq!(&first.body[..], b"private");
+        origin.close(path, 2);
+        let url = a.proxy.url(path);
+        let a_fill = tokio::spawn(async move {
+            match method {
+                "GET" => get(&url, &SITE).await,
+                _ => head(&url, &SITE).await,
+            }
+        });
+        assert!(
+            origin.reached(path, 2).await,
+            "{path}: A did not reach the origin"
+        );
+        let guarded = lease_present(server, path);
+        let posted = post(&c.proxy.url(path), &SITE, "x=1").await;
+        assert_eq!(posted.status, 200);
+        origin.open(path, 2);
+        let answered = a_fill.await.expect("A's request");
+        assert_eq!(answered.status, 200, "{path}");
+        if method == "GET" {
+            assert_eq!(&answered.body[..], b"body-2");
+        }
+        writes_settled(&a).await;
+        let (kept, served) = kept_and_served(server, &[&c, &a], path, b"body-2").await;
+        if kept || !served.is_empty() {
+            failures.push(format!(
+                "{path}: A's fetch of a remembered URL (a lease while it was at the origin: \
+                 {guarded}): the page as it was before the POST is served by {served:?}, kept \
+                 in memcached: {kept} ({:?})",
+                answered.cache_status()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+    // forgotten by the storable answer, the URL is stored by its next miss
+    let path = "/remembered-get";
+    let next = get(&a.proxy.url(path), &SITE).await;
+    assert!(next.body.starts_with(b"body-"), "{:?}", next.body);
+    writes_settled(&a).await;
+    assert!(get(&c.proxy.url(path), &SITE).await.is_hit());
+}

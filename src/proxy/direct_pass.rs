@@ -241,6 +241,9 @@ impl LacquerProxy {
             self.claim_unsettled_lease(session, ctx).await;
         } else {
             ctx.direct_pass = true;
+            // a remembered URL's miss, for which the fast path claimed no lease: a storable
+            // answer is not kept (`RequestCtx::remembered_unguarded`)
+            ctx.remembered_unguarded = pass == Pass::RememberedUncacheable && self.tiered.is_some();
         }
         match pass {
             Pass::CacheDisabled => ctx.seen.disabled = true,

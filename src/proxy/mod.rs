@@ -133,6 +133,13 @@ pub struct RequestCtx {
     /// that its fill is refused when it finishes ([`MissClaim::Elsewhere`],
     /// [`RequestCtx::mark_if_held_elsewhere`]).
     fill_held_elsewhere: bool,
+    /// This miss of a URL remembered uncacheable ([`hit_for_miss`]) went to the origin with no
+    /// lease claimed (the fast path claims none for such a URL): a storable answer is refused as
+    /// one fetched under another claim is ([`RequestCtx::mark_if_held_elsewhere`]). A POST
+    /// through another node meanwhile found neither an entry nor a lease and was published to
+    /// no one; the URL, forgotten by that answer, is stored by its next miss, which claims.
+    /// (Counted `fills_under_another_claim` with those.)
+    remembered_unguarded: bool,
     /// The client's `If-Match` / `If-Unmodified-Since` failed against the stored response.
     precondition_failed: bool,
     /// The origin's 304 to our revalidation, whose fields update the stored head.
@@ -168,6 +175,10 @@ pub struct RequestCtx {
 /// kept ([`MissClaim::Elsewhere`]): `Cache-Status: ...; fwd=miss; detail=fill-elsewhere`.
 const FILL_HELD_ELSEWHERE: &str = "fill-elsewhere";
 
+/// Why a remembered-uncacheable URL's storable answer, fetched with no lease, is served and not
+/// kept ([`RequestCtx::remembered_unguarded`]): `Cache-Status: ...; detail=fill-unguarded`.
+const FILL_UNGUARDED: &str = "fill-unguarded";
+
 impl RequestCtx {
     /// A storable answer of a miss that another claim's lease guarded ([`MissClaim::Elsewhere`])
     /// is marked in its meta ([`FetchedUnderAnotherClaim`]) so that the tiered store refuses its
@@ -175,11 +186,14 @@ impl RequestCtx {
     /// fill: what the URL is remembered as, `hit_for_miss`, is the policy's decision.)
     fn mark_if_held_elsewhere(&mut self, decision: &mut RespCacheable) {
         if let RespCacheable::Cacheable(meta) = decision {
-            if self.fill_held_elsewhere {
-                meta.extensions_mut().insert(FetchedUnderAnotherClaim);
-                self.seen.storable = false;
-                self.seen.not_stored_reason = Some(FILL_HELD_ELSEWHERE);
-            }
+            let reason = match (self.fill_held_elsewhere, self.remembered_unguarded) {
+                (true, _) => FILL_HELD_ELSEWHERE,
+                (false, true) => FILL_UNGUARDED,
+                (false, false) => return,
+            };
+            meta.extensions_mut().insert(FetchedUnderAnotherClaim);
+            self.seen.storable = false;
+            self.seen.not_stored_reason = Some(reason);
         }
     }
 
@@ -467,6 +481,7 @@ impl ProxyHttp for LacquerProxy {
             fill_lease: None,
             shared_miss_decided: false,
             fill_held_elsewhere: false,
+            remembered_unguarded: false,
             precondition_failed: false,
             not_modified: None,
             compression: CompressionCtx::default(),
@@ -747,6 +762,12 @@ impl ProxyHttp for LacquerProxy {
         if session.cache.phase() == pingora_cache::CachePhase::Miss {
             // a miss the fast path declined: fetched under the URL's lease, as its misses are
             self.claim_unsettled_lease(session, ctx).await;
+            // a remembered URL's miss the fast path claimed no lease for (`lock_skipped`: the
+            // URL was remembered when the cache was enabled for it)
+            ctx.remembered_unguarded = self.tiered.is_some()
+                && ctx.lock_skipped
+                && ctx.shared_miss_decided
+                && ctx.fill_lease.is_none();
         }
         let live = self.settings(ctx);
         match &live.fairness {
