@@ -337,17 +337,31 @@ async fn an_unanswered_claims_fill_that_fails_leaves_no_lease_and_no_stuck_url()
     writes_settled(&a).await;
     assert_eq!(admin_stat(a.admin, "writes").await, 0);
     for path in paths {
-        let next = get(&a.proxy.url(path), &SITE).await;
+        let mut next = get(&a.proxy.url(path), &SITE).await;
         assert_eq!(next.status, 200, "{path}");
         assert_eq!(&next.body[..], b"body-2", "{path}");
+        if path != "/fails-cut" {
+            // last answered uncacheable (the 502 and the no-store page: no freshness), the page
+            // is remembered (`hit_for_miss`) and its miss fetched with no lease: its storable
+            // answer is served and not kept (`tests/elsewhere_breaks.rs`), and the page,
+            // forgotten by it, is stored by the request after
+            assert!(
+                next.cache_status()
+                    .is_some_and(|status| status.contains("detail=fill-unguarded")),
+                "{path}: {:?}",
+                next.cache_status()
+            );
+            next = get(&a.proxy.url(path), &SITE).await;
+            assert_eq!(&next.body[..], b"body-3", "{path}");
+        }
+        let body = next.body.clone();
         assert!(
-            poll_until_async(SETTLE, || entry_holds(server, path, b"body-2")).await,
+            poll_until_async(SETTLE, || entry_holds(server, path, &body)).await,
             "{path}: the next fill was not stored"
         );
         let again = get(&a.proxy.url(path), &SITE).await;
         assert!(again.is_hit(), "{path}: not a hit after the next fill");
     }
-    // (a page last answered uncacheable is filled without a claim: `hit_for_miss`)
     assert!(admin_stat(a.admin, "fills_claimed").await >= 1);
     a.proxy.assert_no_panic();
 }
