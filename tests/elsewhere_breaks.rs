@@ -253,3 +253,308 @@ async fn a_variant_fetched_behind_another_variants_successful_fill_on_the_node_i
         origin.origin.hits_for(path)
     );
 }
+
+/// A plain GET waiting for another node's fill claims the URL again when that wait ends without
+/// the fill, and waits again behind a claim it finds there; when that second wait also ends
+/// without the fill (two failing fills in a row), it stops claiming (`FillLeases::on_shared_miss`:
+/// "once only") and fetched with no lease, and its answer was kept: a POST through C while it
+/// fetched found neither an entry nor a lease and was published to no one. A and D both wait on
+/// B's failing fill; one of them claims next and fails too; the other fetches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_get_after_two_failed_fills_in_a_row_is_not_kept_over_a_post() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/twice-failed";
+    let origin = RequestGatedOrigin::answering(|req, n| match n {
+        1 | 2 => OriginResponse::ok("origin failed").status(502),
+        n => page(req, n),
+    });
+    let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"10s\"");
+    let (a, b, c, d) = (
+        nodes.start("A", server.addr()),
+        nodes.start("B", server.addr()),
+        nodes.start("C", server.addr()),
+        nodes.start("D", server.addr()),
+    );
+    for n in 1..=3 {
+        origin.close(path, n);
+    }
+    let b_fill = get_in_background(&b, path);
+    assert!(origin.reached(path, 1).await, "B did not reach the origin");
+    assert!(lease_present(server, path), "B claimed no lease");
+    let a_fill = get_in_background(&a, path);
+    let d_fill = get_in_background(&d, path);
+    for node in [&a, &d] {
+        let deadline = Instant::now() + SETTLE;
+        while admin_stat(node.admin, "fill_waits").await < 1 {
+            assert!(
+                Instant::now() < deadline,
+                "{} never waited for B's fill",
+                node.name
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    // B's fill fails; one of A and D claims next, and fails too
+    origin.open(path, 1);
+    assert_eq!(b_fill.await.expect("B's request").status, 502);
+    assert!(origin.reached(path, 2).await, "nobody claimed after B");
+    origin.open(path, 2);
+    // the other fetches
+    assert!(
+        origin.reached(path, 3).await,
+        "nobody fetched after the second failure"
+    );
+    let guarded = lease_present(server, path);
+    let posted = post(&c.proxy.url(path), &SITE, "x=1").await;
+    assert_eq!(posted.status, 200);
+    origin.open(path, 3);
+    let (a_answer, d_answer) = (a_fill.await.expect("A"), d_fill.await.expect("D"));
+    let mut statuses = [a_answer.status, d_answer.status];
+    statuses.sort();
+    assert_eq!(statuses, [200, 502]);
+    writes_settled(&a).await;
+    writes_settled(&d).await;
+    let (kept, served) = kept_and_served(server, &[&c, &b, &a, &d], path, b"body-3").await;
+    assert!(
+        !kept && served.is_empty(),
+        "the fetch after two failed fills (a lease while it was at the origin: {guarded}): the \
+         page as it was before the POST is served by {served:?}, kept in memcached: {kept}"
+    );
+}
+
+/// With `[cache.partial]` enabled, a `Range` miss that claims the URL's lease itself
+/// (`MissClaim::Held`) and whose `206` the partial-content room keeps as a part (this node's
+/// memory only; nothing is written to memcached) must not leave the lease behind: the nodes
+/// waiting on it would wait out the whole `fill_lease` for an entry that never comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_range_miss_holding_the_lease_whose_part_is_kept_releases_the_lease() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let origin = RequestGatedOrigin::answering(|req, n| {
+        let body = format!("body-{n}-of-the-page");
+        let len = body.len();
+        let resp = match req.header("range") {
+            Some("bytes=0-3") => OriginResponse::new(206)
+                .body(body[..4].to_string())
+                .header("content-range", format!("bytes 0-3/{len}")),
+            Some("bytes=0-") => OriginResponse::new(206)
+                .body(body)
+                .header("content-range", format!("bytes 0-{}/{len}", len - 1)),
+            _ => OriginResponse::ok(body),
+        };
+        resp.header("cache-control", "max-age=3600")
+            .header("etag", format!("\"v{n}\""))
+    });
+    let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"30s\"")
+        .sections("[cache.partial]\nenabled = true\n");
+    let a = nodes.start("A", server.addr());
+    for (path, range) in [("/part", "bytes=0-3"), ("/whole", "bytes=0-")] {
+        let ranged = get(&a.proxy.url(path), &[("host", HOST), ("range", range)]).await;
+        assert_eq!(ranged.status, 206, "{path}: {:?}", ranged.headers);
+        writes_settled(&a).await;
+        lease_released(
+            server,
+            path,
+            &format!(
+                "{path}: A's range ({:?}) left its lease in memcached",
+                ranged.cache_status()
+            ),
+        )
+        .await;
+    }
+}
+
+/// A `Range` miss on A fetched under B's claim whose client leaves mid-body, with a second
+/// request reading its fill: the fill goes on for the reader, which gets the whole answer; the
+/// fill is refused when it finishes (counted), B's lease is left alone, and B's fill, once in,
+/// is what A serves. (Held: no reader hangs, and nothing of the refused fill is kept.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_fill_whose_client_left_still_serves_its_reader_and_leaves_the_lease() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/left";
+    let origin = RequestGatedOrigin::answering(|_, n| match n {
+        2 => OriginResponse::ok(Body::Paced {
+            chunks: vec!["bod".into(), "y-2".into()],
+            interval: Duration::from_millis(800),
+        })
+        .header("cache-control", "max-age=3600"),
+        n => OriginResponse::ok(format!("body-{n}")).header("cache-control", "max-age=3600"),
+    });
+    let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"10s\"");
+    let (a, b) = (
+        nodes.start("A", server.addr()),
+        nodes.start("B", server.addr()),
+    );
+    origin.close(path, 1);
+    origin.close(path, 2);
+    let b_fill = get_in_background(&b, path);
+    assert!(origin.reached(path, 1).await, "B did not reach the origin");
+    let ranged = || {
+        let url = a.proxy.url(path);
+        tokio::spawn(async move { get(&url, &[("host", HOST), ("range", "bytes=0-")]).await })
+    };
+    let leaving = ranged();
+    assert!(origin.reached(path, 2).await, "A did not reach the origin");
+    let reader = ranged();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    origin.open(path, 2);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    leaving.abort();
+    let read = reader.await.expect("the reader");
+    assert!(read.status == 200 || read.status == 206, "{}", read.status);
+    assert_eq!(&read.body[..], b"body-2");
+    assert_eq!(origin.origin.hits_for(path), 2);
+    let deadline = Instant::now() + SETTLE;
+    while admin_stat(a.admin, "fills_under_another_claim").await < 1 {
+        assert!(Instant::now() < deadline, "the refused fill never finished");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    writes_settled(&a).await;
+    assert!(!entry_holds(server, path, b"body-2"));
+    assert!(lease_present(server, path), "B's lease was touched");
+    origin.open(path, 1);
+    assert_eq!(&b_fill.await.expect("B's request").body[..], b"body-1");
+    writes_settled(&b).await;
+    assert_eq!(&get(&a.proxy.url(path), &SITE).await.body[..], b"body-1");
+}
+
+/// The same room, a fetched tail: A keeps a part of the page (bytes 0-3, under its own claim);
+/// B claims the page and waits at the origin; a range of A's starting inside the part and
+/// running past it fetches only the tail (`bytes=4-`, `If-Range`), under B's lease. The client
+/// gets its range from the part and the tail, whole; the complete object they make is not kept
+/// (refused as a fill under another claim), and B's fill is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tail_fetched_under_another_claim_serves_the_range_and_keeps_nothing() {
+    const PAGE: &str = "0123456789";
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/tail";
+    let origin = RequestGatedOrigin::answering(|req, _| {
+        let range = req.header("range").and_then(|r| {
+            let (first, last) = r.strip_prefix("bytes=")?.split_once('-')?;
+            let start: usize = first.parse().ok()?;
+            let end = last.parse::<usize>().map_or(PAGE.len(), |l| l + 1);
+            Some((start, end.min(PAGE.len())))
+        });
+        let resp = match range {
+            Some((start, end)) => OriginResponse::new(206)
+                .body(PAGE[start..end].to_string())
+                .header(
+                    "content-range",
+                    format!("bytes {start}-{}/{}", end - 1, PAGE.len()),
+                ),
+            None => OriginResponse::ok(PAGE),
+        };
+        resp.header("cache-control", "max-age=3600")
+            .header("etag", "\"same\"")
+    });
+    let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"10s\"")
+        .sections("[cache.partial]\nenabled = true\n");
+    let (a, b) = (
+        nodes.start("A", server.addr()),
+        nodes.start("B", server.addr()),
+    );
+    let part = get(
+        &a.proxy.url(path),
+        &[("host", HOST), ("range", "bytes=0-3")],
+    )
+    .await;
+    assert_eq!(&part.body[..], b"0123");
+    lease_released(server, path, "A's part left its lease").await;
+    origin.close(path, 2);
+    let b_fill = get_in_background(&b, path);
+    assert!(origin.reached(path, 2).await, "B did not reach the origin");
+    assert!(lease_present(server, path), "B claimed no lease");
+    let ranged = get(&a.proxy.url(path), &[("host", HOST), ("range", "bytes=2-")]).await;
+    assert_eq!(ranged.status, 206, "{:?}", ranged.headers);
+    assert_eq!(&ranged.body[..], b"23456789");
+    assert_eq!(
+        ranged.header("content-range").as_deref(),
+        Some("bytes 2-9/10")
+    );
+    let tail = origin.origin.last_request().expect("the tail's request");
+    assert_eq!(tail.header("range"), Some("bytes=4-"), "not a tail fetched");
+    writes_settled(&a).await;
+    assert!(
+        !entry_holds(server, path, PAGE.as_bytes()),
+        "the part and the tail fetched under B's lease were written to memcached"
+    );
+    origin.open(path, 2);
+    assert_eq!(
+        &b_fill.await.expect("B's request").body[..],
+        PAGE.as_bytes()
+    );
+    writes_settled(&b).await;
+    assert!(
+        entry_holds(server, path, PAGE.as_bytes()),
+        "B's fill was not kept"
+    );
+}
+
+/// The first test of `tests/guarded_elsewhere_attacks.rs` for the other requests the fast path
+/// declines: an `If-Modified-Since`, a request `Cache-Control`. Each, on A, fetches
+/// under B's claim; B fails and releases the lease; a POST through C finds nothing. A's answer
+/// must not be kept and served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn other_declined_misses_under_another_claim_are_not_kept_over_a_post() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let origin = RequestGatedOrigin::answering(|req, n| match n {
+        1 => OriginResponse::ok("origin failed").status(502),
+        n => page(req, n),
+    });
+    let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"10s\"");
+    let (a, b, c) = (
+        nodes.start("A", server.addr()),
+        nodes.start("B", server.addr()),
+        nodes.start("C", server.addr()),
+    );
+    let mut failures = Vec::new();
+    for (path, field) in [
+        (
+            "/since",
+            ("if-modified-since", "Sun, 06 Nov 1994 08:49:37 GMT"),
+        ),
+        ("/directive", ("cache-control", "max-age=0")),
+    ] {
+        origin.close(path, 1);
+        origin.close(path, 2);
+        let b_fill = get_in_background(&b, path);
+        assert!(
+            origin.reached(path, 1).await,
+            "{path}: B did not reach the origin"
+        );
+        assert!(lease_present(server, path), "{path}: B claimed no lease");
+        let url = a.proxy.url(path);
+        let a_fill = tokio::spawn(async move { get(&url, &[("host", HOST), field]).await });
+        assert!(
+            origin.reached(path, 2).await,
+            "{path}: A did not reach the origin"
+        );
+        origin.open(path, 1);
+        assert_eq!(b_fill.await.expect("B's request").status, 502, "{path}");
+        lease_released(
+            server,
+            path,
+            &format!("{path}: B's failed fill left its lease"),
+        )
+        .await;
+        let posted = post(&c.proxy.url(path), &SITE, "x=1").await;
+        assert_eq!(posted.status, 200);
+        origin.open(path, 2);
+        let answered = a_fill.await.expect("A's request");
+        assert_eq!(answered.status, 200, "{path}");
+        writes_settled(&a).await;
+        let (kept, served) = kept_and_served(server, &[&c, &b, &a], path, b"body-2").await;
+        if kept || !served.is_empty() {
+            failures.push(format!(
+                "{path}: the page as it was before the POST is served by {served:?}, kept in \
+                 memcached: {kept} ({:?})",
+                answered.cache_status()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
