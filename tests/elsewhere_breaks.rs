@@ -202,14 +202,11 @@ async fn a_remembered_uncacheable_urls_fetch_that_turns_storable_is_not_kept_ove
 /// Plain GETs of a `Vary` URL on one node, nothing stored: X (`en`) claims the URL's lease and
 /// fetches; Y (`fr`), arriving meanwhile, queues behind X's fill on the cache lock, finds its
 /// variant missing once X's head is in, and goes to the origin itself. Its claim finds X's lease
-/// held here (`FillClaim::ThisNode`: `MissClaim::Elsewhere`), so Y's fill is refused though X's
-/// fill succeeds and is written: the `fr` variant costs one more origin fetch, and every variant
-/// whose first request comes while another variant's fill is out on the node does the same. (Y's
-/// fetch is guarded, once X's entry is written, by that entry: a POST through another node finds
-/// it and publishes itself, and the ban refuses Y's fill if it came after Y's request.)
+/// held here (`FillClaim::ThisNode`), and Y's fill is kept: a lease another request on the node
+/// holds is not refused (`MissClaim::Unclaimed`). When it was (2026-12-07, found by this test),
+/// every variant whose first request came while another variant's fill was out on the node cost
+/// one more origin fetch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "KNOWN: a variant fetched while another variant's claim stands on the node is refused \
-            even when that claim's fill is written (one more origin fetch per such variant)"]
 async fn a_variant_fetched_behind_another_variants_successful_fill_on_the_node_is_kept() {
     let cluster = MemcachedCluster::start(1);
     let server = &cluster.servers[0];
