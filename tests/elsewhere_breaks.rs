@@ -252,11 +252,16 @@ async fn a_variant_fetched_behind_another_variants_successful_fill_on_the_node_i
 }
 
 /// A plain GET waiting for another node's fill claims the URL again when that wait ends without
-/// the fill, and waits again behind a claim it finds there; when that second wait also ends
-/// without the fill (two failing fills in a row), it stops claiming (`FillLeases::on_shared_miss`:
+/// the fill, and waits again behind a claim it finds there; when that second wait also ended
+/// without the fill (two failing fills in a row), it stopped claiming (`FillLeases::on_shared_miss`:
 /// "once only") and fetched with no lease, and its answer was kept: a POST through C while it
 /// fetched found neither an entry nor a lease and was published to no one. A and D both wait on
-/// B's failing fill; one of them claims next and fails too; the other fetches.
+/// B's failing fill; one of them claims next and fails too; the other fetches. (On the code
+/// since 2026-12-07 the other's first wait goes on behind the second claim's lease, as a wait
+/// only checks that a lease stands, so it claims once that fill fails and fetches under its own
+/// lease: A and D each wait once and claim once. The path where the waits are used up, a claim
+/// once more and a fill under another claim refused, is
+/// `guarded_elsewhere_attacks::a_fetch_after_waiting_two_leases_under_a_slow_fill_...`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_get_after_two_failed_fills_in_a_row_is_not_kept_over_a_post() {
     let cluster = MemcachedCluster::start(1);
