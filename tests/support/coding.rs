@@ -1,4 +1,4 @@
-//! brotli and zstd for the tests, beside [`super::gzip`]: the scripted origin codes bodies with
+//! brotli and zstd for the tests, beside [`super::gzip`](mod@super::gzip): the scripted origin codes bodies with
 //! them, and the tests decode what the proxy sends to compare it byte for byte with what the
 //! origin meant. Coded by the crates themselves, independently of Lacquer's own encoders.
 

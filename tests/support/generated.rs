@@ -16,7 +16,7 @@ fn gen_word(index: u64, seed: u8) -> [u8; 8] {
 }
 
 /// Fills `buf` with the generated content for `seed` starting at byte `offset` of the
-/// stream, i.e. `buf[k]` = byte `offset + k` of a [`Body::Generated`] body.
+/// stream, i.e. `buf[k]` = byte `offset + k` of a [`Body::Generated`](crate::Body::Generated) body.
 pub fn fill_generated(buf: &mut [u8], offset: usize, seed: u8) {
     let mut k = 0;
     // Unaligned head.

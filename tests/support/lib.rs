@@ -18,7 +18,7 @@
 //!   ([`h2_connect_wide`], [`h2_request`], [`h2_read_answer`], [`H2Answer`]).
 //! - [`django_site`]: the Django test site under gunicorn ([`DjangoSite`]), a real application.
 //! - [`generated`]: deterministic bodies to stream and verify at any offset.
-//! - [`gzip`], [`coding`] (brotli, zstd), [`http_date`]: codings and dates the origin scripts and
+//! - [`gzip`](mod@gzip), [`coding`] (brotli, zstd), [`http_date`](mod@http_date): codings and dates the origin scripts and
 //!   the tests check.
 //! - [`child`], [`temp_dir`], [`net`], [`poll`]: child processes killed on drop, scratch
 //!   directories, free ports, bounded waits.
@@ -28,6 +28,11 @@
 //! - [`assertions`]: checks against expectations computed apart from the response checked.
 //!
 //! Everything binds or connects to 127.0.0.1 only.
+//!
+//! Its docs link to private modules too: read them with `cargo doc --document-private-items`
+//! (`.ci/run` builds them so, warnings refused).
+
+#![allow(rustdoc::private_intra_doc_links)]
 
 pub mod assertions;
 pub mod child;

@@ -17,7 +17,7 @@ pub enum Body {
     /// A fixed body sent with `Content-Length` (unless the handler set its own framing,
     /// in which case these bytes are written verbatim).
     Bytes(Bytes),
-    /// `len` bytes of deterministic content (see [`generated_bytes`]) streamed in
+    /// `len` bytes of deterministic content (see [`generated_bytes`](crate::generated_bytes)) streamed in
     /// 64 KiB pieces without ever being held in memory whole.
     Generated {
         /// Total body length in bytes.
