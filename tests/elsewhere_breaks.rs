@@ -203,7 +203,7 @@ async fn a_remembered_uncacheable_urls_fetch_that_turns_storable_is_not_kept_ove
 /// fetches; Y (`fr`), arriving meanwhile, queues behind X's fill on the cache lock, finds its
 /// variant missing once X's head is in, and goes to the origin itself. Its claim finds X's lease
 /// held here (`FillClaim::ThisNode`), and Y's fill is kept: a lease another request on the node
-/// holds is not refused (`MissClaim::Unclaimed`). When it was (2026-12-07, found by this test),
+/// holds is followed, not refused (`MissClaim::BesideThisNode`). When it was (2026-12-07, found by this test),
 /// every variant whose first request came while another variant's fill was out on the node cost
 /// one more origin fetch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

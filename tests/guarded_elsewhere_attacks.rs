@@ -1,6 +1,6 @@
 //! A miss that goes to the origin while another node's claim holds the URL's fill lease is
 //! guarded by that lease only while it stands. (A lease another request on the same node holds
-//! is not refused: see `MissClaim::Unclaimed` for why, and for the gap it leaves.)
+//! is followed, not refused: `MissClaim::BesideThisNode`; the fifth test is its gap, closed.)
 //! When that claim's fill fails, its lease is released while this fetch is still at the origin;
 //! a POST through a third node then finds nothing stored and no lease, and is published to no
 //! one. The fetch, from before the POST, must not be kept and served by every node.
@@ -308,6 +308,64 @@ async fn a_fetch_after_waiting_two_leases_under_a_slow_fill_is_not_kept_over_a_p
     writes_settled(&b).await;
     assert_eq!(admin_stat(b.admin, "fills_under_another_claim").await, 1);
     let (kept, served) = kept_and_served(server, &[&c, &a, &b], path, b"body-2").await;
+    assert!(
+        served.is_empty() && !kept,
+        "the page as it was before the POST is served by {served:?}, kept in memcached: {kept}"
+    );
+}
+
+/// On one node (A, `lock_timeout = "1s"`): X claims `/beside` and waits at the origin; Y, behind
+/// X on the node's cache lock, times out there and fetches beside it. Y's claim finds X's lease
+/// held on the node (`FillClaim::ThisNode`), which it follows and does not refuse
+/// (`MissClaim::BesideThisNode`). X's fetch then fails and X releases its lease; a POST through C
+/// finds nothing stored and no lease. Y's answer, from before the POST, must not be kept: the end
+/// of X's unstored claim, while Y fetches beside it, marks the URL purged on A as of then,
+/// unpublished (`FillLeases::purged_here`), so a fill from before it (Y's) is refused when it
+/// is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fetch_beside_this_nodes_failed_claim_is_not_kept_over_a_post() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/beside";
+    let origin = GatedOrigin::answering(|_, n| match n {
+        1 => OriginResponse::ok("origin failed").status(502),
+        n => page(n),
+    });
+    let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"10s\"")
+        .sections("[cache]\nlock_timeout = \"1s\"");
+    let (a, c) = (
+        nodes.start("A", server.addr()),
+        nodes.start("C", server.addr()),
+    );
+    origin.close(path, 1);
+    origin.close(path, 2);
+    let x = get_in_background(&a, path);
+    assert!(
+        origin
+            .origin
+            .wait_for_hits_for_async(path, 1, Duration::from_secs(5))
+            .await,
+        "X did not reach the origin"
+    );
+    assert!(lease_present(server, path), "X claimed no lease");
+    let y = get_in_background(&a, path);
+    assert!(
+        origin
+            .origin
+            .wait_for_hits_for_async(path, 2, Duration::from_secs(10))
+            .await,
+        "Y never fetched beside X"
+    );
+    // X's fetch fails: its lease is released
+    origin.open(path, 1);
+    assert_eq!(x.await.expect("X").status, 502);
+    lease_released(server, path, "X's failed fill left its lease").await;
+    let posted = post(&c.proxy.url(path), &SITE, "x=1").await;
+    assert_eq!(posted.status, 200);
+    origin.open(path, 2);
+    assert_eq!(&y.await.expect("Y").body[..], b"body-2");
+    writes_settled(&a).await;
+    let (kept, served) = kept_and_served(server, &[&c, &a], path, b"body-2").await;
     assert!(
         served.is_empty() && !kept,
         "the page as it was before the POST is served by {served:?}, kept in memcached: {kept}"

@@ -68,7 +68,7 @@ use crate::observe::metrics::RequestMetrics;
 use crate::policy::request_directives::RequestDirectives;
 use crate::policy::{freshness, preconditions, revalidation, vary};
 use crate::rules;
-use crate::storage::fill_lease::{FetchedUnderAnotherClaim, HeldLease, MissClaim};
+use crate::storage::fill_lease::{BesideThisNode, FetchedUnderAnotherClaim, HeldLease, MissClaim};
 use crate::storage::memory::{self, owner_holds_back_origin, MemoryTier};
 use crate::storage::tier::Tier;
 use crate::storage::tiered::{PrimaryKnownMissing, TieredStorage};
@@ -133,6 +133,9 @@ pub struct RequestCtx {
     /// that its fill is refused when it finishes ([`MissClaim::Elsewhere`],
     /// [`RequestCtx::mark_if_held_elsewhere`]).
     fill_held_elsewhere: bool,
+    /// This request fetches beside a claim another request here holds, counted while it lasts
+    /// ([`MissClaim::BesideThisNode`]).
+    beside_this_node: Option<BesideThisNode>,
     /// This miss of a URL remembered uncacheable ([`hit_for_miss`]) went to the origin with no
     /// lease claimed (the fast path claims none for such a URL): a storable answer is refused as
     /// one fetched under another claim is ([`RequestCtx::mark_if_held_elsewhere`]). A POST
@@ -347,6 +350,7 @@ impl LacquerProxy {
                 match Box::pin(tier.fill_leases().claim_for_miss(key)).await {
                     MissClaim::Held(lease) => ctx.fill_lease = Some(lease),
                     MissClaim::Elsewhere => ctx.fill_held_elsewhere = true,
+                    MissClaim::BesideThisNode(beside) => ctx.beside_this_node = Some(beside),
                     MissClaim::Unclaimed => {}
                 }
             }
@@ -481,6 +485,7 @@ impl ProxyHttp for LacquerProxy {
             fill_lease: None,
             shared_miss_decided: false,
             fill_held_elsewhere: false,
+            beside_this_node: None,
             remembered_unguarded: false,
             precondition_failed: false,
             not_modified: None,

@@ -252,6 +252,9 @@ pub struct FillLeases {
     lease: Duration,
     /// Primary keys whose lease a request on this node is claiming or holds.
     local_fills: Mutex<HashMap<HashBinary, LocalFill>>,
+    /// Primary keys with requests of this node fetching beside a claim another request here
+    /// holds (how many: [`BesideThisNode`]).
+    beside: Mutex<HashMap<HashBinary, usize>>,
     /// Whether the task that keeps held leases alive ([`FillLeases::keep_alive`]) is running.
     renewing: AtomicBool,
     /// The holder of this process's next claim ([`Claim`]): random at start, then one more per
@@ -299,13 +302,37 @@ pub enum MissClaim {
     /// fill is served to the requests that read it and refused when it finishes
     /// ([`FetchedUnderAnotherClaim`]).
     Elsewhere,
-    /// Nothing was claimed: leases off, the URL's server failing, or another request on this
-    /// node holds the lease. The last is kept as before: refusing it (tried 2026-12-07) cost a
-    /// fetch to each request queued behind it on this node's cache lock, the lease's holder
-    /// among them when it came second to the lock, and to a second variant of a `Vary` URL
-    /// fetched beside another's fill. Left open: when that holder's fill fails and its lease is
-    /// released while this fetch is out, a POST through another node then finds nothing.
+    /// Another request on this node holds the lease: the fetch follows that claim, and is kept
+    /// unless the claim's fill stores nothing: the lease then goes while this fetch may be out,
+    /// so the claim's end refuses fills of the URL sent before it ([`FillLeases::purged_here`]).
+    /// Not refused outright (tried 2026-12-07): that cost a fetch to each request queued behind
+    /// it on this node's cache lock, the lease's holder among them when it came second to the
+    /// lock, and to a second variant of a `Vary` URL fetched beside another's fill. Held until
+    /// the request ends.
+    BesideThisNode(BesideThisNode),
+    /// Nothing was claimed (leases off, or the URL's server failing): an uncoordinated fill,
+    /// kept as any is.
     Unclaimed,
+}
+
+/// A request of this node fetching beside a claim another request here holds
+/// ([`MissClaim::BesideThisNode`]), counted in [`FillLeases`] while it lasts: that claim's end,
+/// when its fill stored nothing, then refuses the fills of the URL sent before it.
+pub struct BesideThisNode {
+    leases: &'static FillLeases,
+    primary: HashBinary,
+}
+
+impl Drop for BesideThisNode {
+    fn drop(&mut self) {
+        let mut beside = self.leases.beside.lock();
+        if let Some(count) = beside.get_mut(&self.primary) {
+            *count -= 1;
+            if *count == 0 {
+                beside.remove(&self.primary);
+            }
+        }
+    }
 }
 
 /// Marks, in a storable answer's `CacheMeta` extensions, a fill fetched while another claim held
@@ -452,6 +479,7 @@ impl FillLeases {
             namespace: namespace.to_string(),
             lease,
             local_fills: Mutex::default(),
+            beside: Mutex::default(),
             renewing: AtomicBool::new(false),
             next_holder: AtomicU64::new(
                 RandomState::new().hash_one((std::process::id(), SystemTime::now())),
@@ -632,12 +660,20 @@ impl FillLeases {
     /// out, and a POST then finds nothing. So the fetch is served and its fill refused when it
     /// finishes ([`MissClaim::Elsewhere`], [`FetchedUnderAnotherClaim`]); the claim's own fill is
     /// the one kept (`tests/guarded_elsewhere_attacks.rs`). A lease another request here holds
-    /// is not refused ([`MissClaim::Unclaimed`] says why).
+    /// is followed ([`MissClaim::BesideThisNode`] says how).
     pub async fn claim_for_miss(&'static self, key: &CacheKey) -> MissClaim {
         match self.claim(key).await {
             FillClaim::Ours(claim) => MissClaim::Held(self.hold(key, claim)),
             FillClaim::Theirs => MissClaim::Elsewhere,
-            FillClaim::ThisNode | FillClaim::Uncoordinated => MissClaim::Unclaimed,
+            FillClaim::ThisNode => {
+                let primary = key.primary_bin();
+                *self.beside.lock().entry(primary).or_default() += 1;
+                MissClaim::BesideThisNode(BesideThisNode {
+                    leases: self,
+                    primary,
+                })
+            }
+            FillClaim::Uncoordinated => MissClaim::Unclaimed,
         }
     }
 
@@ -1084,6 +1120,30 @@ impl FillLeases {
         );
     }
 
+    /// The lease of the URL whose primary hash is `primary`, held here by a claim whose fill
+    /// stored nothing, is about to be released. A request of this node that followed the claim
+    /// and fetches beside it ([`MissClaim::BesideThisNode`]: a lock-timeout waiter, another
+    /// variant, a miss the fast path declined) was guarded by that lease only while it stood; a
+    /// POST through another node once it is gone finds nothing and is published to no one. So,
+    /// while such a request is out, the URL is marked purged on this node as of now, unpublished,
+    /// as a POST's purge of a URL with nothing stored is (`BanList::mark_unsafe_purge`: a fixed
+    /// slot, no list entry): that fetch, sent before now, is refused when it is stored. (Before
+    /// 2026-12-07 it was kept, `guarded_elsewhere_attacks::a_fetch_beside_this_nodes_failed_...`.)
+    /// Only then: a mark for every claim that stored nothing (each new `no-store` URL's) would
+    /// keep the slots marked, refusing slow fills of other URLs sharing them.
+    fn purged_here(&self, primary: &HashBinary) {
+        if !self.beside.lock().contains_key(primary) {
+            return;
+        }
+        self.bans
+            .mark_unsafe_purge(u128::from_be_bytes(*primary), ms_after(SystemTime::now()));
+        log::debug!(
+            "memcached: the fill lease {} goes unstored while a request here fetches beside it: \
+             that fetch is not kept",
+            self.lease_key_of(primary)
+        );
+    }
+
     /// `key`'s fill, held by a claim whose `add` went unanswered ([`Claim::unanswered`]), is
     /// finishing and is refused by the caller (not stored here, not written to memcached): its
     /// request went to the origin unguarded, and a POST through another node before the `add`
@@ -1383,6 +1443,10 @@ impl Held {
             Some(LocalFill::Held(_, held)) if held.holder == claim.holder => held,
             _ => claim,
         };
+        // the lease goes while another request of this node may be fetching the URL beside this
+        // claim (one that followed it, `FillClaim::ThisNode`): a POST through another node from
+        // now on finds nothing, so that fetch is refused when it is stored
+        leases.purged_here(&primary);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
