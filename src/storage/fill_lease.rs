@@ -783,6 +783,13 @@ impl FillLeases {
             let token = match self.cluster.gets_with(place, lease).await {
                 None => return Taken::GaveUp,
                 Some(None) => return self.add_lease(key, holder).await,
+                // this claim's own value: the swap landed, and its reply was lost to a retry
+                // on a fresh connection that answered "changed" (before 2026-12-07 it was
+                // taken for another claim's, waited on a whole lease by every node, and the
+                // fill fetched under it refused: `tests/takeover_breaks.rs`)
+                Some(Some((value, _))) if lease_holder(&value) == Some(holder) => {
+                    return Taken::Claimed(None)
+                }
                 Some(Some((value, _))) if value != *stale => return Taken::Held,
                 Some(Some((_, token))) => token,
             };
