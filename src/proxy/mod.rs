@@ -127,10 +127,8 @@ pub struct RequestCtx {
     /// (claimed, waited for, or none to claim): the standard path's miss does not claim it
     /// again ([`FillLeases::claim_for_miss`](crate::storage::fill_lease::FillLeases::claim_for_miss)).
     shared_miss_decided: bool,
-    /// Another node's claim held the URL's fill lease when this request's miss claimed it, or
-    /// still held it when this request had waited as
-    /// long as it may (`AfterSharedMiss::UnderAnotherClaim`): its storable answer is marked so
-    /// that its fill is refused when it finishes ([`MissClaim::Elsewhere`],
+    /// Another node's claim held the URL's fill lease when this request's miss claimed it: its
+    /// storable answer is marked so that its fill is refused when it finishes ([`MissClaim::Elsewhere`],
     /// [`RequestCtx::mark_if_held_elsewhere`]).
     fill_held_elsewhere: bool,
     /// This request fetches beside a claim another request here holds, counted while it lasts

@@ -159,13 +159,6 @@ impl FastHit {
                         ctx.nothing_stored = known_missing;
                         return None;
                     }
-                    Err(AfterSharedMiss::UnderAnotherClaim) => {
-                        // fetched, served, and its fill refused when it finishes
-                        ctx.fill_held_elsewhere = true;
-                        ctx.shared_primary_missing = true;
-                        ctx.nothing_stored = true;
-                        return None;
-                    }
                     Err(AfterSharedMiss::BehindThisNode) => {
                         // behind another request's fill here; should it go to the origin
                         // itself all the same, the standard path claims the lease first
