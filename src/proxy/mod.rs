@@ -132,8 +132,9 @@ pub struct RequestCtx {
     /// [`RequestCtx::mark_if_held_elsewhere`]).
     fill_held_elsewhere: bool,
     /// This request fetches beside a claim another request here holds, counted while it lasts
-    /// ([`MissClaim::BesideThisNode`]).
-    beside_this_node: Option<BesideThisNode>,
+    /// ([`MissClaim::BesideThisNode`]). Boxed: rare, and the context is moved with every
+    /// request.
+    beside_this_node: Option<Box<BesideThisNode>>,
     /// This miss of a URL remembered uncacheable ([`hit_for_miss`]) went to the origin with no
     /// lease claimed (the fast path claims none for such a URL): a storable answer is refused as
     /// one fetched under another claim is ([`RequestCtx::mark_if_held_elsewhere`]). A POST
@@ -348,7 +349,9 @@ impl LacquerProxy {
                 match Box::pin(tier.fill_leases().claim_for_miss(key)).await {
                     MissClaim::Held(lease) => ctx.fill_lease = Some(lease),
                     MissClaim::Elsewhere => ctx.fill_held_elsewhere = true,
-                    MissClaim::BesideThisNode(beside) => ctx.beside_this_node = Some(beside),
+                    MissClaim::BesideThisNode(beside) => {
+                        ctx.beside_this_node = Some(Box::new(beside))
+                    }
                     MissClaim::Unclaimed => {}
                 }
             }
