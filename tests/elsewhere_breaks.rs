@@ -10,64 +10,9 @@
 
 use lacquer_test_support as support;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use support::lease_rig::*;
 use support::*;
-
-/// An origin whose `n`th GET of a path (counted per path from 1) waits behind a gate the test
-/// closed, then is answered `answer(request, n)`: [`GatedOrigin`] with the request in hand (a
-/// `Range` to answer with a `206`).
-struct RequestGatedOrigin {
-    origin: TestOrigin,
-    closed: Arc<Mutex<Vec<(String, usize)>>>,
-}
-
-impl RequestGatedOrigin {
-    fn answering(
-        answer: impl Fn(&RecordedRequest, usize) -> OriginResponse + Send + Sync + 'static,
-    ) -> RequestGatedOrigin {
-        let closed: Arc<Mutex<Vec<(String, usize)>>> = Arc::default();
-        let served: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
-        let gates = closed.clone();
-        let origin = TestOrigin::start(move |req| {
-            if req.method == "POST" {
-                return OriginResponse::ok("changed");
-            }
-            let n = {
-                let mut served = served.lock().unwrap();
-                let n = served.entry(req.path.clone()).or_default();
-                *n += 1;
-                *n
-            };
-            let id = (req.path.clone(), n);
-            let until = Instant::now() + Duration::from_secs(30);
-            while gates.lock().unwrap().contains(&id) && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            answer(req, n)
-        });
-        RequestGatedOrigin { origin, closed }
-    }
-
-    fn close(&self, path: &str, n: usize) {
-        self.closed.lock().unwrap().push((path.to_string(), n));
-    }
-
-    fn open(&self, path: &str, n: usize) {
-        self.closed
-            .lock()
-            .unwrap()
-            .retain(|id| id != &(path.to_string(), n));
-    }
-
-    async fn reached(&self, path: &str, n: usize) -> bool {
-        self.origin
-            .wait_for_hits_for_async(path, n, Duration::from_secs(5))
-            .await
-    }
-}
 
 /// The page as the `n`th GET finds it: `body-{n}`, fresh for an hour, with a strong `ETag`; a
 /// `Range: bytes=0-` is answered with a `206` of the whole of it.
@@ -94,7 +39,7 @@ async fn a_whole_range_kept_by_partial_content_under_another_claim_is_not_kept_o
     let cluster = MemcachedCluster::start(1);
     let server = &cluster.servers[0];
     let path = "/partial";
-    let origin = RequestGatedOrigin::answering(|req, n| match n {
+    let origin = GatedOrigin::answering_request(|req, n| match n {
         1 => OriginResponse::ok("origin failed").status(502),
         n => page(req, n),
     });
@@ -145,7 +90,7 @@ async fn a_whole_range_kept_by_partial_content_under_another_claim_is_not_kept_o
 async fn a_remembered_uncacheable_urls_fetch_that_turns_storable_is_not_kept_over_a_post() {
     let cluster = MemcachedCluster::start(1);
     let server = &cluster.servers[0];
-    let origin = RequestGatedOrigin::answering(|req, n| match n {
+    let origin = GatedOrigin::answering_request(|req, n| match n {
         1 => OriginResponse::ok("private").header("cache-control", "no-store"),
         n => page(req, n),
     });
@@ -211,7 +156,7 @@ async fn a_variant_fetched_behind_another_variants_successful_fill_on_the_node_i
     let cluster = MemcachedCluster::start(1);
     let server = &cluster.servers[0];
     let path = "/varied";
-    let origin = RequestGatedOrigin::answering(|req, n| {
+    let origin = GatedOrigin::answering_request(|req, n| {
         let lang = req.header("accept-language").unwrap_or("none").to_string();
         OriginResponse::ok(Body::Paced {
             chunks: vec![format!("body-{n}-").into(), lang.into()],
@@ -267,7 +212,7 @@ async fn a_get_after_two_failed_fills_in_a_row_is_not_kept_over_a_post() {
     let cluster = MemcachedCluster::start(1);
     let server = &cluster.servers[0];
     let path = "/twice-failed";
-    let origin = RequestGatedOrigin::answering(|req, n| match n {
+    let origin = GatedOrigin::answering_request(|req, n| match n {
         1 | 2 => OriginResponse::ok("origin failed").status(502),
         n => page(req, n),
     });
@@ -333,7 +278,7 @@ async fn a_get_after_two_failed_fills_in_a_row_is_not_kept_over_a_post() {
 async fn a_range_miss_holding_the_lease_whose_part_is_kept_releases_the_lease() {
     let cluster = MemcachedCluster::start(1);
     let server = &cluster.servers[0];
-    let origin = RequestGatedOrigin::answering(|req, n| {
+    let origin = GatedOrigin::answering_request(|req, n| {
         let body = format!("body-{n}-of-the-page");
         let len = body.len();
         let resp = match req.header("range") {
@@ -376,7 +321,7 @@ async fn a_refused_fill_whose_client_left_still_serves_its_reader_and_leaves_the
     let cluster = MemcachedCluster::start(1);
     let server = &cluster.servers[0];
     let path = "/left";
-    let origin = RequestGatedOrigin::answering(|_, n| match n {
+    let origin = GatedOrigin::answering_request(|_, n| match n {
         2 => OriginResponse::ok(Body::Paced {
             chunks: vec!["bod".into(), "y-2".into()],
             interval: Duration::from_millis(800),
@@ -433,7 +378,7 @@ async fn a_tail_fetched_under_another_claim_serves_the_range_and_keeps_nothing()
     let cluster = MemcachedCluster::start(1);
     let server = &cluster.servers[0];
     let path = "/tail";
-    let origin = RequestGatedOrigin::answering(|req, _| {
+    let origin = GatedOrigin::answering_request(|req, _| {
         let range = req.header("range").and_then(|r| {
             let (first, last) = r.strip_prefix("bytes=")?.split_once('-')?;
             let start: usize = first.parse().ok()?;
@@ -503,7 +448,7 @@ async fn a_tail_fetched_under_another_claim_serves_the_range_and_keeps_nothing()
 async fn other_declined_misses_under_another_claim_are_not_kept_over_a_post() {
     let cluster = MemcachedCluster::start(1);
     let server = &cluster.servers[0];
-    let origin = RequestGatedOrigin::answering(|req, n| match n {
+    let origin = GatedOrigin::answering_request(|req, n| match n {
         1 => OriginResponse::ok("origin failed").status(502),
         n => page(req, n),
     });

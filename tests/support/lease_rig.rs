@@ -8,8 +8,8 @@
 
 use crate::{
     admin_toml, free_port, get, poll_until_async, wait_for_stat_at_most, LacquerProcess,
-    MemcachedCluster, MemcachedProcess, Node, OriginResponse, Resp, TempDir, TestOrigin,
-    ADMIN_TOKEN,
+    MemcachedCluster, MemcachedProcess, Node, OriginResponse, RecordedRequest, Resp, TempDir,
+    TestOrigin, ADMIN_TOKEN,
 };
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -447,6 +447,14 @@ impl GatedOrigin {
     pub fn answering(
         answer: impl Fn(&str, usize) -> OriginResponse + Send + Sync + 'static,
     ) -> GatedOrigin {
+        GatedOrigin::answering_request(move |req, n| answer(&req.path, n))
+    }
+
+    /// Answers `answer(request, n)`: [`Self::answering`] with the request in hand (a `Range`
+    /// to answer with a `206`, a `Vary` field's value).
+    pub fn answering_request(
+        answer: impl Fn(&RecordedRequest, usize) -> OriginResponse + Send + Sync + 'static,
+    ) -> GatedOrigin {
         let closed: Arc<Mutex<Vec<(String, usize)>>> = Arc::default();
         let served: Arc<Mutex<std::collections::HashMap<String, usize>>> = Arc::default();
         let gates = closed.clone();
@@ -465,7 +473,7 @@ impl GatedOrigin {
             while gates.lock().unwrap().contains(&id) && Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(10));
             }
-            answer(&req.path, n)
+            answer(req, n)
         });
         GatedOrigin { origin, closed }
     }
@@ -486,6 +494,13 @@ impl GatedOrigin {
     /// How many requests for `path` reached it.
     pub fn hits_for(&self, path: &str) -> usize {
         self.origin.hits_for(path)
+    }
+
+    /// Whether `n` requests for `path` reach it within 5 s.
+    pub async fn reached(&self, path: &str, n: usize) -> bool {
+        self.origin
+            .wait_for_hits_for_async(path, n, Duration::from_secs(5))
+            .await
     }
 }
 
