@@ -58,20 +58,14 @@ async fn a_miss_under_another_claims_lease_is_not_kept_over_a_post_after_that_cl
         origin.close(path, 2);
         let b_fill = get_in_background(&b, path);
         assert!(
-            origin
-                .origin
-                .wait_for_hits_for_async(path, 1, Duration::from_secs(5))
-                .await,
+            origin.reached(path, 1).await,
             "{path}: B did not reach the origin"
         );
         assert!(lease_present(server, path), "{path}: B claimed no lease");
         let url = a.proxy.url(path);
         let a_fill = tokio::spawn(async move { get(&url, &[("host", HOST), field]).await });
         assert!(
-            origin
-                .origin
-                .wait_for_hits_for_async(path, 2, Duration::from_secs(5))
-                .await,
+            origin.reached(path, 2).await,
             "{path}: A did not reach the origin"
         );
         // B's fetch fails: its lease is released
@@ -202,26 +196,14 @@ async fn requests_behind_a_fill_under_another_claim_are_served_from_it() {
     origin.close(path, 1);
     origin.close(path, 2);
     let b_fill = get_in_background(&b, path);
-    assert!(
-        origin
-            .origin
-            .wait_for_hits_for_async(path, 1, Duration::from_secs(5))
-            .await,
-        "B did not reach the origin"
-    );
+    assert!(origin.reached(path, 1).await, "B did not reach the origin");
     assert!(lease_present(server, path), "B claimed no lease");
     let ranged = (0..6).map(|_| {
         let url = a.proxy.url(path);
         tokio::spawn(async move { get(&url, &[("host", HOST), ("range", "bytes=0-3")]).await })
     });
     let ranged: Vec<_> = ranged.collect();
-    assert!(
-        origin
-            .origin
-            .wait_for_hits_for_async(path, 2, Duration::from_secs(5))
-            .await,
-        "A did not reach the origin"
-    );
+    assert!(origin.reached(path, 2).await, "A did not reach the origin");
     // the other five reach A and queue behind its fetch
     tokio::time::sleep(Duration::from_millis(300)).await;
     origin.open(path, 2);
@@ -283,13 +265,7 @@ async fn a_fetch_after_waiting_two_leases_under_a_slow_fill_is_not_kept_over_a_p
     origin.close(path, 1);
     origin.close(path, 2);
     let a_fill = get_in_background(&a, path);
-    assert!(
-        origin
-            .origin
-            .wait_for_hits_for_async(path, 1, Duration::from_secs(5))
-            .await,
-        "A did not reach the origin"
-    );
+    assert!(origin.reached(path, 1).await, "A did not reach the origin");
     let b_fill = get_in_background(&b, path);
     assert!(
         origin
@@ -346,13 +322,7 @@ async fn a_fetch_beside_this_nodes_failed_claim_is_not_kept_over_a_post() {
     origin.close(path, 1);
     origin.close(path, 2);
     let x = get_in_background(&a, path);
-    assert!(
-        origin
-            .origin
-            .wait_for_hits_for_async(path, 1, Duration::from_secs(5))
-            .await,
-        "X did not reach the origin"
-    );
+    assert!(origin.reached(path, 1).await, "X did not reach the origin");
     assert!(lease_present(server, path), "X claimed no lease");
     let y = get_in_background(&a, path);
     assert!(

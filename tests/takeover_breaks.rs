@@ -259,13 +259,7 @@ async fn a_crowd_on_one_node_after_waiting_two_leases_fetches_once() {
     );
     origin.close(path, 1);
     let a_fill = get_in_background(&a, path);
-    assert!(
-        origin
-            .origin
-            .wait_for_hits_for_async(path, 1, Duration::from_secs(5))
-            .await,
-        "A did not reach the origin"
-    );
+    assert!(origin.reached(path, 1).await, "A did not reach the origin");
     let answers = gets_at_once((0..8).map(|_| b.proxy.url(path)), &SITE).await;
     for answer in &answers {
         assert_eq!(answer.status, 200);
@@ -302,13 +296,7 @@ async fn a_crowd_on_one_node_after_another_nodes_fill_failed_fetches_once() {
     );
     origin.close(path, 1);
     let a_fill = get_in_background(&a, path);
-    assert!(
-        origin
-            .origin
-            .wait_for_hits_for_async(path, 1, Duration::from_secs(5))
-            .await,
-        "A did not reach the origin"
-    );
+    assert!(origin.reached(path, 1).await, "A did not reach the origin");
     let url = b.proxy.url(path);
     let crowd = tokio::spawn(async move { gets_at_once((0..8).map(|_| url.clone()), &SITE).await });
     let deadline = Instant::now() + SETTLE;
@@ -372,13 +360,7 @@ async fn a_request_after_a_post_is_not_served_a_fill_under_another_claim_still_s
     );
     origin.close(path, 1);
     let a_fill = get_in_background(&a, path);
-    assert!(
-        origin
-            .origin
-            .wait_for_hits_for_async(path, 1, Duration::from_secs(5))
-            .await,
-        "A did not reach the origin"
-    );
+    assert!(origin.reached(path, 1).await, "A did not reach the origin");
     let b_fill = get_in_background(&b, path);
     assert!(
         origin
