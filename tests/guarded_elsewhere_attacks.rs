@@ -17,9 +17,10 @@
 //! the stray lease. The stray lease is now taken over (swapped in place for the request's claim
 //! by its token).
 //!
-//! The fourth (ignored, KNOWN): a request that waited as long as it may (two leases) behind a
-//! slow fill fetches uncoordinated, and when that fill fails and releases its lease, a POST
-//! meanwhile finds nothing and the fetch is kept.
+//! The fourth: a request that waited as long as it may (two leases) behind a slow fill fetched
+//! uncoordinated, and when that fill failed and released its lease, a POST meanwhile found
+//! nothing and the fetch was kept. Now it fetches under that lease, and its fill is kept only if
+//! the lease still names the same holder when the fill finishes.
 
 use lacquer_test_support as support;
 
@@ -238,15 +239,10 @@ async fn requests_behind_a_fill_under_another_claim_are_served_from_it() {
 /// as long as it may (two leases), then claims once more, finds A's lease still, and fetches.
 /// A's fetch then fails and A releases its lease; a POST through C finds nothing stored and no
 /// lease. B's answer, from before the POST, must not be kept: B fetched under A's lease, which
-/// guarded it only while it stood, so its fill is served and refused (before, B fetched with no
-/// claim at all and its fill was kept and served by every node).
-///
-/// KNOWN, fails: refusing B's fetch under A's lease (`AfterSharedMiss::UnderAnotherClaim`,
-/// 2026-12-07) closed this, and was reverted the same day: a crowd on B then fetched once per
-/// request, each refused fill over before the requests queued behind it looked
-/// (`tests/takeover_breaks.rs`). Closing it without that needs B to know, when its fill
-/// finishes, that A's lease stood all along or A's entry was written meanwhile.
-#[ignore = "KNOWN: a fetch after two waits under a slow fill is kept over a POST once that fill fails"]
+/// guarded it only while it stood, so its fill is served and, A's lease gone when it finishes,
+/// refused (`AfterSharedMiss::UnderAnotherClaim`). Before 2026-12-07 B fetched with no claim at
+/// all and its fill was kept and served by every node. (Refusing every such fill, tried the same
+/// day, made a crowd on B fetch once per request: `tests/takeover_breaks.rs` holds that shut.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_fetch_after_waiting_two_leases_under_a_slow_fill_is_not_kept_over_a_post() {
     let cluster = MemcachedCluster::start(1);

@@ -1,9 +1,11 @@
 //! Attacks on the take-over of a stray fill lease by swap (`FillLeases::take_over`: a request
 //! that waited out a lease whole and finds the very same lease again swaps it in place for its
 //! own claim by the CAS token read with it) and on the last claim of a request whose waits are
-//! used up (written by a breaker helper, 2026-12-07). Two are ignored as KNOWN: they need that
-//! last claim to refuse a fetch under another claim, which was tried and reverted the same day
-//! because a crowd on a node then fetched once per request (the crowd test here).
+//! used up (written by a breaker helper, 2026-12-07). That last claim, finding another claim's
+//! lease still, fetches under it and keeps its fill only if the lease still names the same
+//! holder when the fill finishes (`AfterSharedMiss::UnderAnotherClaim`): refusing such a fill
+//! outright, tried and reverted the same day, made a crowd on a node fetch once per request (the
+//! crowd test here). One is ignored as KNOWN (a fill still streaming, joined after a POST).
 //!
 //! Each test plants a stray lease (a value naming a claim nobody holds, as a claim landing
 //! after its fill ended leaves) straight into memcached, then sends a GET through a node that
@@ -68,16 +70,14 @@ async fn a_take_over_whose_swap_reply_is_lost_holds_the_lease_it_swapped_in() {
 }
 
 /// The same stray lease on a memcached run without CAS tokens (`-C`): the take-over cannot swap
-/// it conditionally and gives up. B then fetched uncoordinated, guarded only by the stray lease
-/// until memcached expired it (its TTL: a third of `fill_lease` and a second past its time). A
-/// POST through C after it expired, while B is still at the origin, finds neither entry nor
-/// lease and is published to no one; B's answer, from before the POST, must not be kept and
-/// served by every node.
-///
-/// KNOWN, fails: the fix (follow the stray lease as another claim's; the last claim, finding it
-/// still there, fetches under it, served and refused) needs the refusal reverted the same day
-/// (see the module docs).
-#[ignore = "KNOWN: a stray lease on a -C server is fetched past uncoordinated"]
+/// it conditionally. B fetched uncoordinated, guarded only by the stray lease until memcached
+/// expired it (its TTL: a third of `fill_lease` and a second past its time). A POST through C
+/// after it expired, while B is still at the origin, finds neither entry nor lease and is
+/// published to no one; B's answer, from before the POST, must not be kept and served by every
+/// node. Now the stray lease is followed as another claim's, and B's last claim, finding it
+/// still there, fetches under it: B's fill is kept only if that lease still stands when it
+/// finishes, and it is gone (failed before 2026-12-07: kept in memcached, served by every
+/// node).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stray_lease_on_a_server_without_cas_is_not_fetched_past_unguarded() {
     let server = MemcachedProcess::start_with(&["-C"]);

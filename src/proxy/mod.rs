@@ -128,9 +128,11 @@ pub struct RequestCtx {
     /// again ([`FillLeases::claim_for_miss`](crate::storage::fill_lease::FillLeases::claim_for_miss)).
     shared_miss_decided: bool,
     /// Another node's claim held the URL's fill lease when this request's miss claimed it: its
-    /// storable answer is marked so that its fill is refused when it finishes ([`MissClaim::Elsewhere`],
-    /// [`RequestCtx::mark_if_held_elsewhere`]).
-    fill_held_elsewhere: bool,
+    /// storable answer is marked so that its fill is refused when it finishes
+    /// ([`MissClaim::Elsewhere`]), or kept only while that claim's lease stands
+    /// ([`AfterSharedMiss::UnderAnotherClaim`](crate::storage::fill_lease::AfterSharedMiss::UnderAnotherClaim));
+    /// see [`RequestCtx::mark_if_held_elsewhere`].
+    fill_held_elsewhere: Option<FetchedUnderAnotherClaim>,
     /// This request fetches beside a claim another request here holds, counted while it lasts
     /// ([`MissClaim::BesideThisNode`]). Boxed: rare, and the context is moved with every
     /// request.
@@ -184,16 +186,25 @@ const FILL_UNGUARDED: &str = "fill-unguarded";
 impl RequestCtx {
     /// A storable answer of a miss that another claim's lease guarded ([`MissClaim::Elsewhere`])
     /// is marked in its meta ([`FetchedUnderAnotherClaim`]) so that the tiered store refuses its
-    /// fill when it finishes: the requests reading it are served, nothing is kept. (Only this
-    /// fill: what the URL is remembered as, `hit_for_miss`, is the policy's decision.)
+    /// fill when it finishes: the requests reading it are served, nothing is kept. One fetched
+    /// after waiting for that claim as long as it may is marked to be kept only if that claim's
+    /// lease still stands then, which only the fill's end can tell (its `Cache-Status` says
+    /// nothing of it). (Only this fill: what the URL is remembered as, `hit_for_miss`, is the
+    /// policy's decision.)
     fn mark_if_held_elsewhere(&mut self, decision: &mut RespCacheable) {
         if let RespCacheable::Cacheable(meta) = decision {
-            let reason = match (self.fill_held_elsewhere, self.remembered_unguarded) {
-                (true, _) => FILL_HELD_ELSEWHERE,
-                (false, true) => FILL_UNGUARDED,
-                (false, false) => return,
+            let (mark, reason) = match (self.fill_held_elsewhere, self.remembered_unguarded) {
+                (Some(FetchedUnderAnotherClaim::Refused), _) => {
+                    (FetchedUnderAnotherClaim::Refused, FILL_HELD_ELSEWHERE)
+                }
+                (_, true) => (FetchedUnderAnotherClaim::Refused, FILL_UNGUARDED),
+                (Some(kept_while), false) => {
+                    meta.extensions_mut().insert(kept_while);
+                    return;
+                }
+                (None, false) => return,
             };
-            meta.extensions_mut().insert(FetchedUnderAnotherClaim);
+            meta.extensions_mut().insert(mark);
             self.seen.storable = false;
             self.seen.not_stored_reason = Some(reason);
         }
@@ -348,7 +359,9 @@ impl LacquerProxy {
                 let key = ctx.key.get(session.req_header());
                 match Box::pin(tier.fill_leases().claim_for_miss(key)).await {
                     MissClaim::Held(lease) => ctx.fill_lease = Some(lease),
-                    MissClaim::Elsewhere => ctx.fill_held_elsewhere = true,
+                    MissClaim::Elsewhere => {
+                        ctx.fill_held_elsewhere = Some(FetchedUnderAnotherClaim::Refused)
+                    }
                     MissClaim::BesideThisNode(beside) => {
                         ctx.beside_this_node = Some(Box::new(beside))
                     }
@@ -485,7 +498,7 @@ impl ProxyHttp for LacquerProxy {
             direct_miss: false,
             fill_lease: None,
             shared_miss_decided: false,
-            fill_held_elsewhere: false,
+            fill_held_elsewhere: None,
             beside_this_node: None,
             remembered_unguarded: false,
             precondition_failed: false,
@@ -987,7 +1000,7 @@ impl ProxyHttp for LacquerProxy {
                 &mut ctx.partial,
                 || key.get(req).clone(),
             );
-            if ctx.fill_held_elsewhere {
+            if ctx.fill_held_elsewhere.is_some() {
                 // the partial-content room stores a `206` itself (a whole one in the memory
                 // tier and memcached), not through the tiered store's miss handler that
                 // refuses a fill fetched under another claim: it is refused here

@@ -33,8 +33,12 @@
 //!   the CAS token read with it ([`FillLeases::take_over`]), so the URL is never without a lease
 //!   in between; fetching beside it, the request was guarded by nothing once memcached expired
 //!   it. A request that has waited as long as it may (two leases) claims once more before it
-//!   fetches; finding another claim's lease still (a fill slower than two leases), it fetches
-//!   uncoordinated, as before.
+//!   fetches; finding another claim's lease still (a fill slower than two leases, or a stray
+//!   lease a server without CAS tokens could not swap), it fetches under that lease, and its
+//!   fill is kept only if the lease still names the same holder when the fill finishes
+//!   ([`AfterSharedMiss::UnderAnotherClaim`]): a POST while it stood found it and published
+//!   itself, and one after it went (the other fill failed and released it, or memcached expired
+//!   it) may have been published to no one.
 //! * **Release**: a fill that stored nothing (uncacheable, or the fetch failed) deletes the lease
 //!   when its request ends ([`HeldLease::on_request_end`]), and so does a fill whose write to
 //!   memcached failed ([`FillLeases::on_write_failed`]), or that admission or a ban refused
@@ -190,6 +194,15 @@ pub enum AfterSharedMiss<T> {
     /// fill stored nothing, or was refused), it claims the lease first
     /// ([`FillLeases::claim_for_miss`]): the other request's claim may guard nothing by then.
     BehindThisNode,
+    /// This request waited as long as it may (two leases) and another claim's lease, naming
+    /// `holder`, still holds the URL (a fill slower than two leases, or a stray lease that could
+    /// not be taken over): fetch on the standard path, where Pingora's cache lock coalesces this
+    /// node's other requests behind it, and keep the fill only if the lease still names `holder`
+    /// when the fill finishes ([`FetchedUnderAnotherClaim::KeptWhileHeldBy`]). Memcached still
+    /// has nothing under the URL. (Refusing such a fill outright, tried 2026-12-07, made a crowd
+    /// on a node fetch once per request; keeping it always undid a POST made after that lease
+    /// went, `tests/guarded_elsewhere_attacks.rs`.)
+    UnderAnotherClaim { holder: u64 },
 }
 
 impl<T> AfterSharedMiss<T> {
@@ -229,12 +242,12 @@ enum Taken {
     /// The lease is this claim's, with the CAS token it was given (none after a swap: its
     /// release reads the lease first, as a renewed one's does).
     Claimed(Option<CasToken>),
-    /// Another claim holds it.
+    /// Another claim holds it (or a stray lease a server without CAS tokens cannot swap).
     Held,
     /// The `add` (or swap) went unanswered: it may land later ([`Claim::unanswered`]).
     Unanswered,
-    /// The lease could not be taken over (its server did not answer the read, gives no CAS
-    /// tokens, or it kept changing): the request fetches uncoordinated.
+    /// The lease could not be taken over (its server did not answer the read, or it kept
+    /// changing): the request fetches uncoordinated.
     GaveUp,
 }
 
@@ -330,13 +343,26 @@ impl Drop for BesideThisNode {
 }
 
 /// Marks, in a storable answer's `CacheMeta` extensions, a fill fetched while another claim held
-/// the URL's lease ([`MissClaim::Elsewhere`]): the tiered store refuses it when it finishes (not
-/// stored here, not written to memcached, no lease touched), after every request reading it has
-/// been served. Refused at the end rather than judged uncacheable at the start: an uncacheable
-/// answer releases the requests coalesced behind it on this node to fetch for themselves (a
-/// stampede, tried and reverted 2026-12-06), while a refused fill serves them.
+/// the URL's lease: the tiered store refuses it when it finishes (not stored here, not written to
+/// memcached, no lease touched), after every request reading it has been served, or, for
+/// [`Self::KeptWhileHeldBy`], unless that claim's lease still stands. Refused at the end rather
+/// than judged uncacheable at the start: an uncacheable answer releases the requests coalesced
+/// behind it on this node to fetch for themselves (a stampede, tried and reverted 2026-12-06),
+/// while a refused fill serves them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FetchedUnderAnotherClaim;
+pub enum FetchedUnderAnotherClaim {
+    /// Refused when it finishes: a miss the fast path declined, which claimed and found another
+    /// claim's lease ([`MissClaim::Elsewhere`]), or a fill of a URL remembered uncacheable,
+    /// fetched with no lease at all.
+    Refused,
+    /// Kept only if, when it finishes, the URL's lease still names this holder
+    /// ([`FillLeases::still_held_by`]): a request that waited two leases for that claim's fill
+    /// ([`AfterSharedMiss::UnderAnotherClaim`]). While the lease stood, a POST through any node
+    /// found it and published itself, so the bans judge this fill; once it went, a POST may
+    /// have found nothing. (A crowd on this node behind such a fetch is served by its fill,
+    /// kept as long as the other claim's slow fill lasts.)
+    KeptWhileHeldBy(u64),
+}
 
 /// A URL's lease as this node's requests have it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -606,14 +632,33 @@ impl FillLeases {
             }
         }
         // waited as long as it may: one more claim, so the fetch is guarded if the URL is free
-        // now. Under another claim's lease still (a fill slower than two leases), it is fetched
-        // uncoordinated and kept, as before: refusing it (tried 2026-12-07) made a crowd on this
-        // node fetch once per request, each refused fill over before the requests queued behind
-        // it looked (`tests/takeover_breaks.rs`); the gap that leaves is
-        // `guarded_elsewhere_attacks::a_fetch_after_waiting_two_leases_...` (ignored)
-        let claimed = self.claim(key).await;
-        self.after_claim(key, claimed)
-            .unwrap_or(AfterSharedMiss::fill_here(true))
+        // now; under another claim's lease still, fetched under it (twice at most: a lease
+        // gone between the claim and its read leaves the URL free to claim)
+        for _ in 0..2 {
+            let claimed = self.claim(key).await;
+            if let Some(after) = self.after_claim(key, claimed) {
+                return after;
+            }
+            if let Some(holder) = self.read_lease(key).await.as_deref().map(lease_holder) {
+                // (a lease naming no holder, of an earlier version, keeps no fill: holder 0 is
+                // never a claim's but by a 64-bit chance)
+                return AfterSharedMiss::UnderAnotherClaim {
+                    holder: holder.unwrap_or(0),
+                };
+            }
+            if self.server_failing(key) {
+                break;
+            }
+        }
+        AfterSharedMiss::fill_here(true)
+    }
+
+    /// Whether the lease of `key`'s URL still names `holder` ([`AfterSharedMiss::UnderAnotherClaim`]):
+    /// a fill fetched under that lease is kept only then. One memcached read, when such a fill
+    /// finishes; not confirmed (the server did not answer), the fill is not kept.
+    pub async fn still_held_by(&self, key: &CacheKey, holder: u64) -> bool {
+        let lease = self.read_lease(key).await;
+        lease.as_deref().and_then(lease_holder) == Some(holder)
     }
 
     /// What a request does after a claim on `key`'s URL (`None`: wait for the other claim).
@@ -765,9 +810,10 @@ impl FillLeases {
     /// claim `holder` takes it over: the lease is read with its CAS token and, if it is still
     /// `stale`, swapped for this claim's by that token (`cas`), so the URL is never without a
     /// lease in between. Gone since, the URL is claimed by `add`; another claim's since, that
-    /// claim holds it. Not taken when the server does not answer the read, gives no CAS token
-    /// (`-C`: the swap could not be conditional), or the lease changes under both of two
-    /// reads: the request then fetches uncoordinated, as before. (Until 2026-12-06 it always
+    /// claim holds it. A server that gives no CAS token (`-C`: the swap could not be
+    /// conditional) leaves the stray lease held, as another claim's. Not taken when the server
+    /// does not answer the read, or the lease changes under both of two reads: the request
+    /// then fetches uncoordinated, as before. (Until 2026-12-06 it always
     /// fetched unguarded, `tests/guarded_elsewhere_attacks.rs`; until 2026-12-07 the stray lease
     /// was deleted and the URL claimed by `add`, and a waiter on another node that read the
     /// lease between the two found none and fetched unguarded,
@@ -792,7 +838,12 @@ impl FillLeases {
                 Some(Some((_, token))) => token,
             };
             let Some(token) = usable_cas_token(token) else {
-                return Taken::GaveUp;
+                // a server without CAS tokens (`-C`) cannot swap it conditionally: it is
+                // followed as another claim's lease, and a request whose waits are used up
+                // fetches under it, kept only while it stands (until 2026-12-07 the request
+                // fetched uncoordinated and was kept once memcached expired it:
+                // `takeover_breaks::a_stray_lease_on_a_server_without_cas_...`)
+                return Taken::Held;
             };
             let swapped = self
                 .cluster

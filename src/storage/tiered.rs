@@ -1059,8 +1059,8 @@ struct TieredMiss {
     key: CacheKey,
     tier: &'static TieredStorage,
     /// Fetched while another claim held the URL's lease ([`FetchedUnderAnotherClaim`]): refused
-    /// when it finishes.
-    under_another_claim: bool,
+    /// when it finishes, or unless that claim's lease still stands then.
+    under_another_claim: Option<FetchedUnderAnotherClaim>,
 }
 
 #[async_trait]
@@ -1076,7 +1076,14 @@ impl HandleMiss for TieredMiss {
             tier,
             under_another_claim,
         } = *self;
-        if under_another_claim {
+        let refused = match under_another_claim {
+            None => false,
+            Some(FetchedUnderAnotherClaim::Refused) => true,
+            Some(FetchedUnderAnotherClaim::KeptWhileHeldBy(holder)) => {
+                !tier.fill_leases.still_held_by(&key, holder).await
+            }
+        };
+        if refused {
             // its readers have it; nothing is stored, nothing written, and the lease is the
             // other claim's to end
             inner.refuse();
@@ -1142,10 +1149,7 @@ impl Storage for TieredStorage {
             inner,
             key: key.clone(),
             tier: self,
-            under_another_claim: meta
-                .extensions()
-                .get::<FetchedUnderAnotherClaim>()
-                .is_some(),
+            under_another_claim: meta.extensions().get::<FetchedUnderAnotherClaim>().copied(),
         }))
     }
 

@@ -32,7 +32,7 @@ use super::hit_for_miss::UncacheableUrls;
 use super::RequestCtx;
 use crate::compression::decoded_copies::DecodedCopies;
 use crate::policy::CachePolicy;
-use crate::storage::fill_lease::AfterSharedMiss;
+use crate::storage::fill_lease::{AfterSharedMiss, FetchedUnderAnotherClaim};
 use crate::storage::memory::{CompleteObject, MemoryTier, NoCompleteObject};
 use crate::storage::tier::Tier;
 use crate::storage::tiered::TieredStorage;
@@ -157,6 +157,15 @@ impl FastHit {
                         ctx.fill_lease = lease;
                         ctx.shared_primary_missing = known_missing;
                         ctx.nothing_stored = known_missing;
+                        return None;
+                    }
+                    Err(AfterSharedMiss::UnderAnotherClaim { holder }) => {
+                        // fetched under another claim's lease, after waiting for its fill as
+                        // long as it may: kept only while that lease stands
+                        ctx.fill_held_elsewhere =
+                            Some(FetchedUnderAnotherClaim::KeptWhileHeldBy(holder));
+                        ctx.shared_primary_missing = true;
+                        ctx.nothing_stored = true;
                         return None;
                     }
                     Err(AfterSharedMiss::BehindThisNode) => {
