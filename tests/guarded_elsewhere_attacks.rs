@@ -17,6 +17,9 @@
 //! the stray lease. The stray lease is now taken over (swapped in place for the request's claim
 //! by its token).
 //!
+//! The sixth: a request after such a POST joined the fetch's fill still in flight on its node
+//! (now a lookup joins a fill fetched under another claim's lease only while that lease stands).
+//!
 //! The fourth: a request that waited as long as it may (two leases) behind a slow fill fetched
 //! uncoordinated, and when that fill failed and released its lease, a POST meanwhile found
 //! nothing and the fetch was kept. Now it fetches under that lease, and its fill is kept only if
@@ -341,5 +344,61 @@ async fn a_fetch_beside_this_nodes_failed_claim_is_not_kept_over_a_post() {
     assert!(
         served.is_empty() && !kept,
         "the page as it was before the POST is served by {served:?}, kept in memcached: {kept}"
+    );
+}
+
+/// B claims `/streaming` and waits at the origin (its answer: a 502, stored nowhere). A asks for
+/// it with a validator its fast path declines: A finds B's lease and fetches too, and its answer
+/// streams slowly. B's fetch fails and B releases the lease; a POST through C finds nothing
+/// stored and no lease, and is published to no one. A plain GET through A after the POST must
+/// not join A's fill still in flight, fetched before the POST: before a lookup joins a fill
+/// fetched under another claim's lease, that lease is read, and gone, the node lets go of the
+/// fill (`storage::guarded_fills`). Failed before 2026-12-07: the GET joined it (`hit`,
+/// `body-2`, no fetch of its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_request_after_a_post_does_not_join_a_declined_misss_fill_under_another_claim() {
+    let server = MemcachedProcess::start();
+    let path = "/streaming";
+    let origin = GatedOrigin::answering(|_, n| match n {
+        1 => OriginResponse::ok("origin failed").status(502),
+        2 => OriginResponse::ok(Body::Paced {
+            chunks: vec!["bo".into(), "dy".into(), "-".into(), "2".into()],
+            interval: Duration::from_millis(1000),
+        })
+        .header("cache-control", "max-age=3600"),
+        n => page(n),
+    });
+    let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"10s\"");
+    let (a, b, c) = (
+        nodes.start("A", server.addr()),
+        nodes.start("B", server.addr()),
+        nodes.start("C", server.addr()),
+    );
+    origin.close(path, 1);
+    let b_fill = get_in_background(&b, path);
+    assert!(origin.reached(path, 1).await, "B did not reach the origin");
+    assert!(lease_present(&server, path), "B claimed no lease");
+    let url = a.proxy.url(path);
+    let a_fill =
+        tokio::spawn(
+            async move { get(&url, &[("host", HOST), ("if-none-match", "\"v0\"")]).await },
+        );
+    assert!(origin.reached(path, 2).await, "A did not reach the origin");
+    // B's fetch fails: its lease is released
+    origin.open(path, 1);
+    assert_eq!(b_fill.await.expect("B's request").status, 502);
+    lease_released(&server, path, "B's failed fill left its lease").await;
+    let posted = post(&c.proxy.url(path), &SITE, "x=1").await;
+    assert_eq!(posted.status, 200);
+    // A's fill (from before the POST) is still streaming
+    let after = get(&a.proxy.url(path), &SITE).await;
+    let before = a_fill.await.expect("A's first request");
+    assert_eq!(&before.body[..], b"body-2");
+    assert_ne!(
+        &after.body[..],
+        b"body-2",
+        "a GET through A after the POST was served A's fill from before it ({:?}; origin hits {})",
+        after.cache_status(),
+        origin.hits_for(path)
     );
 }

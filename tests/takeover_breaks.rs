@@ -5,7 +5,8 @@
 //! lease still, fetches under it and keeps its fill only if the lease still names the same
 //! holder when the fill finishes (`AfterSharedMiss::UnderAnotherClaim`): refusing such a fill
 //! outright, tried and reverted the same day, made a crowd on a node fetch once per request (the
-//! crowd test here). One is ignored as KNOWN (a fill still streaming, joined after a POST).
+//! crowd test here). Until that fill finishes, later requests join it only while that lease
+//! stands (`storage::guarded_fills`; the last test).
 //!
 //! Each test plants a stray lease (a value naming a claim nobody holds, as a claim landing
 //! after its fill ended leaves) straight into memcached, then sends a GET through a node that
@@ -330,15 +331,12 @@ async fn a_crowd_on_one_node_after_another_nodes_fill_failed_fetches_once() {
 /// not be answered from B's fill in flight, fetched before the POST. (Since the refusal was
 /// reverted, B's fill is also kept: `guarded_elsewhere_attacks::a_fetch_after_waiting_two_...`.)
 ///
-/// KNOWN, fails: the GET after the POST finds B's fill in flight in B's memory tier (the fast
-/// path declines it, `NoCompleteObject::Filling`, before any claim) and joins it on the standard
-/// path (`Cache-Status: hit`, `body-2`, no fetch of its own). The same holds for a fill under
-/// another claim of a miss the fast path declined (`MissClaim::Elsewhere`), so it predates
-/// ff2b9ee; ff2b9ee sends plain GETs down that path too. Not a small fix: the node would have to
-/// stop new requests joining such a fill once the claim it was fetched under is gone (as a purge
-/// disowns a fill, `InFlightFills::disown`), which it does not watch. (Disowning the URL's fills
-/// when a request here claims the URL anew was tried: the GET never claims, it joins first.)
-#[ignore = "KNOWN: a fill under another claim, still streaming, serves a request after an unpublished POST"]
+/// Failed before 2026-12-07: the GET after the POST found B's fill in flight in B's memory tier
+/// (the fast path declines it, `NoCompleteObject::Filling`, before any claim) and joined it on
+/// the standard path (`Cache-Status: hit`, `body-2`, no fetch of its own). Now a lookup that may
+/// join a fill fetched under another claim's lease reads that lease first, and gone, the node
+/// lets go of the fill as a purge does (`storage::guarded_fills`); the GET fetches under a claim
+/// of its own. (`guarded_elsewhere_attacks` has the same for a miss the fast path declined.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_request_after_a_post_is_not_served_a_fill_under_another_claim_still_streaming() {
     let server = MemcachedProcess::start();

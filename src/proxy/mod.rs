@@ -194,10 +194,11 @@ impl RequestCtx {
     fn mark_if_held_elsewhere(&mut self, decision: &mut RespCacheable) {
         if let RespCacheable::Cacheable(meta) = decision {
             let (mark, reason) = match (self.fill_held_elsewhere, self.remembered_unguarded) {
-                (Some(FetchedUnderAnotherClaim::Refused), _) => {
-                    (FetchedUnderAnotherClaim::Refused, FILL_HELD_ELSEWHERE)
+                (Some(refused @ FetchedUnderAnotherClaim::Refused(_)), _) => {
+                    (refused, FILL_HELD_ELSEWHERE)
                 }
-                (_, true) => (FetchedUnderAnotherClaim::Refused, FILL_UNGUARDED),
+                // fetched under no lease at all
+                (_, true) => (FetchedUnderAnotherClaim::Refused(0), FILL_UNGUARDED),
                 (Some(kept_while), false) => {
                     meta.extensions_mut().insert(kept_while);
                     return;
@@ -359,8 +360,8 @@ impl LacquerProxy {
                 let key = ctx.key.get(session.req_header());
                 match Box::pin(tier.fill_leases().claim_for_miss(key)).await {
                     MissClaim::Held(lease) => ctx.fill_lease = Some(lease),
-                    MissClaim::Elsewhere => {
-                        ctx.fill_held_elsewhere = Some(FetchedUnderAnotherClaim::Refused)
+                    MissClaim::Elsewhere { holder } => {
+                        ctx.fill_held_elsewhere = Some(FetchedUnderAnotherClaim::Refused(holder))
                     }
                     MissClaim::BesideThisNode(beside) => {
                         ctx.beside_this_node = Some(Box::new(beside))

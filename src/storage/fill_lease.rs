@@ -305,10 +305,11 @@ struct Held {
 pub enum MissClaim {
     /// The request holds the lease: its fill is the lease's.
     Held(HeldLease),
-    /// Another node's claim holds it: the fetch is guarded only while that claim stands, so its
-    /// fill is served to the requests that read it and refused when it finishes
-    /// ([`FetchedUnderAnotherClaim`]).
-    Elsewhere,
+    /// Another node's claim holds it, naming `holder` (0: gone by the time it was read, or
+    /// naming none): the fetch is guarded only while that claim stands, so its fill is served
+    /// to the requests that read it and refused when it finishes ([`FetchedUnderAnotherClaim`]),
+    /// and joined by later ones only while that lease stands (`storage::guarded_fills`).
+    Elsewhere { holder: u64 },
     /// Another request on this node holds the lease: the fetch follows that claim, and is kept
     /// unless the claim's fill stores nothing: the lease then goes while this fetch may be out,
     /// so the claim's end refuses fills of the URL sent before it ([`FillLeases::purged_here`]).
@@ -349,12 +350,16 @@ impl Drop for BesideThisNode {
 /// than judged uncacheable at the start: an uncacheable answer releases the requests coalesced
 /// behind it on this node to fetch for themselves (a stampede, tried and reverted 2026-12-06),
 /// while a refused fill serves them.
+///
+/// Each carries the holder of the lease the fetch went out under (0: none, or one naming no
+/// holder): until the fill finishes, later requests on this node join it only while that lease
+/// still names it (`storage::guarded_fills`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FetchedUnderAnotherClaim {
     /// Refused when it finishes: a miss the fast path declined, which claimed and found another
     /// claim's lease ([`MissClaim::Elsewhere`]), or a fill of a URL remembered uncacheable,
-    /// fetched with no lease at all.
-    Refused,
+    /// fetched with no lease at all (holder 0).
+    Refused(u64),
     /// Kept only if, when it finishes, the URL's lease still names this holder
     /// ([`FillLeases::still_held_by`]): a request that waited two leases for that claim's fill
     /// ([`AfterSharedMiss::UnderAnotherClaim`]). While the lease stood, a POST through any node
@@ -362,6 +367,16 @@ pub enum FetchedUnderAnotherClaim {
     /// have found nothing. (A crowd on this node behind such a fetch is served by its fill,
     /// kept as long as the other claim's slow fill lasts.)
     KeptWhileHeldBy(u64),
+}
+
+impl FetchedUnderAnotherClaim {
+    /// The holder of the lease the fetch went out under (0: none).
+    pub fn holder(self) -> u64 {
+        match self {
+            FetchedUnderAnotherClaim::Refused(holder)
+            | FetchedUnderAnotherClaim::KeptWhileHeldBy(holder) => holder,
+        }
+    }
 }
 
 /// A URL's lease as this node's requests have it.
@@ -640,8 +655,7 @@ impl FillLeases {
                 return after;
             }
             if let Some(holder) = self.read_lease(key).await.as_deref().map(lease_holder) {
-                // (a lease naming no holder, of an earlier version, keeps no fill: holder 0 is
-                // never a claim's but by a 64-bit chance)
+                // (a lease naming no holder, of an earlier version, keeps no fill)
                 return AfterSharedMiss::UnderAnotherClaim {
                     holder: holder.unwrap_or(0),
                 };
@@ -656,9 +670,16 @@ impl FillLeases {
     /// Whether the lease of `key`'s URL still names `holder` ([`AfterSharedMiss::UnderAnotherClaim`]):
     /// a fill fetched under that lease is kept only then. One memcached read, when such a fill
     /// finishes; not confirmed (the server did not answer), the fill is not kept.
+    /// Holder 0 names no claim (a fetch under no lease, or under one naming no holder): never
+    /// held.
     pub async fn still_held_by(&self, key: &CacheKey, holder: u64) -> bool {
-        let lease = self.read_lease(key).await;
-        lease.as_deref().and_then(lease_holder) == Some(holder)
+        holder != 0 && self.holder_now(key).await == Some(holder)
+    }
+
+    /// The holder the lease of `key`'s URL names now (`None`: no lease, one naming no holder,
+    /// or its server did not answer).
+    async fn holder_now(&self, key: &CacheKey) -> Option<u64> {
+        self.read_lease(key).await.as_deref().and_then(lease_holder)
     }
 
     /// What a request does after a claim on `key`'s URL (`None`: wait for the other claim).
@@ -707,7 +728,9 @@ impl FillLeases {
     pub async fn claim_for_miss(&'static self, key: &CacheKey) -> MissClaim {
         match self.claim(key).await {
             FillClaim::Ours(claim) => MissClaim::Held(self.hold(key, claim)),
-            FillClaim::Theirs => MissClaim::Elsewhere,
+            FillClaim::Theirs => MissClaim::Elsewhere {
+                holder: self.holder_now(key).await.unwrap_or(0),
+            },
             FillClaim::ThisNode => {
                 let primary = key.primary_bin();
                 *self.beside.lock().entry(primary).or_default() += 1;

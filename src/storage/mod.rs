@@ -7,6 +7,8 @@
 //! * [`tiered`]: the memory tier in front of the memcached cluster shared by all nodes, reached
 //!   through the `lacquer-memcached` crate (ketama placement, pooled client, ejection).
 //! * [`fill_lease`]: fills coalesced across nodes through that cluster (one origin fetch per URL).
+//! * [`guarded_fills`]: fills in flight fetched under another node's fill lease, joined only
+//!   while that lease stands.
 //! * [`decoded_values`]: the last few memcached values read for the fast path, decoded once.
 //! * [`shared_framing`]: entries read from memcached are untrusted: framing rebuilt from the body.
 //! * [`shared_counters`]: what the shared tier has done, for `/stats`.
@@ -19,6 +21,7 @@ pub mod ban_list;
 pub mod decoded_values;
 pub mod entry;
 pub mod fill_lease;
+pub mod guarded_fills;
 pub mod memory;
 pub mod object;
 pub mod partial;

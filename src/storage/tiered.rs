@@ -22,6 +22,7 @@
 use super::decoded_values::DecodedValues;
 use super::entry::{self, ChunkList, EntryBody};
 use super::fill_lease::{Claim, FetchedUnderAnotherClaim, FillLeases};
+use super::guarded_fills::{GuardedFill, GuardedFills};
 use super::memory::{CompleteObject, MemoryMiss, MemoryTier, SharedWriteInFlight};
 use super::object::{with_room_for_hit_fields, Body, StoredMeta};
 use super::shared_counters::{BackgroundTask, SharedCounters};
@@ -136,6 +137,8 @@ pub struct TieredStorage {
     pub counters: Arc<SharedCounters>,
     /// Writes not judged yet because the log could not be read ([`TieredStorage::judge_later`]).
     unjudged: parking_lot::Mutex<UnjudgedWrites>,
+    /// Fills in flight fetched under another claim's lease, joined only while it stands.
+    guarded_fills: GuardedFills,
 }
 
 /// A write this node could not judge in time: no read of the cluster's log got an answer for a
@@ -230,6 +233,7 @@ impl TieredStorage {
             decoded: DecodedValues::default(),
             counters,
             unjudged: parking_lot::Mutex::default(),
+            guarded_fills: GuardedFills::default(),
         }
     }
 
@@ -1061,6 +1065,9 @@ struct TieredMiss {
     /// Fetched while another claim held the URL's lease ([`FetchedUnderAnotherClaim`]): refused
     /// when it finishes, or unless that claim's lease still stands then.
     under_another_claim: Option<FetchedUnderAnotherClaim>,
+    /// Such a fill is listed until it finishes, so that later requests join it only while that
+    /// lease stands ([`GuardedFills`]).
+    _listed: Option<GuardedFill>,
 }
 
 #[async_trait]
@@ -1075,10 +1082,11 @@ impl HandleMiss for TieredMiss {
             key,
             tier,
             under_another_claim,
+            _listed,
         } = *self;
         let refused = match under_another_claim {
             None => false,
-            Some(FetchedUnderAnotherClaim::Refused) => true,
+            Some(FetchedUnderAnotherClaim::Refused(_)) => true,
             Some(FetchedUnderAnotherClaim::KeptWhileHeldBy(holder)) => {
                 !tier.fill_leases.still_held_by(&key, holder).await
             }
@@ -1118,6 +1126,10 @@ impl Storage for TieredStorage {
         key: &CacheKey,
         trace: &SpanHandle,
     ) -> Result<Option<(CacheMeta, HitHandler)>> {
+        // (a fill in flight fetched under another claim's lease is joined only while it stands)
+        self.guarded_fills
+            .before_joining(key, &self.fill_leases, self.memory)
+            .await;
         if let Some(hit) = self.memory.lookup(key, trace).await? {
             return Ok(Some(hit));
         }
@@ -1145,11 +1157,13 @@ impl Storage for TieredStorage {
         _trace: &SpanHandle,
     ) -> Result<MissHandler> {
         let inner = self.memory.start_fill(key, meta);
+        let under_another_claim = meta.extensions().get::<FetchedUnderAnotherClaim>().copied();
         Ok(Box::new(TieredMiss {
             inner,
             key: key.clone(),
             tier: self,
-            under_another_claim: meta.extensions().get::<FetchedUnderAnotherClaim>().copied(),
+            under_another_claim,
+            _listed: under_another_claim.map(|mark| self.guarded_fills.list(key, mark)),
         }))
     }
 

@@ -503,6 +503,14 @@ impl MemoryTier {
         Some((meta, complete_hit(object)))
     }
 
+    /// Lets go of the fills in flight of `key` (its variant), as a hard purge does
+    /// ([`fill::InFlightFills::disown`]): their readers get the rest, no lookup joins them and
+    /// nothing of them is stored. For a fill whose guard is gone
+    /// (`storage::guarded_fills`). Whether there was one.
+    pub fn let_go_of_fills(&self, key: &CacheKey) -> bool {
+        self.fills.disown(key_of(key.combined_bin()))
+    }
+
     fn purge_key(&self, target: &CompactCacheKey) -> bool {
         let key = key_of(target.combined_bin());
         let removed_fill = self.fills.disown(key);
