@@ -127,16 +127,12 @@ pub struct RequestCtx {
     /// (claimed, waited for, or none to claim): the standard path's miss does not claim it
     /// again ([`FillLeases::claim_for_miss`](crate::storage::fill_lease::FillLeases::claim_for_miss)).
     shared_miss_decided: bool,
-    /// Another node's claim held the URL's fill lease when this request's miss claimed it: its
-    /// storable answer is marked so that its fill is refused when it finishes
-    /// ([`MissClaim::Elsewhere`]), or kept only while that claim's lease stands
-    /// ([`AfterSharedMiss::UnderAnotherClaim`](crate::storage::fill_lease::AfterSharedMiss::UnderAnotherClaim));
-    /// see [`RequestCtx::mark_if_held_elsewhere`].
-    fill_held_elsewhere: Option<FetchedUnderAnotherClaim>,
-    /// This request fetches beside a claim another request here holds, counted while it lasts
-    /// ([`MissClaim::BesideThisNode`]). Boxed: rare, and the context is moved with every
-    /// request.
-    beside_this_node: Option<Box<BesideThisNode>>,
+    /// This request's fetch goes out under a fill lease it does not hold: another node's claim
+    /// (its answer marked so that its fill is refused, or kept only while that claim's lease
+    /// stands, [`RequestCtx::mark_if_held_elsewhere`]), or another request's here, counted while
+    /// it lasts. Boxed: rare, and the context is moved with every request (held by value, these
+    /// cost a `no-store` pass about 300 instructions).
+    fetched_beside: Option<Box<FetchedBeside>>,
     /// This miss of a URL remembered uncacheable ([`hit_for_miss`]) went to the origin with no
     /// lease claimed (the fast path claims none for such a URL): a storable answer is refused as
     /// one fetched under another claim is ([`RequestCtx::mark_if_held_elsewhere`]). A POST
@@ -175,6 +171,16 @@ pub struct RequestCtx {
     settings: Option<Arc<LiveSettings>>,
 }
 
+/// The fill lease a request's fetch goes out under without holding it ([`RequestCtx::fetched_beside`]).
+enum FetchedBeside {
+    /// Another node's claim's ([`MissClaim::Elsewhere`], or
+    /// [`AfterSharedMiss::UnderAnotherClaim`](crate::storage::fill_lease::AfterSharedMiss::UnderAnotherClaim)):
+    /// how its answer is marked.
+    AnotherClaim(FetchedUnderAnotherClaim),
+    /// Another request's on this node ([`MissClaim::BesideThisNode`]), counted while held.
+    ThisNodesClaim { _counted: BesideThisNode },
+}
+
 /// Why a miss's answer fetched while another claim held the URL's fill lease is served and not
 /// kept ([`MissClaim::Elsewhere`]): `Cache-Status: ...; fwd=miss; detail=fill-elsewhere`.
 const FILL_HELD_ELSEWHERE: &str = "fill-elsewhere";
@@ -184,6 +190,20 @@ const FILL_HELD_ELSEWHERE: &str = "fill-elsewhere";
 const FILL_UNGUARDED: &str = "fill-unguarded";
 
 impl RequestCtx {
+    /// How this request's answer is marked for a fetch under another node's claim, if it went
+    /// out under one ([`FetchedBeside::AnotherClaim`]).
+    fn fill_held_elsewhere(&self) -> Option<FetchedUnderAnotherClaim> {
+        match self.fetched_beside.as_deref() {
+            Some(FetchedBeside::AnotherClaim(mark)) => Some(*mark),
+            _ => None,
+        }
+    }
+
+    /// This request's fetch goes out under another node's claim, its answer to be marked `mark`.
+    fn fetch_under_another_claim(&mut self, mark: FetchedUnderAnotherClaim) {
+        self.fetched_beside = Some(Box::new(FetchedBeside::AnotherClaim(mark)));
+    }
+
     /// A storable answer of a miss that another claim's lease guarded ([`MissClaim::Elsewhere`])
     /// is marked in its meta ([`FetchedUnderAnotherClaim`]) so that the tiered store refuses its
     /// fill when it finishes: the requests reading it are served, nothing is kept. One fetched
@@ -193,7 +213,7 @@ impl RequestCtx {
     /// policy's decision.)
     fn mark_if_held_elsewhere(&mut self, decision: &mut RespCacheable) {
         if let RespCacheable::Cacheable(meta) = decision {
-            let (mark, reason) = match (self.fill_held_elsewhere, self.remembered_unguarded) {
+            let (mark, reason) = match (self.fill_held_elsewhere(), self.remembered_unguarded) {
                 (Some(refused @ FetchedUnderAnotherClaim::Refused(_)), _) => {
                     (refused, FILL_HELD_ELSEWHERE)
                 }
@@ -361,10 +381,11 @@ impl LacquerProxy {
                 match Box::pin(tier.fill_leases().claim_for_miss(key)).await {
                     MissClaim::Held(lease) => ctx.fill_lease = Some(lease),
                     MissClaim::Elsewhere { holder } => {
-                        ctx.fill_held_elsewhere = Some(FetchedUnderAnotherClaim::Refused(holder))
+                        ctx.fetch_under_another_claim(FetchedUnderAnotherClaim::Refused(holder))
                     }
                     MissClaim::BesideThisNode(beside) => {
-                        ctx.beside_this_node = Some(Box::new(beside))
+                        ctx.fetched_beside =
+                            Some(Box::new(FetchedBeside::ThisNodesClaim { _counted: beside }))
                     }
                     MissClaim::Unclaimed => {}
                 }
@@ -499,8 +520,7 @@ impl ProxyHttp for LacquerProxy {
             direct_miss: false,
             fill_lease: None,
             shared_miss_decided: false,
-            fill_held_elsewhere: None,
-            beside_this_node: None,
+            fetched_beside: None,
             remembered_unguarded: false,
             precondition_failed: false,
             not_modified: None,
@@ -1001,7 +1021,7 @@ impl ProxyHttp for LacquerProxy {
                 &mut ctx.partial,
                 || key.get(req).clone(),
             );
-            if ctx.fill_held_elsewhere.is_some() {
+            if ctx.fill_held_elsewhere().is_some() {
                 // the partial-content room stores a `206` itself (a whole one in the memory
                 // tier and memcached), not through the tiered store's miss handler that
                 // refuses a fill fetched under another claim: it is refused here

@@ -162,8 +162,9 @@ impl FastHit {
                     Err(AfterSharedMiss::UnderAnotherClaim { holder }) => {
                         // fetched under another claim's lease, after waiting for its fill as
                         // long as it may: kept only while that lease stands
-                        ctx.fill_held_elsewhere =
-                            Some(FetchedUnderAnotherClaim::KeptWhileHeldBy(holder));
+                        ctx.fetch_under_another_claim(FetchedUnderAnotherClaim::KeptWhileHeldBy(
+                            holder,
+                        ));
                         ctx.shared_primary_missing = true;
                         ctx.nothing_stored = true;
                         return None;
