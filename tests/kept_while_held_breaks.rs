@@ -1,0 +1,395 @@
+//! Attacks on the fetch under another claim's lease by a request whose waits are used up
+//! (`AfterSharedMiss::UnderAnotherClaim`, written by a breaker helper, 2026-12-07): a request
+//! that waited two leases for another node's slow fill, and whose last claim still finds that
+//! claim's lease, fetches under it, and its fill is kept only if the lease still names the same
+//! holder when the fill finishes (`FetchedUnderAnotherClaim::KeptWhileHeldBy`,
+//! `FillLeases::still_held_by`). A stray lease on a memcached run without CAS tokens (`-C`) is
+//! followed the same way.
+//!
+//! What is attacked: a crowd on the node behind such a fetch when the other claim's fill ends
+//! (stored, or failed) while the fetch is out; a POST while the other claim's lease stands; the
+//! other claim's lease replaced by a new claim; the lease's server frozen when the fill ends; a
+//! crowd under a stray lease on a `-C` server.
+//!
+//! Found and fixed: a request queued on the node's cache lock behind such a fetch, whose fill
+//! was refused (the other claim's lease gone), went to the origin still marked as fetched
+//! under that gone lease, with no claim of its own, and was refused in turn, though the URL was
+//! free to claim (`a_request_queued_behind_a_refused_fetch_under_a_gone_lease_claims_the_url`).
+//! The rest hold and are kept as coverage.
+
+use lacquer_test_support as support;
+
+use std::time::Instant;
+use support::lease_rig::*;
+use support::*;
+
+/// The page as a GET's `n`th arrival at the origin finds it.
+fn page(n: usize) -> OriginResponse {
+    OriginResponse::ok(format!("body-{n}")).header("cache-control", "max-age=3600")
+}
+
+/// Waits (up to [`SETTLE`]) until `node`'s `stat` is at least `n`; returns it.
+async fn stat_reaches(node: &Node, stat: &str, n: u64) -> u64 {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let now = admin_stat(node.admin, stat).await;
+        if now >= n || Instant::now() >= deadline {
+            return now;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A claims `/stored` and its fill is slow (held at the origin, its lease renewed). Eight plain
+/// GETs reach B at once; each waits for A's fill two leases, finds A's lease still and fetches
+/// under it, coalesced on B's cache lock behind the first. While that first fetch is at the
+/// origin, A's fill comes in: A writes its entry and releases its lease. B's fetch then answers
+/// at once: refused (A's lease gone), as it should be. But A's entry is in memcached: the seven
+/// requests behind B's refused fill should be served, from A's entry or one fetch of B's, not go
+/// to the origin once each. (Holds: kept as coverage; one fetch of B's in every run seen.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crowd_behind_a_fetch_under_a_lease_whose_fill_then_landed_fetches_once() {
+    let server = MemcachedProcess::start();
+    let path = "/stored";
+    let origin = GatedOrigin::answering(|_, n| page(n));
+    let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"1s\"");
+    let (a, b) = (
+        nodes.start("A", server.addr()),
+        nodes.start("B", server.addr()),
+    );
+    origin.close(path, 1);
+    origin.close(path, 2);
+    let a_fill = get_in_background(&a, path);
+    assert!(origin.reached(path, 1).await, "A did not reach the origin");
+    let url = b.proxy.url(path);
+    let crowd = tokio::spawn(async move { gets_at_once((0..8).map(|_| url.clone()), &SITE).await });
+    assert!(
+        origin
+            .origin
+            .wait_for_hits_for_async(path, 2, Duration::from_secs(15))
+            .await,
+        "B never fetched under A's lease"
+    );
+    // the other seven end their waits too and queue behind B's fetch on its cache lock
+    assert!(stat_reaches(&b, "fill_waits", 16).await >= 16);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A's fill lands: its entry written, its lease released
+    origin.open(path, 1);
+    assert_eq!(&a_fill.await.expect("A's request").body[..], b"body-1");
+    writes_settled(&a).await;
+    assert!(
+        entry_holds(&server, path, b"body-1"),
+        "A's fill was not kept"
+    );
+    lease_released(&server, path, "A's stored fill left its lease").await;
+    origin.open(path, 2);
+    for answer in crowd.await.expect("B's crowd") {
+        assert_eq!(answer.status, 200);
+    }
+    writes_settled(&b).await;
+    let b_fetches = origin.hits_for(path) - 1;
+    assert!(
+        b_fetches <= 2,
+        "B's eight requests went to the origin {b_fetches} times, A's entry in memcached \
+         (fills under another claim: {})",
+        admin_stat(b.admin, "fills_under_another_claim").await
+    );
+}
+
+/// A claims the URL and its fill is slow; eight plain GETs reach B at once, wait two leases,
+/// and the first fetches under A's lease (the direct path), the seven others queued behind it
+/// on B's cache lock. A's fetch then fails (a 502) and A releases its lease. B's fetch answers:
+/// refused, as A's lease is gone. The URL is free now: a request queued behind that refused
+/// fill that goes to the origin itself (those that look after it ended: a race with the fill's
+/// end) must claim it and keep its fill. Before the fix it went marked as fetched under A's
+/// lease, long gone, with no claim of its own, and was refused too: two origin fetches, nothing
+/// kept, the next request fetching once more (failed 3 of 5 runs: "went to the origin 2 times,
+/// 2 of them refused"; 0 of 5 since). Now a request fetching under another claim's lease claims
+/// the URL again as it goes to the origin (`LacquerProxy::claim_unsettled_lease`). Three
+/// rounds, as the race is lost only about half the time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_request_queued_behind_a_refused_fetch_under_a_gone_lease_claims_the_url() {
+    let server = MemcachedProcess::start();
+    let origin = GatedOrigin::answering(|_, n| match n {
+        1 => OriginResponse::ok("origin failed").status(502),
+        n => page(n),
+    });
+    let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"1s\"");
+    let (a, b) = (
+        nodes.start("A", server.addr()),
+        nodes.start("B", server.addr()),
+    );
+    let mut failures = Vec::new();
+    for round in 0..3u64 {
+        let path = &format!("/failed-{round}");
+        origin.close(path, 1);
+        origin.close(path, 2);
+        let a_fill = get_in_background(&a, path);
+        assert!(origin.reached(path, 1).await, "A did not reach the origin");
+        let url = b.proxy.url(path);
+        let crowd =
+            tokio::spawn(async move { gets_at_once((0..8).map(|_| url.clone()), &SITE).await });
+        assert!(
+            origin
+                .origin
+                .wait_for_hits_for_async(path, 2, Duration::from_secs(15))
+                .await,
+            "B never fetched under A's lease"
+        );
+        // the other seven end their waits too and queue behind B's fetch
+        assert!(stat_reaches(&b, "fill_waits", 16 * (round + 1)).await >= 16 * (round + 1));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let refused_before = admin_stat(b.admin, "fills_under_another_claim").await;
+        origin.open(path, 1);
+        assert_eq!(a_fill.await.expect("A's request").status, 502);
+        lease_released(&server, path, "A's failed fill left its lease").await;
+        origin.open(path, 2);
+        for answer in crowd.await.expect("B's crowd") {
+            assert_eq!(answer.status, 200, "{path}");
+        }
+        writes_settled(&b).await;
+        // A's GET, and B's
+        let b_fetches = origin.hits_for(path) - 1;
+        let refused = admin_stat(b.admin, "fills_under_another_claim").await - refused_before;
+        if refused > 1 || b_fetches > 2 {
+            failures.push(format!(
+                "{path}: B's eight requests went to the origin {b_fetches} times, {refused} \
+                 of them refused as fetched under A's lease, gone"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// A lease value as a claim of another process makes it (`{ms} {holder:016x}`), claimed now.
+fn lease_naming(holder: u64) -> Vec<u8> {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    format!("{now_ms} {holder:016x}").into_bytes()
+}
+
+/// A claims `/posted`, its fill slow (renewed); eight plain GETs reach B, wait two leases and
+/// fetch under A's lease (one fetch, the rest queued behind it). A's fetch fails and releases
+/// its lease; a POST through C then finds nothing. B's fetch answers: nothing from before the
+/// POST is kept in memcached or served by any node afterwards. (Holds: kept as coverage. The
+/// number of B's fetches is not judged here: the POST, applied on B, refuses B's fill from
+/// before it, and the requests queued behind a fill a purge refused fetch for themselves, as
+/// after any purge mid-fill.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crowd_under_a_failed_claims_lease_keeps_nothing_from_before_a_post() {
+    let server = MemcachedProcess::start();
+    let path = "/posted";
+    let origin = GatedOrigin::answering(|_, n| match n {
+        1 => OriginResponse::ok("origin failed").status(502),
+        n => page(n),
+    });
+    let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"1s\"");
+    let (a, b, c) = (
+        nodes.start("A", server.addr()),
+        nodes.start("B", server.addr()),
+        nodes.start("C", server.addr()),
+    );
+    origin.close(path, 1);
+    origin.close(path, 2);
+    let a_fill = get_in_background(&a, path);
+    assert!(origin.reached(path, 1).await, "A did not reach the origin");
+    let url = b.proxy.url(path);
+    let crowd = tokio::spawn(async move { gets_at_once((0..8).map(|_| url.clone()), &SITE).await });
+    assert!(
+        origin
+            .origin
+            .wait_for_hits_for_async(path, 2, Duration::from_secs(15))
+            .await,
+        "B never fetched under A's lease"
+    );
+    assert!(stat_reaches(&b, "fill_waits", 16).await >= 16);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    origin.open(path, 1);
+    assert_eq!(a_fill.await.expect("A's request").status, 502);
+    lease_released(&server, path, "A's failed fill left its lease").await;
+    let posted = post(&c.proxy.url(path), &SITE, "x=1").await;
+    assert_eq!(posted.status, 200);
+    origin.open(path, 2);
+    for answer in crowd.await.expect("B's crowd") {
+        assert_eq!(answer.status, 200);
+    }
+    writes_settled(&b).await;
+    let (kept, served) = kept_and_served(&server, &[&c, &a, &b], path, b"body-2").await;
+    assert!(
+        !kept && served.is_empty(),
+        "the page as it was before the POST is served by {served:?}, kept in memcached: {kept}"
+    );
+}
+
+/// A claims `/standing`, its fill slow (renewed); B waits two leases and fetches under A's
+/// lease. While A's lease still stands, a POST through C finds it, deletes it and publishes
+/// itself. Then B's fetch answers, and A's: both are from before the POST, and neither may be
+/// kept in memcached or served by any node afterwards (B's: A's lease is gone when it finishes;
+/// A's: its lease lost). (Holds: kept as coverage.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_post_while_the_other_claims_lease_stands_refuses_the_fetch_under_it() {
+    let server = MemcachedProcess::start();
+    let path = "/standing";
+    let origin = GatedOrigin::answering(|_, n| page(n));
+    let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"1s\"");
+    let (a, b, c) = (
+        nodes.start("A", server.addr()),
+        nodes.start("B", server.addr()),
+        nodes.start("C", server.addr()),
+    );
+    origin.close(path, 1);
+    origin.close(path, 2);
+    let a_fill = get_in_background(&a, path);
+    assert!(origin.reached(path, 1).await, "A did not reach the origin");
+    let b_fill = get_in_background(&b, path);
+    assert!(
+        origin
+            .origin
+            .wait_for_hits_for_async(path, 2, Duration::from_secs(15))
+            .await,
+        "B never fetched under A's lease"
+    );
+    assert!(lease_present(&server, path), "A's lease is gone");
+    let posted = post(&c.proxy.url(path), &SITE, "x=1").await;
+    assert_eq!(posted.status, 200);
+    origin.open(path, 2);
+    assert_eq!(&b_fill.await.expect("B's request").body[..], b"body-2");
+    origin.open(path, 1);
+    assert_eq!(&a_fill.await.expect("A's request").body[..], b"body-1");
+    writes_settled(&b).await;
+    writes_settled(&a).await;
+    for before in [&b"body-1"[..], b"body-2"] {
+        let (kept, served) = kept_and_served(&server, &[&c, &a, &b], path, before).await;
+        assert!(
+            !kept && served.is_empty(),
+            "{}, from before the POST, is served by {served:?}, kept in memcached: {kept}",
+            String::from_utf8_lossy(before)
+        );
+    }
+}
+
+/// A claims `/replaced`, its fill slow (renewed); B waits two leases and fetches under A's
+/// lease. While B is at the origin, A's lease is replaced by another claim's (as when memcached
+/// evicted it and another node claimed the URL: a POST between the two found nothing). B's fill
+/// must not be kept: the lease no longer names A's claim. And the other claim's lease is left to
+/// it. (Holds: kept as coverage.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fetch_under_a_lease_replaced_by_another_claim_is_not_kept() {
+    let server = MemcachedProcess::start();
+    let path = "/replaced";
+    let origin = GatedOrigin::answering(|_, n| page(n));
+    let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"1s\"");
+    let (a, b) = (
+        nodes.start("A", server.addr()),
+        nodes.start("B", server.addr()),
+    );
+    origin.close(path, 1);
+    origin.close(path, 2);
+    let a_fill = get_in_background(&a, path);
+    assert!(origin.reached(path, 1).await, "A did not reach the origin");
+    let b_fill = get_in_background(&b, path);
+    assert!(
+        origin
+            .origin
+            .wait_for_hits_for_async(path, 2, Duration::from_secs(15))
+            .await,
+        "B never fetched under A's lease"
+    );
+    let other = lease_naming(0x0123_4567_89ab_cdef);
+    server.set_raw(&lease_key(path), &other, 60);
+    origin.open(path, 2);
+    assert_eq!(&b_fill.await.expect("B's request").body[..], b"body-2");
+    writes_settled(&b).await;
+    assert_eq!(admin_stat(b.admin, "fills_under_another_claim").await, 1);
+    assert!(
+        !entry_holds(&server, path, b"body-2"),
+        "B's fill under A's lease, replaced by another claim's, was written to memcached"
+    );
+    assert_eq!(
+        server.get_raw(&lease_key(path)).as_deref(),
+        Some(&other[..]),
+        "the other claim's lease was touched"
+    );
+    origin.open(path, 1);
+    assert_eq!(&a_fill.await.expect("A's request").body[..], b"body-1");
+}
+
+/// A claims `/frozen`, its fill slow; B waits two leases and fetches under A's lease. When B's
+/// fetch answers, the memcached server is frozen (SIGSTOP): the read of the lease that would
+/// keep B's fill is not answered. B's client is answered all the same (200, the page), and B's
+/// fill is not kept: not written once the server thaws, not served from B's memory as a hit.
+/// (Holds: kept as coverage.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fetch_under_a_lease_whose_server_is_frozen_when_it_ends_is_answered_and_not_kept() {
+    let server = MemcachedProcess::start();
+    let path = "/frozen";
+    let origin = GatedOrigin::answering(|_, n| page(n));
+    let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"1s\"");
+    let (a, b) = (
+        nodes.start("A", server.addr()),
+        nodes.start("B", server.addr()),
+    );
+    origin.close(path, 1);
+    origin.close(path, 2);
+    let a_fill = get_in_background(&a, path);
+    assert!(origin.reached(path, 1).await, "A did not reach the origin");
+    let b_fill = get_in_background(&b, path);
+    assert!(
+        origin
+            .origin
+            .wait_for_hits_for_async(path, 2, Duration::from_secs(15))
+            .await,
+        "B never fetched under A's lease"
+    );
+    server.freeze();
+    origin.open(path, 2);
+    let answered = tokio::time::timeout(Duration::from_secs(10), b_fill)
+        .await
+        .expect("B's client was held behind the frozen server")
+        .expect("B's request");
+    server.thaw();
+    assert_eq!(answered.status, 200);
+    assert_eq!(&answered.body[..], b"body-2");
+    writes_settled(&b).await;
+    assert_eq!(admin_stat(b.admin, "fills_under_another_claim").await, 1);
+    assert!(
+        !entry_holds(&server, path, b"body-2"),
+        "B's fill, its lease unconfirmed, was written to memcached"
+    );
+    origin.open(path, 1);
+    assert_eq!(&a_fill.await.expect("A's request").body[..], b"body-1");
+    writes_settled(&a).await;
+    let again = get(&b.proxy.url(path), &SITE).await;
+    assert_ne!(
+        &again.body[..],
+        b"body-2",
+        "B kept its fill, unconfirmed ({:?})",
+        again.cache_status()
+    );
+}
+
+/// On a memcached run without CAS tokens (`-C`), a stray lease of `/no-cas-crowd` (naming a
+/// holder nobody has, with a long TTL) cannot be taken over: eight plain GETs on B follow it,
+/// wait two leases, and fetch under it. One origin fetch, kept (the stray lease still stands
+/// when it finishes), and served to all eight. (Holds: kept as coverage.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crowd_under_a_stray_lease_on_a_server_without_cas_fetches_once_and_keeps_it() {
+    let server = MemcachedProcess::start_with(&["-C"]);
+    let path = "/no-cas-crowd";
+    let origin = GatedOrigin::answering(|_, n| page(n));
+    let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"1s\"");
+    let b = nodes.start("B", server.addr());
+    server.set_raw(&lease_key(path), &lease_naming(0xdead_beef), 60);
+    let answers = gets_at_once((0..8).map(|_| b.proxy.url(path)), &SITE).await;
+    for answer in &answers {
+        assert_eq!(&answer.body[..], b"body-1");
+    }
+    writes_settled(&b).await;
+    assert_eq!(origin.hits_for(path), 1, "B's crowd fetched more than once");
+    assert!(
+        entry_holds(&server, path, b"body-1"),
+        "B's fill under the stray lease, still standing, was not kept"
+    );
+}
