@@ -374,19 +374,46 @@ impl LacquerProxy {
     /// declined the request, or found another request here holding the URL) claims the lease
     /// first ([`FillLeases::claim_for_miss`](crate::storage::fill_lease::FillLeases::claim_for_miss)),
     /// on the standard path and the direct one alike.
+    ///
+    /// So does a request that waited two leases for another claim's fill and goes to the
+    /// origin under that claim's lease
+    /// ([`AfterSharedMiss::UnderAnotherClaim`](crate::storage::fill_lease::AfterSharedMiss::UnderAnotherClaim)):
+    /// queued on this node's cache lock behind the first such fetch, whose fill was refused (that
+    /// claim's lease went meanwhile: its fill failed, or landed), it goes to the origin after it,
+    /// and the URL may be free by then. Claimed, its fill is guarded by its own lease and kept;
+    /// still held by a claim elsewhere, it stays kept only while the lease names the holder it
+    /// waited on. Before (found 2026-12-07 by a breaker helper), each such request fetched with
+    /// no claim and was refused in turn, one origin fetch per request of the crowd
+    /// (`tests/kept_while_held_breaks.rs`).
     async fn claim_unsettled_lease(&self, session: &Session, ctx: &mut RequestCtx) {
         if let Some(tier) = self.tiered {
-            if ctx.fill_lease.is_none() && !ctx.shared_miss_decided {
+            let under_another_claim = matches!(
+                ctx.fill_held_elsewhere(),
+                Some(FetchedUnderAnotherClaim::KeptWhileHeldBy(_))
+            );
+            if ctx.fill_lease.is_none() && (!ctx.shared_miss_decided || under_another_claim) {
                 let key = ctx.key.get(session.req_header());
                 match Box::pin(tier.fill_leases().claim_for_miss(key)).await {
-                    MissClaim::Held(lease) => ctx.fill_lease = Some(lease),
+                    MissClaim::Held(lease) => {
+                        ctx.fill_lease = Some(lease);
+                        if under_another_claim {
+                            ctx.fetched_beside = None;
+                        }
+                    }
+                    // a claim under which it already fetches keeps its mark: kept only while
+                    // that lease names the holder it waited on
+                    MissClaim::Elsewhere { .. } if under_another_claim => {}
                     MissClaim::Elsewhere { holder } => {
                         ctx.fetch_under_another_claim(FetchedUnderAnotherClaim::Refused(holder))
                     }
-                    MissClaim::BesideThisNode(beside) => {
+                    // (a mark of refusal an earlier attempt of this request got stays)
+                    MissClaim::BesideThisNode(beside)
+                        if under_another_claim || ctx.fill_held_elsewhere().is_none() =>
+                    {
                         ctx.fetched_beside =
                             Some(Box::new(FetchedBeside::ThisNodesClaim { _counted: beside }))
                     }
+                    MissClaim::BesideThisNode(_) => {}
                     MissClaim::Unclaimed => {}
                 }
             }
