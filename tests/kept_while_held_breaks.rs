@@ -9,7 +9,8 @@
 //! What is attacked: a crowd on the node behind such a fetch when the other claim's fill ends
 //! (stored, or failed) while the fetch is out; a POST while the other claim's lease stands; the
 //! other claim's lease replaced by a new claim; the lease's server frozen when the fill ends; a
-//! crowd under a stray lease on a `-C` server.
+//! crowd under a stray lease on a `-C` server; a late renewal on a `-C` server; a live lease of
+//! an earlier version; a drain (SIGTERM) cutting such a fetch.
 //!
 //! Found and fixed: a request queued on the node's cache lock behind such a fetch, whose fill
 //! was refused (the other claim's lease gone), went to the origin still marked as fetched
@@ -564,4 +565,70 @@ async fn a_crowd_under_a_live_lease_of_an_earlier_version_fetches_once() {
         after - crowd_fetches,
         again.cache_status()
     );
+}
+
+/// A claims `/drained`, its fill slow (renewed); B waits two leases and fetches under A's
+/// lease, held at the origin; B is sent SIGTERM and its drain (`shutdown_timeout = "1s"`) cuts
+/// that fetch. B exits without touching A's lease (it held none: `FillLeases::release_held`
+/// releases only this node's claims), and A's fill, landing afterwards, is kept and released as
+/// usual. (Holds: kept as coverage.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drain_cutting_a_fetch_under_another_claims_lease_leaves_that_lease_alone() {
+    let server = MemcachedProcess::start();
+    let path = "/drained";
+    let origin = GatedOrigin::answering(|_, n| page(n));
+    let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"1s\"");
+    let a = nodes.start("A", server.addr());
+    let mut b = nodes.start_with("B", server.addr(), "shutdown_timeout = \"1s\"\n");
+    origin.close(path, 1);
+    origin.close(path, 2);
+    let a_fill = get_in_background(&a, path);
+    assert!(origin.reached(path, 1).await, "A did not reach the origin");
+    let url = b.proxy.url(path);
+    let b_fill = tokio::spawn(async move { get_maybe(&url).await });
+    assert!(
+        origin
+            .origin
+            .wait_for_hits_for_async(path, 2, Duration::from_secs(15))
+            .await,
+        "B never fetched under A's lease"
+    );
+    let holder_of = |lease: &[u8]| lease.split(|b| *b == b' ').nth(1).map(<[u8]>::to_vec);
+    let a_holder = holder_of(&server.get_raw(&lease_key(path)).expect("A's lease"));
+    assert!(b.proxy.signal("TERM"));
+    let status = b.proxy.wait_exit(Duration::from_secs(8));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "B: {status:?}; stderr:\n{}",
+        b.proxy.stderr_log()
+    );
+    let _ = b_fill.await;
+    assert_eq!(
+        server
+            .get_raw(&lease_key(path))
+            .as_deref()
+            .and_then(holder_of),
+        a_holder,
+        "B's exit touched A's lease"
+    );
+    origin.open(path, 2);
+    origin.open(path, 1);
+    assert_eq!(&a_fill.await.expect("A's request").body[..], b"body-1");
+    writes_settled(&a).await;
+    assert!(
+        entry_holds(&server, path, b"body-1"),
+        "A's fill was not kept"
+    );
+    lease_released(&server, path, "A's stored fill left its lease").await;
+}
+
+/// `GET url` (with [`SITE`]) whose failure (a connection cut by a drain) is not a panic.
+async fn get_maybe(url: &str) -> Option<u16> {
+    reqwest::Client::new()
+        .get(url)
+        .header("host", HOST)
+        .send()
+        .await
+        .ok()
+        .map(|r| r.status().as_u16())
 }
