@@ -10,12 +10,16 @@
 //! (stored, or failed) while the fetch is out; a POST while the other claim's lease stands; the
 //! other claim's lease replaced by a new claim; the lease's server frozen when the fill ends; a
 //! crowd under a stray lease on a `-C` server; a late renewal on a `-C` server; a live lease of
-//! an earlier version; a drain (SIGTERM) cutting such a fetch.
+//! an earlier version; a drain (SIGTERM) cutting such a fetch; a published POST while such a
+//! fetch streams; such a fill kept, and the other claim's lease and fill after it.
 //!
 //! Found and fixed: a request queued on the node's cache lock behind such a fetch, whose fill
 //! was refused (the other claim's lease gone), went to the origin still marked as fetched
 //! under that gone lease, with no claim of its own, and was refused in turn, though the URL was
 //! free to claim (`a_request_queued_behind_a_refused_fetch_under_a_gone_lease_claims_the_url`).
+//! And such a fill, kept while the other claim's lease stood, deleted that lease after its
+//! write, costing that claim its fill and its node one more fetch
+//! (`a_fill_kept_under_another_claims_lease_leaves_that_lease_to_its_claim`).
 //! KNOWN and ignored: under a live lease of an earlier version (naming no holder) no such fill
 //! is kept, and a crowd on a node stampedes
 //! (`a_crowd_under_a_live_lease_of_an_earlier_version_fetches_once`); on a `-C` server, a
@@ -690,4 +694,103 @@ async fn a_request_after_a_published_post_is_not_served_the_fetch_under_the_leas
     );
     origin.open(path, 1);
     assert_eq!(&a_fill.await.expect("A's request").body[..], b"body-1");
+}
+
+/// A claims `/kept`, its fill slow (renewed); B waits two leases and fetches under A's lease,
+/// and B's fill, A's lease still standing when it ends, is kept and written to memcached. A's
+/// lease is A's: B must leave it alone, and A's fill, landing later, be kept. Before the fix B's
+/// write deleted "whatever lease is there" (the rule for a fill written with no claim): A's next
+/// renewal found its lease gone, A's fill was taken for lost and refused, and A, having marked
+/// the URL purged on its node as of then, refused B's entry and fetched once more: three origin
+/// fetches where two do ("fill_leases_lost" 1 on A).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fill_kept_under_another_claims_lease_leaves_that_lease_to_its_claim() {
+    let server = MemcachedProcess::start();
+    let path = "/kept";
+    let origin = GatedOrigin::answering(|_, n| page(n));
+    let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"1s\"");
+    let (a, b, c) = (
+        nodes.start("A", server.addr()),
+        nodes.start("B", server.addr()),
+        nodes.start("C", server.addr()),
+    );
+    origin.close(path, 1);
+    let a_fill = get_in_background(&a, path);
+    assert!(origin.reached(path, 1).await, "A did not reach the origin");
+    assert_eq!(&get(&b.proxy.url(path), &SITE).await.body[..], b"body-2");
+    writes_settled(&b).await;
+    assert!(
+        entry_holds(&server, path, b"body-2"),
+        "B's fill, A's lease standing when it ended, was not kept"
+    );
+    let b_deleted_it = !lease_present(&server, path);
+    origin.open(path, 1);
+    assert_eq!(&a_fill.await.expect("A's request").body[..], b"body-1");
+    writes_settled(&a).await;
+    let lost = admin_stat(a.admin, "fill_leases_lost").await;
+    for node in [&a, &b, &c] {
+        assert_eq!(get(&node.proxy.url(path), &SITE).await.status, 200);
+    }
+    assert!(
+        !b_deleted_it && lost == 0 && origin.hits_for(path) == 2,
+        "B's write deleted A's lease: {b_deleted_it}; A's fill lost: {lost}; origin fetches: {}",
+        origin.hits_for(path)
+    );
+    lease_released(&server, path, "A's stored fill left its lease").await;
+}
+
+/// A claims `/write-failed`, its fill slow (renewed); B (its memcached through a relay) waits
+/// two leases and fetches under A's lease; A's lease still standing when B's fill ends, B keeps
+/// it in its memory, and its write to memcached is held by the relay until it fails. A POST
+/// through C after that must reach B: no GET through B may be served B's copy, from before the
+/// POST, once B could have learned it (5 s). Had B's failed write deleted A's lease (the rule
+/// for a fill written with no claim), the POST would have found neither entry nor lease and
+/// been published to no one. (Holds: kept as coverage. The failed write counts its server
+/// failing, and `FillLeases::on_write_failed` deletes nothing then.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fill_kept_under_another_claims_lease_whose_write_failed_is_not_kept_over_a_post() {
+    let server = MemcachedProcess::start();
+    let path = "/write-failed";
+    let origin = GatedOrigin::answering(|_, n| page(n));
+    let entry = entry_key(path);
+    let relay = Relay::with(
+        server.addr(),
+        move |line: &str| line.starts_with(&format!("ms {entry} ")),
+        Tamper::Delay(Duration::from_secs(30)),
+    )
+    .await;
+    let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"1s\"");
+    let (a, b, c) = (
+        nodes.start("A", server.addr()),
+        nodes.start("B", relay.addr),
+        nodes.start("C", server.addr()),
+    );
+    origin.close(path, 1);
+    let a_fill = get_in_background(&a, path);
+    assert!(origin.reached(path, 1).await, "A did not reach the origin");
+    assert_eq!(&get(&b.proxy.url(path), &SITE).await.body[..], b"body-2");
+    assert!(relay.rules_used(), "B wrote nothing to memcached");
+    assert!(
+        wait_for_stat(b.admin, "write_failures", 1, SETTLE).await >= 1,
+        "B's held write never failed"
+    );
+    writes_settled(&b).await;
+    let posted = post(&c.proxy.url(path), &SITE, "x=1").await;
+    assert_eq!(posted.status, 200);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut still = true;
+    while Instant::now() < deadline {
+        if get(&b.proxy.url(path), &SITE).await.body[..] != b"body-2"[..] {
+            still = false;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        !still,
+        "B still serves its copy from before the POST 5 s after it (B learned {} POSTs)",
+        admin_stat(b.admin, "learned").await
+    );
+    origin.open(path, 1);
+    let _ = a_fill.await;
 }
