@@ -60,7 +60,10 @@
 //!   a claim given 0 is released by its holder, as a renewed one, and such a server's lease,
 //!   whose `cas` it always refuses, is renewed by a `replace` once read as this claim's. A fill written by a node that
 //!   held no claim for it (uncoordinated, or a waiter that fetched for itself) deletes whatever
-//!   lease is there, as before, so that the nodes waiting on it look for the entry.
+//!   lease is there, as before, so that the nodes waiting on it look for the entry; but one
+//!   fetched under another claim's lease and kept while it stood
+//!   ([`FetchedUnderAnotherClaim::KeptWhileHeldBy`]) leaves that lease to its claim (deleting
+//!   it cost that claim its fill, taken for lost at its next renewal).
 //! * **Bounds**: memcached failing is never waited on. When the URL's server is ejected or its
 //!   last operation failed (the miss that brought the request here may have been a timeout), no
 //!   lease is claimed or waited for, and a wait ends as soon as one of its looks fails: a dead

@@ -890,8 +890,10 @@ impl TieredStorage {
     fn spawn_write(&'static self, key: CacheKey, stored: Option<SharedWriteInFlight>, of: WriteOf) {
         let Some(in_flight) = stored else {
             // a fill that admission or a ban refused, or (`share`) a copy evicted meanwhile:
-            // nodes waiting for it would never see it
-            self.fill_leases.on_write_failed(&key, of.leased());
+            // nodes waiting for it would never see it (but another claim's lease is its own)
+            if !matches!(of, WriteOf::UnderAnotherClaim) {
+                self.fill_leases.on_write_failed(&key, of.leased());
+            }
             return;
         };
         let task = self.counters.background_task();
@@ -920,8 +922,11 @@ impl TieredStorage {
                 }
                 WriteOutcome::Failed => {
                     self.counters.write_failures.fetch_add(1, Ordering::Relaxed);
-                    // nodes waiting for this fill would never see it
-                    self.fill_leases.on_write_failed(&key, of.leased());
+                    // nodes waiting for this fill would never see it (but another claim's
+                    // lease is its own)
+                    if !matches!(of, WriteOf::UnderAnotherClaim) {
+                        self.fill_leases.on_write_failed(&key, of.leased());
+                    }
                     // a write its server did not answer may still land (a frozen server
                     // carries it out when it thaws)
                     self.judge_written(&key, &meta, false).await;
@@ -942,6 +947,15 @@ enum WriteOf {
     Fill {
         leased: Option<Claim>,
     },
+    /// A fill fetched under another claim's lease and kept because that lease still stood when
+    /// it ended ([`FetchedUnderAnotherClaim::KeptWhileHeldBy`]): the lease is that claim's, and
+    /// neither the write nor its failure touches it. (Deleted after the write, as a fill with no
+    /// claim deletes whatever lease is there, it cost that claim its fill: its next renewal found
+    /// the lease gone, its fill was taken for lost and refused, and its node, marking the URL
+    /// purged as of then, refused this entry and fetched once more; found 2026-12-07 by a
+    /// breaker helper, `tests/kept_while_held_breaks.rs`.) The nodes waiting for that claim's
+    /// fill find this entry as they look for it.
+    UnderAnotherClaim,
     Share,
 }
 
@@ -950,7 +964,7 @@ impl WriteOf {
     fn leased(self) -> Option<Claim> {
         match self {
             WriteOf::Fill { leased } => leased,
-            WriteOf::Share => None,
+            WriteOf::UnderAnotherClaim | WriteOf::Share => None,
         }
     }
 }
@@ -1110,7 +1124,14 @@ impl HandleMiss for TieredMiss {
             tier.fill_leases.on_unguarded_fill(&key);
         }
         let (finished, stored) = (*inner).finish_fill()?;
-        tier.spawn_write(key, stored, WriteOf::Fill { leased });
+        let of = match (under_another_claim, leased) {
+            // kept while another claim's lease stood: that lease is left to its claim
+            (Some(FetchedUnderAnotherClaim::KeptWhileHeldBy(_)), None) => {
+                WriteOf::UnderAnotherClaim
+            }
+            _ => WriteOf::Fill { leased },
+        };
+        tier.spawn_write(key, stored, of);
         Ok(finished)
     }
 
