@@ -68,7 +68,9 @@ use crate::observe::metrics::RequestMetrics;
 use crate::policy::request_directives::RequestDirectives;
 use crate::policy::{freshness, preconditions, revalidation, vary};
 use crate::rules;
-use crate::storage::fill_lease::{BesideThisNode, FetchedUnderAnotherClaim, HeldLease, MissClaim};
+use crate::storage::fill_lease::{
+    BesideThisNode, FetchedUnderAnotherClaim, HeldLease, LeaseHolder, MissClaim,
+};
 use crate::storage::memory::{self, owner_holds_back_origin, MemoryTier};
 use crate::storage::tier::Tier;
 use crate::storage::tiered::{PrimaryKnownMissing, TieredStorage};
@@ -218,7 +220,10 @@ impl RequestCtx {
                     (refused, FILL_HELD_ELSEWHERE)
                 }
                 // fetched under no lease at all
-                (_, true) => (FetchedUnderAnotherClaim::Refused(0), FILL_UNGUARDED),
+                (_, true) => (
+                    FetchedUnderAnotherClaim::Refused(LeaseHolder::Nobody),
+                    FILL_UNGUARDED,
+                ),
                 (Some(kept_while), false) => {
                     meta.extensions_mut().insert(kept_while);
                     return;

@@ -198,14 +198,31 @@ pub enum AfterSharedMiss<T> {
     /// ([`FillLeases::claim_for_miss`]): the other request's claim may guard nothing by then.
     BehindThisNode,
     /// This request waited as long as it may (two leases) and another claim's lease, naming
-    /// `holder`, still holds the URL (a fill slower than two leases, or a stray lease that could
+    /// `holder` (or, of an earlier version, no one), still holds the URL (a fill slower than two leases, or a stray lease that could
     /// not be taken over): fetch on the standard path, where Pingora's cache lock coalesces this
     /// node's other requests behind it, and keep the fill only if the lease still names `holder`
     /// when the fill finishes ([`FetchedUnderAnotherClaim::KeptWhileHeldBy`]). Memcached still
     /// has nothing under the URL. (Refusing such a fill outright, tried 2026-12-07, made a crowd
     /// on a node fetch once per request; keeping it always undid a POST made after that lease
     /// went, `tests/guarded_elsewhere_attacks.rs`.)
-    UnderAnotherClaim { holder: u64 },
+    UnderAnotherClaim { holder: LeaseHolder },
+}
+
+/// Whose claim a URL's fill lease names, as read by a request that fetches under it
+/// ([`FetchedUnderAnotherClaim`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseHolder {
+    /// No lease: gone by the time it was read (or its server did not answer), or none was
+    /// claimed (a URL remembered uncacheable). Holds nothing.
+    Nobody,
+    /// A lease of an earlier version, which carries its time alone. A fill under it is kept,
+    /// and joined, while such a lease stands (before 2026-12-07 every fill under it was kept:
+    /// refusing them all made a crowd on a node fetch again and again during a rolling upgrade,
+    /// `kept_while_held_breaks::a_crowd_under_a_live_lease_of_an_earlier_version_...`); whose it
+    /// is, no one can tell.
+    Unnamed,
+    /// The claim of this holder ([`Claim`]).
+    Claim(u64),
 }
 
 impl<T> AfterSharedMiss<T> {
@@ -308,11 +325,10 @@ struct Held {
 pub enum MissClaim {
     /// The request holds the lease: its fill is the lease's.
     Held(HeldLease),
-    /// Another node's claim holds it, naming `holder` (0: gone by the time it was read, or
-    /// naming none): the fetch is guarded only while that claim stands, so its fill is served
+    /// Another node's claim holds it, naming `holder` (as read right after the claim): the fetch is guarded only while that claim stands, so its fill is served
     /// to the requests that read it and refused when it finishes ([`FetchedUnderAnotherClaim`]),
     /// and joined by later ones only while that lease stands (`storage::guarded_fills`).
-    Elsewhere { holder: u64 },
+    Elsewhere { holder: LeaseHolder },
     /// Another request on this node holds the lease: the fetch follows that claim, and is kept
     /// unless the claim's fill stores nothing: the lease then goes while this fetch may be out,
     /// so the claim's end refuses fills of the URL sent before it ([`FillLeases::purged_here`]).
@@ -354,27 +370,27 @@ impl Drop for BesideThisNode {
 /// behind it on this node to fetch for themselves (a stampede, tried and reverted 2026-12-06),
 /// while a refused fill serves them.
 ///
-/// Each carries the holder of the lease the fetch went out under (0: none, or one naming no
-/// holder): until the fill finishes, later requests on this node join it only while that lease
-/// still names it (`storage::guarded_fills`).
+/// Each carries the holder of the lease the fetch went out under: until the fill finishes,
+/// later requests on this node join it only while that lease still names it
+/// (`storage::guarded_fills`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FetchedUnderAnotherClaim {
     /// Refused when it finishes: a miss the fast path declined, which claimed and found another
     /// claim's lease ([`MissClaim::Elsewhere`]), or a fill of a URL remembered uncacheable,
-    /// fetched with no lease at all (holder 0).
-    Refused(u64),
+    /// fetched with no lease at all ([`LeaseHolder::Nobody`]).
+    Refused(LeaseHolder),
     /// Kept only if, when it finishes, the URL's lease still names this holder
     /// ([`FillLeases::still_held_by`]): a request that waited two leases for that claim's fill
     /// ([`AfterSharedMiss::UnderAnotherClaim`]). While the lease stood, a POST through any node
     /// found it and published itself, so the bans judge this fill; once it went, a POST may
     /// have found nothing. (A crowd on this node behind such a fetch is served by its fill,
     /// kept as long as the other claim's slow fill lasts.)
-    KeptWhileHeldBy(u64),
+    KeptWhileHeldBy(LeaseHolder),
 }
 
 impl FetchedUnderAnotherClaim {
-    /// The holder of the lease the fetch went out under (0: none).
-    pub fn holder(self) -> u64 {
+    /// The holder of the lease the fetch went out under.
+    pub fn holder(self) -> LeaseHolder {
         match self {
             FetchedUnderAnotherClaim::Refused(holder)
             | FetchedUnderAnotherClaim::KeptWhileHeldBy(holder) => holder,
@@ -657,11 +673,9 @@ impl FillLeases {
             if let Some(after) = self.after_claim(key, claimed) {
                 return after;
             }
-            if let Some(holder) = self.read_lease(key).await.as_deref().map(lease_holder) {
-                // (a lease naming no holder, of an earlier version, keeps no fill)
-                return AfterSharedMiss::UnderAnotherClaim {
-                    holder: holder.unwrap_or(0),
-                };
+            match self.holder_now(key).await {
+                LeaseHolder::Nobody => {}
+                holder => return AfterSharedMiss::UnderAnotherClaim { holder },
             }
             if self.server_failing(key) {
                 break;
@@ -673,16 +687,18 @@ impl FillLeases {
     /// Whether the lease of `key`'s URL still names `holder` ([`AfterSharedMiss::UnderAnotherClaim`]):
     /// a fill fetched under that lease is kept only then. One memcached read, when such a fill
     /// finishes; not confirmed (the server did not answer), the fill is not kept.
-    /// Holder 0 names no claim (a fetch under no lease, or under one naming no holder): never
-    /// held.
-    pub async fn still_held_by(&self, key: &CacheKey, holder: u64) -> bool {
-        holder != 0 && self.holder_now(key).await == Some(holder)
+    /// [`LeaseHolder::Nobody`] is never held.
+    pub async fn still_held_by(&self, key: &CacheKey, holder: LeaseHolder) -> bool {
+        holder != LeaseHolder::Nobody && self.holder_now(key).await == holder
     }
 
-    /// The holder the lease of `key`'s URL names now (`None`: no lease, one naming no holder,
-    /// or its server did not answer).
-    async fn holder_now(&self, key: &CacheKey) -> Option<u64> {
-        self.read_lease(key).await.as_deref().and_then(lease_holder)
+    /// Whose claim the lease of `key`'s URL names now ([`LeaseHolder::Nobody`] too when its
+    /// server did not answer).
+    async fn holder_now(&self, key: &CacheKey) -> LeaseHolder {
+        match self.read_lease(key).await {
+            None => LeaseHolder::Nobody,
+            Some(value) => lease_holder(&value).map_or(LeaseHolder::Unnamed, LeaseHolder::Claim),
+        }
     }
 
     /// What a request does after a claim on `key`'s URL (`None`: wait for the other claim).
@@ -732,7 +748,7 @@ impl FillLeases {
         match self.claim(key).await {
             FillClaim::Ours(claim) => MissClaim::Held(self.hold(key, claim)),
             FillClaim::Theirs => MissClaim::Elsewhere {
-                holder: self.holder_now(key).await.unwrap_or(0),
+                holder: self.holder_now(key).await,
             },
             FillClaim::ThisNode => {
                 let primary = key.primary_bin();

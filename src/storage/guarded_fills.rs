@@ -17,7 +17,7 @@
 //! The requests coalesced behind such a fill on this node's cache lock pay one memcached read
 //! each as they join; every other lookup pays one atomic load (nothing listed).
 
-use super::fill_lease::{FetchedUnderAnotherClaim, FillLeases};
+use super::fill_lease::{FetchedUnderAnotherClaim, FillLeases, LeaseHolder};
 use super::memory::MemoryTier;
 use parking_lot::Mutex;
 use pingora_cache::key::CacheHashKey;
@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub struct GuardedFills {
     /// How many are listed: a lookup with none listed asks nothing more.
     listed: AtomicUsize,
-    by_key: Mutex<HashMap<[u8; 16], Vec<u64>>>,
+    by_key: Mutex<HashMap<[u8; 16], Vec<LeaseHolder>>>,
 }
 
 /// One listed fill, unlisted when dropped (its fill finished, was refused, or its request
@@ -39,7 +39,7 @@ pub struct GuardedFills {
 pub struct GuardedFill {
     fills: &'static GuardedFills,
     key: [u8; 16],
-    holder: u64,
+    holder: LeaseHolder,
 }
 
 impl GuardedFills {
