@@ -185,7 +185,7 @@ impl LacquerProxy {
         } else if ctx.rules.pass {
             Pass::Rule
         } else if ctx.nothing_stored && req.method == Method::GET && self.partial.is_none() {
-            if self.uncacheable.remembered(ctx.key.get(req)) {
+            if self.uncacheable.remembered(ctx.key.primary_bin(req)) {
                 Pass::RememberedUncacheable
             } else if live.config.proxy.direct_misses {
                 Pass::Miss
@@ -616,7 +616,8 @@ impl LacquerProxy {
             ctx.request_time,
             &ctx.rules.store_overrides(),
         );
-        self.uncacheable.on_decision(ctx.key.get(req), &decision);
+        self.uncacheable
+            .on_decision(ctx.key.primary_bin(req), &decision);
         match decision {
             RespCacheable::Cacheable(mut meta)
                 if miss

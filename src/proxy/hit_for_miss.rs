@@ -21,6 +21,7 @@
 //! request or response. A storable answer clears the mark.
 
 use crate::policy::{REASON_NO_FRESHNESS, REASON_NO_STORE, REASON_PRIVATE};
+use pingora_cache::key::HashBinary;
 use pingora_cache::lock::CacheKeyLockImpl;
 use pingora_cache::predictor::{CacheablePredictor, Predictor};
 use pingora_cache::{CacheKey, CacheOptionOverrides, RespCacheable};
@@ -44,22 +45,33 @@ impl UncacheableUrls {
         }))
     }
 
-    /// Whether `key`'s URL answered uncacheable last time: its miss takes no cache lock.
-    pub fn remembered(&self, key: &CacheKey) -> bool {
-        !self.set.cacheable_prediction(key)
+    /// Whether the URL of primary hash `primary` answered uncacheable last time: its miss takes
+    /// no cache lock. Taking the hash, not the key: the set reads nothing else, and a pass that
+    /// only asks this needs no key text built (an allocation and a copy of the URL).
+    pub fn remembered(&self, primary: HashBinary) -> bool {
+        !self.set.cacheable_prediction(&hash_only(primary))
     }
 
-    /// Remembers or forgets `key`'s URL after the storing decision on its answer.
-    pub fn on_decision(&self, key: &CacheKey, decision: &RespCacheable) {
+    /// Remembers or forgets the URL of primary hash `primary` after the storing decision on its
+    /// answer.
+    pub fn on_decision(&self, primary: HashBinary, decision: &RespCacheable) {
+        let key = hash_only(primary);
         match decision {
             RespCacheable::Cacheable(_) => {
-                self.set.mark_cacheable(key);
+                self.set.mark_cacheable(&key);
             }
             RespCacheable::Uncacheable(reason) => {
-                self.set.mark_uncacheable(key, *reason);
+                self.set.mark_uncacheable(&key, *reason);
             }
         }
     }
+}
+
+/// A key for Pingora's predictor, which reads only its primary hash: no text (nothing allocated).
+fn hash_only(primary: HashBinary) -> CacheKey {
+    let mut key = CacheKey::new(Vec::new(), "");
+    key.set_primary_bin_override(primary);
+    key
 }
 
 /// `cache_hit_filter` of a request enabled without the lock: the lookup found a stored copy, so
@@ -84,6 +96,7 @@ fn not_the_urls_own(reason: &'static str) -> bool {
 mod tests {
     use super::*;
     use crate::policy::{REASON_AUTHORIZATION, REASON_SET_COOKIE, REASON_STATUS};
+    use pingora_cache::key::CacheHashKey;
     use pingora_cache::NoCacheReason;
 
     #[test]
@@ -91,15 +104,15 @@ mod tests {
         let urls = UncacheableUrls::leak();
         let uncacheable = |reason| RespCacheable::Uncacheable(NoCacheReason::Custom(reason));
         for reason in [REASON_NO_STORE, REASON_PRIVATE, REASON_NO_FRESHNESS] {
-            let key = CacheKey::new(format!("shop.example/{reason}"), "");
-            assert!(!urls.remembered(&key));
-            urls.on_decision(&key, &uncacheable(reason));
-            assert!(urls.remembered(&key), "{reason}");
+            let key = CacheKey::new(format!("shop.example/{reason}"), "").primary_bin();
+            assert!(!urls.remembered(key));
+            urls.on_decision(key, &uncacheable(reason));
+            assert!(urls.remembered(key), "{reason}");
         }
         for reason in [REASON_STATUS, REASON_AUTHORIZATION, REASON_SET_COOKIE] {
-            let key = CacheKey::new(format!("shop.example/{reason}"), "");
-            urls.on_decision(&key, &uncacheable(reason));
-            assert!(!urls.remembered(&key), "{reason}");
+            let key = CacheKey::new(format!("shop.example/{reason}"), "").primary_bin();
+            urls.on_decision(key, &uncacheable(reason));
+            assert!(!urls.remembered(key), "{reason}");
         }
     }
 }

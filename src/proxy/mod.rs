@@ -709,7 +709,7 @@ impl ProxyHttp for LacquerProxy {
             Some(known_missing) if ctx.shared_primary_missing => known_missing,
             _ => self.storage,
         };
-        ctx.lock_skipped = self.uncacheable.remembered(ctx.key.get(req));
+        ctx.lock_skipped = self.uncacheable.remembered(ctx.key.primary_bin(req));
         session.cache.enable(
             storage,
             None,
@@ -1115,7 +1115,7 @@ impl ProxyHttp for LacquerProxy {
             }
         }
         self.uncacheable
-            .on_decision(ctx.key.get(session.req_header()), &decision);
+            .on_decision(ctx.key.primary_bin(session.req_header()), &decision);
         let mut decision = decision;
         ctx.mark_if_held_elsewhere(&mut decision);
         Ok(decision)

@@ -39,6 +39,7 @@ use crate::storage::tiered::TieredStorage;
 use answer::Answer;
 use http::header;
 use lookup::Lookup;
+use pingora_cache::key::CacheHashKey;
 use pingora_cache::CacheKey;
 use pingora_http::RequestHeader;
 use std::time::SystemTime;
@@ -199,7 +200,7 @@ impl FastHit {
                 lease: None,
                 known_missing: false,
             }),
-            Lookup::Absent if self.uncacheable.remembered(key) => {
+            Lookup::Absent if self.uncacheable.remembered(key.primary_bin()) => {
                 // a URL last answered uncacheable will not be filled: no lease to claim, and no
                 // request anywhere in the cluster waits for this one (as `hit_for_miss` takes
                 // no cache lock for it on this node)
