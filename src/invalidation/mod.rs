@@ -773,11 +773,13 @@ fn not_in(servers: &[usize], published: &[usize]) -> Vec<usize> {
 /// Refuses targets the log cannot carry or that name nothing (`Invalidator::invalidate` checks
 /// each; a caller with several checks them all first).
 pub fn check_target(target: &Target) -> Result<(), Refused> {
-    let texts: Vec<&str> = match target {
-        Target::Url { host, path } => vec![host, path],
-        Target::Tag(tag) => vec![tag],
-        Target::Host(host) => vec![host],
-        Target::Prefix { host, prefix } => vec![host.as_deref().unwrap_or(""), prefix],
+    // the texts in an array, not a `Vec`: every POST checks two targets, and an allocation
+    // each cost it about 100 instructions (`docs/benchmarks.md`, 2026-12-07)
+    let texts: [&str; 2] = match target {
+        Target::Url { host, path } => [host, path],
+        Target::Tag(tag) => [tag, ""],
+        Target::Host(host) => [host, ""],
+        Target::Prefix { host, prefix } => [host.as_deref().unwrap_or(""), prefix],
     };
     if texts.iter().any(|t| t.len() > MAX_TARGET_TEXT) {
         return Err(Refused(format!(
