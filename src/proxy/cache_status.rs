@@ -230,8 +230,12 @@ impl CacheStatus {
 
     /// Renders the RFC 9211 field value with our cache's name; `with_tier`: a hit names the tier
     /// it was read from (`detail=memory`, `detail=memcached`).
+    ///
+    /// Room for the name and 64 bytes more: a `no-store` pass's value (about 55 bytes with the
+    /// name) outgrew the 48 bytes this had, and was reallocated on every pass (about 250
+    /// instructions, `docs/benchmarks.md`, 2026-12-07); the allocation costs the same either way.
     pub fn header_value(&self, name: &str, with_tier: bool) -> String {
-        let mut out = String::with_capacity(48);
+        let mut out = String::with_capacity(name.len() + 64);
         self.write_header_value(name, with_tier, &mut out);
         out
     }
