@@ -38,7 +38,11 @@
 //!   fill is kept only if the lease still names the same holder when the fill finishes
 //!   ([`AfterSharedMiss::UnderAnotherClaim`]): a POST while it stood found it and published
 //!   itself, and one after it went (the other fill failed and released it, or memcached expired
-//!   it) may have been published to no one.
+//!   it) may have been published to no one. (A lease of an earlier version names no holder: the
+//!   fill is kept while such a lease stands, [`LeaseHolder::Unnamed`].) Such a fill, and the
+//!   refused one of a declined miss above, is joined by this node's later requests only while
+//!   the lease it went out under stands (`storage::guarded_fills`); and once kept, its write
+//!   leaves that lease to its claim.
 //! * **Release**: a fill that stored nothing (uncacheable, or the fetch failed) deletes the lease
 //!   when its request ends ([`HeldLease::on_request_end`]), and so does a fill whose write to
 //!   memcached failed ([`FillLeases::on_write_failed`]), or that admission or a ban refused
