@@ -10,20 +10,20 @@
 //! as it was before the POST (`takeover_breaks::a_request_after_a_post_is_not_served_a_fill_...`).
 //! So each such fill is listed here by its key with the holder of the lease it went out under,
 //! and a lookup that may join it reads the lease first ([`FillLeases::still_held_by`]): gone, or
-//! another claim's, the node lets go of the URL's fills as a purge does
-//! ([`MemoryTier::let_go_of_fills`]): their readers get the rest, no new request joins them,
-//! nothing of them is stored, and the request fetches under a claim of its own.
+//! another claim's, the node lets go of that fill as a purge would ([`FillLetGo`]): its readers
+//! get the rest, no new request joins it, nothing of it is stored, and the request fetches under
+//! a claim of its own. Another fill of the same key (this node's own claim's, say) is left be.
 //!
 //! The requests coalesced behind such a fill on this node's cache lock pay one memcached read
 //! each as they join; every other lookup pays one atomic load (nothing listed).
 
 use super::fill_lease::{FetchedUnderAnotherClaim, FillLeases, LeaseHolder};
-use super::memory::MemoryTier;
+use super::memory::FillLetGo;
 use parking_lot::Mutex;
 use pingora_cache::key::CacheHashKey;
 use pingora_cache::CacheKey;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// The fills in flight on this node fetched under another claim's lease, by key (variant
 /// included), with the holders of the leases they went out under.
@@ -31,7 +31,17 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub struct GuardedFills {
     /// How many are listed: a lookup with none listed asks nothing more.
     listed: AtomicUsize,
-    by_key: Mutex<HashMap<[u8; 16], Vec<LeaseHolder>>>,
+    /// Numbers the listings, so that each guard unlists its own.
+    next: AtomicU64,
+    by_key: Mutex<HashMap<[u8; 16], Vec<Listed>>>,
+}
+
+/// One fill as listed.
+#[derive(Clone)]
+struct Listed {
+    number: u64,
+    holder: LeaseHolder,
+    fill: FillLetGo,
 }
 
 /// One listed fill, unlisted when dropped (its fill finished, was refused, or its request
@@ -39,45 +49,50 @@ pub struct GuardedFills {
 pub struct GuardedFill {
     fills: &'static GuardedFills,
     key: [u8; 16],
-    holder: LeaseHolder,
+    number: u64,
 }
 
 impl GuardedFills {
-    /// Lists the fill of `key` that `mark` says was fetched under another claim's lease, until
+    /// Lists `fill`, of `key`, which `mark` says was fetched under another claim's lease, until
     /// the returned guard is dropped.
-    pub fn list(&'static self, key: &CacheKey, mark: FetchedUnderAnotherClaim) -> GuardedFill {
+    pub fn list(
+        &'static self,
+        key: &CacheKey,
+        mark: FetchedUnderAnotherClaim,
+        fill: FillLetGo,
+    ) -> GuardedFill {
         let key = key.combined_bin();
-        let holder = mark.holder();
-        self.by_key.lock().entry(key).or_default().push(holder);
+        let number = self.next.fetch_add(1, Ordering::Relaxed);
+        self.by_key.lock().entry(key).or_default().push(Listed {
+            number,
+            holder: mark.holder(),
+            fill,
+        });
         self.listed.fetch_add(1, Ordering::Release);
         GuardedFill {
             fills: self,
             key,
-            holder,
+            number,
         }
     }
 
-    /// Before a lookup of `key` that may join a fill in flight: if a fill of it listed here went
-    /// out under a lease that is gone or another claim's now, this node lets go of the key's
-    /// fills (see the module docs). One memcached read per listed holder, only for a key with a
-    /// listed fill.
-    pub async fn before_joining(&self, key: &CacheKey, leases: &FillLeases, memory: &MemoryTier) {
+    /// Before a lookup of `key` that may join a fill in flight: each fill of it listed here
+    /// whose lease is gone or another claim's now is let go of (see the module docs). One
+    /// memcached read per listed fill, only for a key with one.
+    pub async fn before_joining(&self, key: &CacheKey, leases: &FillLeases) {
         if self.listed.load(Ordering::Acquire) == 0 {
             return;
         }
-        let holders = match self.by_key.lock().get(&key.combined_bin()) {
-            Some(holders) => holders.clone(),
+        let listed = match self.by_key.lock().get(&key.combined_bin()) {
+            Some(listed) => listed.clone(),
             None => return,
         };
-        for holder in holders {
-            if !leases.still_held_by(key, holder).await {
-                if memory.let_go_of_fills(key) {
-                    log::debug!(
-                        "a fill in flight fetched under another claim's lease, which is gone, is \
-                         joined by no more requests"
-                    );
-                }
-                return;
+        for Listed { holder, fill, .. } in listed {
+            if !leases.still_held_by(key, holder).await && fill.let_go() {
+                log::debug!(
+                    "a fill in flight fetched under another claim's lease, which is gone, is \
+                     joined by no more requests"
+                );
             }
         }
     }
@@ -86,12 +101,12 @@ impl GuardedFills {
 impl Drop for GuardedFill {
     fn drop(&mut self) {
         let mut by_key = self.fills.by_key.lock();
-        if let Some(holders) = by_key.get_mut(&self.key) {
-            if let Some(at) = holders.iter().position(|holder| *holder == self.holder) {
-                holders.swap_remove(at);
+        if let Some(listed) = by_key.get_mut(&self.key) {
+            if let Some(at) = listed.iter().position(|l| l.number == self.number) {
+                listed.swap_remove(at);
                 self.fills.listed.fetch_sub(1, Ordering::Release);
             }
-            if holders.is_empty() {
+            if listed.is_empty() {
                 by_key.remove(&self.key);
             }
         }

@@ -1149,7 +1149,7 @@ impl Storage for TieredStorage {
     ) -> Result<Option<(CacheMeta, HitHandler)>> {
         // (a fill in flight fetched under another claim's lease is joined only while it stands)
         self.guarded_fills
-            .before_joining(key, &self.fill_leases, self.memory)
+            .before_joining(key, &self.fill_leases)
             .await;
         if let Some(hit) = self.memory.lookup(key, trace).await? {
             return Ok(Some(hit));
@@ -1179,12 +1179,14 @@ impl Storage for TieredStorage {
     ) -> Result<MissHandler> {
         let inner = self.memory.start_fill(key, meta);
         let under_another_claim = meta.extensions().get::<FetchedUnderAnotherClaim>().copied();
+        let listed = under_another_claim
+            .map(|mark| self.guarded_fills.list(key, mark, inner.let_go_handle()));
         Ok(Box::new(TieredMiss {
             inner,
             key: key.clone(),
             tier: self,
             under_another_claim,
-            _listed: under_another_claim.map(|mark| self.guarded_fills.list(key, mark)),
+            _listed: listed,
         }))
     }
 

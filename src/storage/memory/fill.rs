@@ -540,7 +540,26 @@ impl HandleMiss for MemoryMiss {
     }
 }
 
+/// A handle on one fill by which something other than its writer lets go of it, as
+/// [`MemoryMiss::refuse`] does (`storage::guarded_fills`: a fill whose guard went while it
+/// streams), this fill alone: another fill of the same key is not touched.
+#[derive(Clone)]
+pub struct FillLetGo(Arc<FillBody>);
+
+impl FillLetGo {
+    /// Lets go of the fill: no lookup joins it from now on, nothing of it is stored, its
+    /// readers get the rest. Whether it was held until now.
+    pub fn let_go(&self) -> bool {
+        !self.0.disowned.swap(true, Ordering::AcqRel)
+    }
+}
+
 impl MemoryMiss {
+    /// A handle by which this fill can be let go of from elsewhere ([`FillLetGo`]).
+    pub fn let_go_handle(&self) -> FillLetGo {
+        FillLetGo(self.body.clone())
+    }
+
     /// Lets go of this fill as a hard purge does ([`InFlightFills::disown`]), for this fill
     /// alone: nothing of it will be stored, no lookup joins it, its readers get the rest. For a
     /// fill its caller will not keep (`FillLeases::on_unguarded_fill`).

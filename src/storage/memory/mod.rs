@@ -45,7 +45,7 @@ use crate::storage::ban_list::scope::{EntryScopes, Scope};
 use crate::storage::ban_list::{BanList, Verdict};
 use async_trait::async_trait;
 use fill::InFlightFills;
-pub use fill::MemoryMiss;
+pub use fill::{FillLetGo, MemoryMiss};
 use hit::{complete_hit, streaming_hit};
 use index::{MemoryObject, ObjectIndex};
 pub(crate) use mapped::owned_block;
@@ -501,14 +501,6 @@ impl MemoryTier {
         let object = self.trusted_object(key)?;
         let meta = object.meta.read().to_meta();
         Some((meta, complete_hit(object)))
-    }
-
-    /// Lets go of the fills in flight of `key` (its variant), as a hard purge does
-    /// ([`fill::InFlightFills::disown`]): their readers get the rest, no lookup joins them and
-    /// nothing of them is stored. For a fill whose guard is gone
-    /// (`storage::guarded_fills`). Whether there was one.
-    pub fn let_go_of_fills(&self, key: &CacheKey) -> bool {
-        self.fills.disown(key_of(key.combined_bin()))
     }
 
     fn purge_key(&self, target: &CompactCacheKey) -> bool {
