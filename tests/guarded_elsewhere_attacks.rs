@@ -263,16 +263,7 @@ async fn a_fetch_after_waiting_two_leases_under_a_slow_fill_is_not_kept_over_a_p
     );
     origin.close(path, 1);
     origin.close(path, 2);
-    let a_fill = get_in_background(&a, path);
-    assert!(origin.reached(path, 1).await, "A did not reach the origin");
-    let b_fill = get_in_background(&b, path);
-    assert!(
-        origin
-            .origin
-            .wait_for_hits_for_async(path, 2, Duration::from_secs(15))
-            .await,
-        "B never fetched for itself"
-    );
+    let (a_fill, b_fill) = b_fetching_after_two_waits(&origin, &a, &b, path).await;
     assert!(
         admin_stat(b.admin, "fill_waits").await >= 2,
         "B did not wait two leases"

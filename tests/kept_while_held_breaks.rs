@@ -252,16 +252,7 @@ async fn a_post_while_the_other_claims_lease_stands_refuses_the_fetch_under_it()
     );
     origin.close(path, 1);
     origin.close(path, 2);
-    let a_fill = get_in_background(&a, path);
-    assert!(origin.reached(path, 1).await, "A did not reach the origin");
-    let b_fill = get_in_background(&b, path);
-    assert!(
-        origin
-            .origin
-            .wait_for_hits_for_async(path, 2, Duration::from_secs(15))
-            .await,
-        "B never fetched under A's lease"
-    );
+    let (a_fill, b_fill) = b_fetching_after_two_waits(&origin, &a, &b, path).await;
     assert!(lease_present(&server, path), "A's lease is gone");
     let posted = post(&c.proxy.url(path), &SITE, "x=1").await;
     assert_eq!(posted.status, 200);
@@ -298,16 +289,7 @@ async fn a_fetch_under_a_lease_replaced_by_another_claim_is_not_kept() {
     );
     origin.close(path, 1);
     origin.close(path, 2);
-    let a_fill = get_in_background(&a, path);
-    assert!(origin.reached(path, 1).await, "A did not reach the origin");
-    let b_fill = get_in_background(&b, path);
-    assert!(
-        origin
-            .origin
-            .wait_for_hits_for_async(path, 2, Duration::from_secs(15))
-            .await,
-        "B never fetched under A's lease"
-    );
+    let (a_fill, b_fill) = b_fetching_after_two_waits(&origin, &a, &b, path).await;
     let other = lease_naming(0x0123_4567_89ab_cdef);
     server.set_raw(&lease_key(path), &other, 60);
     origin.open(path, 2);
@@ -344,16 +326,7 @@ async fn a_fetch_under_a_lease_whose_server_is_frozen_when_it_ends_is_answered_a
     );
     origin.close(path, 1);
     origin.close(path, 2);
-    let a_fill = get_in_background(&a, path);
-    assert!(origin.reached(path, 1).await, "A did not reach the origin");
-    let b_fill = get_in_background(&b, path);
-    assert!(
-        origin
-            .origin
-            .wait_for_hits_for_async(path, 2, Duration::from_secs(15))
-            .await,
-        "B never fetched under A's lease"
-    );
+    let (a_fill, b_fill) = b_fetching_after_two_waits(&origin, &a, &b, path).await;
     server.freeze();
     origin.open(path, 2);
     let answered = tokio::time::timeout(Duration::from_secs(10), b_fill)
@@ -446,16 +419,7 @@ async fn a_late_renewal_on_a_server_without_cas_does_not_keep_a_fetch_from_befor
     origin.close(path, 1);
     origin.close(path, 2);
     origin.close(path, 3);
-    let a_fill = get_in_background(&a, path);
-    assert!(origin.reached(path, 1).await, "A did not reach the origin");
-    let b_fill = get_in_background(&b, path);
-    assert!(
-        origin
-            .origin
-            .wait_for_hits_for_async(path, 2, Duration::from_secs(15))
-            .await,
-        "B never fetched under A's lease"
-    );
+    let (a_fill, b_fill) = b_fetching_after_two_waits(&origin, &a, &b, path).await;
     // A's next renewal is slow on its way to memcached
     let lease = lease_key(path);
     relay.on(
@@ -654,16 +618,7 @@ async fn a_request_after_a_published_post_is_not_served_the_fetch_under_the_leas
         nodes.start("C", server.addr()),
     );
     origin.close(path, 1);
-    let a_fill = get_in_background(&a, path);
-    assert!(origin.reached(path, 1).await, "A did not reach the origin");
-    let b_fill = get_in_background(&b, path);
-    assert!(
-        origin
-            .origin
-            .wait_for_hits_for_async(path, 2, Duration::from_secs(15))
-            .await,
-        "B never fetched under A's lease"
-    );
+    let (a_fill, b_fill) = b_fetching_after_two_waits(&origin, &a, &b, path).await;
     assert!(lease_present(&server, path), "A's lease is gone");
     let posted = post(&c.proxy.url(path), &SITE, "x=1").await;
     assert_eq!(posted.status, 200);

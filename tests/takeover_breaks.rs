@@ -357,16 +357,7 @@ async fn a_request_after_a_post_is_not_served_a_fill_under_another_claim_still_s
         nodes.start("C", server.addr()),
     );
     origin.close(path, 1);
-    let a_fill = get_in_background(&a, path);
-    assert!(origin.reached(path, 1).await, "A did not reach the origin");
-    let b_fill = get_in_background(&b, path);
-    assert!(
-        origin
-            .origin
-            .wait_for_hits_for_async(path, 2, Duration::from_secs(15))
-            .await,
-        "B never fetched for itself"
-    );
+    let (a_fill, b_fill) = b_fetching_after_two_waits(&origin, &a, &b, path).await;
     origin.open(path, 1);
     assert_eq!(a_fill.await.expect("A's request").status, 502);
     lease_released(&server, path, "A's failed fill left its lease").await;

@@ -94,6 +94,30 @@ pub fn get_in_background(node: &Node, path: &str) -> tokio::task::JoinHandle<Res
     tokio::spawn(async move { get(&url, &SITE).await })
 }
 
+/// A's request for `path` sent, held at the origin (the path's first arrival there: the caller
+/// closed `origin`'s gate 1), then B's: B waits for A's fill as long as it may (two leases), and
+/// fetches under A's lease (the origin's second arrival). Returns A's and B's requests. The
+/// opening of the attacks on a fetch after two waits (`tests/kept_while_held_breaks.rs`,
+/// `guarded_elsewhere_attacks`, `takeover_breaks`).
+pub async fn b_fetching_after_two_waits(
+    origin: &GatedOrigin,
+    a: &Node,
+    b: &Node,
+    path: &str,
+) -> (tokio::task::JoinHandle<Resp>, tokio::task::JoinHandle<Resp>) {
+    let a_fill = get_in_background(a, path);
+    assert!(origin.reached(path, 1).await, "A did not reach the origin");
+    let b_fill = get_in_background(b, path);
+    assert!(
+        origin
+            .origin
+            .wait_for_hits_for_async(path, 2, Duration::from_secs(15))
+            .await,
+        "B never fetched under A's lease"
+    );
+    (a_fill, b_fill)
+}
+
 /// Waits (up to [`SETTLE`]) until `node` has no write to memcached left in the background,
 /// asserting it has none then. It exists because every check of what memcached holds after a
 /// fill (kept or not) must wait for this first, and the tests wrote the same assertion some
