@@ -172,15 +172,6 @@ async fn a_request_queued_behind_a_refused_fetch_under_a_gone_lease_claims_the_u
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
-/// A lease value as a claim of another process makes it (`{ms} {holder:016x}`), claimed now.
-fn lease_naming(holder: u64) -> Vec<u8> {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis();
-    format!("{now_ms} {holder:016x}").into_bytes()
-}
-
 /// A claims `/posted`, its fill slow (renewed); eight plain GETs reach B, wait two leases and
 /// fetch under A's lease (one fetch, the rest queued behind it). A's fetch fails and releases
 /// its lease; a POST through C then finds nothing. B's fetch answers: nothing from before the

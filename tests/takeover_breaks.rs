@@ -23,13 +23,10 @@ fn page(n: usize) -> OriginResponse {
     OriginResponse::ok(format!("body-{n}")).header("cache-control", "max-age=3600")
 }
 
-/// A lease value as a claim of another process makes it (`{ms} {holder:016x}`), claimed now.
+/// A lease naming a holder nobody has, claimed now (a stray lease, as a claim landing after its
+/// fill ended leaves).
 fn stray_lease() -> Vec<u8> {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis();
-    format!("{now_ms} 00000000deadbeef").into_bytes()
+    lease_naming(0xdead_beef)
 }
 
 /// A stray lease of `/cut` (planted, naming a holder nobody has) is waited out by B, found again

@@ -94,6 +94,16 @@ pub fn get_in_background(node: &Node, path: &str) -> tokio::task::JoinHandle<Res
     tokio::spawn(async move { get(&url, &SITE).await })
 }
 
+/// A lease value as a claim of another process makes it (`{ms} {holder:016x}`), claimed now:
+/// planted straight into memcached by the attacks on the fill leases.
+pub fn lease_naming(holder: u64) -> Vec<u8> {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    format!("{now_ms} {holder:016x}").into_bytes()
+}
+
 /// A's request for `path` sent, held at the origin (the path's first arrival there: the caller
 /// closed `origin`'s gate 1), then B's: B waits for A's fill as long as it may (two leases), and
 /// fetches under A's lease (the origin's second arrival). Returns A's and B's requests. The
