@@ -407,8 +407,11 @@ impl LacquerProxy {
                     }
                     // a claim under which it already fetches keeps its mark: kept only while
                     // that lease names the holder it waited on
-                    MissClaim::Elsewhere { .. } if under_another_claim => {}
-                    MissClaim::Elsewhere { holder } => {
+                    MissClaim::Elsewhere if under_another_claim => {}
+                    MissClaim::Elsewhere => {
+                        // read right after the claim found it: the fill is joined only while
+                        // the lease names this holder (`storage::guarded_fills`)
+                        let holder = Box::pin(tier.fill_leases().holder_now(key)).await;
                         ctx.fetch_under_another_claim(FetchedUnderAnotherClaim::Refused(holder))
                     }
                     // (a mark of refusal an earlier attempt of this request got stays)

@@ -329,10 +329,12 @@ struct Held {
 pub enum MissClaim {
     /// The request holds the lease: its fill is the lease's.
     Held(HeldLease),
-    /// Another node's claim holds it, naming `holder` (as read right after the claim): the fetch is guarded only while that claim stands, so its fill is served
-    /// to the requests that read it and refused when it finishes ([`FetchedUnderAnotherClaim`]),
-    /// and joined by later ones only while that lease stands (`storage::guarded_fills`).
-    Elsewhere { holder: LeaseHolder },
+    /// Another node's claim holds it: the fetch is guarded only while that claim stands, so its
+    /// fill is served to the requests that read it and refused when it finishes
+    /// ([`FetchedUnderAnotherClaim`]), and joined by later ones only while that lease stands
+    /// (`storage::guarded_fills`). The caller that needs the claim's holder for that reads it
+    /// ([`FillLeases::holder_now`]): a request already fetching under that claim does not.
+    Elsewhere,
     /// Another request on this node holds the lease: the fetch follows that claim, and is kept
     /// unless the claim's fill stores nothing: the lease then goes while this fetch may be out,
     /// so the claim's end refuses fills of the URL sent before it ([`FillLeases::purged_here`]).
@@ -697,8 +699,8 @@ impl FillLeases {
     }
 
     /// Whose claim the lease of `key`'s URL names now ([`LeaseHolder::Nobody`] too when its
-    /// server did not answer).
-    async fn holder_now(&self, key: &CacheKey) -> LeaseHolder {
+    /// server did not answer): one memcached read.
+    pub async fn holder_now(&self, key: &CacheKey) -> LeaseHolder {
         match self.read_lease(key).await {
             None => LeaseHolder::Nobody,
             Some(value) => lease_holder(&value).map_or(LeaseHolder::Unnamed, LeaseHolder::Claim),
@@ -751,9 +753,7 @@ impl FillLeases {
     pub async fn claim_for_miss(&'static self, key: &CacheKey) -> MissClaim {
         match self.claim(key).await {
             FillClaim::Ours(claim) => MissClaim::Held(self.hold(key, claim)),
-            FillClaim::Theirs => MissClaim::Elsewhere {
-                holder: self.holder_now(key).await,
-            },
+            FillClaim::Theirs => MissClaim::Elsewhere,
             FillClaim::ThisNode => {
                 let primary = key.primary_bin();
                 *self.beside.lock().entry(primary).or_default() += 1;
