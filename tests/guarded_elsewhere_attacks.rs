@@ -24,6 +24,10 @@
 //! uncoordinated, and when that fill failed and released its lease, a POST meanwhile found
 //! nothing and the fetch was kept. Now it fetches under that lease, and its fill is kept only if
 //! the lease still names the same holder when the fill finishes.
+//!
+//! The seventh: the sixth's join with the memcached server frozen. The lease read before joining
+//! does not answer; taken for gone, the fill is let go and the request fetches for itself, held
+//! up only by the read's `op_timeout`. (Holds: kept as coverage; fails with the read skipped.)
 
 use lacquer_test_support as support;
 
@@ -391,5 +395,63 @@ async fn a_request_after_a_post_does_not_join_a_declined_misss_fill_under_anothe
         "a GET through A after the POST was served A's fill from before it ({:?}; origin hits {})",
         after.cache_status(),
         origin.hits_for(path)
+    );
+}
+
+/// B claims `/frozen-join` and waits at the origin. A asks for it with a validator its fast path
+/// declines: A finds B's lease and fetches under it, and its answer streams slowly (a guarded
+/// fill, listed with B's holder). Then the memcached server freezes, and a plain GET through A
+/// would join that fill: before it joins, A reads the lease, which does not answer. Unconfirmed,
+/// the lease is taken for gone, as a fill's end takes it (`FillLeases::still_held_by`): A lets go
+/// of the fill and the GET fetches for itself. What a frozen server may cost it is the reads'
+/// `op_timeout`, never an error; A's streaming reader still gets its whole answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_request_joining_a_guarded_fill_while_memcached_is_frozen_is_answered_by_its_own_fetch() {
+    let server = MemcachedProcess::start();
+    let path = "/frozen-join";
+    let origin = GatedOrigin::answering(|_, n| match n {
+        2 => OriginResponse::ok(Body::Paced {
+            chunks: vec!["bo".into(), "dy".into(), "-".into(), "2".into()],
+            interval: Duration::from_millis(1000),
+        })
+        .header("cache-control", "max-age=3600"),
+        n => page(n),
+    });
+    let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"10s\"");
+    let (a, b) = (
+        nodes.start("A", server.addr()),
+        nodes.start("B", server.addr()),
+    );
+    origin.close(path, 1);
+    let b_fill = get_in_background(&b, path);
+    assert!(origin.reached(path, 1).await, "B did not reach the origin");
+    assert!(lease_present(&server, path), "B claimed no lease");
+    let url = a.proxy.url(path);
+    let a_fill =
+        tokio::spawn(
+            async move { get(&url, &[("host", HOST), ("if-none-match", "\"v0\"")]).await },
+        );
+    assert!(origin.reached(path, 2).await, "A did not reach the origin");
+    server.freeze();
+    let joining = tokio::time::timeout(Duration::from_secs(20), get(&a.proxy.url(path), &SITE))
+        .await
+        .expect("a GET joining A's guarded fill was held behind the frozen server");
+    let streamed = a_fill.await.expect("A's first request");
+    server.thaw();
+    origin.open(path, 1);
+    assert_eq!(b_fill.await.expect("B's request").status, 200);
+    assert_eq!(joining.status, 200, "{:?}", joining.cache_status());
+    assert_eq!(
+        &joining.body[..],
+        b"body-3",
+        "the GET did not fetch for itself ({:?}; origin hits {})",
+        joining.cache_status(),
+        origin.hits_for(path)
+    );
+    assert_eq!(streamed.status, 200);
+    assert_eq!(
+        &streamed.body[..],
+        b"body-2",
+        "A's streaming reader lost its answer"
     );
 }
