@@ -34,11 +34,6 @@ use lacquer_test_support as support;
 use support::lease_rig::*;
 use support::*;
 
-/// The page as a GET's `n`th arrival at the origin finds it.
-fn page(n: usize) -> OriginResponse {
-    OriginResponse::ok(format!("body-{n}")).header("cache-control", "max-age=3600")
-}
-
 /// B claims `/p` and waits at the origin (its answer: a 502, stored nowhere). A asks for `/p`
 /// with a request its fast path declines: A finds B's lease and fetches too. B's fetch fails and
 /// B releases the lease; a POST through C finds nothing stored and no lease. A's fetch answers
@@ -57,7 +52,7 @@ async fn a_miss_under_another_claims_lease_is_not_kept_over_a_post_after_that_cl
     {
         let origin = GatedOrigin::answering(|_, n| match n {
             1 => OriginResponse::ok("origin failed").status(502),
-            n => page(n),
+            n => nth_page(n),
         });
         let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"10s\"");
         let node = |name: &str| nodes.start(&format!("{name}{round}"), server.addr());
@@ -136,7 +131,7 @@ async fn a_fetch_after_a_stray_lease_was_waited_out_is_not_kept_over_a_post() {
     let cluster = MemcachedCluster::start(1);
     let server = &cluster.servers[0];
     let path = "/stray";
-    let origin = GatedOrigin::answering(|_, n| page(n));
+    let origin = GatedOrigin::answering(|_, n| nth_page(n));
     let relay = Relay::holding_claim(server.addr(), path, Duration::from_millis(1500)).await;
     let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"4s\"");
     let a = nodes.start("A", relay.addr);
@@ -194,7 +189,7 @@ async fn requests_behind_a_fill_under_another_claim_are_served_from_it() {
             interval: Duration::from_millis(400),
         })
         .header("cache-control", "max-age=3600"),
-        n => page(n),
+        n => nth_page(n),
     });
     let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"10s\"");
     let (a, b) = (
@@ -257,7 +252,7 @@ async fn a_fetch_after_waiting_two_leases_under_a_slow_fill_is_not_kept_over_a_p
     let path = "/long";
     let origin = GatedOrigin::answering(|_, n| match n {
         1 => OriginResponse::ok("origin failed").status(502),
-        n => page(n),
+        n => nth_page(n),
     });
     let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"2s\"");
     let (a, b, c) = (
@@ -305,7 +300,7 @@ async fn a_fetch_beside_this_nodes_failed_claim_is_not_kept_over_a_post() {
     let path = "/beside";
     let origin = GatedOrigin::answering(|_, n| match n {
         1 => OriginResponse::ok("origin failed").status(502),
-        n => page(n),
+        n => nth_page(n),
     });
     let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"10s\"")
         .sections("[cache]\nlock_timeout = \"1s\"");
@@ -361,7 +356,7 @@ async fn a_request_after_a_post_does_not_join_a_declined_misss_fill_under_anothe
             interval: Duration::from_millis(1000),
         })
         .header("cache-control", "max-age=3600"),
-        n => page(n),
+        n => nth_page(n),
     });
     let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"10s\"");
     let (a, b, c) = (
@@ -415,7 +410,7 @@ async fn a_request_joining_a_guarded_fill_while_memcached_is_frozen_is_answered_
             interval: Duration::from_millis(1000),
         })
         .header("cache-control", "max-age=3600"),
-        n => page(n),
+        n => nth_page(n),
     });
     let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"10s\"");
     let (a, b) = (

@@ -34,23 +34,6 @@ use std::time::Instant;
 use support::lease_rig::*;
 use support::*;
 
-/// The page as a GET's `n`th arrival at the origin finds it.
-fn page(n: usize) -> OriginResponse {
-    OriginResponse::ok(format!("body-{n}")).header("cache-control", "max-age=3600")
-}
-
-/// Waits (up to [`SETTLE`]) until `node`'s `stat` is at least `n`; returns it.
-async fn stat_reaches(node: &Node, stat: &str, n: u64) -> u64 {
-    let deadline = Instant::now() + SETTLE;
-    loop {
-        let now = admin_stat(node.admin, stat).await;
-        if now >= n || Instant::now() >= deadline {
-            return now;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// A claims `/stored` and its fill is slow (held at the origin, its lease renewed). Eight plain
 /// GETs reach B at once; each waits for A's fill two leases, finds A's lease still and fetches
 /// under it, coalesced on B's cache lock behind the first. While that first fetch is at the
@@ -62,7 +45,7 @@ async fn stat_reaches(node: &Node, stat: &str, n: u64) -> u64 {
 async fn a_crowd_behind_a_fetch_under_a_lease_whose_fill_then_landed_fetches_once() {
     let server = MemcachedProcess::start();
     let path = "/stored";
-    let origin = GatedOrigin::answering(|_, n| page(n));
+    let origin = GatedOrigin::answering(|_, n| nth_page(n));
     let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"1s\"");
     let (a, b) = (
         nodes.start("A", server.addr()),
@@ -70,20 +53,8 @@ async fn a_crowd_behind_a_fetch_under_a_lease_whose_fill_then_landed_fetches_onc
     );
     origin.close(path, 1);
     origin.close(path, 2);
-    let a_fill = get_in_background(&a, path);
-    assert!(origin.reached(path, 1).await, "A did not reach the origin");
-    let url = b.proxy.url(path);
-    let crowd = tokio::spawn(async move { gets_at_once((0..8).map(|_| url.clone()), &SITE).await });
-    assert!(
-        origin
-            .origin
-            .wait_for_hits_for_async(path, 2, Duration::from_secs(15))
-            .await,
-        "B never fetched under A's lease"
-    );
     // the other seven end their waits too and queue behind B's fetch on its cache lock
-    assert!(stat_reaches(&b, "fill_waits", 16).await >= 16);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (a_fill, crowd) = b_crowd_fetching_after_two_waits(&origin, &a, &b, path).await;
     // A's fill lands: its entry written, its lease released
     origin.open(path, 1);
     assert_eq!(&a_fill.await.expect("A's request").body[..], b"body-1");
@@ -129,7 +100,7 @@ async fn a_request_queued_behind_a_refused_fetch_under_a_gone_lease_claims_the_u
     let server = MemcachedProcess::start();
     let origin = GatedOrigin::answering(|_, n| match n {
         1 => OriginResponse::ok("origin failed").status(502),
-        n => page(n),
+        n => nth_page(n),
     });
     let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"1s\"");
     let (a, b) = (
@@ -141,21 +112,8 @@ async fn a_request_queued_behind_a_refused_fetch_under_a_gone_lease_claims_the_u
         let path = &format!("/failed-{round}");
         origin.close(path, 1);
         origin.close(path, 2);
-        let a_fill = get_in_background(&a, path);
-        assert!(origin.reached(path, 1).await, "A did not reach the origin");
-        let url = b.proxy.url(path);
-        let crowd =
-            tokio::spawn(async move { gets_at_once((0..8).map(|_| url.clone()), &SITE).await });
-        assert!(
-            origin
-                .origin
-                .wait_for_hits_for_async(path, 2, Duration::from_secs(15))
-                .await,
-            "B never fetched under A's lease"
-        );
         // the other seven end their waits too and queue behind B's fetch
-        assert!(stat_reaches(&b, "fill_waits", 16 * (round + 1)).await >= 16 * (round + 1));
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let (a_fill, crowd) = b_crowd_fetching_after_two_waits(&origin, &a, &b, path).await;
         let refused_before = admin_stat(b.admin, "fills_under_another_claim").await;
         origin.open(path, 1);
         assert_eq!(a_fill.await.expect("A's request").status, 502);
@@ -191,7 +149,7 @@ async fn a_crowd_under_a_failed_claims_lease_keeps_nothing_from_before_a_post() 
     let path = "/posted";
     let origin = GatedOrigin::answering(|_, n| match n {
         1 => OriginResponse::ok("origin failed").status(502),
-        n => page(n),
+        n => nth_page(n),
     });
     let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"1s\"");
     let (a, b, c) = (
@@ -201,19 +159,7 @@ async fn a_crowd_under_a_failed_claims_lease_keeps_nothing_from_before_a_post() 
     );
     origin.close(path, 1);
     origin.close(path, 2);
-    let a_fill = get_in_background(&a, path);
-    assert!(origin.reached(path, 1).await, "A did not reach the origin");
-    let url = b.proxy.url(path);
-    let crowd = tokio::spawn(async move { gets_at_once((0..8).map(|_| url.clone()), &SITE).await });
-    assert!(
-        origin
-            .origin
-            .wait_for_hits_for_async(path, 2, Duration::from_secs(15))
-            .await,
-        "B never fetched under A's lease"
-    );
-    assert!(stat_reaches(&b, "fill_waits", 16).await >= 16);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (a_fill, crowd) = b_crowd_fetching_after_two_waits(&origin, &a, &b, path).await;
     origin.open(path, 1);
     assert_eq!(a_fill.await.expect("A's request").status, 502);
     lease_released(&server, path, "A's failed fill left its lease").await;
@@ -240,7 +186,7 @@ async fn a_crowd_under_a_failed_claims_lease_keeps_nothing_from_before_a_post() 
 async fn a_post_while_the_other_claims_lease_stands_refuses_the_fetch_under_it() {
     let server = MemcachedProcess::start();
     let path = "/standing";
-    let origin = GatedOrigin::answering(|_, n| page(n));
+    let origin = GatedOrigin::answering(|_, n| nth_page(n));
     let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"1s\"");
     let (a, b, c) = (
         nodes.start("A", server.addr()),
@@ -278,7 +224,7 @@ async fn a_post_while_the_other_claims_lease_stands_refuses_the_fetch_under_it()
 async fn a_fetch_under_a_lease_replaced_by_another_claim_is_not_kept() {
     let server = MemcachedProcess::start();
     let path = "/replaced";
-    let origin = GatedOrigin::answering(|_, n| page(n));
+    let origin = GatedOrigin::answering(|_, n| nth_page(n));
     let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"1s\"");
     let (a, b) = (
         nodes.start("A", server.addr()),
@@ -315,7 +261,7 @@ async fn a_fetch_under_a_lease_replaced_by_another_claim_is_not_kept() {
 async fn a_fetch_under_a_lease_whose_server_is_frozen_when_it_ends_is_answered_and_not_kept() {
     let server = MemcachedProcess::start();
     let path = "/frozen";
-    let origin = GatedOrigin::answering(|_, n| page(n));
+    let origin = GatedOrigin::answering(|_, n| nth_page(n));
     let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"1s\"");
     let (a, b) = (
         nodes.start("A", server.addr()),
@@ -359,7 +305,7 @@ async fn a_fetch_under_a_lease_whose_server_is_frozen_when_it_ends_is_answered_a
 async fn a_crowd_under_a_stray_lease_on_a_server_without_cas_fetches_once_and_keeps_it() {
     let server = MemcachedProcess::start_with(&["-C"]);
     let path = "/no-cas-crowd";
-    let origin = GatedOrigin::answering(|_, n| page(n));
+    let origin = GatedOrigin::answering(|_, n| nth_page(n));
     let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"1s\"");
     let b = nodes.start("B", server.addr());
     server.set_raw(&lease_key(path), &lease_naming(0xdead_beef), 60);
@@ -403,7 +349,7 @@ async fn a_late_renewal_on_a_server_without_cas_does_not_keep_a_fetch_from_befor
     let path = "/resurrected";
     let origin = GatedOrigin::answering(|_, n| match n {
         1 => OriginResponse::ok("origin failed").status(502),
-        n => page(n),
+        n => nth_page(n),
     });
     let relay = Relay::start(server.addr()).await;
     let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"1s\"");
@@ -487,7 +433,7 @@ fn set_on(addr: std::net::SocketAddr, key: &str, value: &str) {
 async fn a_crowd_under_a_live_lease_of_an_earlier_version_fetches_once() {
     let server = MemcachedProcess::start();
     let path = "/old";
-    let origin = GatedOrigin::answering(|_, n| page(n));
+    let origin = GatedOrigin::answering(|_, n| nth_page(n));
     let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"1s\"");
     let b = nodes.start("B", server.addr());
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -533,7 +479,7 @@ async fn a_crowd_under_a_live_lease_of_an_earlier_version_fetches_once() {
 async fn a_drain_cutting_a_fetch_under_another_claims_lease_leaves_that_lease_alone() {
     let server = MemcachedProcess::start();
     let path = "/drained";
-    let origin = GatedOrigin::answering(|_, n| page(n));
+    let origin = GatedOrigin::answering(|_, n| nth_page(n));
     let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"1s\"");
     let a = nodes.start("A", server.addr());
     let mut b = nodes.start_with("B", server.addr(), "shutdown_timeout = \"1s\"\n");
@@ -606,7 +552,7 @@ async fn a_request_after_a_published_post_is_not_served_the_fetch_under_the_leas
             interval: Duration::from_millis(1500),
         })
         .header("cache-control", "max-age=3600"),
-        n => page(n),
+        n => nth_page(n),
     });
     let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"1s\"");
     let (a, b, c) = (
@@ -651,7 +597,7 @@ async fn a_request_after_a_published_post_is_not_served_the_fetch_under_the_leas
 async fn a_fill_kept_under_another_claims_lease_leaves_that_lease_to_its_claim() {
     let server = MemcachedProcess::start();
     let path = "/kept";
-    let origin = GatedOrigin::answering(|_, n| page(n));
+    let origin = GatedOrigin::answering(|_, n| nth_page(n));
     let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"1s\"");
     let (a, b, c) = (
         nodes.start("A", server.addr()),
@@ -695,7 +641,7 @@ async fn a_fill_kept_under_another_claims_lease_leaves_that_lease_to_its_claim()
 async fn a_fill_kept_under_another_claims_lease_whose_write_failed_is_not_kept_over_a_post() {
     let server = MemcachedProcess::start();
     let path = "/write-failed";
-    let origin = GatedOrigin::answering(|_, n| page(n));
+    let origin = GatedOrigin::answering(|_, n| nth_page(n));
     let entry = entry_key(path);
     let relay = Relay::with(
         server.addr(),

@@ -18,11 +18,6 @@ use std::time::Instant;
 use support::lease_rig::*;
 use support::*;
 
-/// The page as a GET's `n`th arrival at the origin finds it.
-fn page(n: usize) -> OriginResponse {
-    OriginResponse::ok(format!("body-{n}")).header("cache-control", "max-age=3600")
-}
-
 /// A lease naming a holder nobody has, claimed now (a stray lease, as a claim landing after its
 /// fill ended leaves).
 fn stray_lease() -> Vec<u8> {
@@ -42,7 +37,7 @@ fn stray_lease() -> Vec<u8> {
 async fn a_take_over_whose_swap_reply_is_lost_holds_the_lease_it_swapped_in() {
     let server = MemcachedProcess::start();
     let path = "/cut";
-    let origin = GatedOrigin::answering(|_, n| page(n));
+    let origin = GatedOrigin::answering(|_, n| nth_page(n));
     let relay = Relay::with(server.addr(), renewal_of(path), Tamper::Cut).await;
     let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"1s\"");
     let b = nodes.start("B", relay.addr);
@@ -80,7 +75,7 @@ async fn a_take_over_whose_swap_reply_is_lost_holds_the_lease_it_swapped_in() {
 async fn a_stray_lease_on_a_server_without_cas_is_not_fetched_past_unguarded() {
     let server = MemcachedProcess::start_with(&["-C"]);
     let path = "/no-cas";
-    let origin = GatedOrigin::answering(|_, n| page(n));
+    let origin = GatedOrigin::answering(|_, n| nth_page(n));
     let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"2s\"");
     let (a, b, c) = (
         nodes.start("A", server.addr()),
@@ -131,7 +126,7 @@ async fn stat_sum(nodes: &[&Node], stat: &str) -> u64 {
 async fn three_nodes_finding_the_same_stray_lease_again_fetch_it_once() {
     let server = MemcachedProcess::start();
     let path = "/three";
-    let origin = GatedOrigin::answering(|_, n| page(n));
+    let origin = GatedOrigin::answering(|_, n| nth_page(n));
     let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"1s\"");
     let (a, b, c) = (
         nodes.start("A", server.addr()),
@@ -192,7 +187,7 @@ async fn three_nodes_finding_the_same_stray_lease_again_fetch_it_once() {
 async fn a_post_while_a_take_over_swap_is_in_flight_is_not_undone() {
     let server = MemcachedProcess::start();
     let path = "/inflight";
-    let origin = GatedOrigin::answering(|_, n| page(n));
+    let origin = GatedOrigin::answering(|_, n| nth_page(n));
     let relay = Relay::with(
         server.addr(),
         renewal_of(path),
@@ -249,7 +244,7 @@ async fn a_post_while_a_take_over_swap_is_in_flight_is_not_undone() {
 async fn a_crowd_on_one_node_after_waiting_two_leases_fetches_once() {
     let server = MemcachedProcess::start();
     let path = "/crowd";
-    let origin = GatedOrigin::answering(|_, n| page(n));
+    let origin = GatedOrigin::answering(|_, n| nth_page(n));
     let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"1s\"");
     let (a, b) = (
         nodes.start("A", server.addr()),
@@ -285,7 +280,7 @@ async fn a_crowd_on_one_node_after_another_nodes_fill_failed_fetches_once() {
     let path = "/failing";
     let origin = GatedOrigin::answering(|_, n| match n {
         1 => OriginResponse::ok("origin failed").status(502),
-        n => page(n),
+        n => nth_page(n),
     });
     let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"10s\"");
     let (a, b) = (
@@ -297,12 +292,8 @@ async fn a_crowd_on_one_node_after_another_nodes_fill_failed_fetches_once() {
     assert!(origin.reached(path, 1).await, "A did not reach the origin");
     let url = b.proxy.url(path);
     let crowd = tokio::spawn(async move { gets_at_once((0..8).map(|_| url.clone()), &SITE).await });
-    let deadline = Instant::now() + SETTLE;
-    while admin_stat(b.admin, "fill_waits").await < 8 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
     assert_eq!(
-        admin_stat(b.admin, "fill_waits").await,
+        stat_reaches(&b, "fill_waits", 8).await,
         8,
         "B's crowd did not wait"
     );
@@ -345,7 +336,7 @@ async fn a_request_after_a_post_is_not_served_a_fill_under_another_claim_still_s
             interval: Duration::from_millis(1500),
         })
         .header("cache-control", "max-age=3600"),
-        n => page(n),
+        n => nth_page(n),
     });
     let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"1s\"");
     let (a, b, c) = (

@@ -4,12 +4,14 @@
 //! wait behind gates the test opens ([`GatedOrigin`]), and nodes with one memcached server each
 //! ([`node_via`], [`Nodes`]), and the waits and checks their tests repeat. Shared by
 //! `tests/fill_lease_attacks.rs`, `tests/unanswered_claim_attacks.rs`,
-//! `tests/fill_lease_renewal.rs` and `tests/purged_fill_attacks.rs`.
+//! `tests/fill_lease_renewal.rs`, `tests/purged_fill_attacks.rs`, and the attacks on fetches
+//! under another claim's lease (`tests/kept_while_held_breaks.rs`, `takeover_breaks.rs`,
+//! `guarded_elsewhere_attacks.rs`, `elsewhere_breaks.rs`).
 
 use crate::{
-    admin_toml, free_port, get, poll_until_async, wait_for_stat_at_most, LacquerProcess,
-    MemcachedCluster, MemcachedProcess, Node, OriginResponse, RecordedRequest, Resp, TempDir,
-    TestOrigin, ADMIN_TOKEN,
+    admin_stat, admin_toml, free_port, get, gets_at_once, poll_until_async, wait_for_stat_at_most,
+    LacquerProcess, MemcachedCluster, MemcachedProcess, Node, OriginResponse, RecordedRequest,
+    Resp, TempDir, TestOrigin, ADMIN_TOKEN,
 };
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -126,6 +128,62 @@ pub async fn b_fetching_after_two_waits(
         "B never fetched under A's lease"
     );
     (a_fill, b_fill)
+}
+
+/// The page as a GET's `n`th arrival at the origin finds it (`body-{n}`, fresh for an hour): what
+/// a [`GatedOrigin`] answers in the attacks on fetches under another claim's lease, where which
+/// fetch's page a node serves is what they judge. Three test files wrote it alike.
+pub fn nth_page(n: usize) -> OriginResponse {
+    OriginResponse::ok(format!("body-{n}")).header("cache-control", "max-age=3600")
+}
+
+/// Waits (up to [`SETTLE`]) until `node`'s admin stat `stat` is at least `n`; returns it (the
+/// caller asserts).
+pub async fn stat_reaches(node: &Node, stat: &str, n: u64) -> u64 {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let now = admin_stat(node.admin, stat).await;
+        if now >= n || Instant::now() >= deadline {
+            return now;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// [`b_fetching_after_two_waits`] with a crowd: A's request for `path` held at the origin (the
+/// caller closed gate 1), then eight plain GETs of it at once on B. Each waits for A's fill two
+/// leases; the first then fetches under A's lease (the origin's second arrival), and the other
+/// seven end their waits too (B's `fill_waits` grown by 16) and queue behind it on B's cache
+/// lock (300 ms more). Returns A's request and B's eight. The opening of the crowd attacks of
+/// `tests/kept_while_held_breaks.rs`, which wrote it out three times.
+pub async fn b_crowd_fetching_after_two_waits(
+    origin: &GatedOrigin,
+    a: &Node,
+    b: &Node,
+    path: &str,
+) -> (
+    tokio::task::JoinHandle<Resp>,
+    tokio::task::JoinHandle<Vec<Resp>>,
+) {
+    let waits_before = admin_stat(b.admin, "fill_waits").await;
+    let a_fill = get_in_background(a, path);
+    assert!(origin.reached(path, 1).await, "A did not reach the origin");
+    let url = b.proxy.url(path);
+    let crowd = tokio::spawn(async move { gets_at_once((0..8).map(|_| url.clone()), &SITE).await });
+    assert!(
+        origin
+            .origin
+            .wait_for_hits_for_async(path, 2, Duration::from_secs(15))
+            .await,
+        "B never fetched under A's lease"
+    );
+    let waits = waits_before + 16;
+    assert!(
+        stat_reaches(b, "fill_waits", waits).await >= waits,
+        "B's crowd did not end its waits"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    (a_fill, crowd)
 }
 
 /// Waits (up to [`SETTLE`]) until `node` has no write to memcached left in the background,
