@@ -489,13 +489,7 @@ async fn a_drain_cutting_a_fetch_under_another_claims_lease_leaves_that_lease_al
     assert!(origin.reached(path, 1).await, "A did not reach the origin");
     let url = b.proxy.url(path);
     let b_fill = tokio::spawn(async move { get_maybe(&url).await });
-    assert!(
-        origin
-            .origin
-            .wait_for_hits_for_async(path, 2, Duration::from_secs(15))
-            .await,
-        "B never fetched under A's lease"
-    );
+    b_fetched_under_as_lease(&origin, path).await;
     let holder_of = |lease: &[u8]| lease.split(|b| *b == b' ').nth(1).map(<[u8]>::to_vec);
     let a_holder = holder_of(&server.get_raw(&lease_key(path)).expect("A's lease"));
     assert!(b.proxy.signal("TERM"));

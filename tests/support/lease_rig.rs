@@ -120,13 +120,7 @@ pub async fn b_fetching_after_two_waits(
     let a_fill = get_in_background(a, path);
     assert!(origin.reached(path, 1).await, "A did not reach the origin");
     let b_fill = get_in_background(b, path);
-    assert!(
-        origin
-            .origin
-            .wait_for_hits_for_async(path, 2, Duration::from_secs(15))
-            .await,
-        "B never fetched under A's lease"
-    );
+    b_fetched_under_as_lease(origin, path).await;
     (a_fill, b_fill)
 }
 
@@ -170,13 +164,7 @@ pub async fn b_crowd_fetching_after_two_waits(
     assert!(origin.reached(path, 1).await, "A did not reach the origin");
     let url = b.proxy.url(path);
     let crowd = tokio::spawn(async move { gets_at_once((0..8).map(|_| url.clone()), &SITE).await });
-    assert!(
-        origin
-            .origin
-            .wait_for_hits_for_async(path, 2, Duration::from_secs(15))
-            .await,
-        "B never fetched under A's lease"
-    );
+    b_fetched_under_as_lease(origin, path).await;
     let waits = waits_before + 16;
     assert!(
         stat_reaches(b, "fill_waits", waits).await >= waits,
@@ -184,6 +172,18 @@ pub async fn b_crowd_fetching_after_two_waits(
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
     (a_fill, crowd)
+}
+
+/// Asserts that `path` reaches the origin a second time within 15 s: B's fetch under A's lease,
+/// once B's two waits are over (a lease of 1 s each, and their polls).
+pub async fn b_fetched_under_as_lease(origin: &GatedOrigin, path: &str) {
+    assert!(
+        origin
+            .origin
+            .wait_for_hits_for_async(path, 2, Duration::from_secs(15))
+            .await,
+        "B never fetched under A's lease"
+    );
 }
 
 /// Waits (up to [`SETTLE`]) until `node` has no write to memcached left in the background,
