@@ -55,6 +55,7 @@ async fn a_crowd_behind_a_fetch_under_a_lease_whose_fill_then_landed_fetches_onc
     origin.close(path, 2);
     // the other seven end their waits too and queue behind B's fetch on its cache lock
     let (a_fill, crowd) = b_crowd_fetching_after_two_waits(&origin, &a, &b, path).await;
+    let a_holder = lease_holder(&server, path).expect("A's lease");
     // A's fill lands: its entry written, its lease released
     origin.open(path, 1);
     assert_eq!(&a_fill.await.expect("A's request").body[..], b"body-1");
@@ -63,7 +64,8 @@ async fn a_crowd_behind_a_fetch_under_a_lease_whose_fill_then_landed_fetches_onc
         entry_holds(&server, path, b"body-1"),
         "A's fill was not kept"
     );
-    lease_released(&server, path, "A's stored fill left its lease").await;
+    // (B's crowd may claim the URL as soon as it is free: see the next test)
+    lease_left(&server, path, &a_holder, "A's stored fill left its lease").await;
     origin.open(path, 2);
     for answer in crowd.await.expect("B's crowd") {
         assert_eq!(answer.status, 200);
@@ -90,11 +92,19 @@ async fn a_crowd_behind_a_fetch_under_a_lease_whose_fill_then_landed_fetches_onc
 /// the URL again as it goes to the origin (`LacquerProxy::claim_unsettled_lease`). Three
 /// rounds, as the race is lost only about half the time.
 ///
-/// KNOWN, flaky: in the clean-clone CI of `6b08475` one round went "3 times, 2 of them refused":
-/// a second queued request claimed while A's lease still stood (so it kept A's mark) and found
-/// it gone when its own fill ended. The requests queued behind a fill refused as it ends still
-/// fetch again, as after any purge mid-fill (see the stop note of 2026-12-07).
-#[ignore = "KNOWN, flaky under load: a second request queued behind the refused fill may claim while A's lease still stands, and be refused in turn"]
+/// KNOWN, flaky: in the clean-clone CI of `6b08475` one round went "3 times, 2 of them refused".
+/// Debug logs of B over 16 runs four at a time (2026-12-07, later stop) showed two causes:
+/// - The test's own: it waited for no lease at all before letting B's fetch answer, but one of
+///   B's crowd may claim the URL the moment A's lease goes, and then waits behind that fetch: B's
+///   fetch stayed at the origin until B's cache lock timed out (10 s, `cache.lock_timeout`) and
+///   the waiters competed again (3-4 fetches). It now waits until the lease no longer names A's
+///   claim ([`lease_left`]); since then no run took the 10 s.
+/// - Left, not pinned down: 3 to 6 fetches with only B's first refused, in 1 run of 12 and 2 of
+///   16, none taking the 10 s. In the logs only three of the seven were queued on B's cache lock
+///   when B's fetch answered (the setup counts the waits begun, not ended); the others came to
+///   the URL after its refused fill, and more than one of them went to the origin on the standard
+///   path, one after another's fill had started.
+#[ignore = "KNOWN, flaky under load: requests of B's crowd still waiting when B's refused fill ends fetch again (see the doc comment)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_request_queued_behind_a_refused_fetch_under_a_gone_lease_claims_the_url() {
     let server = MemcachedProcess::start();
@@ -114,10 +124,14 @@ async fn a_request_queued_behind_a_refused_fetch_under_a_gone_lease_claims_the_u
         origin.close(path, 2);
         // the other seven end their waits too and queue behind B's fetch
         let (a_fill, crowd) = b_crowd_fetching_after_two_waits(&origin, &a, &b, path).await;
+        let a_holder = lease_holder(&server, path).expect("A's lease");
         let refused_before = admin_stat(b.admin, "fills_under_another_claim").await;
         origin.open(path, 1);
         assert_eq!(a_fill.await.expect("A's request").status, 502);
-        lease_released(&server, path, "A's failed fill left its lease").await;
+        // (one of B's crowd may claim the URL as soon as A's lease goes: it then waits behind
+        // B's fetch, and waiting for no lease at all held that fetch at the origin until B's
+        // cache lock timed out, 10 s, and the crowd fetched again)
+        lease_left(&server, path, &a_holder, "A's failed fill left its lease").await;
         origin.open(path, 2);
         for answer in crowd.await.expect("B's crowd") {
             assert_eq!(answer.status, 200, "{path}");
@@ -382,16 +396,11 @@ async fn a_late_renewal_on_a_server_without_cas_does_not_keep_a_fetch_from_befor
     let d_fill = get_in_background(&d, path);
     // A's GET, B's, C's POST and D's GET
     assert!(origin.reached(path, 4).await, "D did not reach the origin");
-    let holder_of = |lease: &[u8]| lease.split(|b| *b == b' ').nth(1).map(<[u8]>::to_vec);
-    let d_holder = holder_of(
-        &server
-            .get_raw(&lease_key(path))
-            .expect("D claimed no lease"),
-    );
+    let d_holder = lease_holder(&server, path);
+    assert!(d_holder.is_some(), "D claimed no lease");
     assert!(
-        poll_until_async(Duration::from_secs(3), || server
-            .get_raw(&lease_key(path))
-            .is_some_and(|now| holder_of(&now) != d_holder))
+        poll_until_async(Duration::from_secs(3), || lease_holder(&server, path)
+            .is_some_and(|now| Some(now) != d_holder))
         .await,
         "A's late renewal did not overwrite D's claim (it landed before D claimed)"
     );
@@ -490,8 +499,8 @@ async fn a_drain_cutting_a_fetch_under_another_claims_lease_leaves_that_lease_al
     let url = b.proxy.url(path);
     let b_fill = tokio::spawn(async move { get_maybe(&url).await });
     b_fetched_under_as_lease(&origin, path).await;
-    let holder_of = |lease: &[u8]| lease.split(|b| *b == b' ').nth(1).map(<[u8]>::to_vec);
-    let a_holder = holder_of(&server.get_raw(&lease_key(path)).expect("A's lease"));
+    let a_holder = lease_holder(&server, path);
+    assert!(a_holder.is_some(), "A's lease");
     assert!(b.proxy.signal("TERM"));
     let status = b.proxy.wait_exit(Duration::from_secs(8));
     assert!(
@@ -501,10 +510,7 @@ async fn a_drain_cutting_a_fetch_under_another_claims_lease_leaves_that_lease_al
     );
     let _ = b_fill.await;
     assert_eq!(
-        server
-            .get_raw(&lease_key(path))
-            .as_deref()
-            .and_then(holder_of),
+        lease_holder(&server, path),
         a_holder,
         "B's exit touched A's lease"
     );

@@ -217,6 +217,27 @@ pub async fn lease_released(server: &MemcachedProcess, path: &str, what: &str) {
     );
 }
 
+/// The holder `path`'s lease names now (the second word of its value: a renewal rewrites the
+/// first, its time), if there is a lease.
+pub fn lease_holder(server: &MemcachedProcess, path: &str) -> Option<Vec<u8>> {
+    server
+        .get_raw(&lease_key(path))
+        .and_then(|lease| lease.split(|b| *b == b' ').nth(1).map(<[u8]>::to_vec))
+}
+
+/// Asserts that within [`SETTLE`] `path`'s lease no longer names `holder` (`what`: the failure's
+/// message): released, or claimed since by another request. Not [`lease_released`] where other
+/// requests wait for the URL: one of them may claim it the moment it is released, and a test
+/// waiting for no lease at all then waits for that claim to end too.
+pub async fn lease_left(server: &MemcachedProcess, path: &str, holder: &[u8], what: &str) {
+    assert!(
+        poll_until_async(SETTLE, || lease_holder(server, path).as_deref()
+            != Some(holder))
+        .await,
+        "{what}"
+    );
+}
+
 /// Where an answer (`bytes`, the page as it was before a POST) is still found once the fills are
 /// over: whether memcached keeps it in `path`'s entry, and the names of the `nodes` (asked in
 /// this order, after memcached was read) that serve it. It exists because the tests of a fill
