@@ -169,3 +169,40 @@ async fn purge_is_refused_from_addresses_not_in_purge_from() {
     );
     assert!(!get(&default.url(path), &[]).await.is_hit());
 }
+
+/// A client that asks for a page again as soon as its POST or PURGE of it is answered gets a
+/// refill that is stored. Purges are stamped in whole milliseconds, rounded up, and cover what
+/// was fetched before their stamp: a refill sent in the same millisecond as the purge counted as
+/// fetched before it, was refused (stored nowhere), and the next request fetched once more. The
+/// answer to an invalidation of something stored is now held until the clock has passed its
+/// stamp (`invalidation::past_the_stamp`). Forty rounds of each, as a round loses that race only
+/// some of the time.
+#[tokio::test]
+async fn a_refill_asked_for_as_soon_as_its_invalidation_is_answered_is_stored() {
+    let origin = scripted_origin();
+    let lacquer = proxy(&origin);
+    let mut refused = Vec::new();
+    for round in 0..40 {
+        for how in ["POST", "PURGE"] {
+            let path = format!("/refill-{how}-{round}?cc=max-age%3D600");
+            let url = lacquer.url(&path);
+            get(&url, &[]).await;
+            assert!(get(&url, &[]).await.is_hit(), "{path}: not stored");
+            let invalidated = match how {
+                "POST" => post(&url, &[], "edit").await,
+                _ => request("PURGE", &url, &[], None).await,
+            };
+            assert_eq!(invalidated.status, 200, "{path}");
+            let refill = get(&url, &[]).await;
+            assert!(!refill.is_hit(), "{path}: survived the {how}");
+            let again = get(&url, &[]).await;
+            if !again.is_hit() {
+                refused.push(format!("{path}: {:?}", again.cache_status()));
+            }
+        }
+    }
+    assert!(
+        refused.is_empty(),
+        "refills sent right after their invalidation's answer were not stored: {refused:#?}"
+    );
+}

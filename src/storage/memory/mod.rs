@@ -86,6 +86,17 @@ pub struct Touched {
     pub objects: usize,
     /// Other variants of a URL removed or marked stale.
     pub variants: usize,
+    /// A fill of the URL in flight was let go of (a hard purge of a URL): nothing stored, but
+    /// an answer was on its way to being stored, so the purge's time stamp matters to the
+    /// refill after it (`invalidation`'s wait past the stamp).
+    pub fill_let_go: bool,
+}
+
+impl Touched {
+    /// Nothing stored was removed or marked stale (a fill let go of is not stored).
+    pub fn removed_nothing(&self) -> bool {
+        self.objects == 0 && self.variants == 0
+    }
 }
 
 /// The in-process memory tier. See the module docs for its guarantees.
@@ -379,7 +390,7 @@ impl MemoryTier {
             }
         }
         if let (Scope::Url(primary), false) = (scope, soft) {
-            self.fills.disown(*primary);
+            touched.fill_let_go = self.fills.disown(*primary);
         }
         touched
     }
