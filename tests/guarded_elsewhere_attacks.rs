@@ -337,6 +337,40 @@ async fn a_fetch_beside_this_nodes_failed_claim_is_not_kept_over_a_post() {
     );
 }
 
+/// `body-2` in four chunks a second apart: a fill that is still streaming while a test acts.
+fn slowly_streamed_page_2() -> OriginResponse {
+    OriginResponse::ok(Body::Paced {
+        chunks: vec!["bo".into(), "dy".into(), "-".into(), "2".into()],
+        interval: Duration::from_millis(1000),
+    })
+    .header("cache-control", "max-age=3600")
+}
+
+/// B's request for `path` held at the origin (its first arrival; gate 1 closed here) with B's
+/// lease claimed, then A's with a validator its fast path declines: A finds B's lease and
+/// fetches under it (the origin's second arrival, answered by the caller's origin, a slow
+/// stream in the tests here). Returns B's and A's requests. The opening of the tests of a
+/// declined miss's fill joined under another claim's lease.
+async fn a_declined_miss_streaming_under_bs_claim(
+    origin: &GatedOrigin,
+    server: &MemcachedProcess,
+    a: &Node,
+    b: &Node,
+    path: &str,
+) -> (tokio::task::JoinHandle<Resp>, tokio::task::JoinHandle<Resp>) {
+    origin.close(path, 1);
+    let b_fill = get_in_background(b, path);
+    assert!(origin.reached(path, 1).await, "B did not reach the origin");
+    assert!(lease_present(server, path), "B claimed no lease");
+    let url = a.proxy.url(path);
+    let a_fill =
+        tokio::spawn(
+            async move { get(&url, &[("host", HOST), ("if-none-match", "\"v0\"")]).await },
+        );
+    assert!(origin.reached(path, 2).await, "A did not reach the origin");
+    (b_fill, a_fill)
+}
+
 /// B claims `/streaming` and waits at the origin (its answer: a 502, stored nowhere). A asks for
 /// it with a validator its fast path declines: A finds B's lease and fetches too, and its answer
 /// streams slowly. B's fetch fails and B releases the lease; a POST through C finds nothing
@@ -351,11 +385,7 @@ async fn a_request_after_a_post_does_not_join_a_declined_misss_fill_under_anothe
     let path = "/streaming";
     let origin = GatedOrigin::answering(|_, n| match n {
         1 => OriginResponse::ok("origin failed").status(502),
-        2 => OriginResponse::ok(Body::Paced {
-            chunks: vec!["bo".into(), "dy".into(), "-".into(), "2".into()],
-            interval: Duration::from_millis(1000),
-        })
-        .header("cache-control", "max-age=3600"),
+        2 => slowly_streamed_page_2(),
         n => nth_page(n),
     });
     let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"10s\"");
@@ -364,16 +394,8 @@ async fn a_request_after_a_post_does_not_join_a_declined_misss_fill_under_anothe
         nodes.start("B", server.addr()),
         nodes.start("C", server.addr()),
     );
-    origin.close(path, 1);
-    let b_fill = get_in_background(&b, path);
-    assert!(origin.reached(path, 1).await, "B did not reach the origin");
-    assert!(lease_present(&server, path), "B claimed no lease");
-    let url = a.proxy.url(path);
-    let a_fill =
-        tokio::spawn(
-            async move { get(&url, &[("host", HOST), ("if-none-match", "\"v0\"")]).await },
-        );
-    assert!(origin.reached(path, 2).await, "A did not reach the origin");
+    let (b_fill, a_fill) =
+        a_declined_miss_streaming_under_bs_claim(&origin, &server, &a, &b, path).await;
     // B's fetch fails: its lease is released
     origin.open(path, 1);
     assert_eq!(b_fill.await.expect("B's request").status, 502);
@@ -405,11 +427,7 @@ async fn a_request_joining_a_guarded_fill_while_memcached_is_frozen_is_answered_
     let server = MemcachedProcess::start();
     let path = "/frozen-join";
     let origin = GatedOrigin::answering(|_, n| match n {
-        2 => OriginResponse::ok(Body::Paced {
-            chunks: vec!["bo".into(), "dy".into(), "-".into(), "2".into()],
-            interval: Duration::from_millis(1000),
-        })
-        .header("cache-control", "max-age=3600"),
+        2 => slowly_streamed_page_2(),
         n => nth_page(n),
     });
     let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"10s\"");
@@ -417,16 +435,8 @@ async fn a_request_joining_a_guarded_fill_while_memcached_is_frozen_is_answered_
         nodes.start("A", server.addr()),
         nodes.start("B", server.addr()),
     );
-    origin.close(path, 1);
-    let b_fill = get_in_background(&b, path);
-    assert!(origin.reached(path, 1).await, "B did not reach the origin");
-    assert!(lease_present(&server, path), "B claimed no lease");
-    let url = a.proxy.url(path);
-    let a_fill =
-        tokio::spawn(
-            async move { get(&url, &[("host", HOST), ("if-none-match", "\"v0\"")]).await },
-        );
-    assert!(origin.reached(path, 2).await, "A did not reach the origin");
+    let (b_fill, a_fill) =
+        a_declined_miss_streaming_under_bs_claim(&origin, &server, &a, &b, path).await;
     server.freeze();
     let joining = tokio::time::timeout(Duration::from_secs(20), get(&a.proxy.url(path), &SITE))
         .await
