@@ -249,11 +249,14 @@ async fn a_post_while_a_claim_is_held_in_flight_leaves_no_fill_from_before_it() 
     assert_eq!(admin_stat(a.admin, "fills_unguarded").await, 1);
     writes_settled(&a).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let (kept, served) = kept_and_served(server, &[&c, &a, &b], path, b"body-1-late").await;
-    assert!(
-        served.is_empty() && !kept,
-        "the page as it was before the POST is served by {served:?}, kept in memcached: {kept}"
-    );
+    assert_neither_kept_nor_served(
+        server,
+        &[&c, &a, &b],
+        path,
+        b"body-1-late",
+        "the page as it was before the POST",
+    )
+    .await;
 }
 
 /// A slow fill's first renewal: its `cas` reaches memcached and is carried out, and the relay

@@ -162,12 +162,17 @@ async fn a_fetch_after_a_stray_lease_was_waited_out_is_not_kept_over_a_post() {
     origin.open(path, 2);
     assert_eq!(&b_fill.await.expect("B's request").body[..], b"body-2");
     writes_settled(&b).await;
-    let (kept, served) = kept_and_served(server, &[&c, &b, &a], path, b"body-2").await;
-    assert!(
-        !kept && served.is_empty(),
-        "B's fetch after the stray lease (a lease while it was at the origin: {guarded}): the \
-         page as it was before the POST is served by {served:?}, kept in memcached: {kept}"
-    );
+    assert_neither_kept_nor_served(
+        server,
+        &[&c, &b, &a],
+        path,
+        b"body-2",
+        &format!(
+            "B's fetch after the stray lease (a lease while it was at the origin: {guarded}): \
+             the page as it was before the POST"
+        ),
+    )
+    .await;
     b.proxy.assert_no_panic();
 }
 
@@ -278,11 +283,14 @@ async fn a_fetch_after_waiting_two_leases_under_a_slow_fill_is_not_kept_over_a_p
     assert_eq!(&answered.body[..], b"body-2");
     writes_settled(&b).await;
     assert_eq!(admin_stat(b.admin, "fills_under_another_claim").await, 1);
-    let (kept, served) = kept_and_served(server, &[&c, &a, &b], path, b"body-2").await;
-    assert!(
-        served.is_empty() && !kept,
-        "the page as it was before the POST is served by {served:?}, kept in memcached: {kept}"
-    );
+    assert_neither_kept_nor_served(
+        server,
+        &[&c, &a, &b],
+        path,
+        b"body-2",
+        "the page as it was before the POST",
+    )
+    .await;
 }
 
 /// On one node (A, `lock_timeout = "1s"`): X claims `/beside` and waits at the origin; Y, behind
@@ -330,11 +338,14 @@ async fn a_fetch_beside_this_nodes_failed_claim_is_not_kept_over_a_post() {
     origin.open(path, 2);
     assert_eq!(&y.await.expect("Y").body[..], b"body-2");
     writes_settled(&a).await;
-    let (kept, served) = kept_and_served(server, &[&c, &a], path, b"body-2").await;
-    assert!(
-        served.is_empty() && !kept,
-        "the page as it was before the POST is served by {served:?}, kept in memcached: {kept}"
-    );
+    assert_neither_kept_nor_served(
+        server,
+        &[&c, &a],
+        path,
+        b"body-2",
+        "the page as it was before the POST",
+    )
+    .await;
 }
 
 /// `body-2` in four chunks a second apart: a fill that is still streaming while a test acts.

@@ -191,11 +191,14 @@ async fn a_fetch_started_while_the_refused_claim_marks_the_url_and_ending_after_
     let second = second.await.expect("the second request");
     assert_eq!(&second.body[..], b"body-2");
     writes_settled(&a).await;
-    let (kept, served) = kept_and_served(server, &[&c, &b, &a], path, b"body-2").await;
-    assert!(
-        served.is_empty() && !kept,
-        "the page as it was before the POST is served by {served:?}, kept in memcached: {kept}"
-    );
+    assert_neither_kept_nor_served(
+        server,
+        &[&c, &b, &a],
+        path,
+        b"body-2",
+        "the page as it was before the POST",
+    )
+    .await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -574,12 +577,14 @@ async fn a_waiter_on_a_late_claims_lease_fetches_unguarded_and_is_kept_over_a_po
     let b_answer = b_fill.await.expect("B's request");
     assert_eq!(&b_answer.body[..], b"body-2");
     writes_settled(&b).await;
-    let (kept, served) = kept_and_served(server, &[&c, &a, &b], path, b"body-2").await;
-    assert!(
-        served.is_empty() && !kept,
-        "(a lease while B fetched: {guarded}) the page as it was before the POST is served by \
-         {served:?}, kept in memcached: {kept}"
-    );
+    assert_neither_kept_nor_served(
+        server,
+        &[&c, &a, &b],
+        path,
+        b"body-2",
+        &format!("(a lease while B fetched: {guarded}) the page as it was before the POST"),
+    )
+    .await;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -258,6 +258,24 @@ pub async fn kept_and_served(
     (kept, served)
 }
 
+/// Asserts that `bytes`, a page from before a POST (`what`: how the failure names it), is
+/// neither kept in `path`'s entry in memcached nor served by any of `nodes` ([`kept_and_served`]).
+/// The ending of a dozen tests of a fill from before a POST, each of which wrote the look and the
+/// same assertion out.
+pub async fn assert_neither_kept_nor_served(
+    server: &MemcachedProcess,
+    nodes: &[&Node],
+    path: &str,
+    bytes: &[u8],
+    what: &str,
+) {
+    let (kept, served) = kept_and_served(server, nodes, path, bytes).await;
+    assert!(
+        !kept && served.is_empty(),
+        "{what} is served by {served:?}, kept in memcached: {kept}"
+    );
+}
+
 /// After `server` restarted empty: gets pages `/other-0`, `/other-1`, ... through `node` until
 /// one is found written to `server` (as `body`), asserting one is within 20. A node's pooled
 /// connections to a restarted server fail once, so a test whose fill must then be written (or
