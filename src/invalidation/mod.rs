@@ -84,9 +84,10 @@ struct Done {
 /// PURGE is answered had its refill refused, stored nowhere, not joined, and fetched once more
 /// by the next request (`tests/purged_fill_attacks.rs` failed about one run in two with four
 /// tests at a time on a fast machine). Holding the answer until then makes every request sent
-/// after it later than the stamp. Only when something of the URL was stored or being filled;
-/// at most a millisecond (the timer's tick may add one), so a clock stepped back holds nothing
-/// longer.
+/// after it later than the stamp. Only when the invalidation entered a ban (a PURGE or a ban
+/// through the admin API always does; an unsafe method's only when something of the URL was
+/// stored or being filled) or let go of a fill in flight; at most a millisecond (the timer's
+/// tick may add one), so a clock stepped back holds nothing longer.
 async fn past_the_stamp(issued_ms: u64) {
     if let Ok(left) = at(issued_ms).duration_since(SystemTime::now()) {
         if !left.is_zero() {
@@ -294,7 +295,7 @@ impl Invalidator {
             (self.apply(&record), true)
         };
         // whether a request sent after this invalidation's answer must not be taken for one
-        // sent before it: something was stored or being filled (see `past_the_stamp`)
+        // sent before it: a ban was entered, or something was being filled (`past_the_stamp`)
         let mut stamp_matters = banned || touched.fill_let_go;
         let mut pending = Vec::new();
         let memcached = match (&self.log, self.shared) {
