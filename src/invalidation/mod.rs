@@ -38,7 +38,7 @@ pub mod target;
 
 use crate::config::invalidation::InvalidationConfig;
 use crate::storage::ban_list::scope::Scope;
-use crate::storage::ban_list::{at, ms_after, BanList};
+use crate::storage::ban_list::{at, ms_after, past_the_stamp, BanList};
 use crate::storage::memory::{MemoryTier, Touched};
 use crate::storage::tiered::TieredStorage;
 use bytes::Bytes;
@@ -75,25 +75,6 @@ struct Done {
     pending: Vec<String>,
     /// Its line is already in the log (an unsafe method's invalidation that found nothing).
     logged: bool,
-}
-
-/// Waits until the clock has passed `issued_ms`, the millisecond an invalidation is stamped with
-/// (rounded up, [`ms_after`]), before the invalidation is answered. Bans and marks cover what
-/// was fetched before their stamp, so a request sent in the same millisecond after the purge
-/// would count as sent before it: a client that asks for the page again as soon as its POST or
-/// PURGE is answered had its refill refused, stored nowhere, not joined, and fetched once more
-/// by the next request (`tests/purged_fill_attacks.rs` failed about one run in two with four
-/// tests at a time on a fast machine). Holding the answer until then makes every request sent
-/// after it later than the stamp. Only when the invalidation entered a ban (a PURGE or a ban
-/// through the admin API always does; an unsafe method's only when something of the URL was
-/// stored or being filled) or let go of a fill in flight; at most a millisecond (the timer's
-/// tick may add one), so a clock stepped back holds nothing longer.
-async fn past_the_stamp(issued_ms: u64) {
-    if let Ok(left) = at(issued_ms).duration_since(SystemTime::now()) {
-        if !left.is_zero() {
-            tokio::time::sleep(left.min(Duration::from_millis(1))).await;
-        }
-    }
 }
 
 /// Logs the line of one purge or ban at `level` (info for those asked for; debug for the

@@ -26,7 +26,7 @@
 
 use super::invalidation;
 use crate::policy::CachePolicy;
-use crate::storage::ban_list::{at, ms_after};
+use crate::storage::ban_list::{ms_after, past_the_stamp};
 use bytes::Bytes;
 use pingora_cache::storage::Storage;
 use pingora_cache::trace::Span;
@@ -105,10 +105,7 @@ pub async fn on_request_end(
     // was stored up to the millisecond after it was issued (ban stamps round up, so that a fill
     // racing a purge is covered): a store begun within that millisecond, the common case with a
     // fast origin, was judged purged and never served. Begin it after.
-    let after_purge = at(ms_after(SystemTime::now()));
-    if let Ok(wait) = after_purge.duration_since(SystemTime::now()) {
-        tokio::time::sleep(wait).await;
-    }
+    past_the_stamp(ms_after(SystemTime::now())).await;
     if let Err(e) = store_whole(storage, key, &kept.meta, kept.body).await {
         log::warn!("storing a POST response for reuse failed: {e}");
     }

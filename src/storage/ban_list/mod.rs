@@ -114,6 +114,26 @@ pub fn ms_after(time: SystemTime) -> u64 {
     since.as_millis() as u64 + u64::from(!since.subsec_nanos().is_multiple_of(1_000_000))
 }
 
+/// Waits until the clock has passed `issued_ms`, the millisecond an invalidation is stamped with
+/// (rounded up, [`ms_after`]), before the invalidation is answered. Bans and marks cover what
+/// was fetched before their stamp, so a request sent in the same millisecond after the purge
+/// would count as sent before it: a client that asks for the page again as soon as its POST or
+/// PURGE is answered had its refill refused, stored nowhere, not joined, and fetched once more
+/// by the next request (`tests/purged_fill_attacks.rs` failed about one run in two with four
+/// tests at a time on a fast machine). Holding the answer until then makes every request sent
+/// after it later than the stamp (`Invalidator`, when the invalidation entered a ban, as a PURGE
+/// or a ban through the admin API always does and an unsafe method's when something of the URL
+/// was stored or being filled, or let go of a fill in flight). A POST's answer kept for reuse is
+/// stored only after it too (`proxy/post_reuse.rs`). At most a millisecond (the timer's tick
+/// may add one), so a clock stepped back holds nothing longer.
+pub async fn past_the_stamp(issued_ms: u64) {
+    if let Ok(left) = at(issued_ms).duration_since(SystemTime::now()) {
+        if !left.is_zero() {
+            tokio::time::sleep(left.min(Duration::from_millis(1))).await;
+        }
+    }
+}
+
 #[derive(Default)]
 struct Bans {
     urls: HashMap<u128, Stamp>,
