@@ -10,7 +10,9 @@
 # rate that every variant can keep up with, so the variants differ only in where the hit is read
 # from. Per round and variant: Lacquer's user and system time from /proc over the run, divided by
 # the requests answered (hits per CPU-second), and the latency of each request from h2load's log
-# (p50, p99). Variants, each a Lacquer of its own with 2 workers pinned to CPU 1:
+# (p50, p99), the CPU split into user and system microseconds per hit, and the context switches
+# of Lacquer's threads per hit (/proc/PID/task/*/status). Variants, each a
+# Lacquer of its own with its workers (2 unless THREADS says) pinned to CPU 1:
 #   memory       memory tier only (the reference)
 #   mc           memcached on loopback, local_ttl = 0s (every hit read from memcached)
 #   mc-tp        the same through Toxiproxy with no toxic (what the relay itself adds)
@@ -21,6 +23,7 @@
 #   LACQUER_BIN=target/pgo/lacquer bench/tier_fixed_rate.sh            # 16,000 requests/s, 5 rounds
 #   RATE=8000 ROUNDS=3 SECONDS_PER_RUN=6 bench/tier_fixed_rate.sh
 #   VARIANTS=memory,mc-100us SCENARIOS=hot1k bench/tier_fixed_rate.sh
+#   THREADS=1 bench/tier_fixed_rate.sh                                  # one worker thread
 #
 # Output: a table per scenario (medians over rounds, and each variant's ratio to `memory` taken
 # per round, median and range) on stdout and in $OUT (default /tmp/tier-fixed-rate.md).
@@ -30,6 +33,7 @@ cd "$(dirname "$0")/.."
 RATE=${RATE:-16000}
 ROUNDS=${ROUNDS:-5}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-8}
+THREADS=${THREADS:-2} # Lacquer's worker threads, all on CPU 1
 CONNECTIONS=64
 VARIANTS=${VARIANTS:-memory,mc,mc-tp,mc-100us,mc-500us}
 SCENARIOS=${SCENARIOS:-hot1k,ws10k}
@@ -72,7 +76,7 @@ for v in ${VARIANTS//,/ }; do
   fi
   LISTEN[$v]=$(free_port)
   taskset -c 1 "$LACQUER_BIN" --config "$config" --listen "127.0.0.1:${LISTEN[$v]}" \
-    --upstream "127.0.0.1:$ORIGIN" --threads 2 >"$RUN/$v.log" 2>&1 & PIDS+=($!)
+    --upstream "127.0.0.1:$ORIGIN" --threads "$THREADS" >"$RUN/$v.log" 2>&1 & PIDS+=($!)
   echo "$!" >"$RUN/$v.pid"
   wait_port "${LISTEN[$v]}" 10
 done
@@ -84,12 +88,13 @@ uris() { # SCENARIO PORT -> the URIs h2load asks, one per line
     *) echo "unknown scenario $1" >&2; exit 2 ;;
   esac
 }
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+cpu_ticks() { awk '{ print $14 " " $15 }' "/proc/$1/stat"; } # user, system
+switches() { cat /proc/"$1"/task/*/status | awk '/ctxt_switches/ { n += $2 } END { print n }'; }
 TICK=$(getconf CLK_TCK)
 PER_CLIENT=$((RATE / CONNECTIONS))
 
 echo "# Item 7 at a fixed rate: $((PER_CLIENT * CONNECTIONS)) requests/s, $CONNECTIONS connections, ${SECONDS_PER_RUN} s x $ROUNDS rounds" >"$OUT"
-echo "binary: $LACQUER_BIN ($(date -u +%FT%TZ), $(nproc) CPUs)" >>"$OUT"
+echo "binary: $LACQUER_BIN ($(date -u +%FT%TZ), $(nproc) CPUs, $THREADS worker threads)" >>"$OUT"
 for scenario in ${SCENARIOS//,/ }; do
   for v in ${VARIANTS//,/ }; do
     uris "$scenario" "${LISTEN[$v]}" >"$RUN/$scenario-$v.uris"
@@ -101,19 +106,24 @@ for scenario in ${SCENARIOS//,/ }; do
   for round in $(seq 1 "$ROUNDS"); do
     for v in ${VARIANTS//,/ }; do
       pid=$(cat "$RUN/$v.pid")
-      before=$(cpu_ticks "$pid")
+      read -r user0 sys0 < <(cpu_ticks "$pid")
+      switches0=$(switches "$pid")
       taskset -c 0 h2load --h1 -c "$CONNECTIONS" --rps "$PER_CLIENT" -D "$SECONDS_PER_RUN" \
         -i "$RUN/$scenario-$v.uris" --log-file "$RUN/latency.log" >"$RUN/h2load.out"
-      after=$(cpu_ticks "$pid")
+      read -r user1 sys1 < <(cpu_ticks "$pid")
+      switches1=$(switches "$pid")
       done_=$(awk '/^requests:/ { print $6 }' "$RUN/h2load.out")
       ok=$(awk '/^status codes:/ { print $3 }' "$RUN/h2load.out")
-      python3 - "$RUN/latency.log" "$scenario" "$v" "$round" "$((after - before))" "$TICK" "$done_" "$ok" >>"$RUN/rows" <<'PY'
+      python3 - "$RUN/latency.log" "$scenario" "$v" "$round" "$((user1 - user0))" "$((sys1 - sys0))" "$TICK" "$done_" "$ok" "$((switches1 - switches0))" >>"$RUN/rows" <<'PY'
 import sys
-log, scenario, variant, rnd, ticks, tick, done, ok = sys.argv[1:]
+log, scenario, variant, rnd, user, system, tick, done, ok, switches = sys.argv[1:]
+ticks = int(user) + int(system)
 lat = sorted(int(l.split()[2]) for l in open(log) if l.strip())
 pct = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] / 1000
 cpu = int(ticks) / int(tick)
-print(scenario, variant, rnd, done, ok, f"{cpu:.3f}", f"{int(done) / cpu:.0f}", f"{pct(0.5):.3f}", f"{pct(0.99):.3f}")
+us = lambda t: int(t) / int(tick) / int(done) * 1e6
+print(scenario, variant, rnd, done, ok, f"{cpu:.3f}", f"{int(done) / cpu:.0f}", f"{pct(0.5):.3f}", f"{pct(0.99):.3f}",
+      f"{us(user):.2f}", f"{us(system):.2f}", f"{int(switches) / int(done):.2f}")
 PY
     done
   done
@@ -126,8 +136,8 @@ variants = sys.argv[2].split(",")
 med = st.median
 for scenario in dict.fromkeys(r[0] for r in rows):
     print(f"\n## {scenario}\n")
-    print("| variant | answered | 2xx | CPU s | hits per CPU-second | / memory, per round (range) | p50 ms | p99 ms |")
-    print("|---|---:|---:|---:|---:|---|---:|---:|")
+    print("| variant | answered | 2xx | CPU s | hits per CPU-second | / memory, per round (range) | user us | sys us | switches | p50 ms | p99 ms |")
+    print("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|")
     by = {v: [r for r in rows if r[0] == scenario and r[1] == v] for v in variants}
     ref = {r[2]: float(r[6]) for r in by.get("memory", [])}
     for v in variants:
@@ -138,6 +148,8 @@ for scenario in dict.fromkeys(r[0] for r in rows):
         ratio = f"{med(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})" if ratios and v != "memory" else ""
         print(f"| {v} | {med(int(r[3]) for r in rs):,.0f} | {med(int(r[4]) for r in rs):,.0f} | "
               f"{med(float(r[5]) for r in rs):.2f} | {med(float(r[6]) for r in rs):,.0f} | {ratio} | "
+              f"{med(float(r[9]) for r in rs):.2f} | {med(float(r[10]) for r in rs):.2f} | "
+              f"{med(float(r[11]) for r in rs):.2f} | "
               f"{med(float(r[7]) for r in rs):.2f} | {med(float(r[8]) for r in rs):.2f} |")
 PY
 cat "$OUT"
