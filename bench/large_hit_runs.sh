@@ -69,7 +69,6 @@ CONF
 taskset -c 0 nginx -c "$RUN/origin.conf" -p "$RUN" & PIDS+=($!)
 wait_port "$ORIGIN" 5
 
-switches() { cat /proc/"$1"/task/*/status | awk '/ctxt_switches/ { n += $2 } END { print n }'; }
 one_process() { # NAME BIN
   local name=$1 bin=$2 port pid i
   port=$(free_port)
@@ -81,8 +80,8 @@ one_process() { # NAME BIN
   curl -sf -o /dev/null "http://127.0.0.1:$port/body.bin"
   taskset -c 0 wrk -c64 -t1 -d2s "http://127.0.0.1:$port/body.bin" >/dev/null
   for i in $(seq 1 "$RUNS"); do
-    read -r u0 s0 < <(awk '{ print $14, $15 }' "/proc/$pid/stat")
-    c0=$(switches "$pid")
+    read -r u0 s0 < <(user_system_ticks "$pid")
+    c0=$(context_switches "$pid")
     perf stat -x, -p "$pid" -o "$RUN/perf.txt" \
       -e syscalls:sys_enter_writev,syscalls:sys_enter_sendto,syscalls:sys_enter_sendfile64 \
       -- sleep "$SECONDS_PER_RUN.2" &
@@ -90,8 +89,8 @@ one_process() { # NAME BIN
     local out
     out=$(taskset -c 0 wrk -c64 -t1 -d"${SECONDS_PER_RUN}s" "http://127.0.0.1:$port/body.bin")
     wait "$perf_pid"
-    read -r u1 s1 < <(awk '{ print $14, $15 }' "/proc/$pid/stat")
-    c1=$(switches "$pid")
+    read -r u1 s1 < <(user_system_ticks "$pid")
+    c1=$(context_switches "$pid")
     local n
     n=$(echo "$out" | awk '/requests in/ { print $1 }')
     python3 - "$name" "$n" "$((u1 - u0))" "$((s1 - s0))" "$(getconf CLK_TCK)" "$((c1 - c0))" "$RUN/perf.txt" <<'PY' | tee -a "$RUN/rows"

@@ -4,6 +4,12 @@
 # A port nothing listens on now (the kernel's pick), on 127.0.0.1.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+# A process's CPU time so far, in clock ticks (`getconf CLK_TCK` a second): "USER SYSTEM".
+user_system_ticks() { awk '{ print $14, $15 }' "/proc/$1/stat"; }
+
+# The context switches, voluntary and not, of all a process's threads so far.
+context_switches() { cat /proc/"$1"/task/*/status | awk '/ctxt_switches/ { n += $2 } END { print n }'; }
+
 # Waits until something accepts connections on 127.0.0.1:PORT, polling every 0.1 s for at most
 # SECONDS (default 10); fails (with `set -e`, ends the script) if nothing does.
 wait_port() {

@@ -88,8 +88,6 @@ uris() { # SCENARIO PORT -> the URIs h2load asks, one per line
     *) echo "unknown scenario $1" >&2; exit 2 ;;
   esac
 }
-cpu_ticks() { awk '{ print $14 " " $15 }' "/proc/$1/stat"; } # user, system
-switches() { cat /proc/"$1"/task/*/status | awk '/ctxt_switches/ { n += $2 } END { print n }'; }
 TICK=$(getconf CLK_TCK)
 PER_CLIENT=$((RATE / CONNECTIONS))
 
@@ -106,12 +104,12 @@ for scenario in ${SCENARIOS//,/ }; do
   for round in $(seq 1 "$ROUNDS"); do
     for v in ${VARIANTS//,/ }; do
       pid=$(cat "$RUN/$v.pid")
-      read -r user0 sys0 < <(cpu_ticks "$pid")
-      switches0=$(switches "$pid")
+      read -r user0 sys0 < <(user_system_ticks "$pid")
+      switches0=$(context_switches "$pid")
       taskset -c 0 h2load --h1 -c "$CONNECTIONS" --rps "$PER_CLIENT" -D "$SECONDS_PER_RUN" \
         -i "$RUN/$scenario-$v.uris" --log-file "$RUN/latency.log" >"$RUN/h2load.out"
-      read -r user1 sys1 < <(cpu_ticks "$pid")
-      switches1=$(switches "$pid")
+      read -r user1 sys1 < <(user_system_ticks "$pid")
+      switches1=$(context_switches "$pid")
       done_=$(awk '/^requests:/ { print $6 }' "$RUN/h2load.out")
       ok=$(awk '/^status codes:/ { print $3 }' "$RUN/h2load.out")
       python3 - "$RUN/latency.log" "$scenario" "$v" "$round" "$((user1 - user0))" "$((sys1 - sys0))" "$TICK" "$done_" "$ok" "$((switches1 - switches0))" >>"$RUN/rows" <<'PY'
