@@ -512,3 +512,68 @@ async fn other_declined_misses_under_another_claim_are_not_kept_over_a_post() {
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+/// The order the test above hits about one run in twelve, forced: X's request ends with its
+/// fill stored while the write of X's entry is slow (held 150 ms by a relay, inside
+/// `op_timeout`), and Y's variant, fetched beside X's claim, finishes in that window and is
+/// written first. Y's fill is then still the lease's (`LocalFill::Writing`): its write deletes
+/// the lease, and X's, landing after, finds its claim released here rather than its lease lost.
+/// Before 2026-12-07 X's mark went with its request: Y's fill, carrying no claim, deleted
+/// whatever lease was there, X's write found its lease gone and took it for lost, and the URL
+/// was purged on the node, both variants with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_variant_written_before_the_slow_write_of_a_claim_whose_request_ended_is_kept() {
+    let cluster = MemcachedCluster::start(1);
+    let server = &cluster.servers[0];
+    let path = "/varied-slow-write";
+    let origin = GatedOrigin::answering_request(|req, n| {
+        let lang = req.header("accept-language").unwrap_or("none").to_string();
+        let body = match lang.as_str() {
+            // X's body comes in two parts, so Y goes to the origin while X's fill is out
+            "en" => Body::Paced {
+                chunks: vec![format!("body-{n}-").into(), lang.into()],
+                interval: Duration::from_millis(300),
+            },
+            _ => Body::Bytes(format!("body-{n}-{lang}").into()),
+        };
+        OriginResponse::ok(body)
+            .header("cache-control", "max-age=3600")
+            .header("vary", "accept-language")
+    });
+    let relay = Relay::start(server.addr()).await;
+    let entry = entry_key(path);
+    relay.on(
+        move |line: &str| line.starts_with(&format!("ms {entry}")),
+        Tamper::Delay(Duration::from_millis(150)),
+    );
+    let nodes = Nodes::new(&origin.origin, "local_ttl = \"30s\"\nfill_lease = \"10s\"");
+    let a = nodes.start("A", relay.addr);
+    let language = |lang: &'static str| {
+        let url = a.proxy.url(path);
+        tokio::spawn(async move { get(&url, &[("host", HOST), ("accept-language", lang)]).await })
+    };
+    origin.close(path, 2);
+    let x = language("en");
+    assert!(origin.reached(path, 1).await, "X did not reach the origin");
+    let y = language("fr");
+    assert!(origin.reached(path, 2).await, "Y did not reach the origin");
+    assert_eq!(&x.await.expect("X").body[..], b"body-1-en");
+    origin.open(path, 2);
+    let y = y.await.expect("Y");
+    assert_eq!(&y.body[..], b"body-2-fr", "{:?}", y.cache_status());
+    writes_settled(&a).await;
+    assert!(relay.rules_used(), "X's write was not held");
+    for (lang, body) in [("en", &b"body-1-en"[..]), ("fr", b"body-2-fr")] {
+        let again = get(
+            &a.proxy.url(path),
+            &[("host", HOST), ("accept-language", lang)],
+        )
+        .await;
+        assert!(
+            again.is_hit() && &again.body[..] == body,
+            "the {lang} variant was not kept: {:?} ({} origin fetches)",
+            again.cache_status(),
+            origin.origin.hits_for(path)
+        );
+    }
+}

@@ -281,7 +281,10 @@ pub struct FillLeases {
     namespace: String,
     /// How long a lease lasts; zero means fills are not coordinated across nodes.
     lease: Duration,
-    /// Primary keys whose lease a request on this node is claiming or holds.
+    /// Primary keys whose lease a request on this node is claiming or holds, and (for a lease's
+    /// length, until no write still to come can carry their claims) those whose claim's fill
+    /// is stored and being written, or was: one entry per fill of the last `fill_lease`,
+    /// swept by [`FillLeases::keep_alive`].
     local_fills: Mutex<HashMap<HashBinary, LocalFill>>,
     /// Primary keys with requests of this node fetching beside a claim another request here
     /// holds (how many: [`BesideThisNode`]).
@@ -411,14 +414,25 @@ enum LocalFill {
     Claiming,
     /// A request holds it, since it was claimed (or last renewed): kept alive while it is here.
     Held(Instant, Claim),
+    /// The request that held it has ended (at the `Instant`) with its fill stored, and the
+    /// fill's write to memcached, which deletes the lease, is not in yet: not renewed, but still
+    /// the lease's claim on this node. A fill of the URL finishing meanwhile (another variant's,
+    /// fetched beside it) is the lease's, as while it was held ([`FillLeases::holds`]). Before
+    /// 2026-12-07 the mark went with the request: such a fill then deleted whatever lease was
+    /// there, the claim's own write found its lease gone and took it for lost, and every copy
+    /// of the URL was refused (`tests/elsewhere_breaks.rs`, about one run in twelve).
+    Writing(Instant, Claim),
     /// A request held it, but it was found gone (purged, or lost with its server: see
     /// [`FillLeases::lost`]): not renewed, and not deleted when the request ends (it may be
     /// another node's claim by then).
     Lost(u64),
     /// The fill's entry was written to memcached (or its write failed), and this node deletes
-    /// the lease itself: not renewed any more (a renewal would find it gone, and take it for
-    /// lost), nor deleted again.
-    Released(u64),
+    /// the lease itself (since the `Instant`): not renewed any more (a renewal would find it
+    /// gone, and take it for lost), nor deleted again. Outlives the request that held the claim
+    /// (for a lease's length: [`FillLeases::keep_alive`]): another fill that finished while the
+    /// claim was held here carries it too, and its write, landing later, would otherwise find
+    /// the lease gone and take it for lost.
+    Released(u64, Instant),
     /// As `Released`, for a claim whose `add` went unanswered ([`Claim::unanswered`]): its fill
     /// was refused and its lease (if it landed) is being released. A fill of the URL finishing
     /// meanwhile on this node (one that coalesced behind the refused fill, say) is refused too
@@ -436,10 +450,10 @@ impl LocalFill {
     fn holder(&self) -> Option<u64> {
         match self {
             LocalFill::Claiming => None,
-            LocalFill::Held(_, claim) => Some(claim.holder),
-            LocalFill::Lost(holder) | LocalFill::Released(holder) | LocalFill::Refused(holder) => {
-                Some(*holder)
-            }
+            LocalFill::Held(_, claim) | LocalFill::Writing(_, claim) => Some(claim.holder),
+            LocalFill::Lost(holder)
+            | LocalFill::Released(holder, _)
+            | LocalFill::Refused(holder) => Some(*holder),
         }
     }
 }
@@ -988,8 +1002,14 @@ impl FillLeases {
                     Some(LocalFill::Held(..)) => return FillClaim::ThisNode,
                     Some(LocalFill::Claiming) => {}
                     // a claim of this node whose fill is over (stored, refused, or its lease
-                    // lost): its lease guards nothing now, so this request claims anew
-                    Some(LocalFill::Lost(_) | LocalFill::Released(_) | LocalFill::Refused(_))
+                    // lost): its lease guards nothing now, so this request claims anew (one
+                    // whose write is not in yet finds the lease and waits for that write)
+                    Some(
+                        LocalFill::Writing(..)
+                        | LocalFill::Lost(_)
+                        | LocalFill::Released(..)
+                        | LocalFill::Refused(_),
+                    )
                     | None => {
                         fills.insert(primary, LocalFill::Claiming);
                         break;
@@ -1065,7 +1085,8 @@ impl FillLeases {
     /// The process's renewal task, started at its first claim: every third of `fill_lease`,
     /// renews each lease a request here has held for half that (since its claim or its last
     /// renewal), until its request ends (`HeldLease::on_request_end` takes it out of
-    /// `local_fills`). A renewal rewrites the lease's time only if the lease still names its
+    /// `local_fills`, or marks it `Writing`); and drops the marks of claims written a lease
+    /// ago. A renewal rewrites the lease's time only if the lease still names its
     /// claim ([`Self::renew_claim`]), so it never brings back a lease that a purge deleted (or
     /// its server lost), nor overwrites another node's claim made since: one found gone or
     /// another claim's is not renewed again, and its fill is [lost](Self::lost), refused here.
@@ -1083,18 +1104,27 @@ impl FillLeases {
             let Some(due_since) = Instant::now().checked_sub(every / 2) else {
                 continue;
             };
-            let due: Vec<HashBinary> = self
-                .local_fills
-                .lock()
-                .iter()
-                .filter(|(_, fill)| {
-                    // (an unanswered claim's fill is not kept: its lease, if it landed, is not
-                    // kept alive for it)
-                    matches!(fill, LocalFill::Held(since, claim)
-                        if *since <= due_since && !claim.unanswered)
-                })
-                .map(|(primary, _)| *primary)
-                .collect();
+            let due: Vec<HashBinary> = {
+                let mut fills = self.local_fills.lock();
+                // the marks of claims whose requests have ended are kept a lease's length, for
+                // the writes still to come (which land within `op_timeout`)
+                fills.retain(|_, fill| match fill {
+                    LocalFill::Writing(at, _) | LocalFill::Released(_, at) => {
+                        at.elapsed() <= self.lease
+                    }
+                    _ => true,
+                });
+                fills
+                    .iter()
+                    .filter(|(_, fill)| {
+                        // (an unanswered claim's fill is not kept: its lease, if it landed, is
+                        // not kept alive for it)
+                        matches!(fill, LocalFill::Held(since, claim)
+                            if *since <= due_since && !claim.unanswered)
+                    })
+                    .map(|(primary, _)| *primary)
+                    .collect()
+            };
             for primary in due {
                 tokio::spawn(self.renew(primary));
             }
@@ -1290,21 +1320,22 @@ impl FillLeases {
             return false;
         }
         match self.local_fills.lock().get(&key.primary_bin()) {
-            Some(LocalFill::Held(_, claim)) => claim.unanswered,
+            Some(LocalFill::Held(_, claim) | LocalFill::Writing(_, claim)) => claim.unanswered,
             Some(LocalFill::Refused(_)) => true,
             _ => false,
         }
     }
 
     /// The claim by which a request on this node holds the lease of `key`'s URL and keeps it
-    /// alive, if one does: a fill of it finishing now is the lease's, and [`Self::on_written`]
-    /// confirms the lease after its write.
+    /// alive, if one does (or did, its fill's write not in yet: `LocalFill::Writing`): a fill
+    /// of it finishing now is the lease's, and [`Self::on_written`] confirms the lease after
+    /// its write.
     pub fn holds(&self, key: &CacheKey) -> Option<Claim> {
         if self.lease.is_zero() {
             return None;
         }
         match self.local_fills.lock().get(&key.primary_bin()) {
-            Some(LocalFill::Held(_, claim)) => Some(*claim),
+            Some(LocalFill::Held(_, claim) | LocalFill::Writing(_, claim)) => Some(*claim),
             _ => None,
         }
     }
@@ -1326,18 +1357,18 @@ impl FillLeases {
             return Ok(leased);
         };
         match *fill {
-            LocalFill::Lost(_) | LocalFill::Released(_) | LocalFill::Refused(_) => Err(()),
-            LocalFill::Held(_, held)
+            LocalFill::Lost(_) | LocalFill::Released(..) | LocalFill::Refused(_) => Err(()),
+            LocalFill::Held(_, held) | LocalFill::Writing(_, held)
                 if leased.is_none_or(|leased| leased.holder == held.holder) =>
             {
                 *fill = match held.unanswered {
                     true => LocalFill::Refused(held.holder),
-                    false => LocalFill::Released(held.holder),
+                    false => LocalFill::Released(held.holder, Instant::now()),
                 };
                 Ok(Some(held))
             }
             // being claimed again, or held by a later claim: not this write's to release
-            LocalFill::Claiming | LocalFill::Held(..) => Ok(leased),
+            LocalFill::Claiming | LocalFill::Held(..) | LocalFill::Writing(..) => Ok(leased),
         }
     }
 
@@ -1530,17 +1561,31 @@ impl Held {
         } = self;
         let was = {
             let mut fills = leases.local_fills.lock();
-            match fills.get(&primary).map(LocalFill::holder) {
+            match fills.get(&primary).copied() {
                 // a newer claim's mark (this claim's fill over, a request claimed anew): left
                 // to it, and nothing released (this claim's lease was lost, or released)
-                Some(holder) if holder != Some(claim.holder) => return,
+                Some(fill) if fill.holder() != Some(claim.holder) => return,
+                // released by a write already: the mark stays for the writes still to come
+                // that carry the claim (`LocalFill::Released`)
+                Some(LocalFill::Released(..)) => return,
+                // stored, its write not in: the claim stays this node's until it is
+                // (`LocalFill::Writing`)
+                Some(LocalFill::Held(_, held)) if stored && !held.unanswered => {
+                    fills.insert(primary, LocalFill::Writing(Instant::now(), held));
+                    return;
+                }
                 _ => fills.remove(&primary),
             }
         };
         let claim = match was {
-            // (lost: it may be another node's claim by now; released: deleted already)
+            // (lost: it may be another node's claim by now)
             _ if stored => return,
-            Some(LocalFill::Lost(_) | LocalFill::Released(_) | LocalFill::Refused(_)) => return,
+            Some(
+                LocalFill::Lost(_)
+                | LocalFill::Released(..)
+                | LocalFill::Refused(_)
+                | LocalFill::Writing(..),
+            ) => return,
             // renewed since it was claimed, maybe
             Some(LocalFill::Held(_, held)) if held.holder == claim.holder => held,
             _ => claim,
