@@ -9,7 +9,8 @@
 //!   `request_duration_seconds{cache}` (histogram), `coalesced_requests_total`,
 //!   `purge_requests_total{result}`, `read_ahead_bytes` (cache fills held for slow clients);
 //! * memory tier: `memory_bytes`, `memory_limit_bytes`, `memory_objects`,
-//!   `memory_evictions_total`, `memory_fills_in_flight`, `decoded_copies_total{result}`;
+//!   `memory_evictions_total`, `memory_fills_in_flight`, `memory_files`,
+//!   `decoded_copies_total{result}`;
 //! * memcached: `memcached_{hits,decodes_shared,misses,rejected,writes,write_failures,writes_superseded,written_then_banned,purges_kept,writes_judged_late,ejections}_total`,
 //!   `fill_leases_{claimed,renewed,lost}_total`, `fill_lease_waits_total`, and per server
 //!   `memcached_server_up`, `memcached_server_errors_total`, `memcached_server_timeouts_total`,
@@ -301,6 +302,11 @@ impl Collector for NodeCollector {
             "memory_fills_in_flight",
             "Responses being stored into the memory tier now.",
             gauge_of(m.in_flight),
+        )?;
+        f.gauge(
+            "memory_files",
+            "Large bodies held in memory files (open descriptors), sent with sendfile.",
+            gauge_of(m.files),
         )?;
 
         if let Some(shared) = s.shared {

@@ -53,6 +53,8 @@ struct Memory {
     limit: usize,
     objects: usize,
     evictions: u64,
+    /// Large bodies in memory files (open descriptors), sent with `sendfile`.
+    files: usize,
 }
 
 #[derive(Serialize)]
@@ -118,6 +120,7 @@ pub fn sample_json(s: &Sources) -> String {
             limit: m.limit,
             objects: m.objects,
             evictions: m.evictions,
+            files: m.files,
         },
         memcached: s.shared.map_or_else(Vec::new, |shared| {
             shared

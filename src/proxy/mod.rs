@@ -652,7 +652,11 @@ impl ProxyHttp for LacquerProxy {
             let ours = |lines: &mut String| our_fields::write_lines(&live, status, version, lines);
             // boxed: inline, its write's state made this future (every request's, h2 streams'
             // too) larger, copied per request (+500 instructions per h2 hit, measured)
-            Box::pin(pre_serialised.send(session, ours)).await?;
+            // a failed write is the client's: nothing more is written to it (not an error
+            // answer inside the body it was being sent)
+            Box::pin(pre_serialised.send(session, ours))
+                .await
+                .map_err(|e| e.into_down())?;
             return Ok(true);
         }
         let mut head = answer.head(!session.downstream_session.is_http2());
@@ -660,7 +664,9 @@ impl ProxyHttp for LacquerProxy {
         // boxed: inline, its writes' state (1 KB) made this future, every request's, larger
         // than mimalloc's small blocks, copied per request; the pre-serialised path above
         // (HTTP/1) serves most hits without it
-        Box::pin(answer.send(session, head)).await?;
+        Box::pin(answer.send(session, head))
+            .await
+            .map_err(|e| e.into_down())?;
         Ok(true)
     }
 
@@ -825,7 +831,7 @@ impl ProxyHttp for LacquerProxy {
                 let status = hit.cache_status();
                 let live = self.settings(ctx);
                 self.finish_response_head(&live, &mut hit.head, req, status, ctx)?;
-                hit.send(session).await?;
+                hit.send(session).await.map_err(|e| e.into_down())?;
                 return Ok(false);
             }
         }

@@ -31,7 +31,7 @@ use super::cache_status::{CacheStatus, Forward};
 use crate::compression::{content_coding, ContentCoding};
 use crate::policy::{freshness, vary};
 use crate::storage::memory::MemoryTier;
-use crate::storage::object::{owned_chunk, Body, StoredMeta};
+use crate::storage::object::{owned_chunk, StoredMeta};
 use crate::storage::partial::{self, ByteSpan, PartialObject};
 use crate::storage::tiered::TieredStorage;
 use bytes::{Buf, Bytes};
@@ -317,7 +317,7 @@ impl PartialContent {
         let mut stored = StoredMeta::from_meta(&meta);
         // slices of the earlier part are copied, so the object owns exactly what it is charged,
         // in one block as a fill's body is
-        let body = Body::from_chunks(vec![crate::storage::memory::owned_block(&chunks)]);
+        let body = crate::storage::memory::owned_body(&chunks);
         if span.is_whole() {
             // stored before the last byte reaches the client, so its next request finds it
             if self.memory.store_complete(&key, stored, body) {
@@ -493,6 +493,7 @@ fn hit(stored: &PartialObject, wanted: Range<usize>, now: SystemTime) -> Partial
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::object::Body;
 
     fn req(fields: &[(&str, &str)]) -> RequestHeader {
         let mut r = RequestHeader::build("GET", b"/v", None).unwrap();

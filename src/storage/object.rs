@@ -5,6 +5,7 @@
 //! header-map clone. Bodies are `Bytes` chunks, so a 50 MB object is never copied into one buffer
 //! and a hit hands out reference-counted slices.
 
+use super::memory::BodyFile;
 use super::wire_head::KeptWireHead;
 use bytes::Bytes;
 use pingora_cache::key::HashBinary;
@@ -176,11 +177,13 @@ impl StoredMeta {
     }
 }
 
-/// A complete body: its chunks and total length.
+/// A complete body: its chunks and total length, and the memory file they are views of when a
+/// large body is kept in one.
 #[derive(Debug, Clone, Default)]
 pub struct Body {
     chunks: Vec<Bytes>,
     len: usize,
+    file: Option<BodyFile>,
 }
 
 impl Body {
@@ -190,7 +193,24 @@ impl Body {
     pub fn from_chunks(mut chunks: Vec<Bytes>) -> Self {
         chunks.retain(|chunk| !chunk.is_empty());
         let len = chunks.iter().map(Bytes::len).sum();
-        Body { chunks, len }
+        Body {
+            chunks,
+            len,
+            file: None,
+        }
+    }
+
+    /// This body with `file`, whose bytes from its start are this body's chunks, in order (a
+    /// file of another length is not kept).
+    pub fn with_file(self, file: Option<BodyFile>) -> Self {
+        let file = file.filter(|file| file.len() == self.len);
+        Body { file, ..self }
+    }
+
+    /// The memory file holding the whole body, when it is kept in one: a hit may send it from
+    /// there (`sendfile`) rather than from the chunks.
+    pub fn file(&self) -> Option<&BodyFile> {
+        self.file.as_ref()
     }
 
     /// Total body length in bytes.

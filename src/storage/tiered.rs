@@ -282,7 +282,7 @@ impl TieredStorage {
         // read buffer (and the replies around it), and the decoded head's fields are slices of
         // it: what the memory tier keeps owns its bytes.
         meta.header = with_room_for_hit_fields(&meta.header);
-        let body = Body::from_chunks(vec![super::memory::owned_block(body.chunks())]);
+        let body = super::memory::owned_body(body.chunks());
         self.memory.promote_with(key, &meta, &body, scopes);
         Some((meta, body))
     }

@@ -264,13 +264,15 @@ fn is_timeout(etype: &ErrorType) -> bool {
 }
 
 /// `fail_to_proxy`: the status a request that could not be proxied is answered with (0: the
-/// client's connection is dead, answer nothing). Pingora's mapping, except that a timeout on the
-/// way to or from the origin (including `balancer.timeouts.total`) is `504 Gateway Timeout`
-/// rather than `502`: the origin did not answer in time, which is not a bad answer.
+/// client's connection is dead, or its answer's write failed or waited past `send_timeout`:
+/// answer nothing). Pingora's mapping, except that a timeout on the way to or from the origin
+/// (including `balancer.timeouts.total`) is `504 Gateway Timeout` rather than `502`: the origin
+/// did not answer in time, which is not a bad answer.
 pub fn failure_status(e: &Error) -> u16 {
     match (e.esource(), e.etype()) {
         (_, ErrorType::HTTPStatus(code)) => *code,
         (ErrorSource::Downstream, ErrorType::WriteError)
+        | (ErrorSource::Downstream, ErrorType::WriteTimedout)
         | (ErrorSource::Downstream, ErrorType::ReadError)
         | (ErrorSource::Downstream, ErrorType::ConnectionClosed) => 0,
         (ErrorSource::Downstream, _) => 400,
@@ -301,6 +303,12 @@ mod tests {
         let mut client_gone = Error::new(ErrorType::ConnectionClosed);
         client_gone.esource = ErrorSource::Downstream;
         assert_eq!(failure_status(&client_gone), 0);
+        // a client that left an answer's write waiting past `send_timeout` is answered nothing
+        // more: part of its answer may be out (before 2026-12-07, a 504 head went inside the
+        // body of a hit, `tests/file_body_hits.rs`)
+        let mut client_not_reading = Error::new(ErrorType::WriteTimedout);
+        client_not_reading.esource = ErrorSource::Downstream;
+        assert_eq!(failure_status(&client_not_reading), 0);
         let mut client_slow = Error::new(ErrorType::ReadTimedout);
         client_slow.esource = ErrorSource::Downstream;
         assert_eq!(

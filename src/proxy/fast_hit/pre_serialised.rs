@@ -8,7 +8,8 @@
 //! and kept with the stored metadata ([`WireHead`]); each hit then writes that, its three lines,
 //! and the body in one write through Pingora's `write_serialized_response` (a vendored patch,
 //! which adds `Connection` and, when missing, `Date`, and keeps the session's framing, keep-alive
-//! and status as a head written by Pingora would).
+//! and status as a head written by Pingora would). A body kept in a memory file
+//! (`storage::memory::mapped`) goes to a plain TCP client from the file, with `sendfile`.
 //!
 //! Only answers whose head nothing else edits go this way: no hook, no rule editing response
 //! heads, the stored body as it is (not decoded for the client), an HTTP/1 client, and a stored
@@ -77,8 +78,17 @@ impl PreSerialised<'_> {
         };
         let status = self.hit.meta().header.status;
         let head: [&[u8]; 2] = [&self.wire.bytes, lines.as_bytes()];
-        h1.write_serialized_response(status, &head, self.wire.has_date, self.hit.chunks())
-            .await
+        // a body kept in a memory file goes to a plain TCP client with `sendfile`
+        // (`storage::memory::mapped`); the hit holds the file until the write returns
+        let file = self.hit.body_file().map(|file| file.fd());
+        h1.write_serialized_response_with_file(
+            status,
+            &head,
+            self.wire.has_date,
+            self.hit.chunks(),
+            file,
+        )
+        .await
     }
 }
 

@@ -493,6 +493,15 @@ impl BodyBuffer {
         }
     }
 
+    /// The memory file whose bytes are the whole body, when its mapping has one and every
+    /// chunk went into it.
+    fn file(&self) -> Option<super::BodyFile> {
+        match self {
+            BodyBuffer::Mapped(mapped) => mapped.file(),
+            BodyBuffer::Heap(_) => None,
+        }
+    }
+
     /// Whether part of the allocation was never written: the body came out shorter than declared.
     fn has_unused_room(&self) -> bool {
         match self {
@@ -580,12 +589,13 @@ impl MemoryMiss {
             self.tier.fills.remove(self.key, self.write_id.into());
             return Ok((MissFinishType::Created(0), None));
         }
-        let mut chunks: Vec<Bytes> = self.body.chunks.read().list.iter().cloned().collect();
-        if self.buffer.has_unused_room() {
+        let chunks: Vec<Bytes> = self.body.chunks.read().list.iter().cloned().collect();
+        let body = if self.buffer.has_unused_room() {
             // shorter than declared: keep an exact copy, not the whole declared allocation
-            chunks = vec![super::owned_block(&chunks)];
-        }
-        let body = Body::from_chunks(chunks);
+            super::owned_body(&chunks)
+        } else {
+            Body::from_chunks(chunks).with_file(self.buffer.file())
+        };
         let size = body.len();
         // index the complete object before dropping the in-flight entry, so lookups never see a gap
         let scopes = self.scopes.take();

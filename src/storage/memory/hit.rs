@@ -66,6 +66,12 @@ impl CompleteObject {
         self.object.body.chunks()
     }
 
+    /// The memory file holding the whole body, when it is kept in one
+    /// ([`crate::storage::object::Body::file`]).
+    pub fn body_file(&self) -> Option<&super::BodyFile> {
+        self.object.body.file()
+    }
+
     /// The body length.
     pub fn body_len(&self) -> usize {
         self.object.body.len()

@@ -48,7 +48,8 @@ use fill::InFlightFills;
 pub use fill::{FillLetGo, MemoryMiss};
 use hit::{complete_hit, streaming_hit};
 use index::{MemoryObject, ObjectIndex};
-pub(crate) use mapped::owned_block;
+pub(crate) use mapped::owned_body;
+pub use mapped::{memory_files, BodyFile};
 use pingora_cache::eviction::CacheEntryKey;
 use pingora_cache::key::{CacheHashKey, CompactCacheKey};
 use pingora_cache::storage::{
@@ -76,6 +77,10 @@ pub struct MemoryStats {
     pub evictions: u64,
     /// Fills currently being written.
     pub in_flight: usize,
+    /// Large bodies held in memory files now, sent to clients with `sendfile` (`mapped`): the
+    /// tier's, and those of objects evicted or purged while a client is still being sent them.
+    /// Each is an open descriptor, at most a quarter of the open-file limit.
+    pub files: usize,
 }
 
 /// What a purge or ban did to this node's memory tier.
@@ -214,6 +219,7 @@ impl MemoryTier {
             limit: self.index.limit(),
             evictions: self.index.evictions(),
             in_flight: self.fills.count(),
+            files: mapped::memory_files(),
         }
     }
 

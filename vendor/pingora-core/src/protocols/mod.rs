@@ -113,6 +113,8 @@ pub trait IO:
 {
     /// helper to cast as the reference of the concrete type
     fn as_any(&self) -> &dyn Any;
+    /// LACQUER PATCH (file body): helper to cast as the mutable reference of the concrete type
+    fn as_any_mut(&mut self) -> &mut dyn Any;
     /// helper to cast back of the concrete type
     fn into_any(self: Box<Self>) -> Box<dyn Any>;
 }
@@ -136,6 +138,9 @@ where
     T: 'static,
 {
     fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
         self
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any> {

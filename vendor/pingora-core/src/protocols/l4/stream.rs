@@ -566,6 +566,41 @@ impl Stream {
         self.offload_wait_duration = offload_wait_duration;
     }
 
+    /// LACQUER PATCH (file body): writes `head`, then `len` bytes of `file` from its start, to
+    /// this stream's TCP socket: the head with `sendmsg(2)` and `MSG_MORE` (the kernel holds it
+    /// for the body's first bytes), the body with `sendfile(2)`, so it never passes through user
+    /// space. Anything buffered is flushed first. Each attempt is made when the socket is
+    /// writable (a full socket buffer parks the task until the peer reads); a peer gone is an
+    /// error (`EPIPE`: `MSG_NOSIGNAL` for the head, and Rust ignores `SIGPIPE`). `None`, having
+    /// written nothing, when the stream is not TCP: the caller writes the bytes itself. A wait
+    /// for the socket longer than `per_write` fails with `TimedOut`: each wait is bounded, not
+    /// the whole send, so a client reading slowly but steadily is not cut.
+    #[cfg(target_os = "linux")]
+    pub async fn write_head_and_file(
+        &mut self,
+        head: &[&[u8]],
+        file: std::os::fd::BorrowedFd<'_>,
+        len: usize,
+        per_write: Option<Duration>,
+    ) -> Option<io::Result<()>> {
+        if !matches!(self.stream().get_ref().stream, RawStream::Tcp(_)) {
+            return None;
+        }
+        let flushed = match per_write {
+            Some(t) => pingora_timeout::timeout(t, self.flush())
+                .await
+                .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into())),
+            None => self.flush().await,
+        };
+        if let Err(e) = flushed {
+            return Some(Err(e));
+        }
+        let RawStream::Tcp(socket) = &self.stream().get_ref().stream else {
+            unreachable!("checked above");
+        };
+        Some(send_head_and_file(socket, head, file, len, per_write).await)
+    }
+
     /// set TCP nodelay for this connection if `self` is TCP
     pub fn set_nodelay(&mut self) -> Result<()> {
         match &self.stream_mut().get_mut().stream {
@@ -1009,6 +1044,82 @@ impl AccumulatedDuration {
             _ => self.start(),
         }
     }
+}
+
+/// LACQUER PATCH (file body): see [`Stream::write_head_and_file`].
+#[cfg(target_os = "linux")]
+async fn send_head_and_file(
+    socket: &TcpStream,
+    head: &[&[u8]],
+    file: std::os::fd::BorrowedFd<'_>,
+    len: usize,
+    per_write: Option<Duration>,
+) -> io::Result<()> {
+    use std::io::IoSlice;
+    let fd = socket.as_raw_fd();
+    // the socket taking more, within `per_write`
+    let writable = || async {
+        match per_write {
+            Some(t) => pingora_timeout::timeout(t, socket.writable())
+                .await
+                .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into())),
+            None => socket.writable().await,
+        }
+    };
+    let mut slices: Vec<IoSlice<'_>> = head
+        .iter()
+        .filter(|s| !s.is_empty())
+        .map(|s| IoSlice::new(s))
+        .collect();
+    let mut rest = &mut slices[..];
+    while !rest.is_empty() {
+        writable().await?;
+        let sent = socket.try_io(Interest::WRITABLE, || {
+            // SAFETY: a zeroed msghdr is valid; its iovecs are `rest`'s, which `IoSlice`
+            // lays out as `iovec`s and which outlive the call
+            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+            msg.msg_iov = rest.as_ptr() as *mut libc::iovec;
+            msg.msg_iovlen = rest.len().min(64) as _;
+            let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_MORE | libc::MSG_NOSIGNAL) };
+            if n < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
+            }
+        });
+        match sent {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut rest, n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let mut offset: libc::off_t = 0;
+    while (offset as usize) < len {
+        writable().await?;
+        let left = len - offset as usize;
+        let sent = socket.try_io(Interest::WRITABLE, || {
+            // SAFETY: `offset` outlives the call; the kernel checks both descriptors
+            let n = unsafe { libc::sendfile(fd, file.as_raw_fd(), &mut offset, left) };
+            if n < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
+            }
+        });
+        match sent {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the file is shorter than the body",
+                ))
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1184,17 +1184,9 @@ impl HttpSession {
             return Ok(());
         }
         let write_timeout = self.write_timeout(total);
-        let write = write_all_vectored(&mut self.underlying_stream, &head, chunks);
-        let written = match write_timeout {
-            Some(t) => match timeout(t, write).await {
-                Ok(res) => res,
-                Err(_) => {
-                    return Error::e_explain(WriteTimedout, format!("writing body, timeout: {t:?}"))
-                }
-            },
-            None => write.await,
-        };
-        written.or_err(WriteError, "writing response header and body")?;
+        let written =
+            write_all_vectored(&mut self.underlying_stream, &head, chunks, write_timeout).await;
+        answer_written(written, "writing response header and body", write_timeout)?;
         self.body_writer.body_mode = super::body::BodyMode::ContentLength(total, total);
         self.body_bytes_sent += total;
         self.response_written = Some(header);
@@ -1220,6 +1212,23 @@ impl HttpSession {
         head: &[&[u8]],
         has_date: bool,
         body: &[Bytes],
+    ) -> Result<()> {
+        self.write_serialized_response_with_file(status, head, has_date, body, None)
+            .await
+    }
+
+    /// LACQUER PATCH (file body): [`Self::write_serialized_response`], for a body whose bytes
+    /// are also the start of `file`: over plain TCP the body goes from the file to the socket
+    /// with `sendfile(2)`, never through user space ([`Stream::write_head_and_file`]); over any
+    /// other stream (TLS) `body` is written as before. The file must hold `body`'s bytes, and
+    /// keep them, until this returns.
+    pub async fn write_serialized_response_with_file(
+        &mut self,
+        status: http::StatusCode,
+        head: &[&[u8]],
+        has_date: bool,
+        body: &[Bytes],
+        file: Option<std::os::fd::BorrowedFd<'_>>,
     ) -> Result<()> {
         if self.response_written.is_some() || status.is_informational() {
             return Error::e_explain(
@@ -1249,28 +1258,39 @@ impl HttpSession {
         ) || self.get_method() == Some(&Method::HEAD);
         let body = if no_body { &[][..] } else { body };
         let total: usize = body.iter().map(Bytes::len).sum();
-        let slices = head
-            .iter()
-            .copied()
-            .chain(date_line)
-            .chain(std::iter::once(connection))
-            .chain(body.iter().map(|chunk| &chunk[..]));
         let write_timeout = self.write_timeout(total);
-        let write = write_all_slices(&mut self.underlying_stream, slices);
-        let written = match write_timeout {
-            Some(t) => match timeout(t, write).await {
-                Ok(res) => res,
-                Err(_) => {
-                    return Error::e_explain(WriteTimedout, format!("writing response, timeout: {t:?}"))
-                }
-            },
-            None => write.await,
+        let file = file.filter(|_| total > 0).and_then(|file| {
+            self.underlying_stream
+                .as_any_mut()
+                .downcast_mut::<crate::protocols::l4::stream::Stream>()
+                .map(|stream| (stream, file))
+        });
+        let written = match file {
+            Some((stream, file)) => {
+                let head: Vec<&[u8]> = head
+                    .iter()
+                    .copied()
+                    .chain(date_line)
+                    .chain(std::iter::once(connection))
+                    .collect();
+                stream
+                    .write_head_and_file(&head, file, total, write_timeout)
+                    .await
+                    .unwrap_or_else(|| Err(std::io::ErrorKind::Unsupported.into()))
+            }
+            None => {
+                let slices = head
+                    .iter()
+                    .copied()
+                    .chain(date_line)
+                    .chain(std::iter::once(connection))
+                    .chain(body.iter().map(|chunk| &chunk[..]));
+                write_all_slices(&mut self.underlying_stream, slices, write_timeout).await
+            }
         };
-        written.or_err(WriteError, "writing pre-serialised response")?;
-        self.underlying_stream
-            .flush()
-            .await
-            .or_err(WriteError, "flushing response")?;
+        answer_written(written, "writing pre-serialised response", write_timeout)?;
+        let flushed = within(write_timeout, self.underlying_stream.flush()).await;
+        answer_written(flushed, "flushing response", write_timeout)?;
         self.body_writer.body_mode = super::body::BodyMode::ContentLength(total, total);
         self.body_bytes_sent += total;
         self.response_written = Some(Box::new(ResponseHeader::build_no_case(status, Some(0))?));
@@ -2382,10 +2402,17 @@ fn http_resp_header_to_buf(
 async fn write_all_slices<'a>(
     stream: &mut Stream,
     slices: impl Iterator<Item = &'a [u8]>,
+    per_write: Option<Duration>,
 ) -> std::io::Result<()> {
     if !stream.is_write_vectored() {
         for slice in slices {
-            stream.write_all(slice).await?;
+            let mut rest = slice;
+            while !rest.is_empty() {
+                match within(per_write, stream.write(rest)).await? {
+                    0 => return Err(std::io::ErrorKind::WriteZero.into()),
+                    n => rest = &rest[n..],
+                }
+            }
         }
         return Ok(());
     }
@@ -2393,19 +2420,58 @@ async fn write_all_slices<'a>(
         .filter(|s| !s.is_empty())
         .map(std::io::IoSlice::new)
         .collect();
-    write_all_io_slices(stream, &mut slices).await
+    write_all_io_slices(stream, &mut slices, per_write).await
+}
+
+/// LACQUER PATCH (per-write timeout): `write`, failed with `TimedOut` when it waits past
+/// `per_write`. The answers these patches write in one call (a large hit's head and body) are
+/// bounded per write that waits, as the session's write timeout bounds each body write it makes
+/// on Pingora's own path (and as nginx's `send_timeout` does): a client reading a large body
+/// slowly but steadily is not cut, and one that stops reading is given up after the timeout.
+/// (Before, one timeout covered the whole answer.)
+async fn within<T>(
+    per_write: Option<Duration>,
+    write: impl std::future::Future<Output = std::io::Result<T>>,
+) -> std::io::Result<T> {
+    match per_write {
+        Some(t) => timeout(t, write)
+            .await
+            .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into())),
+        None => write.await,
+    }
+}
+
+/// LACQUER PATCH (per-write timeout): the outcome of an answer's write as Pingora's error:
+/// `WriteTimedout` when one of its writes waited past `per_write` ([`within`]), else
+/// `WriteError`.
+fn answer_written(
+    written: std::io::Result<()>,
+    what: &'static str,
+    per_write: Option<Duration>,
+) -> Result<()> {
+    match written {
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+            Error::e_explain(WriteTimedout, format!("{what}, timeout: {per_write:?}"))
+        }
+        written => written.or_err(WriteError, what),
+    }
 }
 
 /// LACQUER PATCH (vectored body): `head` then every chunk, with vectored writes of at most
 /// [`MAX_WRITE_SLICES`] slices each until all are written.
-async fn write_all_vectored(stream: &mut Stream, head: &[u8], chunks: &[Bytes]) -> std::io::Result<()> {
+async fn write_all_vectored(
+    stream: &mut Stream,
+    head: &[u8],
+    chunks: &[Bytes],
+    per_write: Option<Duration>,
+) -> std::io::Result<()> {
     use std::io::IoSlice;
     let mut slices: Vec<IoSlice<'_>> = std::iter::once(head)
         .chain(chunks.iter().map(|c| &c[..]))
         .filter(|s| !s.is_empty())
         .map(IoSlice::new)
         .collect();
-    write_all_io_slices(stream, &mut slices).await
+    write_all_io_slices(stream, &mut slices, per_write).await
 }
 
 /// LACQUER PATCH (vectored body): vectored writes of at most [`MAX_WRITE_SLICES`] of `slices`
@@ -2413,12 +2479,13 @@ async fn write_all_vectored(stream: &mut Stream, head: &[u8], chunks: &[Bytes]) 
 async fn write_all_io_slices(
     stream: &mut Stream,
     slices: &mut [std::io::IoSlice<'_>],
+    per_write: Option<Duration>,
 ) -> std::io::Result<()> {
     use std::io::IoSlice;
     let mut rest = slices;
     while !rest.is_empty() {
         let n = rest.len().min(MAX_WRITE_SLICES);
-        let written = stream.write_vectored(&rest[..n]).await?;
+        let written = within(per_write, stream.write_vectored(&rest[..n])).await?;
         if written == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
