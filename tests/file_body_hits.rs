@@ -98,13 +98,7 @@ fn get(path: &str, extra: &str) -> String {
     format!("GET {path} HTTP/1.1\r\nHost: {HOST}\r\n{extra}\r\n")
 }
 
-fn is_hit(resp: &RawResponse) -> bool {
-    resp.header_all("cache-status")
-        .last()
-        .is_some_and(|entry| entry.split(';').skip(1).any(|p| p.trim() == "hit"))
-}
-
-/// [`is_hit`] for a head read by hand.
+/// [`RawResponse::is_hit`] for a head read by hand.
 fn head_is_hit(head: &str) -> bool {
     head.lines()
         .filter_map(|line| line.split_once(':'))
@@ -148,7 +142,7 @@ fn warm(addr: SocketAddr, path: &str) {
     conn.send(get(path, "").as_bytes());
     let again = conn.read_response(false);
     assert_body(&again, path);
-    assert!(is_hit(&again), "{path} stored: {:?}", again.headers);
+    assert!(again.is_hit(), "{path} stored: {:?}", again.headers);
 }
 
 /// PURGEs `path` (from loopback, which `cache.purge_from` allows by default).
@@ -363,7 +357,7 @@ fn purged_large_objects_give_their_memory_files_back() {
         conn.send(get(path, "").as_bytes());
         let resp = conn.read_response(false);
         assert_body(&resp, path);
-        assert!(is_hit(&resp));
+        assert!(resp.is_hit());
     }
     warm(addr, "/large/1000");
     assert_eq!(memfds(pid), 12, "hits and a 1000-byte body added a file");
@@ -480,7 +474,7 @@ fn an_object_purged_while_a_slow_client_reads_it_is_sent_whole_and_then_closed()
     );
     let fresh = fetch(addr, path);
     assert_body_seeded(&fresh, len, 2, "version 2 after the purge");
-    assert!(!is_hit(&fresh), "{:?}", fresh.headers);
+    assert!(!fresh.is_hit(), "{:?}", fresh.headers);
     assert_eq!(
         memfds(pid),
         2,
@@ -502,7 +496,7 @@ fn an_object_purged_while_a_slow_client_reads_it_is_sent_whole_and_then_closed()
     assert_eq!(left, 1, "the purged object's file outlived its last send");
     let again = fetch(addr, path);
     assert_body_seeded(&again, len, 2, "version 2 as a hit");
-    assert!(is_hit(&again));
+    assert!(again.is_hit());
     purge(addr, path);
     retire_removed(addr);
     assert_eq!(memfds_settle(pid, |n| n == 0), 0);
@@ -555,7 +549,7 @@ fn under_a_low_open_file_limit_at_most_a_quarter_are_memory_files_and_hits_stay_
             conn.send(get(path, "").as_bytes());
             let resp = conn.read_response(false);
             assert_body(&resp, path);
-            assert!(is_hit(&resp), "round {round}, {path}: {:?}", resp.headers);
+            assert!(resp.is_hit(), "round {round}, {path}: {:?}", resp.headers);
         }
         assert!(memfds(pid) <= budget);
     }
@@ -632,7 +626,7 @@ fn a_client_that_never_reads_a_large_hit_is_given_up_at_send_timeout() {
     for _ in 0..2 {
         let resp = fetch(addr, &path);
         assert_body(&resp, &path);
-        assert!(is_hit(&resp));
+        assert!(resp.is_hit());
     }
 
     let start = Instant::now();
@@ -671,7 +665,7 @@ fn a_client_that_never_reads_a_large_hit_is_given_up_at_send_timeout() {
 
     let resp = fetch(addr, &path);
     assert_body(&resp, &path);
-    assert!(is_hit(&resp));
+    assert!(resp.is_hit());
     purge(addr, &path);
     retire_removed(addr);
     assert_eq!(
@@ -720,7 +714,7 @@ async fn a_large_object_promoted_from_memcached_is_kept_in_a_memory_file() {
         .unwrap();
         for (n, resp) in answers.iter().enumerate() {
             assert_body(resp, path);
-            assert!(is_hit(resp), "B's answer {n}: {:?}", resp.headers);
+            assert!(resp.is_hit(), "B's answer {n}: {:?}", resp.headers);
         }
         assert_eq!(
             memfds(b_pid),
@@ -816,7 +810,7 @@ fn http_1_0_clients_get_large_hits_whole() {
         conn.send(keep.as_bytes());
         let resp = conn.read_response(false);
         assert_body(&resp, &path);
-        assert!(is_hit(&resp));
+        assert!(resp.is_hit());
     }
     assert_eq!(origin.hits_for(&path), 1);
 }
@@ -944,7 +938,7 @@ fn clients_leaving_mid_body_with_resets_leave_no_file_behind() {
         drop(leaving);
         let resp = fetch(addr, &path);
         assert_body(&resp, &path);
-        assert!(is_hit(&resp));
+        assert!(resp.is_hit());
     }
     assert_eq!(memfds(pid), 1);
     purge(addr, &path);
@@ -977,12 +971,12 @@ fn a_refetched_object_closes_the_file_of_the_one_it_replaces() {
         conn.send(get(path, refetch).as_bytes());
         let fetched = conn.read_response(false);
         assert_body_seeded(&fetched, MB1, v, "the fetch");
-        assert!(!is_hit(&fetched), "{:?}", fetched.headers);
+        assert!(!fetched.is_hit(), "{:?}", fetched.headers);
         for _ in 0..2 {
             conn.send(get(path, "").as_bytes());
             let hit = conn.read_response(false);
             assert_body_seeded(&hit, MB1, v, "a hit after it");
-            assert!(is_hit(&hit), "{:?}", hit.headers);
+            assert!(hit.is_hit(), "{:?}", hit.headers);
         }
         retire_removed(addr);
         assert_eq!(
@@ -1082,7 +1076,7 @@ fn a_body_assembled_from_partial_content_is_sent_whole_from_a_file() {
         conn.send(get(path, "").as_bytes());
         let whole = conn.read_response(false);
         assert_body_seeded(&whole, LEN, 7, "the assembled body");
-        assert!(is_hit(&whole), "{:?}", whole.headers);
+        assert!(whole.is_hit(), "{:?}", whole.headers);
     }
     retire_removed(addr);
     assert_eq!(
@@ -1169,7 +1163,7 @@ fn bodies_around_the_mapping_threshold_and_page_sizes_are_sent_whole() {
             conn.send(get(&path, "").as_bytes());
             let resp = conn.read_response(false);
             assert_body(&resp, &path);
-            assert!(is_hit(&resp));
+            assert!(resp.is_hit());
         }
     }
     let expected = sizes.iter().filter(|len| **len >= 64 * 1024).count();
@@ -1194,7 +1188,7 @@ fn a_client_that_half_closes_after_its_request_gets_the_whole_body() {
             .expect("half-close");
         let resp = conn.read_response(false);
         assert_body(&resp, &path);
-        assert!(is_hit(&resp));
+        assert!(resp.is_hit());
     }
     assert_eq!(fetch(lacquer.addr(), "/small").text(), "small body");
 }
@@ -1293,7 +1287,7 @@ async fn a_large_gzip_body_goes_whole_to_gzip_clients_identity_clients_and_h2c()
                 );
             } else {
                 assert_eq!(resp.header("content-encoding"), Some("gzip"), "answer {n}");
-                assert!(is_hit(&resp), "answer {n}: {:?}", resp.headers);
+                assert!(resp.is_hit(), "answer {n}: {:?}", resp.headers);
                 assert!(
                     resp.body == *h1_coded,
                     "answer {n}: the stored gzip bytes differ"

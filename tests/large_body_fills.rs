@@ -67,12 +67,6 @@ fn fetch(node: &LacquerProcess, path: &str, fields: &str) -> RawResponse {
     try_fetch(node, path, fields).unwrap_or_else(|e| panic!("GET {path}: {e}"))
 }
 
-fn is_hit(resp: &RawResponse) -> bool {
-    resp.header_all("cache-status")
-        .last()
-        .is_some_and(|entry| entry.split(';').skip(1).any(|p| p.trim() == "hit"))
-}
-
 /// `resp` is a `200` carrying exactly the generated body of `len` bytes and seed `seed`.
 fn assert_whole(resp: &RawResponse, len: usize, seed: u8, what: &str) {
     assert_eq!(resp.status, 200, "{what}: {:?}", resp.headers);
@@ -177,7 +171,7 @@ fn a_body_cut_short_of_its_declared_length_is_never_stored_or_served_whole() {
             let second = fetch(&node, &target, "");
             assert_whole(&second, DECLARED, seed, &format!("{what}, second"));
             assert!(
-                first_asked > 1 || !is_hit(&second),
+                first_asked > 1 || !second.is_hit(),
                 "{what}: the second request was a hit of a body cut at {cut}: {:?}",
                 second.headers
             );
@@ -190,7 +184,7 @@ fn a_body_cut_short_of_its_declared_length_is_never_stored_or_served_whole() {
             // the whole body is stored now: a hit, byte-identical
             let third = fetch(&node, &target, "");
             assert_whole(&third, DECLARED, seed, &format!("{what}, third"));
-            assert!(is_hit(&third), "{what}: third {:?}", third.headers);
+            assert!(third.is_hit(), "{what}: third {:?}", third.headers);
             assert_eq!(third.body, second.body, "{what}: the hit differs");
             assert_eq!(
                 asked.lock().unwrap()[&target],
@@ -299,7 +293,7 @@ fn bytes_past_the_declared_length_are_not_stored() {
             for n in 0..2 {
                 let hit = fetch(&node, target, "");
                 assert_whole(&hit, OVER, 11, &format!("{what}, hit {n}"));
-                assert!(is_hit(&hit), "{what}: {:?}", hit.headers);
+                assert!(hit.is_hit(), "{what}: {:?}", hit.headers);
                 assert_eq!(
                     hit.body, first.body,
                     "{what}: hit {n} differs from the miss"
@@ -365,7 +359,7 @@ fn concurrent_clients_of_a_slow_large_fill_all_get_the_exact_bytes() {
         for n in 0..2 {
             let hit = fetch(&node, target, "");
             assert_whole(&hit, SLOW_LEN, 42, &format!("{label}, hit {n}"));
-            assert!(is_hit(&hit), "{label}: {:?}", hit.headers);
+            assert!(hit.is_hit(), "{label}: {:?}", hit.headers);
         }
         assert_eq!(origin.hits_for(target), 1, "{label}");
         node.assert_no_panic();
@@ -408,7 +402,7 @@ fn a_reload_in_the_middle_of_slow_large_fills_cuts_nothing() {
             let seed: u8 = target["/slow/".len()..].parse().unwrap();
             let hit = fetch(&node, target, "");
             assert_whole(&hit, SLOW_LEN, seed, &format!("{label}, {target} after"));
-            assert!(is_hit(&hit), "{label}: {:?}", hit.headers);
+            assert!(hit.is_hit(), "{label}: {:?}", hit.headers);
             assert_eq!(origin.hits_for(target), 1, "{label}: {target}");
         }
         node.assert_no_panic();
@@ -459,7 +453,7 @@ fn a_client_leaving_mid_fill_leaves_a_whole_object_or_none() {
             assert!((1..=2).contains(&asked), "{what}: asked {asked} times");
             let hit = fetch(&node, &target, "");
             assert_whole(&hit, SLOW_LEN, seed, &format!("{what}, hit"));
-            assert!(is_hit(&hit), "{what}: {:?}", hit.headers);
+            assert!(hit.is_hit(), "{what}: {:?}", hit.headers);
             assert_eq!(origin.hits_for(&target), asked, "{what}");
             println!("{what}: the origin was asked {asked} time(s)");
         }
@@ -511,7 +505,7 @@ fn ranges_of_a_stored_large_object_are_exact() {
         let whole = fetch(&node, target, "");
         assert_whole(&whole, len, 7, &format!("{label}, whole"));
         assert!(
-            poll_until(BOUND, || is_hit(&fetch(&node, target, ""))),
+            poll_until(BOUND, || fetch(&node, target, "").is_hit()),
             "{label}: never a hit"
         );
 
@@ -540,7 +534,7 @@ fn ranges_of_a_stored_large_object_are_exact() {
             );
             let resp = conn.read_response(false);
             assert_range(&resp, from, to, len, 7, &what);
-            assert!(is_hit(&resp), "{what}: {:?}", resp.headers);
+            assert!(resp.is_hit(), "{what}: {:?}", resp.headers);
         }
         // past the end
         conn.send(
@@ -641,11 +635,11 @@ fn many_large_objects_through_a_small_tier_are_always_exact() {
                 seed_for(i),
                 &format!("{label}, object {i} again"),
             );
-            hits += usize::from(is_hit(&resp));
+            hits += usize::from(resp.is_hit());
         }
         // the last objects fetched are kept, and hit, with their bytes intact
         let last = fetch(&node, &format!("/many/{}", OBJECTS - 1), "");
-        assert!(is_hit(&last), "{label}: {:?}", last.headers);
+        assert!(last.is_hit(), "{label}: {:?}", last.headers);
         assert!(
             origin.hits() > OBJECTS,
             "{label}: an 8 MiB tier evicts some of {OBJECTS} large objects"

@@ -49,12 +49,6 @@ fn get(path: &str, extra: &str) -> String {
     format!("GET {path} HTTP/1.1\r\nHost: large.example\r\n{extra}\r\n")
 }
 
-fn is_hit(resp: &RawResponse) -> bool {
-    resp.header_all("cache-status")
-        .last()
-        .is_some_and(|entry| entry.split(';').skip(1).any(|p| p.trim() == "hit"))
-}
-
 /// Checks that `resp` is the whole generated body of `len` bytes.
 fn assert_large_body(resp: &RawResponse, len: usize) {
     assert_eq!(resp.status, 200, "{:?}", resp.headers);
@@ -74,7 +68,7 @@ fn warm(lacquer: &LacquerProcess, len: usize) {
     conn.send(get(&format!("/large/{len}"), "").as_bytes());
     let again = conn.read_response(false);
     assert_large_body(&again, len);
-    assert!(is_hit(&again), "stored: {:?}", again.headers);
+    assert!(again.is_hit(), "stored: {:?}", again.headers);
 }
 
 #[test]
@@ -88,7 +82,7 @@ fn large_hits_are_byte_exact_and_the_connection_goes_on() {
         conn.send(get(&format!("/large/{len}"), "").as_bytes());
         let resp = conn.read_response(false);
         assert_large_body(&resp, len);
-        assert!(is_hit(&resp));
+        assert!(resp.is_hit());
     }
     // a small hit after large ones on the same connection
     conn.send(get("/small", "").as_bytes());
@@ -122,7 +116,7 @@ fn head_range_and_close_on_a_large_hit() {
     conn.send(get(&path, "Connection: close\r\n").as_bytes());
     let last = conn.read_response(false);
     assert_large_body(&last, MB1);
-    assert!(is_hit(&last));
+    assert!(last.is_hit());
     assert!(
         conn.is_closed(Duration::from_secs(5)),
         "closed after the body"
@@ -167,7 +161,7 @@ fn a_client_that_stops_reading_does_not_hold_the_worker() {
         other.send(get(&path, "").as_bytes());
         let resp = other.read_response(false);
         assert_large_body(&resp, MB1);
-        assert!(is_hit(&resp));
+        assert!(resp.is_hit());
     }
 
     for i in 0..16 {
@@ -201,7 +195,7 @@ fn a_client_that_leaves_mid_body_does_not_disturb_the_next() {
         next.send(get(&path, "").as_bytes());
         let resp = next.read_response(false);
         assert_large_body(&resp, MB1);
-        assert!(is_hit(&resp));
+        assert!(resp.is_hit());
     }
     assert_eq!(origin.hits_for(&path), 1);
 }

@@ -22,13 +22,6 @@ fn request(method: &str, path: &str) -> String {
     format!("{method} {path} HTTP/1.1\r\nHost: shop.example\r\n\r\n")
 }
 
-/// Whether the last `Cache-Status` entry of a raw response says `hit`.
-fn is_hit(resp: &RawResponse) -> bool {
-    resp.header_all("cache-status")
-        .last()
-        .is_some_and(|entry| entry.split(';').skip(1).any(|p| p.trim() == "hit"))
-}
-
 /// One request on its own connection.
 fn fetch(lacquer: &LacquerProcess, method: &str, path: &str) -> RawResponse {
     let mut conn = RawConn::connect(lacquer.addr());
@@ -40,7 +33,7 @@ fn fetch(lacquer: &LacquerProcess, method: &str, path: &str) -> RawResponse {
 fn warm(lacquer: &LacquerProcess, path: &str) {
     assert_eq!(fetch(lacquer, "GET", path).status, 200);
     let again = fetch(lacquer, "GET", path);
-    assert!(is_hit(&again), "{path} is stored: {:?}", again.headers);
+    assert!(again.is_hit(), "{path} is stored: {:?}", again.headers);
 }
 
 /// What one answer of a pipeline must be.
@@ -72,7 +65,7 @@ fn read_in_order(conn: &mut RawConn, expected: &[Expect]) -> Vec<RawResponse> {
             );
         }
         assert_eq!(
-            is_hit(&resp),
+            resp.is_hit(),
             want.hit,
             "answer {i} ({} {}): {:?}",
             want.method,
@@ -150,7 +143,7 @@ fn pipelined_hits_and_misses_are_answered_in_order() {
     );
     conn.send(request("GET", &a).as_bytes());
     assert!(
-        is_hit(&conn.read_response(false)),
+        conn.read_response(false).is_hit(),
         "and serves the next request"
     );
 }
@@ -308,7 +301,7 @@ fn a_pipeline_whose_client_reads_only_after_the_socket_filled_is_answered_whole(
         assert_eq!(resp.status, 200, "answer {i}: {:?}", resp.headers);
         assert_eq!(resp.body.len(), 8000, "answer {i}");
         assert!(
-            is_hit(&resp),
+            resp.is_hit(),
             "answer {i}: {:?}",
             resp.header_all("cache-status")
         );
@@ -316,7 +309,7 @@ fn a_pipeline_whose_client_reads_only_after_the_socket_filled_is_answered_whole(
     assert_eq!(origin.hits_for(&a), 1, "all from the cache");
     conn.send(request("GET", &a).as_bytes());
     assert!(
-        is_hit(&conn.read_response(false)),
+        conn.read_response(false).is_hit(),
         "the connection serves more"
     );
     lacquer.assert_no_panic();

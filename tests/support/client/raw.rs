@@ -63,6 +63,14 @@ pub struct RawResponse {
 }
 
 impl RawResponse {
+    /// Whether the last `Cache-Status` entry says `hit`: the check every raw-socket test of
+    /// hits wrote out for itself.
+    pub fn is_hit(&self) -> bool {
+        self.header_all("cache-status")
+            .last()
+            .is_some_and(|entry| entry.split(';').skip(1).any(|p| p.trim() == "hit"))
+    }
+
     /// First value of header `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
         field(&self.headers, name)
