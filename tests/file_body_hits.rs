@@ -1334,3 +1334,56 @@ async fn a_large_gzip_body_goes_whole_to_gzip_clients_identity_clients_and_h2c()
     assert_eq!(origin.hits_for(path), 2, "one fill per site");
     lacquer.assert_no_panic();
 }
+
+/// The bytes `pid` has read by read-like system calls (`rchar` in `/proc/PID/io`): `sendfile`
+/// counts there what it reads from the file; a `writev` of the body from memory does not.
+fn bytes_read(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/io"))
+        .expect("read /proc/PID/io")
+        .lines()
+        .find_map(|line| line.strip_prefix("rchar: "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("an rchar line")
+}
+
+/// A large hit leaves from its memory file whichever way its head is written: the kept wire
+/// form, and a head built per hit because a rule edits it (`set_response_headers`, which sends
+/// the hit through `send_vectored`). Over 20 hits of 1 MiB each, the proxy reads at least the
+/// bodies' bytes by `sendfile` (`rchar`); a body written from memory would add nothing there but
+/// the requests' few bytes. The edited hits (1 MiB and a byte) carry the rule's field and are whole. Before
+/// 2026-12-07 (later stop) the rule's hits were written with `writev`: the second half failed.
+#[test]
+fn large_hits_are_sent_from_their_file_whether_or_not_a_rule_edits_their_head() {
+    let origin = origin();
+    let lacquer = proxy(
+        &origin,
+        "[[rules]]\npath_regex = \"^/large/1048577$\"\nset_response_headers = { \"X-Edited\" = \"1\" }\n",
+    );
+    let (addr, pid) = (lacquer.addr(), lacquer.pid());
+    for (path, edited) in [
+        (format!("/large/{MB1}"), false),
+        (format!("/large/{}", MB1 + 1), true),
+    ] {
+        warm(addr, &path);
+        let mut conn = RawConn::connect(addr);
+        let before = bytes_read(pid);
+        for _ in 0..20 {
+            conn.send(get(&path, "").as_bytes());
+            let resp = conn.read_response(false);
+            assert_body(&resp, &path);
+            assert!(resp.is_hit(), "{path}: {:?}", resp.headers);
+            assert_eq!(
+                resp.header("x-edited").is_some(),
+                edited,
+                "{path}: {:?}",
+                resp.headers
+            );
+        }
+        let read = bytes_read(pid) - before;
+        assert!(
+            read >= 20 * MB1 as u64,
+            "{path}: 20 hits of 1 MiB read {read} bytes by read-like calls: not sent from the file"
+        );
+    }
+    lacquer.assert_no_panic();
+}

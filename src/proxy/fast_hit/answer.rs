@@ -136,8 +136,8 @@ impl Answer {
 /// path the 1 KB hit's instruction count was measured on.
 const VECTORED_MIN_BODY: usize = 16 * 1024;
 
-/// Writes `head` and the body of `hit` to an HTTP/1.1 client in one vectored write (other
-/// sessions: chunk by chunk).
+/// Writes `head` and the body of `hit` to an HTTP/1.1 client in one vectored write, or from its
+/// memory file over plain TCP (other sessions: chunk by chunk).
 async fn send_vectored(
     session: &mut Session,
     mut head: Box<ResponseHeader>,
@@ -151,7 +151,10 @@ async fn send_vectored(
         .downstream_modules_ctx
         .response_header_filter(&mut head, false)
         .await?;
-    h1.write_response_header_and_body(head, hit.chunks())
+    // a body kept in a memory file goes to a plain TCP client with `sendfile`
+    // (`storage::memory::mapped`), as on the pre-serialised path
+    let file = hit.body_file().map(|file| file.fd());
+    h1.write_response_header_and_body_with_file(head, hit.chunks(), file)
         .await?;
     session.write_response_body(None, true).await
 }

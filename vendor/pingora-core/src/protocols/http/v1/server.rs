@@ -1149,8 +1149,23 @@ impl HttpSession {
     /// bytes with `Content-Length`, it writes them as those two functions do.
     pub async fn write_response_header_and_body(
         &mut self,
+        header: Box<ResponseHeader>,
+        chunks: &[Bytes],
+    ) -> Result<()> {
+        self.write_response_header_and_body_with_file(header, chunks, None)
+            .await
+    }
+
+    /// LACQUER PATCH (file body): [`Self::write_response_header_and_body`], for a body whose
+    /// bytes are also the start of `file`: over plain TCP the body goes from the file to the
+    /// socket with `sendfile(2)` ([`Stream::write_head_and_file`]), as
+    /// [`Self::write_serialized_response_with_file`] sends it. The file must hold the chunks'
+    /// bytes, and keep them, until this returns.
+    pub async fn write_response_header_and_body_with_file(
+        &mut self,
         mut header: Box<ResponseHeader>,
         chunks: &[Bytes],
+        file: Option<std::os::fd::BorrowedFd<'_>>,
     ) -> Result<()> {
         if !self.underlying_stream.is_write_vectored() {
             self.write_response_header(header).await?;
@@ -1184,8 +1199,21 @@ impl HttpSession {
             return Ok(());
         }
         let write_timeout = self.write_timeout(total);
-        let written =
-            write_all_vectored(&mut self.underlying_stream, &head, chunks, write_timeout).await;
+        let file = file.filter(|_| total > 0).and_then(|file| {
+            self.underlying_stream
+                .as_any_mut()
+                .downcast_mut::<crate::protocols::l4::stream::Stream>()
+                .map(|stream| (stream, file))
+        });
+        let written = match file {
+            Some((stream, file)) => stream
+                .write_head_and_file(&[&head[..]], file, total, write_timeout)
+                .await
+                .unwrap_or_else(|| Err(std::io::ErrorKind::Unsupported.into())),
+            None => {
+                write_all_vectored(&mut self.underlying_stream, &head, chunks, write_timeout).await
+            }
+        };
         answer_written(written, "writing response header and body", write_timeout)?;
         self.body_writer.body_mode = super::body::BodyMode::ContentLength(total, total);
         self.body_bytes_sent += total;
