@@ -122,8 +122,20 @@ struct Mapping {
     /// The bytes mapped and the body may use (its declared length; the kernel rounds the
     /// mapping up to whole pages, and `munmap` takes the same length).
     len: usize,
-    /// The memory file mapped, and the budget its descriptor was taken from.
-    file: Option<(OwnedFd, &'static Budget)>,
+    /// The memory file mapped.
+    file: Option<MemoryFile>,
+}
+
+/// A memory file's descriptor, closed and given back to the budget it was taken from on drop.
+struct MemoryFile {
+    fd: OwnedFd,
+    budget: &'static Budget,
+}
+
+impl Drop for MemoryFile {
+    fn drop(&mut self) {
+        self.budget.give_back();
+    }
 }
 
 // SAFETY: the mapping is plain memory owned by this value alone; the writer writes only bytes no
@@ -151,10 +163,6 @@ impl Drop for Mapping {
             libc::munmap(self.start.as_ptr().cast(), self.len);
         }
         self.budget.give_back();
-        if let Some((file, budget)) = self.file.take() {
-            drop(file);
-            budget.give_back();
-        }
     }
 }
 
@@ -167,8 +175,8 @@ pub struct BodyFile(Arc<Mapping>);
 impl BodyFile {
     /// The descriptor to send from.
     pub fn fd(&self) -> BorrowedFd<'_> {
-        let (file, _) = self.0.file.as_ref().expect("a BodyFile maps a file");
-        file.as_fd()
+        let file = self.0.file.as_ref().expect("a BodyFile maps a file");
+        file.fd.as_fd()
     }
 
     /// The body's length (the file may be longer: never read past this).
@@ -232,7 +240,7 @@ impl MappedBody {
         }
         let file = memory_file(files, len);
         let (flags, fd) = match &file {
-            Some((file, _)) => (libc::MAP_SHARED, file.as_raw_fd()),
+            Some(file) => (libc::MAP_SHARED, file.fd.as_raw_fd()),
             None => (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1),
         };
         // SAFETY: a new mapping at an address of the kernel's choosing, of this process's own
@@ -250,10 +258,6 @@ impl MappedBody {
         let Some(start) = NonNull::new(start.cast::<u8>()).filter(|_| start != libc::MAP_FAILED)
         else {
             budget.give_back();
-            if let Some((file, files)) = file {
-                drop(file);
-                files.give_back();
-            }
             return None;
         };
         let mapping = Arc::new(Mapping {
@@ -313,7 +317,7 @@ impl MappedBody {
 
 /// A memory file of `len` bytes and its place in the `files` budget; `None` when the budget is
 /// spent or the kernel refuses (the body is then mapped anonymously).
-fn memory_file(files: &'static Budget, len: usize) -> Option<(OwnedFd, &'static Budget)> {
+fn memory_file(files: &'static Budget, len: usize) -> Option<MemoryFile> {
     if !files.take() {
         return None;
     }
@@ -323,14 +327,13 @@ fn memory_file(files: &'static Budget, len: usize) -> Option<(OwnedFd, &'static 
         files.give_back();
         return None;
     }
-    // SAFETY: `fd` was just opened and nothing else owns it
-    let file = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: `file` is a valid descriptor
-    if unsafe { libc::ftruncate(file.as_raw_fd(), len as libc::off_t) } != 0 {
-        files.give_back();
-        return None;
-    }
-    Some((file, files))
+    let file = MemoryFile {
+        // SAFETY: `fd` was just opened and nothing else owns it
+        fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        budget: files,
+    };
+    // SAFETY: `file.fd` is a valid descriptor
+    (unsafe { libc::ftruncate(file.fd.as_raw_fd(), len as libc::off_t) } == 0).then_some(file)
 }
 
 /// `chunks` copied into one block the memory tier can keep: a mapping of its own from

@@ -40,6 +40,7 @@ use crate::protocols::http::{
     authority::validate_request_authority, body_buffer::FixedBuffer, date, HttpTask,
     ReusableHttpStream,
 };
+use crate::protocols::l4::stream::within;
 use crate::protocols::{Digest, SocketAddr, Stream};
 use crate::utils::{BufRef, KVRef};
 
@@ -1199,17 +1200,11 @@ impl HttpSession {
             return Ok(());
         }
         let write_timeout = self.write_timeout(total);
-        let file = file.filter(|_| total > 0).and_then(|file| {
-            self.underlying_stream
-                .as_any_mut()
-                .downcast_mut::<crate::protocols::l4::stream::Stream>()
-                .map(|stream| (stream, file))
-        });
-        let written = match file {
-            Some((stream, file)) => stream
-                .write_head_and_file(&[&head[..]], file, total, write_timeout)
-                .await
-                .unwrap_or_else(|| Err(std::io::ErrorKind::Unsupported.into())),
+        let written = match self
+            .write_head_and_file(&[&head[..]], file, total, write_timeout)
+            .await
+        {
+            Some(written) => written,
             None => {
                 write_all_vectored(&mut self.underlying_stream, &head, chunks, write_timeout).await
             }
@@ -1287,32 +1282,23 @@ impl HttpSession {
         let body = if no_body { &[][..] } else { body };
         let total: usize = body.iter().map(Bytes::len).sum();
         let write_timeout = self.write_timeout(total);
-        let file = file.filter(|_| total > 0).and_then(|file| {
-            self.underlying_stream
-                .as_any_mut()
-                .downcast_mut::<crate::protocols::l4::stream::Stream>()
-                .map(|stream| (stream, file))
-        });
-        let written = match file {
-            Some((stream, file)) => {
-                let head: Vec<&[u8]> = head
-                    .iter()
-                    .copied()
-                    .chain(date_line)
-                    .chain(std::iter::once(connection))
-                    .collect();
-                stream
-                    .write_head_and_file(&head, file, total, write_timeout)
+        let lines = head
+            .iter()
+            .copied()
+            .chain(date_line)
+            .chain(std::iter::once(connection));
+        let sent = match file {
+            Some(_) => {
+                let head: Vec<&[u8]> = lines.clone().collect();
+                self.write_head_and_file(&head, file, total, write_timeout)
                     .await
-                    .unwrap_or_else(|| Err(std::io::ErrorKind::Unsupported.into()))
             }
+            None => None,
+        };
+        let written = match sent {
+            Some(written) => written,
             None => {
-                let slices = head
-                    .iter()
-                    .copied()
-                    .chain(date_line)
-                    .chain(std::iter::once(connection))
-                    .chain(body.iter().map(|chunk| &chunk[..]));
+                let slices = lines.chain(body.iter().map(|chunk| &chunk[..]));
                 write_all_slices(&mut self.underlying_stream, slices, write_timeout).await
             }
         };
@@ -1323,6 +1309,24 @@ impl HttpSession {
         self.body_bytes_sent += total;
         self.response_written = Some(Box::new(ResponseHeader::build_no_case(status, Some(0))?));
         Ok(())
+    }
+
+    /// LACQUER PATCH (file body): `head`, then `total` bytes of `file` with `sendfile(2)`, when
+    /// there is a file and the stream is plain TCP ([`Stream::write_head_and_file`]); `None`,
+    /// having written nothing, otherwise: the caller writes the bytes from memory.
+    async fn write_head_and_file(
+        &mut self,
+        head: &[&[u8]],
+        file: Option<std::os::fd::BorrowedFd<'_>>,
+        total: usize,
+        per_write: Option<Duration>,
+    ) -> Option<std::io::Result<()>> {
+        let file = file.filter(|_| total > 0)?;
+        self.underlying_stream
+            .as_any_mut()
+            .downcast_mut::<crate::protocols::l4::stream::Stream>()?
+            .write_head_and_file(head, file, total, per_write)
+            .await
     }
 
     async fn do_write_body(&mut self, buf: &[u8]) -> Result<Option<usize>> {
@@ -2449,30 +2453,6 @@ async fn write_all_slices<'a>(
         .map(std::io::IoSlice::new)
         .collect();
     write_all_io_slices(stream, &mut slices, per_write).await
-}
-
-/// LACQUER PATCH (per-write timeout): `write`, failed with `TimedOut` when it waits past
-/// `per_write`. The answers these patches write in one call (a large hit's head and body) are
-/// bounded per write that waits, as the session's write timeout bounds each body write it makes
-/// on Pingora's own path (and as nginx's `send_timeout` does): a client reading a large body
-/// slowly but steadily is not cut, and one that stops reading is given up after the timeout.
-/// (Before, one timeout covered the whole answer.) The write is tried once before a timer is
-/// armed: most complete at once (the socket takes them), and a timer per write cost a 1 KB hit
-/// 250 instructions.
-async fn within<T>(
-    per_write: Option<Duration>,
-    write: impl std::future::Future<Output = std::io::Result<T>>,
-) -> std::io::Result<T> {
-    let Some(t) = per_write else {
-        return write.await;
-    };
-    let mut write = std::pin::pin!(write);
-    if let std::task::Poll::Ready(done) = futures::poll!(write.as_mut()) {
-        return done;
-    }
-    timeout(t, write)
-        .await
-        .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
 }
 
 /// LACQUER PATCH (per-write timeout): the outcome of an answer's write as Pingora's error:
