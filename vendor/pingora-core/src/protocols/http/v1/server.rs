@@ -1282,23 +1282,24 @@ impl HttpSession {
         let body = if no_body { &[][..] } else { body };
         let total: usize = body.iter().map(Bytes::len).sum();
         let write_timeout = self.write_timeout(total);
-        let lines = head
-            .iter()
-            .copied()
-            .chain(date_line)
-            .chain(std::iter::once(connection));
+        let lines = || {
+            head.iter()
+                .copied()
+                .chain(date_line)
+                .chain(std::iter::once(connection))
+        };
         let sent = match file {
             Some(_) => {
-                let head: Vec<&[u8]> = lines.clone().collect();
-                self.write_head_and_file(&head, file, total, write_timeout)
-                    .await
+                let head: Vec<&[u8]> = lines().collect();
+                // boxed: its state would otherwise make every answer's future larger
+                Box::pin(self.write_head_and_file(&head, file, total, write_timeout)).await
             }
             None => None,
         };
         let written = match sent {
             Some(written) => written,
             None => {
-                let slices = lines.chain(body.iter().map(|chunk| &chunk[..]));
+                let slices = lines().chain(body.iter().map(|chunk| &chunk[..]));
                 write_all_slices(&mut self.underlying_stream, slices, write_timeout).await
             }
         };
