@@ -24,6 +24,9 @@
 #   RATE=8000 ROUNDS=3 SECONDS_PER_RUN=6 bench/tier_fixed_rate.sh
 #   VARIANTS=memory,mc-100us SCENARIOS=hot1k bench/tier_fixed_rate.sh
 #   THREADS=1 bench/tier_fixed_rate.sh                                  # one worker thread
+#   BINS="base=/tmp/a,new=/tmp/b" VARIANTS=memory,mc-100us bench/tier_fixed_rate.sh
+#       two builds side by side, rounds interleaved: each variant once per build (`mc-100us@new`),
+#       each build's ratios taken to its own memory variant
 #
 # Output: a table per scenario (medians over rounds, and each variant's ratio to `memory` taken
 # per round, median and range) on stdout and in $OUT (default /tmp/tier-fixed-rate.md).
@@ -40,11 +43,22 @@ SCENARIOS=${SCENARIOS:-hot1k,ws10k}
 OUT=${OUT:-/tmp/tier-fixed-rate.md}
 command -v h2load >/dev/null || apt-get install -y -q nghttp2-client >/dev/null
 command -v memcached >/dev/null || apt-get install -y -q memcached >/dev/null
-if [ -z "${LACQUER_BIN:-}" ]; then
-  cargo build --release --bin lacquer -q
-  LACQUER_BIN=$(pwd)/target/release/lacquer
+declare -A BIN_OF # label -> binary
+if [ -n "${BINS:-}" ]; then
+  expanded=()
+  for pair in ${BINS//,/ }; do
+    BIN_OF[${pair%%=*}]=$(realpath "${pair#*=}")
+    for v in ${VARIANTS//,/ }; do expanded+=("$v@${pair%%=*}"); done
+  done
+  VARIANTS=$(IFS=,; echo "${expanded[*]}")
+  LACQUER_BIN="$BINS"
+else
+  if [ -z "${LACQUER_BIN:-}" ]; then
+    cargo build --release --bin lacquer -q
+    LACQUER_BIN=$(pwd)/target/release/lacquer
+  fi
+  LACQUER_BIN=$(realpath "$LACQUER_BIN")
 fi
-LACQUER_BIN=$(realpath "$LACQUER_BIN")
 RUN=$(mktemp -d /tmp/tier-fixed-rate-XXXX)
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$RUN"' EXIT
@@ -61,7 +75,9 @@ declare -A LISTEN
 for v in ${VARIANTS//,/ }; do
   config=$RUN/$v.toml
   printf '[log]\naccess = "off"\n[cache]\nmemory_size = "512MiB"\n' >"$config"
-  case $v in
+  bin=$LACQUER_BIN
+  [ -n "${BINS:-}" ] && bin=${BIN_OF[${v#*@}]}
+  case ${v%@*} in
     memory) ;;
     mc) memcached_for ;;
     mc-tp) relayed "$v" none ;;
@@ -69,13 +85,13 @@ for v in ${VARIANTS//,/ }; do
     mc-500us) relayed "$v" 500 ;;
     *) echo "unknown variant $v" >&2; exit 2 ;;
   esac
-  if [ "$v" != memory ]; then
+  if [ "${v%@*}" != memory ]; then
     # op_timeout: a healthy server here (the default 100 ms could eject one on a busy host)
     printf '[cache.memcached]\nservers = ["127.0.0.1:%s"]\nlocal_ttl = "0s"\nop_timeout = "1s"\n' \
       "$PORT" >>"$config"
   fi
   LISTEN[$v]=$(free_port)
-  taskset -c 1 "$LACQUER_BIN" --config "$config" --listen "127.0.0.1:${LISTEN[$v]}" \
+  taskset -c 1 "$bin" --config "$config" --listen "127.0.0.1:${LISTEN[$v]}" \
     --upstream "127.0.0.1:$ORIGIN" --threads "$THREADS" >"$RUN/$v.log" 2>&1 & PIDS+=($!)
   echo "$!" >"$RUN/$v.pid"
   wait_port "${LISTEN[$v]}" 10
@@ -137,13 +153,15 @@ for scenario in dict.fromkeys(r[0] for r in rows):
     print("| variant | answered | 2xx | CPU s | hits per CPU-second | / memory, per round (range) | user us | sys us | switches | p50 ms | p99 ms |")
     print("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|")
     by = {v: [r for r in rows if r[0] == scenario and r[1] == v] for v in variants}
-    ref = {r[2]: float(r[6]) for r in by.get("memory", [])}
     for v in variants:
         rs = by[v]
         if not rs:
             continue
+        # each build's variants against that build's memory tier
+        reference = "memory" + (v[v.index("@"):] if "@" in v else "")
+        ref = {r[2]: float(r[6]) for r in by.get(reference, [])}
         ratios = [float(r[6]) / ref[r[2]] for r in rs if r[2] in ref]
-        ratio = f"{med(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})" if ratios and v != "memory" else ""
+        ratio = f"{med(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})" if ratios and v != reference else ""
         print(f"| {v} | {med(int(r[3]) for r in rs):,.0f} | {med(int(r[4]) for r in rs):,.0f} | "
               f"{med(float(r[5]) for r in rs):.2f} | {med(float(r[6]) for r in rs):,.0f} | {ratio} | "
               f"{med(float(r[9]) for r in rs):.2f} | {med(float(r[10]) for r in rs):.2f} | "
