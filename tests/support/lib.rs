@@ -18,6 +18,8 @@
 //!   ([`h2_connect_wide`], [`h2_request`], [`h2_read_answer`], [`H2Answer`]).
 //! - [`django_site`]: the Django test site under gunicorn ([`DjangoSite`]), a real application.
 //! - [`generated`]: deterministic bodies to stream and verify at any offset.
+//! - [`large_bodies`]: large generated objects and clients that read them by hand at their own
+//!   pace, for the tests of bodies kept in memory files (not glob-exported).
 //! - [`gzip`](mod@gzip), [`coding`] (brotli, zstd), [`http_date`](mod@http_date): codings and dates the origin scripts and
 //!   the tests check.
 //! - [`child`], [`temp_dir`], [`net`], [`poll`]: child processes killed on drop, scratch
@@ -48,6 +50,7 @@ pub mod gzip;
 mod h2;
 pub mod http_date;
 pub mod lacquer_process;
+pub mod large_bodies;
 pub mod lease_rig;
 pub mod load;
 pub mod memcached;
