@@ -1122,7 +1122,23 @@ pub mod range_filter {
                 }
             }
         }
+        // LACQUER PATCH (ranges at the edges): a representation of zero length has no byte
+        // a range could address (a part of it would need a `Content-Range` that cannot be
+        // written): the Range field is ignored and the empty body sent whole, as nginx does
+        if content_length == 0 {
+            return RangeType::None;
+        }
+
         let mut ranges: Vec<Range<usize>> = Vec::with_capacity(range_count);
+
+        // LACQUER PATCH (ranges at the edges): a position of more digits than a machine word
+        // holds is larger than any length, not absent (which made `99999999999999999999999-5`
+        // the suffix `-5`, and `-99999999999999999999999` unsatisfiable where it is the
+        // whole body)
+        fn position(digits: Option<regex::Match<'_>>) -> Option<usize> {
+            let digits = digits?.as_str();
+            (!digits.is_empty()).then(|| digits.parse().unwrap_or(usize::MAX))
+        }
 
         // Process each range
         let mut last_range_end = 0;
@@ -1134,12 +1150,8 @@ pub mod range_filter {
                 }
             };
 
-            let maybe_start = captured
-                .name("start")
-                .and_then(|s| s.as_str().parse::<usize>().ok());
-            let end = captured
-                .name("end")
-                .and_then(|s| s.as_str().parse::<usize>().ok());
+            let maybe_start = position(captured.name("start"));
+            let end = position(captured.name("end"));
 
             let range = if let Some(start) = maybe_start {
                 if start >= content_length {
@@ -1159,6 +1171,11 @@ pub mod range_filter {
                 // start is empty, this changes the meaning of the value of `end`
                 // Now it means to read the last `end` bytes
                 if let Some(end) = end {
+                    if end == 0 {
+                        // LACQUER PATCH (ranges at the edges): a suffix of no bytes is
+                        // unsatisfiable (RFC 9110 §14.1.1), not an empty part
+                        continue;
+                    }
                     if content_length >= end {
                         (content_length - end)..content_length
                     } else {
