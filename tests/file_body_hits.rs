@@ -1091,17 +1091,6 @@ async fn a_large_gzip_body_goes_whole_to_gzip_clients_identity_clients_and_h2c()
     lacquer.assert_no_panic();
 }
 
-/// The bytes `pid` has read by read-like system calls (`rchar` in `/proc/PID/io`): `sendfile`
-/// counts there what it reads from the file; a `writev` of the body from memory does not.
-fn bytes_read(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/io"))
-        .expect("read /proc/PID/io")
-        .lines()
-        .find_map(|line| line.strip_prefix("rchar: "))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("an rchar line")
-}
-
 /// A large hit leaves from its memory file whichever way its head is written: the kept wire
 /// form, and a head built per hit because a rule edits it (`set_response_headers`, which sends
 /// the hit through `send_vectored`). Over 20 hits of 1 MiB each, the proxy reads at least the

@@ -74,17 +74,6 @@ fn client_sockets(port: u16) -> usize {
         .count()
 }
 
-/// The bytes `pid` has read by read-like system calls (`rchar` in `/proc/PID/io`): `sendfile`
-/// counts there what it reads from the file; a `writev` of the body from memory does not.
-fn bytes_read(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/io"))
-        .expect("read /proc/PID/io")
-        .lines()
-        .find_map(|line| line.strip_prefix("rchar: "))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("an rchar line")
-}
-
 /// How many reload outcomes (applied or refused) `node` has logged.
 fn reload_outcomes(node: &LacquerProcess) -> usize {
     let log = node.stderr_log();

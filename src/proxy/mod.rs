@@ -191,6 +191,10 @@ const FILL_HELD_ELSEWHERE: &str = "fill-elsewhere";
 /// kept ([`RequestCtx::remembered_unguarded`]): `Cache-Status: ...; detail=fill-unguarded`.
 const FILL_UNGUARDED: &str = "fill-unguarded";
 
+/// The most ranges one request may name and be answered as `multipart/byteranges`; more, and the
+/// whole body is sent (Pingora's range filter). The same on the fast path and the standard one.
+pub(crate) const RANGES_MAX: usize = 200;
+
 impl RequestCtx {
     /// How this request's answer is marked for a fetch under another node's claim, if it went
     /// out under one ([`FetchedBeside::AnotherClaim`]).
@@ -1140,7 +1144,7 @@ impl ProxyHttp for LacquerProxy {
             // ranges of the decoded body are unknown until it is decoded: serve it whole
             return pingora_proxy::RangeType::None;
         }
-        pingora_proxy::range_header_filter(session.req_header(), resp, Some(200))
+        pingora_proxy::range_header_filter(session.req_header(), resp, Some(RANGES_MAX))
     }
 
     async fn response_filter(

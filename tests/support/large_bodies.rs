@@ -165,6 +165,17 @@ pub fn open_fds(pid: u32) -> usize {
         .unwrap_or(0)
 }
 
+/// The bytes `pid` has read by read-like system calls (`rchar` in `/proc/PID/io`): `sendfile`
+/// counts there what it reads from the file; a body written from memory adds nothing there.
+pub fn bytes_read(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/io"))
+        .expect("read /proc/PID/io")
+        .lines()
+        .find_map(|line| line.strip_prefix("rchar: "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("an rchar line")
+}
+
 /// Waits until `count()` satisfies `done`, for at most [`BOUND`]; returns the last count (the
 /// caller asserts on it).
 pub fn settle(count: impl Fn() -> usize, done: impl Fn(usize) -> bool) -> usize {

@@ -1,5 +1,6 @@
 //! The fast path's answer to a hit: the stored head plus `Age`, and the stored body (or, for a
-//! client that does not take the stored copy's coding, gzip, br or zstd, the body decoded whole).
+//! client that does not take the stored copy's coding, gzip, br or zstd, the body decoded whole;
+//! or, for a request of one range, a `206` of that part of the stored body).
 
 use crate::compression::decoded_copies::{DecodedCopies, StoredIdentity};
 use crate::compression::{self, decode::decode_complete, ContentCoding};
@@ -10,9 +11,11 @@ use bytes::Bytes;
 use http::header;
 use pingora_cache::key::HashBinary;
 use pingora_core::protocols::http::ServerSession as HttpSession;
+use pingora_core::protocols::l4::stream::FileBody;
 use pingora_error::Result;
 use pingora_http::{RequestHeader, ResponseHeader};
-use pingora_proxy::Session;
+use pingora_proxy::{RangeType, Session};
+use std::ops::Range;
 use std::time::SystemTime;
 
 /// Stored compressed bodies up to this size are decoded whole on the fast path for a client that
@@ -43,6 +46,9 @@ enum AnswerBody {
     /// The stored compressed body decoded for a client that does not take its coding, with the
     /// head rewritten for it.
     Decoded(Option<Box<ResponseHeader>>, Bytes),
+    /// One range of the stored body (RFC 9110 §14), with the `206` head made for it (its
+    /// `Content-Range` and `Content-Length`); no range for a HEAD request.
+    Part(Option<Box<ResponseHeader>>, Option<Range<usize>>),
 }
 
 impl Answer {
@@ -86,6 +92,46 @@ impl Answer {
         })
     }
 
+    /// The answer to `req`, which asks for a range (RFC 9110 §14), from `hit` at `now`: a `206`
+    /// of that part of the stored body, with the head the standard path would send
+    /// (`pingora_proxy::range_header_filter`, as `LacquerProxy::range_header_filter` calls it).
+    /// `None`, for the standard path to answer, unless the request names one satisfiable range of
+    /// a `200` whose stored body, of a stored length, the client takes as it is: several ranges,
+    /// an unsatisfiable or unreadable one, another status, a body stored without its length and a
+    /// body to decode for the client are answered there.
+    pub fn for_range(hit: CompleteObject, req: &RequestHeader, now: SystemTime) -> Option<Answer> {
+        let meta = hit.meta();
+        if compression::needs_decoding(req, &meta.header).is_some()
+            || !meta.header.headers.contains_key(header::CONTENT_LENGTH)
+        {
+            // (a body stored without its length, from a chunked answer, is sent whole and
+            // chunked by the standard path, whose range filter needs the stored length)
+            return None;
+        }
+        let age = now
+            .duration_since(meta.epoch)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let ttl = freshness::remaining_secs(meta.fresh_until, now);
+        let mut head = response_head(&hit, age, true);
+        let RangeType::Single(range) =
+            pingora_proxy::range_header_filter(req, &mut head, Some(crate::proxy::RANGES_MAX))
+        else {
+            return None;
+        };
+        if range.end > hit.body_len() {
+            // a stored length other than the body's: never served as a part
+            return None;
+        }
+        let part = (req.method != http::Method::HEAD).then_some(range);
+        Some(Answer {
+            hit,
+            age,
+            ttl,
+            body: AnswerBody::Part(Some(head), part),
+        })
+    }
+
     /// How this cache handled the request, for `Cache-Status` and the log: a hit.
     pub fn cache_status(&self) -> CacheStatus {
         CacheStatus {
@@ -101,15 +147,17 @@ impl Answer {
     /// copied: half the maps to clone and to add to.
     pub fn head(&mut self, keep_case: bool) -> Box<ResponseHeader> {
         match &mut self.body {
-            AnswerBody::Decoded(head @ Some(_), _) => head.take().expect("matched Some"),
+            AnswerBody::Decoded(head @ Some(_), _) | AnswerBody::Part(head @ Some(_), _) => {
+                head.take().expect("matched Some")
+            }
             _ => response_head(&self.hit, self.age, keep_case),
         }
     }
 
-    /// The stored object, `Age` and whether the stored body is sent as it is (not decoded), for
-    /// [`super::pre_serialised`].
+    /// The stored object, `Age` and whether the stored head and body are sent as they are (not
+    /// decoded, not a part), for [`super::pre_serialised`].
     pub(super) fn parts(&self) -> (&CompleteObject, u64, bool) {
-        let stored = !matches!(self.body, AnswerBody::Decoded(..));
+        let stored = matches!(self.body, AnswerBody::None | AnswerBody::Stored);
         (&self.hit, self.age, stored)
     }
 
@@ -123,9 +171,13 @@ impl Answer {
             }
             // boxed: its state would otherwise make every hit's future larger
             AnswerBody::Stored if self.hit.body_len() >= VECTORED_MIN_BODY => {
-                Box::pin(send_vectored(session, head, self.hit)).await
+                Box::pin(send_whole(session, head, self.hit)).await
             }
-            AnswerBody::Stored => send_chunks(session, head, &self.hit).await,
+            AnswerBody::Stored => send_chunks(session, head, self.hit.chunks()).await,
+            AnswerBody::Part(_, None) => session.write_response_header(head, true).await,
+            AnswerBody::Part(_, Some(range)) => {
+                Box::pin(send_part(session, head, self.hit, range)).await
+            }
         }
     }
 }
@@ -136,15 +188,68 @@ impl Answer {
 /// path the 1 KB hit's instruction count was measured on.
 const VECTORED_MIN_BODY: usize = 16 * 1024;
 
-/// Writes `head` and the body of `hit` to an HTTP/1.1 client in one vectored write, or from its
-/// memory file over plain TCP (other sessions: chunk by chunk).
+/// Writes `head` and the body of `hit` ([`send_vectored`]).
+async fn send_whole(
+    session: &mut Session,
+    head: Box<ResponseHeader>,
+    hit: CompleteObject,
+) -> Result<()> {
+    let file = hit.body_file().map(|file| FileBody {
+        fd: file.fd(),
+        offset: 0,
+    });
+    send_vectored(session, head, hit.chunks(), file).await
+}
+
+/// Parts of a body in a memory file at least this long go from the file with `sendfile`; shorter
+/// ones are copied from memory, as whole bodies too short to be kept in a file are.
+const PART_FROM_FILE_MIN: usize = 64 * 1024;
+
+/// Writes `head` and the bytes `range` of the body of `hit` ([`send_vectored`]): slices of its
+/// chunks, or, for a part of [`PART_FROM_FILE_MIN`] or more, that part of its memory file.
+async fn send_part(
+    session: &mut Session,
+    head: Box<ResponseHeader>,
+    hit: CompleteObject,
+    range: Range<usize>,
+) -> Result<()> {
+    let from_file = range.len() >= PART_FROM_FILE_MIN;
+    let file = hit.body_file().filter(|_| from_file).map(|file| FileBody {
+        fd: file.fd(),
+        offset: range.start as u64,
+    });
+    send_vectored(session, head, &part_of(hit.chunks(), range), file).await
+}
+
+/// The bytes `range` of a body kept as `chunks`, as slices of them (nothing copied).
+fn part_of(chunks: &[Bytes], range: Range<usize>) -> Vec<Bytes> {
+    let mut part = Vec::new();
+    let mut at = 0;
+    for chunk in chunks {
+        let (start, end) = (at, at + chunk.len());
+        at = end;
+        if end <= range.start || chunk.is_empty() {
+            continue;
+        }
+        if start >= range.end {
+            break;
+        }
+        part.push(chunk.slice(range.start.max(start) - start..range.end.min(end) - start));
+    }
+    part
+}
+
+/// Writes `head` and `body` to an HTTP/1.1 client in one vectored write, or, when `file` holds
+/// the body's bytes, from it over plain TCP (other sessions: chunk by chunk). The caller keeps
+/// the file open until this returns.
 async fn send_vectored(
     session: &mut Session,
     mut head: Box<ResponseHeader>,
-    hit: CompleteObject,
+    body: &[Bytes],
+    file: Option<FileBody<'_>>,
 ) -> Result<()> {
     let HttpSession::H1(h1) = &mut *session.downstream_session else {
-        return send_chunks(session, head, &hit).await;
+        return send_chunks(session, head, body).await;
     };
     // the head through the downstream modules, as `Session::write_response_header` does
     session
@@ -153,20 +258,18 @@ async fn send_vectored(
         .await?;
     // a body kept in a memory file goes to a plain TCP client with `sendfile`
     // (`storage::memory::mapped`), as on the pre-serialised path
-    let file = hit.body_file().map(|file| file.fd());
-    h1.write_response_header_and_body_with_file(head, hit.chunks(), file)
+    h1.write_response_header_and_body_with_file(head, body, file)
         .await?;
     session.write_response_body(None, true).await
 }
 
-/// Writes `head` and the body of `hit` chunk by chunk.
+/// Writes `head` and `chunks` chunk by chunk.
 async fn send_chunks(
     session: &mut Session,
     head: Box<ResponseHeader>,
-    hit: &CompleteObject,
+    chunks: &[Bytes],
 ) -> Result<()> {
     session.write_response_header(head, false).await?;
-    let chunks = hit.chunks();
     for (i, chunk) in chunks.iter().enumerate() {
         session
             .write_response_body(Some(chunk.clone()), i + 1 == chunks.len())
@@ -235,4 +338,34 @@ fn response_head(hit: &CompleteObject, age: u64, keep_case: bool) -> Box<Respons
         let _ = head.insert_header(header::CONTENT_LENGTH, hit.body_len());
     }
     head
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunks() -> Vec<Bytes> {
+        ["abc", "defg", "", "hij"]
+            .into_iter()
+            .map(|text| Bytes::from_static(text.as_bytes()))
+            .collect()
+    }
+
+    fn joined(part: &[Bytes]) -> String {
+        part.iter()
+            .map(|chunk| std::str::from_utf8(chunk).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_part_is_the_bytes_of_its_range_across_chunks() {
+        let whole = "abcdefghij";
+        for start in 0..=whole.len() {
+            for end in start..=whole.len() {
+                let part = part_of(&chunks(), start..end);
+                assert_eq!(joined(&part), &whole[start..end], "{start}..{end}");
+                assert!(part.iter().all(|chunk| !chunk.is_empty()) || start == end);
+            }
+        }
+    }
 }

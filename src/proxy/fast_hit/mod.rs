@@ -1,11 +1,15 @@
-//! The hot-hit fast path: fresh, unconditional, non-range hits answered from `request_filter`.
+//! The hot-hit fast path: fresh, unconditional hits answered from `request_filter`, whole or (from
+//! the memory tier) one range of them.
 //!
 //! Pingora's cache state machine does a lot per hit that the commonest case never needs: it
 //! enables per-request cache state, rebuilds `CacheMeta`, runs the lock, vary and range machinery.
-//! For a request that is a plain GET or HEAD with no validators, no `Range`, no request
-//! directives and no credentials, whose object (or the variant it selects) is stored and fresh,
-//! the answer is fully determined: the stored head plus `Age`, and the stored body. This module
-//! serves exactly that case and declines everything else, which then takes the standard path.
+//! For a request that is a plain GET or HEAD with no validators, no request directives and no
+//! credentials, whose object (or the variant it selects) is stored and fresh, the answer is fully
+//! determined: the stored head plus `Age`, and the stored body; with one satisfiable `Range` of a
+//! `200` the memory tier holds, a `206` of that part (ranges are what video players and download
+//! managers ask, and a large body's part goes from its memory file with `sendfile`, as whole
+//! large hits do). This module serves exactly those cases and declines everything else, which
+//! then takes the standard path.
 //!
 //! * [`FastHit::on_request`] is the whole path, in order: [`eligible`], the memory tier, then
 //!   memcached ([`lookup`]); when memcached has nothing either, the cluster's fill lease
@@ -48,8 +52,7 @@ pub use answer::{WHOLE_DECODE_MAX_DECODED, WHOLE_DECODE_MAX_STORED};
 pub use lookup::variant_is_current;
 
 /// Request fields whose presence means the standard path must decide.
-const DECLINE_IF_PRESENT: [header::HeaderName; 10] = [
-    header::RANGE,
+const DECLINE_IF_PRESENT: [header::HeaderName; 9] = [
     header::IF_NONE_MATCH,
     header::IF_MODIFIED_SINCE,
     header::IF_MATCH,
@@ -62,16 +65,40 @@ const DECLINE_IF_PRESENT: [header::HeaderName; 10] = [
     header::UPGRADE,
 ];
 
+/// Whether, and how, the fast path may answer a request, judged on the request alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Eligible {
+    /// The standard path decides (a field in [`DECLINE_IF_PRESENT`], or a request the cache
+    /// does not serve).
+    No,
+    /// A plain GET or HEAD: the whole stored answer, from any tier.
+    Whole,
+    /// With `Range` (and no `If-Range`): one range of an object this node's memory tier holds
+    /// ([`Answer::for_range`]); anything else the standard path answers.
+    Range,
+}
+
 /// Whether a request is one the fast path may answer, judged on the request alone.
 ///
 /// One pass over the request's field names (a request carries a handful; each comparison with a
 /// standard name is an integer compare) instead of one hashed lookup per declining field.
-pub fn eligible(policy: &CachePolicy, req: &RequestHeader) -> bool {
-    policy.request_cacheable(req)
-        && !req
-            .headers
-            .keys()
-            .any(|name| DECLINE_IF_PRESENT.contains(name))
+pub fn eligible(policy: &CachePolicy, req: &RequestHeader) -> Eligible {
+    if !policy.request_cacheable(req) {
+        return Eligible::No;
+    }
+    let mut ranged = false;
+    for name in req.headers.keys() {
+        if *name == header::RANGE {
+            ranged = true;
+        } else if DECLINE_IF_PRESENT.contains(name) {
+            return Eligible::No;
+        }
+    }
+    if ranged {
+        Eligible::Range
+    } else {
+        Eligible::Whole
+    }
 }
 
 /// What the fast path reads: this node's memory tier, the tiered store in front of memcached
@@ -122,17 +149,27 @@ impl FastHit {
         req: &RequestHeader,
         ctx: &mut RequestCtx,
     ) -> Option<Answer> {
-        if !eligible(policy, req) {
-            return None;
-        }
+        let ranged = match eligible(policy, req) {
+            Eligible::No => return None,
+            Eligible::Whole => false,
+            Eligible::Range => true,
+        };
         let primary = ctx.key.primary_bin(req);
         let now = SystemTime::now();
         let hit = match lookup::in_memory(self.memory, req, primary, now) {
+            Lookup::Fresh(hit) if ranged => {
+                let answer = Answer::for_range(hit, req, now)?;
+                ctx.tier = Some(Tier::Memory);
+                return Some(answer);
+            }
             Lookup::Fresh(hit) => {
                 ctx.tier = Some(Tier::Memory);
                 hit
             }
             Lookup::Decline => return None,
+            // a range of what memcached holds, or of what the origin will send: the standard
+            // path, which learns nothing from this look (as when it declined `Range` unseen)
+            Lookup::Absent if ranged => return None,
             Lookup::Absent => {
                 let Some(tier) = self.shared else {
                     ctx.nothing_stored = true;

@@ -566,7 +566,7 @@ impl Stream {
         self.offload_wait_duration = offload_wait_duration;
     }
 
-    /// LACQUER PATCH (file body): writes `head`, then `len` bytes of `file` from its start, to
+    /// LACQUER PATCH (file body): writes `head`, then `len` bytes of `file` from its offset, to
     /// this stream's TCP socket: the head with `sendmsg(2)` and `MSG_MORE` (the kernel holds it
     /// for the body's first bytes), the body with `sendfile(2)`, so it never passes through user
     /// space. Anything buffered is flushed first. Each attempt is made when the socket is
@@ -579,7 +579,7 @@ impl Stream {
     pub async fn write_head_and_file(
         &mut self,
         head: &[&[u8]],
-        file: std::os::fd::BorrowedFd<'_>,
+        file: FileBody<'_>,
         len: usize,
         per_write: Option<Duration>,
     ) -> Option<io::Result<()>> {
@@ -1086,12 +1086,23 @@ async fn send_when_writable(
     }
 }
 
+/// LACQUER PATCH (file body): where a body's bytes are kept in a file, for
+/// [`Stream::write_head_and_file`]: the file, and the offset of the body's first byte in it (a
+/// part of a stored body, such as a range, starts past the file's start).
+#[derive(Clone, Copy, Debug)]
+pub struct FileBody<'a> {
+    /// The file (it must hold the body's bytes, and keep them, while they are sent).
+    pub fd: std::os::fd::BorrowedFd<'a>,
+    /// Where the body starts in it.
+    pub offset: u64,
+}
+
 /// LACQUER PATCH (file body): see [`Stream::write_head_and_file`].
 #[cfg(target_os = "linux")]
 async fn send_head_and_file(
     socket: &TcpStream,
     head: &[&[u8]],
-    file: std::os::fd::BorrowedFd<'_>,
+    file: FileBody<'_>,
     len: usize,
     per_write: Option<Duration>,
 ) -> io::Result<()> {
@@ -1118,12 +1129,13 @@ async fn send_head_and_file(
         }
         IoSlice::advance_slices(&mut rest, sent);
     }
-    let mut offset: libc::off_t = 0;
-    while (offset as usize) < len {
-        let left = len - offset as usize;
+    let mut offset = file.offset as libc::off_t;
+    let end = offset + len as libc::off_t;
+    while offset < end {
+        let left = (end - offset) as usize;
         let sent = send_when_writable(socket, per_write, || {
             // SAFETY: `offset` outlives the call; the kernel checks both descriptors
-            unsafe { libc::sendfile(fd, file.as_raw_fd(), &mut offset, left) }
+            unsafe { libc::sendfile(fd, file.fd.as_raw_fd(), &mut offset, left) }
         })
         .await?;
         if sent == 0 {

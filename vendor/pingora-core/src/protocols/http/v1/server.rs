@@ -1158,15 +1158,15 @@ impl HttpSession {
     }
 
     /// LACQUER PATCH (file body): [`Self::write_response_header_and_body`], for a body whose
-    /// bytes are also the start of `file`: over plain TCP the body goes from the file to the
-    /// socket with `sendfile(2)` ([`Stream::write_head_and_file`]), as
+    /// bytes are also in `file`, from its offset: over plain TCP the body goes from the file to
+    /// the socket with `sendfile(2)` ([`Stream::write_head_and_file`]), as
     /// [`Self::write_serialized_response_with_file`] sends it. The file must hold the chunks'
     /// bytes, and keep them, until this returns.
     pub async fn write_response_header_and_body_with_file(
         &mut self,
         mut header: Box<ResponseHeader>,
         chunks: &[Bytes],
-        file: Option<std::os::fd::BorrowedFd<'_>>,
+        file: Option<crate::protocols::l4::stream::FileBody<'_>>,
     ) -> Result<()> {
         if !self.underlying_stream.is_write_vectored() {
             self.write_response_header(header).await?;
@@ -1241,7 +1241,7 @@ impl HttpSession {
     }
 
     /// LACQUER PATCH (file body): [`Self::write_serialized_response`], for a body whose bytes
-    /// are also the start of `file`: over plain TCP the body goes from the file to the socket
+    /// are also in `file`, from its offset: over plain TCP the body goes from the file to the socket
     /// with `sendfile(2)`, never through user space ([`Stream::write_head_and_file`]); over any
     /// other stream (TLS) `body` is written as before. The file must hold `body`'s bytes, and
     /// keep them, until this returns.
@@ -1251,7 +1251,7 @@ impl HttpSession {
         head: &[&[u8]],
         has_date: bool,
         body: &[Bytes],
-        file: Option<std::os::fd::BorrowedFd<'_>>,
+        file: Option<crate::protocols::l4::stream::FileBody<'_>>,
     ) -> Result<()> {
         if self.response_written.is_some() || status.is_informational() {
             return Error::e_explain(
@@ -1312,13 +1312,14 @@ impl HttpSession {
         Ok(())
     }
 
-    /// LACQUER PATCH (file body): `head`, then `total` bytes of `file` with `sendfile(2)`, when
-    /// there is a file and the stream is plain TCP ([`Stream::write_head_and_file`]); `None`,
-    /// having written nothing, otherwise: the caller writes the bytes from memory.
+    /// LACQUER PATCH (file body): `head`, then `total` bytes of `file` (from its offset) with
+    /// `sendfile(2)`, when there is a file and the stream is plain TCP
+    /// ([`Stream::write_head_and_file`]); `None`, having written nothing, otherwise: the caller
+    /// writes the bytes from memory.
     async fn write_head_and_file(
         &mut self,
         head: &[&[u8]],
-        file: Option<std::os::fd::BorrowedFd<'_>>,
+        file: Option<crate::protocols::l4::stream::FileBody<'_>>,
         total: usize,
         per_write: Option<Duration>,
     ) -> Option<std::io::Result<()>> {
