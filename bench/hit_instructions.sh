@@ -116,7 +116,7 @@ for i in range(n):
     conn.request("GET", path.replace("{i}", str(i % urls)), headers=headers)
     resp = conn.getresponse()
     resp.read()
-    if resp.status != 200:
+    if resp.status not in (200, 206):  # 206: a `--header "Range: ..."`
         sys.exit(f"status {resp.status}")
 status = resp.getheader("cache-status") or ""
 if "hit" not in status:
