@@ -13,7 +13,9 @@
 //! the write would be lost and its lease left to hold every other node's requests for the URL
 //! until it expires; so the watcher also waits for the work the caller counts as background
 //! (each write is bounded by memcached's `op_timeout` per item, its second look at the bans by
-//! three of the log's poll intervals, and all of it by `shutdown_timeout`). An exit at
+//! three of the log's poll intervals while the log can be read; a write whose look finds the log
+//! unreadable (memcached frozen or down) is judged once it can be read again, and waited for
+//! until then; all of it by `shutdown_timeout`). An exit at
 //! `shutdown_timeout` cuts the fills still running, which will never be written: their leases
 //! are deleted first (`OnCut`), so the other nodes do not wait for them. The invalidation
 //! service keeps reading the log meanwhile, so what is written during the drain is judged by
