@@ -64,11 +64,7 @@ impl Answer {
         copies: Option<&DecodedCopies>,
     ) -> Option<Answer> {
         let meta = hit.meta();
-        let age = now
-            .duration_since(meta.epoch)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        let ttl = freshness::remaining_secs(meta.fresh_until, now);
+        let (age, ttl) = age_and_ttl(&hit, now);
         if let Some(coding) = compression::needs_decoding(req, &meta.header) {
             let mut head = response_head(&hit, age, true);
             let plain = decode_for_client(coding, &hit, req, primary, &mut head, copies)?;
@@ -108,11 +104,7 @@ impl Answer {
             // chunked by the standard path, whose range filter needs the stored length)
             return None;
         }
-        let age = now
-            .duration_since(meta.epoch)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        let ttl = freshness::remaining_secs(meta.fresh_until, now);
+        let (age, ttl) = age_and_ttl(&hit, now);
         let mut head = response_head(&hit, age, true);
         let RangeType::Single(range) =
             pingora_proxy::range_header_filter(req, &mut head, Some(crate::proxy::RANGES_MAX))
@@ -194,11 +186,7 @@ async fn send_whole(
     head: Box<ResponseHeader>,
     hit: CompleteObject,
 ) -> Result<()> {
-    let file = hit.body_file().map(|file| FileBody {
-        fd: file.fd(),
-        offset: 0,
-    });
-    send_vectored(session, head, hit.chunks(), file).await
+    send_vectored(session, head, hit.chunks(), file_body(&hit, 0)).await
 }
 
 /// Parts of a body in a memory file at least this long go from the file with `sendfile`; shorter
@@ -213,11 +201,7 @@ async fn send_part(
     hit: CompleteObject,
     range: Range<usize>,
 ) -> Result<()> {
-    let from_file = range.len() >= PART_FROM_FILE_MIN;
-    let file = hit.body_file().filter(|_| from_file).map(|file| FileBody {
-        fd: file.fd(),
-        offset: range.start as u64,
-    });
+    let file = file_body(&hit, range.start).filter(|_| range.len() >= PART_FROM_FILE_MIN);
     send_vectored(session, head, &part_of(hit.chunks(), range), file).await
 }
 
@@ -319,6 +303,26 @@ fn decode_for_client(
     head.insert_header(header::CONTENT_LENGTH, plain.len())
         .ok()?;
     Some(plain)
+}
+
+/// `Age` (seconds since the stored epoch, RFC 9111 §4.2.3) and the remaining freshness in seconds
+/// (for `Cache-Status`) of `hit` at `now`.
+fn age_and_ttl(hit: &CompleteObject, now: SystemTime) -> (u64, i64) {
+    let meta = hit.meta();
+    let age = now
+        .duration_since(meta.epoch)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    (age, freshness::remaining_secs(meta.fresh_until, now))
+}
+
+/// The memory file holding `hit`'s body, when it is kept in one, as the body to send from
+/// `offset` on (`storage::memory::mapped`).
+pub(super) fn file_body(hit: &CompleteObject, offset: usize) -> Option<FileBody<'_>> {
+    hit.body_file().map(|file| FileBody {
+        fd: file.fd(),
+        offset: offset as u64,
+    })
 }
 
 /// Builds the response head for a fast hit: the stored head, `Age` (RFC 9111 §4), and the body's

@@ -23,7 +23,6 @@ use crate::storage::memory::CompleteObject;
 use crate::storage::wire_head::WireHead;
 use http::{header, HeaderName};
 use pingora_core::protocols::http::ServerSession as HttpSession;
-use pingora_core::protocols::l4::stream::FileBody;
 use pingora_error::Result;
 use pingora_http::written_without_case;
 use pingora_proxy::Session;
@@ -81,10 +80,7 @@ impl PreSerialised<'_> {
         let head: [&[u8]; 2] = [&self.wire.bytes, lines.as_bytes()];
         // a body kept in a memory file goes to a plain TCP client with `sendfile`
         // (`storage::memory::mapped`); the hit holds the file until the write returns
-        let file = self.hit.body_file().map(|file| FileBody {
-            fd: file.fd(),
-            offset: 0,
-        });
+        let file = super::answer::file_body(self.hit, 0);
         h1.write_serialized_response_with_file(
             status,
             &head,
