@@ -1150,6 +1150,102 @@ fn a_slow_reader_of_a_large_range_gets_it_whole_though_the_object_is_purged_mid_
     lacquer.assert_no_panic();
 }
 
+/// (4a') A slow client is in the middle of a large part (sent from the memory file) when the
+/// proxy is reloaded (SIGHUP, a new `via_name`) and then told to stop (SIGTERM): the reload is
+/// applied, a range asked meanwhile is a fast-path hit from the same file under the new settings,
+/// the draining process keeps sending, the slow client gets its part whole, and the process
+/// exits cleanly once it has, drained, not cut at `shutdown_timeout`.
+#[test]
+fn a_slow_reader_of_a_large_range_gets_it_whole_across_a_reload_and_a_drain() {
+    let len = unbufferable_len();
+    let origin = origin();
+    let upstream = origin.addr();
+    let extra = |via: &str| {
+        format!(
+            "[server]\nsend_timeout = \"10m\"\n[proxy]\n\
+             via_name = \"{via}\"\n[cache]\nmax_object_size = \"64MiB\"\n"
+        )
+    };
+    let mut lacquer =
+        LacquerProcess::start_on_free_port(|port| config(port, upstream, 1, &extra("before")));
+    let (addr, pid, port) = (lacquer.addr(), lacquer.pid(), lacquer.port());
+    let path = format!("/large/{len}?signals");
+    store(addr, &path);
+    assert_eq!(memfds(pid), 1);
+
+    let (start, end) = (123_457, len - 1_111);
+    let mut slow = Reader::new(connect_small(addr, 4096, false));
+    slow.stream
+        .write_all(ranged(&path, &format!("bytes={start}-{}", end - 1)).as_bytes())
+        .expect("send");
+    let (status, length) = slow.head();
+    assert_eq!((status, length), (206, end - start), "{}", slow.last_head);
+    let mut body = slow.body(256 * 1024, 4096, Duration::ZERO);
+
+    // a reload while the client reads nothing: most of its part is still to send
+    lacquer.write_config(&config(port, upstream, 1, &extra("after")));
+    assert!(lacquer.signal("HUP"));
+    assert!(
+        wait_for_log(&lacquer, "configuration reloaded", BOUND),
+        "the reload was not applied; stderr:\n{}",
+        lacquer.stderr_log()
+    );
+    let before = bytes_read(pid);
+    let resp = fetch_range(addr, &path, "bytes=0-99999");
+    assert_part(&resp, &path, 0, 100_000, "a range after the reload");
+    assert!(resp.is_hit(), "{:?}", resp.headers);
+    assert!(
+        resp.header("via").is_some_and(|via| via.contains("after")),
+        "{:?}",
+        resp.headers
+    );
+    assert!(
+        bytes_read(pid) - before >= 100_000,
+        "the part after the reload was not sent from the memory file"
+    );
+
+    body.extend(slow.body(256 * 1024, 4096, Duration::ZERO));
+    assert!(lacquer.signal("TERM"));
+    assert!(
+        wait_for_log(&lacquer, "draining: ", BOUND),
+        "no drain began; stderr:\n{}",
+        lacquer.stderr_log()
+    );
+    assert!(lacquer.is_running(), "exited with a part in flight");
+    body.extend(slow.body(length - body.len(), 64 * 1024, Duration::ZERO));
+    assert_eq!(body.len(), length, "the slow client's part was cut");
+    assert_eq!(
+        generated_mismatch(&body, seed_for(&path), start),
+        None,
+        "the slow client's part differs from this byte of it on"
+    );
+    assert!(
+        slow.last_head.to_ascii_lowercase().contains("before"),
+        "the part begun before the reload is answered with the settings it began under: {}",
+        slow.last_head
+    );
+    let status = lacquer.wait_exit(BOUND);
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}; stderr:\n{}",
+        lacquer.stderr_log()
+    );
+    let log = lacquer.stderr_log();
+    assert!(
+        log.contains("drained after") && !log.contains("shutdown_timeout"),
+        "the process did not end drained; stderr:\n{log}"
+    );
+    assert_eq!(origin.hits_for(&path), 1);
+    lacquer.assert_no_panic();
+}
+
+/// One GET of `path` with `Range: range` on a new connection.
+fn fetch_range(addr: SocketAddr, path: &str, range: &str) -> RawResponse {
+    let mut conn = RawConn::connect(addr);
+    conn.send(ranged(path, range).as_bytes());
+    conn.read_response(false)
+}
+
 /// Waits until `pid` holds `want` memory files, for at most [`BOUND`]; returns the last count.
 fn memfds_settle(pid: u32, want: usize) -> usize {
     settle(|| memfds(pid), |n| n == want)
@@ -1488,18 +1584,8 @@ async fn an_h2c_client_gets_its_ranges_exact_from_the_stored_chunks() {
 fn ranges_stay_byte_exact_under_a_low_open_file_limit() {
     let origin = origin();
     let upstream = origin.addr();
-    let lacquer =
-        LacquerProcess::start_on_free_port_via(&["prlimit", "--nofile=64:64", "--"], |port| {
-            config(port, upstream, 1, "")
-        });
+    let lacquer = start_with_open_file_limit(64, |port| config(port, upstream, 1, ""));
     let (addr, pid) = (lacquer.addr(), lacquer.pid());
-    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
-    assert!(
-        limits
-            .lines()
-            .any(|l| l.starts_with("Max open files") && l.split_whitespace().nth(3) == Some("64")),
-        "the limit did not take: {limits}"
-    );
     let paths: Vec<String> = (0..24)
         .map(|i| format!("/large/{}?f={i}", 100 * 1024 + i * 1021))
         .collect();

@@ -134,6 +134,25 @@ fn assert_draining(node: &mut LacquerProcess, pid: u32, port: u16, in_flight: us
     );
 }
 
+/// Checks that `node`, which exited with `status`, exited cleanly once drained (its `drained
+/// after` line), not cut at `shutdown_timeout`; `who` names it in a failure.
+fn assert_ended_drained(
+    node: &LacquerProcess,
+    status: Option<std::process::ExitStatus>,
+    who: &str,
+) {
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{who}: {status:?}; stderr:\n{}",
+        node.stderr_log()
+    );
+    let log = node.stderr_log();
+    assert!(
+        log.contains("drained after") && !log.contains("shutdown_timeout"),
+        "{who} did not end drained; stderr:\n{log}"
+    );
+}
+
 /// A slow client mid-body of a large hit: its request sent, the head and the first
 /// [`READ_BEFORE`] bytes read; the rest of the body cannot all be in the socket buffers, so the
 /// proxy is still sending it.
@@ -344,16 +363,7 @@ fn a_slow_large_hit_across_a_hand_over_is_drained_whole_by_the_old_process() {
     let body = slow.finish();
     assert_whole(&body, &path, "the download the old process drained");
     let status = old.wait_exit(BOUND);
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "old process: {status:?}; stderr:\n{}",
-        old.stderr_log()
-    );
-    let log = old.stderr_log();
-    assert!(
-        log.contains("drained after") && !log.contains("shutdown_timeout"),
-        "the old process did not end drained; stderr:\n{log}"
-    );
+    assert_ended_drained(&old, status, "the old process");
     old.assert_no_panic();
     successor.assert_no_panic();
 }
@@ -381,16 +391,7 @@ fn a_slow_large_hit_across_sigterm_is_sent_whole_before_the_process_exits() {
     let body = slow.finish();
     assert_whole(&body, &path, "the download in flight at SIGTERM");
     let status = lacquer.wait_exit(BOUND);
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "{status:?}; stderr:\n{}",
-        lacquer.stderr_log()
-    );
-    let log = lacquer.stderr_log();
-    assert!(
-        log.contains("drained after") && !log.contains("shutdown_timeout"),
-        "the process did not end drained; stderr:\n{log}"
-    );
+    assert_ended_drained(&lacquer, status, "the process");
     lacquer.assert_no_panic();
 }
 
@@ -491,16 +492,7 @@ async fn slow_promoted_hit_with_memcached_frozen(sigterm: bool) {
     if sigterm {
         let status = tokio::task::block_in_place(|| b.proxy.wait_exit(BOUND));
         cluster.servers[0].thaw();
-        assert!(
-            status.is_some_and(|s| s.success()),
-            "B: {status:?}; stderr:\n{}",
-            b.proxy.stderr_log()
-        );
-        let log = b.proxy.stderr_log();
-        assert!(
-            log.contains("drained after") && !log.contains("shutdown_timeout"),
-            "B did not end drained; stderr:\n{log}"
-        );
+        assert_ended_drained(&b.proxy, status, "B");
     } else {
         cluster.servers[0].thaw();
         let after = tokio::task::block_in_place(|| fetch(b_addr, &path));
@@ -629,15 +621,6 @@ fn sigterm_during_many_slow_large_downloads_ends_with_every_one_whole() {
     }
 
     let status = lacquer.wait_exit(BOUND);
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "{status:?}; stderr:\n{}",
-        lacquer.stderr_log()
-    );
-    let log = lacquer.stderr_log();
-    assert!(
-        log.contains("drained after") && !log.contains("shutdown_timeout"),
-        "the process did not end drained; stderr:\n{log}"
-    );
+    assert_ended_drained(&lacquer, status, "the process");
     lacquer.assert_no_panic();
 }

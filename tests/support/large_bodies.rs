@@ -10,7 +10,7 @@
 //! the crate's, `use support::large_bodies::get;`.
 
 use crate::{generated_mismatch, poll_until, OriginResponse, RawConn, RawResponse};
-use crate::{RecordedRequest, TestOrigin};
+use crate::{LacquerProcess, RecordedRequest, TestOrigin};
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -143,6 +143,29 @@ pub fn purge(addr: SocketAddr, path: &str) {
     conn.send(format!("PURGE {path} HTTP/1.1\r\nHost: {HOST}\r\n\r\n").as_bytes());
     let resp = conn.read_response(false);
     assert_eq!(resp.status, 200, "PURGE {path}: {:?}", resp.headers);
+}
+
+/// A proxy started under `prlimit --nofile=LIMIT:LIMIT` with the config `config_for` gives its
+/// port; checked to run under that limit (`/proc/PID/limits`). Memory files are at most a quarter
+/// of it (`storage/memory/mapped.rs`).
+pub fn start_with_open_file_limit(
+    limit: u32,
+    config_for: impl Fn(u16) -> String,
+) -> LacquerProcess {
+    let nofile = format!("--nofile={limit}:{limit}");
+    let lacquer = LacquerProcess::start_on_free_port_via(&["prlimit", &nofile, "--"], config_for);
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", lacquer.pid()))
+        .expect("/proc/PID/limits");
+    let open_files = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("a Max open files line");
+    assert_eq!(
+        open_files.split_whitespace().nth(3),
+        Some(limit.to_string().as_str()),
+        "the limit did not take: {open_files}"
+    );
+    lacquer
 }
 
 /// How many memory files of bodies process `pid` holds open now.
