@@ -21,8 +21,9 @@
 //! the file and not by a body written from memory.
 //!
 //! Found by these tests (2026-12-07), and fixed: the tests at the end. One was new with the fast
-//! path's ranges: a body stored without a length was answered `206` where the standard path sends
-//! it whole (`Answer::for_range` now declines it). Four were the standard path's too, in
+//! path's ranges: a body stored without a length was answered `206` where the standard path sent
+//! it whole; the memory tier now stores such a body with its length, as memcached reads do, and
+//! both paths answer `206`. Four were the standard path's too, in
 //! Pingora's range parser (vendored pingora-proxy 0017): a range of an empty body panicked the
 //! connection's task on `r.end - 1` (debug builds; a release build sent `bytes
 //! 0-18446744073709551615/0`), now the empty body is sent whole; `bytes=-0` was a `206` of no
@@ -1806,26 +1807,64 @@ fn ranges_over_tls_are_byte_exact() {
 
 // Found by this file (2026-12-07), each failing before its fix (see the module doc).
 
-/// A body stored without a `Content-Length` (the origin sent it chunked; the stored head keeps
-/// none: `storage::object::drop_transfer_framing`), asked for ranges: the fast path's answer must
-/// be the standard path's (the matching `If-Range`), as it is for every other object.
-#[test]
-fn a_range_of_a_body_stored_without_a_length_is_answered_as_the_standard_path_answers_it() {
+/// A body the origin sent chunked (no `Content-Length`) is framed by its length once stored
+/// (`storage::object::framed_by_length`), in memory as in memcached: a whole hit of it carries
+/// `Content-Length`, and its ranges are `206`s of the right bytes from the fast path, from the
+/// standard path (the matching `If-Range`) and from a node that reads it from memcached, all
+/// three the same answer. Before, this node's memory tier sent every hit of it chunked and each
+/// range whole (`200`), while the node reading memcached answered `206`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_the_origin_sent_chunked_is_stored_with_its_length_and_its_ranges_are_parts() {
+    let cluster = MemcachedCluster::start(1);
     let origin = origin();
-    let lacquer = proxy(&origin, 2, "");
+    let a = cluster.node(&origin, "A", "local_ttl = \"1h\"");
+    let b = cluster.node(&origin, "B", "local_ttl = \"0s\"");
     let path = "/chunked/50000";
-    store(lacquer.addr(), path);
-    let mut conn = RawConn::connect(lacquer.addr());
-    for range in ["bytes=0-99", "bytes=-10", "bytes=4000-8000"] {
-        conn.send(ranged(path, range).as_bytes());
-        let fast = conn.read_response(false);
-        conn.send(ranged_standard(path, range).as_bytes());
-        let standard = conn.read_response(false);
-        assert_sound(&fast, path, range);
-        assert_sound(&standard, path, range);
-        assert_same_answer(&fast, &standard, &format!("{path} {range}"));
-    }
-    lacquer.assert_no_panic();
+    let a_addr = a.proxy.addr();
+    tokio::task::spawn_blocking(move || store(a_addr, path))
+        .await
+        .unwrap();
+    let writes = wait_for_stat(a.admin, "writes", 1, BOUND).await;
+    assert_eq!(writes, 1, "A wrote {path} to memcached");
+    let b_addr = b.proxy.addr();
+    tokio::task::spawn_blocking(move || {
+        let mut conn = RawConn::connect(a_addr);
+        let mut on_b = RawConn::connect(b_addr);
+        conn.send(get(path, "").as_bytes());
+        let whole = conn.read_response(false);
+        assert_whole(&whole, path, "a whole hit");
+        assert!(whole.is_hit(), "{:?}", whole.headers);
+        assert_eq!(whole.header("content-length"), Some("50000"));
+        assert_eq!(whole.header("transfer-encoding"), None);
+        for (range, start, end) in [
+            ("bytes=0-99", 0, 100),
+            ("bytes=-10", 49_990, 50_000),
+            ("bytes=4000-8000", 4000, 8001),
+        ] {
+            conn.send(ranged(path, range).as_bytes());
+            let fast = conn.read_response(false);
+            conn.send(ranged_standard(path, range).as_bytes());
+            let standard = conn.read_response(false);
+            on_b.send(ranged(path, range).as_bytes());
+            let from_memcached = on_b.read_response(false);
+            assert_part(&fast, path, start, end, &format!("{range}, fast path"));
+            assert_part(
+                &standard,
+                path,
+                start,
+                end,
+                &format!("{range}, standard path"),
+            );
+            assert_part(&from_memcached, path, start, end, &format!("{range}, B"));
+            assert_same_answer(&fast, &standard, &format!("{path} {range}"));
+            assert_same_answer(&fast, &from_memcached, &format!("{path} {range}, A vs B"));
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(origin.hits_for(path), 1);
+    a.proxy.assert_no_panic();
+    b.proxy.assert_no_panic();
 }
 
 /// Sends `request` on a new connection to `addr`; its answer, or why there was none.

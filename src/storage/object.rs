@@ -62,6 +62,35 @@ pub fn drop_transfer_framing(head: &mut ResponseHeader) {
     }
 }
 
+/// A copy of `meta` whose head frames a body of `body_len` bytes by that length, when its head
+/// does not already (one `Content-Length` equal to it, no `Transfer-Encoding`); `None` when it
+/// does, and for a 204, which has no body to frame.
+///
+/// An answer the origin sent chunked, or delimited by closing, or that was compressed on its way
+/// into the store, is stored without a length. The memory tier frames it by its length once it
+/// is whole, as a read from memcached does (`shared_framing::reframe`): otherwise every hit of
+/// it went out chunked and a `Range` of it got the whole body (`200`) from this node's memory
+/// while another node, reading the same object from memcached, answered `206`.
+pub fn framed_by_length(meta: &StoredMeta, body_len: usize) -> Option<StoredMeta> {
+    let head = &meta.header;
+    if head.status == http::StatusCode::NO_CONTENT
+        || super::shared_framing::framed_as(head, body_len)
+    {
+        return None;
+    }
+    let mut framed = meta.clone();
+    framed.wire_head = KeptWireHead::default();
+    framed
+        .header
+        .remove_header(&http::header::TRANSFER_ENCODING);
+    framed.header.remove_header(&http::header::CONTENT_LENGTH);
+    framed
+        .header
+        .insert_header(http::header::CONTENT_LENGTH, body_len)
+        .ok()?;
+    Some(framed)
+}
+
 /// Copies an incoming chunk into a buffer of exactly its size, so a stored body owns exactly the
 /// memory it is charged for and never pins a larger network read buffer behind a small slice.
 pub fn owned_chunk(data: &[u8]) -> Bytes {

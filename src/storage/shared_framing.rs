@@ -42,7 +42,7 @@ pub fn reframe(meta: &mut StoredMeta, body_len: usize) -> Result<(), EntryError>
 
 /// Whether `head` (not a 204) carries exactly one `Content-Length`, equal to `body_len`, and no
 /// `Transfer-Encoding`.
-fn framed_as(head: &pingora_http::ResponseHeader, body_len: usize) -> bool {
+pub(crate) fn framed_as(head: &pingora_http::ResponseHeader, body_len: usize) -> bool {
     if head.headers.contains_key(header::TRANSFER_ENCODING) {
         return false;
     }

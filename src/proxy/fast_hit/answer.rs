@@ -93,15 +93,16 @@ impl Answer {
     /// (`pingora_proxy::range_header_filter`, as `LacquerProxy::range_header_filter` calls it).
     /// `None`, for the standard path to answer, unless the request names one satisfiable range of
     /// a `200` whose stored body, of a stored length, the client takes as it is: several ranges,
-    /// an unsatisfiable or unreadable one, another status, a body stored without its length and a
-    /// body to decode for the client are answered there.
+    /// an unsatisfiable or unreadable one, another status, a head without a length (a 204; every
+    /// other stored head has one: `storage::object::framed_by_length`) and a body to decode for
+    /// the client are answered there.
     pub fn for_range(hit: CompleteObject, req: &RequestHeader, now: SystemTime) -> Option<Answer> {
         let meta = hit.meta();
         if compression::needs_decoding(req, &meta.header).is_some()
             || !meta.header.headers.contains_key(header::CONTENT_LENGTH)
         {
-            // (a body stored without its length, from a chunked answer, is sent whole and
-            // chunked by the standard path, whose range filter needs the stored length)
+            // (the standard path's range filter needs the stored length too, and without one
+            // sends the body whole)
             return None;
         }
         let (age, ttl) = age_and_ttl(&hit, now);

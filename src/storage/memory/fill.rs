@@ -36,7 +36,7 @@ use super::{key_of, MemoryTier, SharedWriteInFlight};
 use crate::policy::RequestSent;
 use crate::storage::ban_list::scope::EntryScopes;
 use crate::storage::ban_list::{BanList, Verdict};
-use crate::storage::object::{owned_chunk, Body, StoredMeta};
+use crate::storage::object::{framed_by_length, owned_chunk, Body, StoredMeta};
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use parking_lot::{Mutex, RwLock};
@@ -597,6 +597,11 @@ impl MemoryMiss {
             Body::from_chunks(chunks).with_file(self.buffer.file())
         };
         let size = body.len();
+        // a body stored without its length (sent chunked, compressed on store) is now whole
+        let meta = match framed_by_length(&self.meta, size) {
+            Some(framed) => Arc::new(framed),
+            None => self.meta.clone(),
+        };
         // index the complete object before dropping the in-flight entry, so lookups never see a gap
         let scopes = self.scopes.take();
         let shared_write = self
@@ -604,7 +609,7 @@ impl MemoryMiss {
             .insert(
                 self.key,
                 self.primary,
-                self.meta.clone(),
+                meta,
                 body,
                 scopes,
                 super::Source::Fetched,
