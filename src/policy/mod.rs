@@ -42,6 +42,10 @@ pub const REASON_AUTHORIZATION: &str = "authorization";
 pub const REASON_STATUS: &str = "status";
 /// The response said `must-understand` and this cache does not know its status code.
 pub const REASON_MUST_UNDERSTAND: &str = "must-understand";
+/// The response's body came in a transfer coding besides `chunked` (`Transfer-Encoding: gzip,
+/// chunked`): Pingora undoes only the chunking, so what it would store is still coded, under a
+/// head that names no coding once the hop-by-hop `Transfer-Encoding` is gone.
+pub const REASON_TRANSFER_CODING: &str = "transfer-coding";
 
 /// What a request rule changes in the storing of one response (`crate::rules::Verdict`); the
 /// default changes nothing.
@@ -163,6 +167,9 @@ impl CachePolicy {
         if content_length(resp).is_some_and(|len| len > self.max_object_size as u64) {
             return uncacheable(REASON_TOO_LARGE);
         }
+        if coded_in_transfer(resp) {
+            return uncacheable(REASON_TRANSFER_CODING);
+        }
         let rules = FreshnessRules {
             cache_control_field: governing_field,
             heuristic_fraction: self.heuristic_fraction,
@@ -215,6 +222,18 @@ impl CachePolicy {
         meta.extensions_mut().insert(RequestSent(request_time));
         RespCacheable::Cacheable(meta)
     }
+}
+
+/// Whether `resp`'s body came in a transfer coding other than `chunked` alone (RFC 9112 §6.1:
+/// `Transfer-Encoding` lists every coding applied, `chunked` last). See
+/// [`REASON_TRANSFER_CODING`].
+fn coded_in_transfer(resp: &ResponseHeader) -> bool {
+    resp.headers
+        .get_all(http::header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|value| value.as_bytes().split(|&b| b == b','))
+        .map(<[u8]>::trim_ascii)
+        .any(|coding| !coding.is_empty() && !coding.eq_ignore_ascii_case(b"chunked"))
 }
 
 impl CachePolicy {
@@ -410,6 +429,29 @@ mod tests {
         }
         // the response's own stale-if-error with s-maxage still counts (CDN practice)
         assert_eq!(grace("s-maxage=60, stale-if-error=30"), 30);
+    }
+
+    #[test]
+    fn a_body_in_a_transfer_coding_besides_chunked_is_not_stored() {
+        let fresh = ("cache-control", "max-age=60");
+        for chunked in ["chunked", "Chunked", " chunked "] {
+            assert!(
+                decide(&[], &[fresh, ("transfer-encoding", chunked)]).is_cacheable(),
+                "{chunked}"
+            );
+        }
+        for coded in ["gzip, chunked", "gzip,chunked", "x-custom, chunked", "gzip"] {
+            assert!(
+                !decide(&[], &[fresh, ("transfer-encoding", coded)]).is_cacheable(),
+                "{coded}"
+            );
+        }
+        let two_fields = [
+            fresh,
+            ("transfer-encoding", "gzip"),
+            ("transfer-encoding", "chunked"),
+        ];
+        assert!(!decide(&[], &two_fields).is_cacheable());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! those the stored body depends on or that belong to the connection. [`merge`] does that; the
 //! proxy calls it while deciding how to store the revalidated response.
 
-use http::header::HeaderName;
+use http::header::{self, HeaderName, HeaderValue};
 use pingora_http::ResponseHeader;
 
 /// Fields a 304 never replaces: framing and encoding of the stored body (§3.2: `Content-Length`,
@@ -31,7 +31,18 @@ fn updatable(name: &HeaderName) -> bool {
 
 /// The stored head updated with the fields of `not_modified`: each field present in the 304
 /// replaces all stored lines of that field, in the 304's order.
-pub fn merge(stored: &ResponseHeader, not_modified: &ResponseHeader) -> ResponseHeader {
+///
+/// `etag_as_stored` is the `ETag` of the copy as it was stored (`stored` may already hold the
+/// 304's: Pingora merges a few fields first). A weak one is never made strong by the 304: a copy
+/// this cache compressed on store is tagged `W/"x"` for the origin's `"x"` (`encode_on_store`),
+/// and the origin's 304 (`ETag: "x"`) validates the origin's bytes, not the copy's; stored
+/// strong, the tag let a client's `If-Range: "x"` take a `206` of the gzip bytes as a part of
+/// the identity representation. The 304's tag is kept, weakened.
+pub fn merge(
+    stored: &ResponseHeader,
+    not_modified: &ResponseHeader,
+    etag_as_stored: Option<&HeaderValue>,
+) -> ResponseHeader {
     let mut merged = stored.clone();
     for name in not_modified.headers.keys().filter(|n| updatable(n)) {
         merged.remove_header(name);
@@ -39,7 +50,33 @@ pub fn merge(stored: &ResponseHeader, not_modified: &ResponseHeader) -> Response
             let _ = merged.append_header(name.clone(), value.clone());
         }
     }
+    let was_weak = etag_as_stored.is_some_and(|tag| tag.as_bytes().starts_with(b"W/"));
+    if was_weak {
+        keep_weak(&mut merged);
+    }
     merged
+}
+
+/// Makes every strong `ETag` of `head` weak (`"x"` becomes `W/"x"`).
+fn keep_weak(head: &mut ResponseHeader) {
+    let tags: Vec<HeaderValue> = head.headers.get_all(header::ETAG).iter().cloned().collect();
+    if tags.iter().all(|tag| tag.as_bytes().starts_with(b"W/")) {
+        return;
+    }
+    head.remove_header(&header::ETAG);
+    for tag in tags {
+        let weak = if tag.as_bytes().starts_with(b"W/") {
+            tag
+        } else {
+            let mut bytes = b"W/".to_vec();
+            bytes.extend_from_slice(tag.as_bytes());
+            match HeaderValue::from_bytes(&bytes) {
+                Ok(weak) => weak,
+                Err(_) => continue,
+            }
+        };
+        let _ = head.append_header(header::ETAG, weak);
+    }
 }
 
 #[cfg(test)]
@@ -64,7 +101,7 @@ mod tests {
             ("x-new", "added"),
             ("vary", "*"),
         ]);
-        let merged = merge(&stored, &not_modified);
+        let merged = merge(&stored, &not_modified, None);
         let all = |name: &str| -> Vec<&str> {
             merged
                 .headers
@@ -79,5 +116,24 @@ mod tests {
         assert_eq!(all("x-new"), ["added"]);
         assert_eq!(all("x-kept"), ["yes"]);
         assert_eq!(all("vary"), ["accept"]);
+    }
+
+    #[test]
+    fn a_weak_stored_tag_is_never_made_strong_by_a_304() {
+        let stored = response(&[("etag", "W/\"x\""), ("content-encoding", "gzip")]);
+        let weak = stored.headers.get("etag").cloned();
+        // Pingora's merge has already put the 304's tag in place
+        let pingora_merged = response(&[("etag", "\"x\""), ("content-encoding", "gzip")]);
+        let not_modified = response(&[("etag", "\"x\""), ("cache-control", "max-age=5")]);
+        let merged = merge(&pingora_merged, &not_modified, weak.as_ref());
+        assert_eq!(merged.headers.get("etag").unwrap(), "W/\"x\"");
+        assert_eq!(merged.headers.get("cache-control").unwrap(), "max-age=5");
+        let already_weak = response(&[("etag", "W/\"y\"")]);
+        let merged = merge(&pingora_merged, &already_weak, weak.as_ref());
+        assert_eq!(merged.headers.get("etag").unwrap(), "W/\"y\"");
+        // a strong stored tag takes the 304's as it comes
+        let strong = response(&[("etag", "\"x\"")]);
+        let merged = merge(&strong, &not_modified, strong.headers.get("etag"));
+        assert_eq!(merged.headers.get("etag").unwrap(), "\"x\"");
     }
 }

@@ -109,6 +109,55 @@ pub fn strip_hop_by_hop(resp: &mut ResponseHeader) {
     }
 }
 
+/// Leaves an origin's answer with the length fields it may carry on: none on a `204` (RFC 9110
+/// §8.6: "A server MUST NOT send a Content-Length header field in any response with a status
+/// code of 1xx or 204", RFC 9112 §6.1 likewise for `Transfer-Encoding`), and one
+/// `Content-Length` where the origin repeated the same length (two fields, or the list `N, N`),
+/// as RFC 9110 §8.6 lets a recipient take them, written without leading zeros. Pingora frames the body it reads from the
+/// origin the same way already (different lengths it refuses); passed on as they came, the
+/// repeats reached clients, whose parsers refuse such a head (many front proxies do) or read
+/// another length from it, and the `204`'s fields were stored and sent on every hit from this
+/// node's memory, while a node reading the same entry from memcached sent none.
+///
+/// Runs on every answer from an origin: a head with at most one plain `Content-Length` (nearly
+/// every one) is looked at once and left.
+pub fn settle_length_fields(resp: &mut ResponseHeader) {
+    if resp.status == http::StatusCode::NO_CONTENT {
+        if resp.headers.contains_key(header::CONTENT_LENGTH) {
+            resp.remove_header(&header::CONTENT_LENGTH);
+        }
+        if resp.headers.contains_key(header::TRANSFER_ENCODING) {
+            resp.remove_header(&header::TRANSFER_ENCODING);
+        }
+        return;
+    }
+    let mut values = resp.headers.get_all(header::CONTENT_LENGTH).iter();
+    let Some(first) = values.next() else {
+        return;
+    };
+    let leading_zero = first.len() > 1 && first.as_bytes()[0] == b'0';
+    if values.next().is_none() && !leading_zero && !first.as_bytes().contains(&b',') {
+        return;
+    }
+    let mut lengths = resp
+        .headers
+        .get_all(header::CONTENT_LENGTH)
+        .iter()
+        .flat_map(|value| value.as_bytes().split(|&b| b == b','))
+        .map(|part| {
+            let digits = part.trim_ascii();
+            (!digits.is_empty() && digits.iter().all(u8::is_ascii_digit))
+                .then(|| std::str::from_utf8(digits).ok()?.parse::<u64>().ok())
+                .flatten()
+        });
+    let Some(Some(length)) = lengths.next() else {
+        return;
+    };
+    if lengths.all(|other| other == Some(length)) {
+        let _ = resp.insert_header(header::CONTENT_LENGTH, length);
+    }
+}
+
 /// Gives a response from the origin that has no `Date` the time it was received (RFC 9110
 /// §6.6.1: a recipient with a clock "MUST record the time it was received and append a
 /// corresponding Date header field ... if it is cached or forwarded downstream"). It runs before
@@ -378,6 +427,46 @@ mod tests {
         ] {
             assert_eq!(pingora_http::written_without_case(&name), text);
         }
+    }
+
+    #[test]
+    fn an_origins_length_fields_are_settled() {
+        let settled = |status: u16, fields: &[(&str, &str)]| -> Vec<String> {
+            let mut resp = ResponseHeader::build(status, None).unwrap();
+            for (name, value) in fields {
+                resp.append_header(name.to_string(), *value).unwrap();
+            }
+            settle_length_fields(&mut resp);
+            let mut left: Vec<String> = ["content-length", "transfer-encoding"]
+                .iter()
+                .flat_map(|name| resp.headers.get_all(*name).iter())
+                .map(|v| v.to_str().unwrap().to_string())
+                .collect();
+            left.sort();
+            left
+        };
+        let cl = "content-length";
+        assert_eq!(settled(200, &[(cl, "3")]), ["3"]);
+        assert_eq!(settled(200, &[(cl, "0")]), ["0"]);
+        assert_eq!(settled(200, &[(cl, "3"), (cl, "3")]), ["3"]);
+        assert_eq!(settled(200, &[(cl, "3, 3")]), ["3"]);
+        assert_eq!(settled(200, &[(cl, "003")]), ["3"]);
+        assert_eq!(
+            settled(200, &[(cl, "3"), (cl, "4")]),
+            ["3", "4"],
+            "left to refuse"
+        );
+        assert_eq!(settled(200, &[(cl, "3, x")]), ["3, x"], "left to refuse");
+        assert_eq!(settled(204, &[(cl, "5")]), Vec::<String>::new());
+        assert_eq!(
+            settled(204, &[("transfer-encoding", "chunked")]),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            settled(304, &[(cl, "5")]),
+            ["5"],
+            "a 304 may carry the length"
+        );
     }
 
     #[test]

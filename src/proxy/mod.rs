@@ -1012,6 +1012,7 @@ impl ProxyHttp for LacquerProxy {
         .await;
         let switched = upgrade::on_upstream_response(upstream_response);
         headers::strip_hop_by_hop(upstream_response);
+        headers::settle_length_fields(upstream_response);
         if let Some(protocol) = switched {
             upgrade::restore_switch_fields(upstream_response, protocol);
         }
@@ -1109,7 +1110,11 @@ impl ProxyHttp for LacquerProxy {
         let updated;
         let resp = match ctx.not_modified.take() {
             Some(not_modified) => {
-                updated = revalidation::merge(resp, &not_modified);
+                let etag_as_stored = session
+                    .cache
+                    .maybe_cache_meta()
+                    .and_then(|meta| meta.headers().get(http::header::ETAG));
+                updated = revalidation::merge(resp, &not_modified, etag_as_stored);
                 &updated
             }
             None => resp,

@@ -63,8 +63,8 @@ pub fn drop_transfer_framing(head: &mut ResponseHeader) {
 }
 
 /// A copy of `meta` whose head frames a body of `body_len` bytes by that length, when its head
-/// does not already (one `Content-Length` equal to it, no `Transfer-Encoding`); `None` when it
-/// does, and for a 204, which has no body to frame.
+/// does not already (one `Content-Length` equal to it, no `Transfer-Encoding`; a 204 neither);
+/// `None` when it does.
 ///
 /// An answer the origin sent chunked, or delimited by closing, or that was compressed on its way
 /// into the store, is stored without a length. The memory tier frames it by its length once it
@@ -73,9 +73,15 @@ pub fn drop_transfer_framing(head: &mut ResponseHeader) {
 /// while another node, reading the same object from memcached, answered `206`.
 pub fn framed_by_length(meta: &StoredMeta, body_len: usize) -> Option<StoredMeta> {
     let head = &meta.header;
-    if head.status == http::StatusCode::NO_CONTENT
-        || super::shared_framing::framed_as(head, body_len)
-    {
+    let no_content = head.status == http::StatusCode::NO_CONTENT;
+    let framed_already = if no_content {
+        // (the proxy settles a 204's fields before it is stored: this is the tier's own check)
+        !head.headers.contains_key(http::header::CONTENT_LENGTH)
+            && !head.headers.contains_key(http::header::TRANSFER_ENCODING)
+    } else {
+        super::shared_framing::framed_as(head, body_len)
+    };
+    if framed_already {
         return None;
     }
     let mut framed = meta.clone();
@@ -84,6 +90,9 @@ pub fn framed_by_length(meta: &StoredMeta, body_len: usize) -> Option<StoredMeta
         .header
         .remove_header(&http::header::TRANSFER_ENCODING);
     framed.header.remove_header(&http::header::CONTENT_LENGTH);
+    if no_content {
+        return Some(framed);
+    }
     framed
         .header
         .insert_header(http::header::CONTENT_LENGTH, body_len)

@@ -300,6 +300,9 @@ pub struct MemoryMiss {
     scopes: Option<Box<EntryScopes>>,
     /// Where the body's chunks are copied.
     buffer: BodyBuffer,
+    /// The body length the stored head declares (one `Content-Length`; a head with
+    /// `Transfer-Encoding` declares none: `StoredMeta::from_meta` drops both).
+    declared: Option<usize>,
     /// Bytes written so far.
     written: usize,
     /// `cache.max_object_size`: past it the fill becomes a relay.
@@ -335,7 +338,8 @@ impl MemoryMiss {
         let meta = dated_by_request(meta);
         let scopes = tier.scopes_of(cache_key, &meta.header);
         let limit = tier.index.max_object_size();
-        let buffer = BodyBuffer::new(declared_length(&meta), limit);
+        let declared = declared_length(&meta);
+        let buffer = BodyBuffer::new(declared, limit);
         let meta = Arc::new(meta);
         let judged_by = scopes.as_deref().map(|scopes| Arc::new(scopes.clone()));
         let (write_id, body) = tier.fills.start(key, meta.clone(), judged_by);
@@ -348,6 +352,7 @@ impl MemoryMiss {
             body,
             scopes,
             buffer,
+            declared,
             written: 0,
             limit,
             finished: false,
@@ -597,10 +602,13 @@ impl MemoryMiss {
             Body::from_chunks(chunks).with_file(self.buffer.file())
         };
         let size = body.len();
-        // a body stored without its length (sent chunked, compressed on store) is now whole
-        let meta = match framed_by_length(&self.meta, size) {
-            Some(framed) => Arc::new(framed),
-            None => self.meta.clone(),
+        // a body stored without its length (sent chunked, compressed on store) is now whole;
+        // one that came as long as its head said (nearly every one) is framed already
+        let as_declared =
+            self.declared == Some(size) && self.meta.header.status != http::StatusCode::NO_CONTENT;
+        let meta = match (!as_declared).then(|| framed_by_length(&self.meta, size)) {
+            Some(Some(framed)) => Arc::new(framed),
+            _ => self.meta.clone(),
         };
         // index the complete object before dropping the in-flight entry, so lookups never see a gap
         let scopes = self.scopes.take();
