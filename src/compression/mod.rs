@@ -103,7 +103,11 @@ pub struct CompressionCtx {
 }
 
 /// `upstream_response_filter`: starts compression on store when the response is going into the
-/// cache (`will_store`). Every coding the origin chose passes as it is.
+/// cache (`will_store`). Every coding the origin chose passes as it is, and says `Vary:
+/// Accept-Encoding` when it is one Lacquer decodes: this answer, stored or not, goes to clients
+/// that do not take that coding decoded, so what a client gets depends on its `Accept-Encoding`
+/// (RFC 9110 §12.5.5), whether the origin said so or not. Without it a cache in front of
+/// Lacquer could keep the gzip answer one client got and give it to clients that cannot read it.
 pub fn on_upstream_response(
     config: &CompressionConfig,
     ctx: &mut CompressionCtx,
@@ -111,6 +115,9 @@ pub fn on_upstream_response(
     resp: &mut ResponseHeader,
     will_store: bool,
 ) {
+    if content_coding(resp).decodable() {
+        add_vary_accept_encoding(resp);
+    }
     ctx.store_encoder = None;
     if will_store && req.method != http::Method::HEAD && encode_on_store::wants(config, resp) {
         let length = encode_on_store::content_length(resp);

@@ -37,11 +37,21 @@ pub enum Outcome {
 
 /// Evaluates `req`'s preconditions against the stored `resp`.
 pub fn evaluate(req: &RequestHeader, resp: &ResponseHeader) -> Outcome {
+    evaluate_for(req, resp, false)
+}
+
+/// [`evaluate`], for a client that gets `resp` decoded when `decoded` (it does not take the
+/// stored coding: `compression::needs_decoding`). Its representation is tagged weak (the decoded
+/// bytes are not the stored ones), so an `If-Match` of the stored tag, a strong comparison,
+/// matches nothing but `*` (RFC 9110 §13.1.1, §8.8.3.2); `If-None-Match` compares weakly, and
+/// is the same either way.
+pub fn evaluate_for(req: &RequestHeader, resp: &ResponseHeader, decoded: bool) -> Outcome {
     if !resp.status.is_success() {
         return Outcome::Proceed;
     }
     if req.headers.contains_key(IF_MATCH) {
-        let current = resp.headers.get(ETAG);
+        // (no current tag a strong comparison can match; `*` still matches)
+        let current = resp.headers.get(ETAG).filter(|_| !decoded);
         let matched = req
             .headers
             .get_all(IF_MATCH)
@@ -166,6 +176,19 @@ mod tests {
     const LM: &str = "Sat, 01 Jan 2022 00:00:00 GMT";
     const BEFORE: &str = "Fri, 31 Dec 2021 00:00:00 GMT";
     const AFTER: &str = "Sun, 02 Jan 2022 00:00:00 GMT";
+
+    #[test]
+    fn if_match_of_the_stored_tag_fails_for_a_client_that_gets_it_decoded() {
+        let stored = response(&[("etag", "\"v1\""), ("content-encoding", "gzip")]);
+        let if_match = |tag: &str, decoded: bool| {
+            evaluate_for(&request(&[("if-match", tag)]), &stored, decoded)
+        };
+        assert_eq!(if_match("\"v1\"", false), Outcome::Proceed);
+        assert_eq!(if_match("\"v1\"", true), Outcome::Failed);
+        assert_eq!(if_match("*", true), Outcome::Proceed);
+        let inm = request(&[("if-none-match", "\"v1\"")]);
+        assert_eq!(evaluate_for(&inm, &stored, true), Outcome::NotModified);
+    }
 
     fn outcome(req: &[(&str, &str)]) -> Outcome {
         evaluate(

@@ -57,6 +57,28 @@ pub fn merge(
     merged
 }
 
+/// Why a 304 updated nothing: its `ETag` names another representation than the stored one.
+pub const REASON_ANOTHER_REPRESENTATION: &str = "304-of-another-representation";
+
+/// Whether the origin's 304 names a representation other than the stored one: both carry an
+/// `ETag` and their opaque tags differ (weakness aside: a copy compressed on store is tagged
+/// `W/"x"` for the origin's `"x"`). RFC 9111 §4.3.4: when no stored response has the 304's
+/// validator, the cache "MUST NOT use the new response to update any stored responses". Merged
+/// anyway, the stored bytes went out under the other tag from then on.
+pub fn names_another_representation(
+    etag_as_stored: Option<&HeaderValue>,
+    not_modified: &ResponseHeader,
+) -> bool {
+    let opaque = |tag: &HeaderValue| -> Vec<u8> {
+        let bytes = tag.as_bytes().trim_ascii();
+        bytes.strip_prefix(b"W/").unwrap_or(bytes).to_vec()
+    };
+    let (Some(stored), Some(new)) = (etag_as_stored, not_modified.headers.get(header::ETAG)) else {
+        return false;
+    };
+    opaque(stored) != opaque(new)
+}
+
 /// Makes every strong `ETag` of `head` weak (`"x"` becomes `W/"x"`).
 fn keep_weak(head: &mut ResponseHeader) {
     let tags: Vec<HeaderValue> = head.headers.get_all(header::ETAG).iter().cloned().collect();
@@ -116,6 +138,33 @@ mod tests {
         assert_eq!(all("x-new"), ["added"]);
         assert_eq!(all("x-kept"), ["yes"]);
         assert_eq!(all("vary"), ["accept"]);
+    }
+
+    #[test]
+    fn a_304_of_another_tag_names_another_representation() {
+        let tag = |t: &str| HeaderValue::from_str(t).unwrap();
+        let with_tag = |t: &str| response(&[("etag", t)]);
+        assert!(!names_another_representation(
+            Some(&tag("\"x\"")),
+            &with_tag("\"x\"")
+        ));
+        assert!(!names_another_representation(
+            Some(&tag("W/\"x\"")),
+            &with_tag("\"x\"")
+        ));
+        assert!(!names_another_representation(
+            Some(&tag("\"x\"")),
+            &response(&[])
+        ));
+        assert!(!names_another_representation(None, &with_tag("\"y\"")));
+        assert!(names_another_representation(
+            Some(&tag("\"x\"")),
+            &with_tag("\"y\"")
+        ));
+        assert!(names_another_representation(
+            Some(&tag("W/\"x\"")),
+            &with_tag("W/\"y\"")
+        ));
     }
 
     #[test]

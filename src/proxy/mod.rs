@@ -144,6 +144,12 @@ pub struct RequestCtx {
     remembered_unguarded: bool,
     /// The client's `If-Match` / `If-Unmodified-Since` failed against the stored response.
     precondition_failed: bool,
+    /// The stored response a 304 was made of goes to this client decoded (it does not take the
+    /// stored coding): the 304 carries the decoded body's weak tag and `Vary`.
+    not_modified_decoded: bool,
+    /// The stored `ETag`, when the origin's 304 named another representation: the stored
+    /// response served this once goes out under it, not under the 304's.
+    etag_as_stored: Option<http::HeaderValue>,
     /// The origin's 304 to our revalidation, whose fields update the stored head.
     not_modified: Option<Box<ResponseHeader>>,
     compression: CompressionCtx,
@@ -483,6 +489,18 @@ impl LacquerProxy {
         }
         if ctx.precondition_failed && upstream_response.status == http::StatusCode::NOT_MODIFIED {
             preconditions::to_precondition_failed(upstream_response);
+        } else if ctx.not_modified_decoded
+            && upstream_response.status == http::StatusCode::NOT_MODIFIED
+        {
+            // the 304 carries the validators of the 200 this client would get: the decoded
+            // body's (RFC 9110 §15.4.5; Pingora made it without `Content-Encoding`, so the
+            // compression room below no longer sees that this client gets it decoded)
+            compression::weaken_etag(upstream_response);
+            compression::add_vary_accept_encoding(upstream_response);
+        }
+        if let Some(tag) = ctx.etag_as_stored.take() {
+            // a 304 of another representation updated nothing: the stored bytes keep their tag
+            let _ = upstream_response.insert_header(http::header::ETAG, tag);
         }
         let mut status = CacheStatus::classify(phase, &ctx.seen, ctx.upstream.status(), ttl);
         partial_content::on_cache_status(&ctx.partial, &mut status);
@@ -562,6 +580,8 @@ impl ProxyHttp for LacquerProxy {
             fetched_beside: None,
             remembered_unguarded: false,
             precondition_failed: false,
+            not_modified_decoded: false,
+            etag_as_stored: None,
             not_modified: None,
             compression: CompressionCtx::default(),
             partial: PartialCtx::default(),
@@ -792,9 +812,14 @@ impl ProxyHttp for LacquerProxy {
     ) -> Result<bool> {
         // Pingora can only turn the stored response into a 304; a failed precondition becomes a
         // header-only 304 here and is rewritten to 412 in `response_filter`
-        Ok(match preconditions::evaluate(session.req_header(), resp) {
+        let req = session.req_header();
+        let decoded = compression::needs_decoding(req, resp).is_some();
+        Ok(match preconditions::evaluate_for(req, resp, decoded) {
             preconditions::Outcome::Proceed => false,
-            preconditions::Outcome::NotModified => true,
+            preconditions::Outcome::NotModified => {
+                ctx.not_modified_decoded = decoded;
+                true
+            }
             preconditions::Outcome::Failed => {
                 ctx.precondition_failed = true;
                 true
@@ -1108,23 +1133,36 @@ impl ProxyHttp for LacquerProxy {
         ctx: &mut Self::CTX,
     ) -> Result<RespCacheable> {
         let updated;
+        let mut another_representation = false;
         let resp = match ctx.not_modified.take() {
             Some(not_modified) => {
                 let etag_as_stored = session
                     .cache
                     .maybe_cache_meta()
                     .and_then(|meta| meta.headers().get(http::header::ETAG));
+                if revalidation::names_another_representation(etag_as_stored, &not_modified) {
+                    // nothing is updated; the stored response is served this once, under its
+                    // own tag (`finish_forwarded_head`), and revalidated again next time
+                    another_representation = true;
+                    ctx.etag_as_stored = etag_as_stored.cloned();
+                }
                 updated = revalidation::merge(resp, &not_modified, etag_as_stored);
                 &updated
             }
             None => resp,
         };
-        let decision = self.settings(ctx).policy.response_decision_with(
-            session.req_header(),
-            resp,
-            ctx.request_time,
-            &ctx.rules.store_overrides(),
-        );
+        let decision = if another_representation {
+            RespCacheable::Uncacheable(pingora_cache::NoCacheReason::Custom(
+                revalidation::REASON_ANOTHER_REPRESENTATION,
+            ))
+        } else {
+            self.settings(ctx).policy.response_decision_with(
+                session.req_header(),
+                resp,
+                ctx.request_time,
+                &ctx.rules.store_overrides(),
+            )
+        };
         match &decision {
             RespCacheable::Cacheable(_) => ctx.seen.storable = true,
             RespCacheable::Uncacheable(reason) => {

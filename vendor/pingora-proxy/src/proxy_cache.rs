@@ -1513,7 +1513,10 @@ pub mod range_filter {
             if let Some(if_range) = req.headers.get(IF_RANGE) {
                 let ir = if_range.as_bytes();
                 let matches = if ir.len() >= 2 && ir.last() == Some(&b'"') {
-                    resp.headers.get(ETAG).is_some_and(|etag| etag == if_range)
+                    // LACQUER PATCH (If-Range compares strongly): a weak tag never matches
+                    // (RFC 9110 §13.1.5, §8.8.3.2), though it is byte for byte the stored one
+                    !ir.starts_with(b"W/")
+                        && resp.headers.get(ETAG).is_some_and(|etag| etag == if_range)
                 } else if let Some(last_modified) = resp.headers.get(LAST_MODIFIED) {
                     last_modified == if_range
                 } else {
