@@ -52,7 +52,8 @@ pub fn merge(
     }
     let was_weak = etag_as_stored.is_some_and(|tag| tag.as_bytes().starts_with(b"W/"));
     if was_weak {
-        keep_weak(&mut merged);
+        // as compression on store weakens the origin's tag
+        crate::compression::weaken_etag(&mut merged);
     }
     merged
 }
@@ -69,36 +70,16 @@ pub fn names_another_representation(
     etag_as_stored: Option<&HeaderValue>,
     not_modified: &ResponseHeader,
 ) -> bool {
-    let opaque = |tag: &HeaderValue| -> Vec<u8> {
-        let bytes = tag.as_bytes().trim_ascii();
-        bytes.strip_prefix(b"W/").unwrap_or(bytes).to_vec()
-    };
     let (Some(stored), Some(new)) = (etag_as_stored, not_modified.headers.get(header::ETAG)) else {
         return false;
     };
-    opaque(stored) != opaque(new)
+    opaque_tag(stored) != opaque_tag(new)
 }
 
-/// Makes every strong `ETag` of `head` weak (`"x"` becomes `W/"x"`).
-fn keep_weak(head: &mut ResponseHeader) {
-    let tags: Vec<HeaderValue> = head.headers.get_all(header::ETAG).iter().cloned().collect();
-    if tags.iter().all(|tag| tag.as_bytes().starts_with(b"W/")) {
-        return;
-    }
-    head.remove_header(&header::ETAG);
-    for tag in tags {
-        let weak = if tag.as_bytes().starts_with(b"W/") {
-            tag
-        } else {
-            let mut bytes = b"W/".to_vec();
-            bytes.extend_from_slice(tag.as_bytes());
-            match HeaderValue::from_bytes(&bytes) {
-                Ok(weak) => weak,
-                Err(_) => continue,
-            }
-        };
-        let _ = head.append_header(header::ETAG, weak);
-    }
+/// An entity tag without its weakness indicator.
+fn opaque_tag(tag: &HeaderValue) -> &[u8] {
+    let bytes = tag.as_bytes().trim_ascii();
+    bytes.strip_prefix(b"W/").unwrap_or(bytes)
 }
 
 #[cfg(test)]

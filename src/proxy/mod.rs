@@ -495,8 +495,7 @@ impl LacquerProxy {
             // the 304 carries the validators of the 200 this client would get: the decoded
             // body's (RFC 9110 §15.4.5; Pingora made it without `Content-Encoding`, so the
             // compression room below no longer sees that this client gets it decoded)
-            compression::weaken_etag(upstream_response);
-            compression::add_vary_accept_encoding(upstream_response);
+            compression::rewrite_head_for_decoded_body(upstream_response);
         }
         if let Some(tag) = ctx.etag_as_stored.take() {
             // a 304 of another representation updated nothing: the stored bytes keep their tag

@@ -68,35 +68,17 @@ pub fn drop_transfer_framing(head: &mut ResponseHeader) {
 ///
 /// An answer the origin sent chunked, or delimited by closing, or that was compressed on its way
 /// into the store, is stored without a length. The memory tier frames it by its length once it
-/// is whole, as a read from memcached does (`shared_framing::reframe`): otherwise every hit of
+/// is whole, with the reframing a read from memcached gets (`shared_framing::reframe`): otherwise every hit of
 /// it went out chunked and a `Range` of it got the whole body (`200`) from this node's memory
 /// while another node, reading the same object from memcached, answered `206`.
 pub fn framed_by_length(meta: &StoredMeta, body_len: usize) -> Option<StoredMeta> {
-    let head = &meta.header;
-    let no_content = head.status == http::StatusCode::NO_CONTENT;
-    let framed_already = if no_content {
-        // (the proxy settles a 204's fields before it is stored: this is the tier's own check)
-        !head.headers.contains_key(http::header::CONTENT_LENGTH)
-            && !head.headers.contains_key(http::header::TRANSFER_ENCODING)
-    } else {
-        super::shared_framing::framed_as(head, body_len)
-    };
-    if framed_already {
+    use super::shared_framing::{framing_agrees, reframe};
+    if framing_agrees(meta, body_len) {
         return None;
     }
+    // (a clone's kept wire head starts empty: it is built from the reframed head)
     let mut framed = meta.clone();
-    framed.wire_head = KeptWireHead::default();
-    framed
-        .header
-        .remove_header(&http::header::TRANSFER_ENCODING);
-    framed.header.remove_header(&http::header::CONTENT_LENGTH);
-    if no_content {
-        return Some(framed);
-    }
-    framed
-        .header
-        .insert_header(http::header::CONTENT_LENGTH, body_len)
-        .ok()?;
+    reframe(&mut framed, body_len).ok()?;
     Some(framed)
 }
 

@@ -42,7 +42,7 @@ pub fn reframe(meta: &mut StoredMeta, body_len: usize) -> Result<(), EntryError>
 
 /// Whether `head` (not a 204) carries exactly one `Content-Length`, equal to `body_len`, and no
 /// `Transfer-Encoding`.
-pub(crate) fn framed_as(head: &pingora_http::ResponseHeader, body_len: usize) -> bool {
+fn framed_as(head: &pingora_http::ResponseHeader, body_len: usize) -> bool {
     if head.headers.contains_key(header::TRANSFER_ENCODING) {
         return false;
     }
@@ -57,7 +57,8 @@ pub(crate) fn framed_as(head: &pingora_http::ResponseHeader, body_len: usize) ->
 
 /// Whether `meta`'s head frames a body of `body_len` bytes exactly as [`reframe`] leaves it:
 /// one `Content-Length` equal to the length (none for a 204, with no body), no
-/// `Transfer-Encoding`. The fuzz targets check every served entry with it.
+/// `Transfer-Encoding`. The fuzz targets check every served entry with it, and the memory tier
+/// every fill that did not come as long as its head declared (`object::framed_by_length`).
 pub fn framing_agrees(meta: &StoredMeta, body_len: usize) -> bool {
     let head = &meta.header;
     let lengths: Vec<_> = head
