@@ -76,6 +76,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use support::large_bodies::seed_for;
+use support::raw_text::{find, has_field, query, request_line};
 use support::*;
 
 /// The path of the small, correctly framed, cacheable answer each HTTP/1.1 request is followed
@@ -103,32 +104,6 @@ const LM2: &str = "Sun, 02 Jan 2022 00:00:00 GMT";
 
 // ---------------------------------------------------------------------------------------------
 // The origin.
-
-/// The method and target of a request head.
-fn request_line(head: &str) -> (String, String) {
-    let mut words = head.lines().next().unwrap_or_default().split_whitespace();
-    let method = words.next().unwrap_or_default().to_string();
-    let target = words.next().unwrap_or_default().to_string();
-    (method, target)
-}
-
-/// Whether a request head carries the field `name`.
-fn has_field(head: &str, name: &str) -> bool {
-    head.lines()
-        .filter_map(|line| line.split_once(':'))
-        .any(|(n, _)| n.trim().eq_ignore_ascii_case(name))
-}
-
-/// The value of `key` in the query of `target`.
-fn query<'a>(target: &'a str, key: &str) -> Option<&'a str> {
-    target
-        .split_once('?')?
-        .1
-        .split('&')
-        .filter_map(|pair| pair.split_once('='))
-        .find(|(k, _)| *k == key)
-        .map(|(_, v)| v)
-}
 
 /// The kind of answer `target` scripts: its first path segment (`onstore` or `ogzip`).
 fn kind_of(target: &str) -> &str {
@@ -442,11 +417,6 @@ impl From<(RawResponse, bool)> for Got {
             head_request,
         }
     }
-}
-
-/// Where `needle` first is in `data`.
-fn find(data: &[u8], needle: &[u8]) -> Option<usize> {
-    data.windows(needle.len()).position(|w| w == needle)
 }
 
 /// Checks that `resp` (read over HTTP/1.1) is framed one way: at most one `Content-Length`,

@@ -40,6 +40,7 @@ use std::sync::Arc;
 use support::large_bodies::*;
 // (named: `support::get`, reqwest's, is glob-imported too)
 use support::large_bodies::get;
+use support::raw_text::{find, replace_bytes};
 use support::*;
 
 const MB1: usize = 1024 * 1024;
@@ -345,22 +346,6 @@ fn seen(resp: &RawResponse) -> (Seen, Vec<u8>) {
     )
 }
 
-/// `data` with every `from` replaced by `to`.
-fn replace_bytes(data: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(data.len());
-    let mut at = 0;
-    while at < data.len() {
-        if data[at..].starts_with(from) {
-            out.extend_from_slice(to);
-            at += from.len();
-        } else {
-            out.push(data[at]);
-            at += 1;
-        }
-    }
-    out
-}
-
 /// Checks that two answers are the same to a client ([`seen`]), a failure naming `what`.
 fn assert_same_answer(fast: &RawResponse, standard: &RawResponse, what: &str) {
     let (fast_seen, fast_body) = seen(fast);
@@ -385,11 +370,6 @@ fn assert_same_answer(fast: &RawResponse, standard: &RawResponse, what: &str) {
         fast.header("cache-status"),
         standard.header("cache-status")
     );
-}
-
-/// Where `needle` first is in `data`.
-fn find(data: &[u8], needle: &[u8]) -> Option<usize> {
-    data.windows(needle.len()).position(|w| w == needle)
 }
 
 /// The parts of a `multipart/byteranges` body: `(first byte, one past the last, bytes)`.

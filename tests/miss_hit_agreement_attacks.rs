@@ -57,6 +57,7 @@ use lacquer_test_support as support;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use support::large_bodies::seed_for;
+use support::raw_text::{find, replace_bytes};
 use support::*;
 
 /// The `Last-Modified` of every answer of [`origin`].
@@ -390,22 +391,6 @@ fn seen(resp: &RawResponse) -> (u16, BTreeMap<String, Vec<String>>, Vec<u8>) {
     (resp.status, fields, body)
 }
 
-/// `data` with every `from` replaced by `to`.
-fn replace_bytes(data: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(data.len());
-    let mut at = 0;
-    while at < data.len() {
-        if data[at..].starts_with(from) {
-            out.extend_from_slice(to);
-            at += from.len();
-        } else {
-            out.push(data[at]);
-            at += 1;
-        }
-    }
-    out
-}
-
 /// `bytes a-b/n` as `(a, b + 1, n)`.
 fn content_range(value: &str) -> Option<(usize, usize, usize)> {
     let (range, total) = value.trim().strip_prefix("bytes ")?.split_once('/')?;
@@ -457,11 +442,6 @@ fn parts_of(resp: &RawResponse) -> Vec<(usize, usize, usize, Vec<u8>)> {
         at = data + (end - start).min(body.len() - data);
     }
     parts
-}
-
-/// Where `needle` first is in `data`.
-fn find(data: &[u8], needle: &[u8]) -> Option<usize> {
-    data.windows(needle.len()).position(|w| w == needle)
 }
 
 /// A short account of an answer for failure messages.

@@ -61,6 +61,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use support::large_bodies::seed_for;
+use support::raw_text::{find, has_field, query, request_line};
 use support::*;
 
 /// The path of the small, correctly framed, cacheable answer each test pipelines behind the
@@ -90,32 +91,6 @@ const STANDARD: &str = "If-None-Match: \"no-such-tag\"\r\n";
 struct Gate {
     half_sent: AtomicBool,
     release: AtomicBool,
-}
-
-/// The method and target of a request head.
-fn request_line(head: &str) -> (String, String) {
-    let mut words = head.lines().next().unwrap_or_default().split_whitespace();
-    let method = words.next().unwrap_or_default().to_string();
-    let target = words.next().unwrap_or_default().to_string();
-    (method, target)
-}
-
-/// Whether a request head carries the field `name`.
-fn has_field(head: &str, name: &str) -> bool {
-    head.lines()
-        .filter_map(|line| line.split_once(':'))
-        .any(|(n, _)| n.trim().eq_ignore_ascii_case(name))
-}
-
-/// The value of `key` in the query of `target`.
-fn query<'a>(target: &'a str, key: &str) -> Option<&'a str> {
-    target
-        .split_once('?')?
-        .1
-        .split('&')
-        .filter_map(|pair| pair.split_once('='))
-        .find(|(k, _)| *k == key)
-        .map(|(_, v)| v)
 }
 
 /// The kind of answer `target` scripts: its first path segment.
@@ -443,11 +418,6 @@ fn compressing_proxy(origin: &RawOrigin) -> LacquerProcess {
         origin,
         "[cache.compression]\nenabled = true\nmin_size = \"1KiB\"",
     )
-}
-
-/// Where `needle` first is in `data`.
-fn find(data: &[u8], needle: &[u8]) -> Option<usize> {
-    data.windows(needle.len()).position(|w| w == needle)
 }
 
 /// Checks that `resp` (read over HTTP/1.1) is framed one way: at most one `Content-Length`,

@@ -58,6 +58,7 @@ pub mod metrics;
 pub mod net;
 pub mod origin;
 pub mod poll;
+pub mod raw_text;
 pub mod temp_dir;
 pub mod tls;
 pub mod websocket;
