@@ -27,8 +27,7 @@
 //! bytes the client gets of each position).
 //!
 //! Found by these tests (2026-12-07), two disagreements, neither against an RFC MUST, both the
-//! path a request took showing through. The first is fixed; the second is left as it is for now
-//! (its tests say `KNOWN` and are `#[ignore]`d, ready for whoever aligns the paths):
+//! path a request took showing through. Both are fixed:
 //!
 //! * `Accept-Ranges: bytes` was sent by the miss (direct or standard) and by the standard path's
 //!   hits, never by the fast path's hits nor by a hit read from memcached (B), though all of them
@@ -44,6 +43,10 @@
 //!   does not restore it) ([`every_hit_is_framed_alike`],
 //!   [`compressing_nodes_frame_every_hit_alike`]; RFC 9112 §6 allows either framing, but an
 //!   HTTP/1.0 client then loses the connection and cannot tell a cut body from a whole one).
+//!   Now the standard path decodes a small complete stored body whole before its head goes out
+//!   and sends it with its length, within the fast path's bounds (`compression::decode`'s
+//!   `WHOLE_DECODE_MAX_STORED` and `WHOLE_DECODE_MAX_DECODED`); a larger one streams, chunked, on
+//!   both paths.
 //!
 //! Held: status, body bytes and every representation field, miss against hits, for every kind
 //! and origin answer above. A `Range` miss of a chunked origin is answered whole (`200`, RFC
@@ -790,12 +793,12 @@ const HTTP_1_0: Kind = Kind {
     fields: "",
 };
 
-/// KNOWN (ignored; see the module doc): the hits of one object are framed alike: A's fast-path hit,
-/// A's standard-path hit and B's hit from memcached send the same `Content-Length` (or are all
-/// chunked), whatever the request. RFC 9112 §6 allows either framing, but the lead's bar is that
-/// the path a hit takes does not show.
+/// The hits of one object are framed alike: A's fast-path hit, A's standard-path hit and B's hit
+/// from memcached send the same `Content-Length` (or are all chunked), whatever the request. RFC
+/// 9112 §6 allows either framing, but the path a hit takes should not show. Failed before the
+/// standard path decoded small stored bodies whole (its decoded hits were chunked, or delimited
+/// by closing for HTTP/1.0).
 #[test]
-#[ignore = "KNOWN: a hit decoded for the client is chunked on the standard path, sent with its length by the fast path and a memcached read"]
 fn every_hit_is_framed_alike() {
     every_answer(&PATHS, &[GET, HEAD, HTTP_1_0], Answers::check_framing);
 }
@@ -960,10 +963,9 @@ fn compressing_nodes_miss_and_hits_agree() {
     every_answer_on(COMPRESSING, &COMPRESSIBLE, &CODING_KINDS, Answers::check);
 }
 
-/// KNOWN (ignored; see the module doc): on nodes compressing on store, the hits of every client are
-/// framed alike (see [`every_hit_is_framed_alike`]).
+/// On nodes compressing on store, the hits of every client are framed alike (see
+/// [`every_hit_is_framed_alike`]; failed before the same change).
 #[test]
-#[ignore = "KNOWN: as every_hit_is_framed_alike, on nodes compressing on store"]
 fn compressing_nodes_frame_every_hit_alike() {
     every_answer_on(
         COMPRESSING,

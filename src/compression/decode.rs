@@ -3,8 +3,10 @@
 //! [`Decoder`] decodes each body chunk as it passes, so a multi-megabyte object never sits
 //! decoded in memory; concatenated gzip members (RFC 1952 §2.2) and zstd frames are decoded as
 //! one stream, and the end of the body is checked to end the coded stream (a truncated copy is
-//! an error, not a short body). [`decode_complete`] decodes a small stored body at once, for the
-//! fast path, which then sends it with its decoded `Content-Length`.
+//! an error, not a short body). [`decode_complete`] decodes a small stored body at once (up to
+//! [`WHOLE_DECODE_MAX_STORED`] coded, [`WHOLE_DECODE_MAX_DECODED`] decoded), so that a hit of it
+//! goes out with its decoded `Content-Length` on either path: the fast path's and the standard
+//! path's hits of one object are framed alike.
 //!
 //! The decoders are the crates Pingora's own compression module uses (`flate2`, `brotli`,
 //! `zstd`), so they add nothing to the build.
@@ -12,6 +14,15 @@
 use super::coding::ContentCoding;
 use bytes::Bytes;
 use std::io::{self, Read, Write};
+
+/// Stored compressed bodies up to this size are decoded whole for a hit to a client that does not
+/// take their coding (the fast path's, and the standard path's from a complete stored object);
+/// larger ones stream through [`Decoder`], chunked.
+pub const WHOLE_DECODE_MAX_STORED: usize = 64 * 1024;
+
+/// The most a body decoded whole may decode to (a bound on the buffer a small, highly compressed
+/// body could become); one that decodes to more streams instead.
+pub const WHOLE_DECODE_MAX_DECODED: usize = 1024 * 1024;
 
 /// Bytes the brotli decoder works through at a time (its default).
 const BROTLI_BUFFER: usize = 4096;

@@ -23,7 +23,7 @@ use tinyufo::TinyUfo;
 const COPY_OVERHEAD: usize = 128;
 
 /// Bytes per TinyUFO weight unit (its weights are `u16`; a copy is at most
-/// [`crate::proxy::fast_hit::WHOLE_DECODE_MAX_DECODED`], 16,386 units).
+/// [`crate::compression::decode::WHOLE_DECODE_MAX_DECODED`], 16,386 units).
 const WEIGHT_UNIT: usize = 64;
 
 /// Which stored object a decoded copy was made from.

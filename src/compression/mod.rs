@@ -98,8 +98,18 @@ pub struct CompressionCtx {
     /// The encoder for a response being coded on its way into the cache (boxed, like the
     /// decoder: the context is built for every request, hits included, and these are large).
     store_encoder: Option<Box<StoreEncoder>>,
-    /// The decoder for a compressed response going to a client that does not take its coding.
-    decoder: Option<Box<Decoder>>,
+    /// How a compressed response goes to a client that does not take its coding.
+    decoding: Option<Decoding>,
+}
+
+/// A compressed response's body on its way to a client that does not take its coding.
+enum Decoding {
+    /// Decoded chunk by chunk as it passes (boxed: the context is built for every request).
+    Streaming(Box<Decoder>),
+    /// Decoded whole before its head went out (a small stored body, see
+    /// [`decode::WHOLE_DECODE_MAX_STORED`]): sent in place of the first chunk of the stored body,
+    /// and the stored chunks dropped (`None` once sent).
+    Whole(Option<Bytes>),
 }
 
 /// `upstream_response_filter`: starts compression on store when the response is going into the
@@ -160,44 +170,66 @@ pub fn rewrite_head_for_decoded_body(resp: &mut ResponseHeader) {
 }
 
 /// `response_filter`: for a compressed response to a client that does not take its coding,
-/// rewrites the head for the decoded body and starts the decoder.
+/// rewrites the head for the decoded body and starts the decoder. `stored_body` is the whole body
+/// this response will carry when it is a small complete stored object (a hit, see
+/// `storage::memory::whole_body_within`): such a body is decoded now and its head given the
+/// decoded `Content-Length`, as the fast path sends the same hit. Any other body, or one that
+/// does not decode within [`decode::WHOLE_DECODE_MAX_DECODED`], is decoded as it passes, chunked.
 pub fn on_downstream_head(
     ctx: &mut CompressionCtx,
     req: &RequestHeader,
     resp: &mut ResponseHeader,
+    stored_body: Option<&[Bytes]>,
 ) {
-    ctx.decoder = None;
+    ctx.decoding = None;
     let Some(coding) = needs_decoding(req, resp) else {
         return;
     };
     rewrite_head_for_decoded_body(resp);
     let has_body =
         !matches!(resp.status.as_u16(), 204 | 304 | 100..=199) && req.method != http::Method::HEAD;
-    if has_body {
-        if req.version == http::Version::HTTP_11 {
-            // the decoded length is unknown until the end: chunked (h2 drops this field)
-            let _ = resp.insert_header(http::header::TRANSFER_ENCODING, "chunked");
-        }
-        ctx.decoder = Decoder::new(coding).map(Box::new);
+    if !has_body {
+        return;
     }
+    let whole = stored_body.and_then(|chunks| {
+        decode::decode_complete(coding, chunks, decode::WHOLE_DECODE_MAX_DECODED)
+    });
+    if let Some(plain) = whole {
+        if resp
+            .insert_header(http::header::CONTENT_LENGTH, plain.len())
+            .is_ok()
+        {
+            ctx.decoding = Some(Decoding::Whole(Some(plain)));
+            return;
+        }
+    }
+    if req.version == http::Version::HTTP_11 {
+        // the decoded length is unknown until the end: chunked (h2 drops this field)
+        let _ = resp.insert_header(http::header::TRANSFER_ENCODING, "chunked");
+    }
+    ctx.decoding = Decoder::new(coding).map(|decoder| Decoding::Streaming(Box::new(decoder)));
 }
 
-/// `response_body_filter`: decodes the body when [`on_downstream_head`] started a decoder.
+/// `response_body_filter`: decodes the body when [`on_downstream_head`] started a decoder, or
+/// sends the body it decoded whole in place of the stored chunks.
 pub fn on_downstream_body(
     ctx: &mut CompressionCtx,
     body: &mut Option<Bytes>,
     end: bool,
 ) -> Result<()> {
-    let Some(decoder) = ctx.decoder.as_mut() else {
-        return Ok(());
-    };
-    let input = body.take().unwrap_or_default();
-    let plain = decoder
-        .feed(&input, end)
-        .map_err(|e| Error::because(ErrorType::InternalError, "decoding for client", e))?;
-    *body = Some(plain);
+    match ctx.decoding.as_mut() {
+        None => return Ok(()),
+        Some(Decoding::Whole(plain)) => *body = plain.take(),
+        Some(Decoding::Streaming(decoder)) => {
+            let input = body.take().unwrap_or_default();
+            let plain = decoder
+                .feed(&input, end)
+                .map_err(|e| Error::because(ErrorType::InternalError, "decoding for client", e))?;
+            *body = Some(plain);
+        }
+    }
     if end {
-        ctx.decoder = None;
+        ctx.decoding = None;
     }
     Ok(())
 }
@@ -265,5 +297,62 @@ mod tests {
         assert!(!serves_every_client(&unknown));
         assert!(serves_every_client(&zstd));
         assert_eq!(needs_decoding(&req(None), &resp(&[])), None);
+    }
+    fn gzip(plain: &[u8]) -> Bytes {
+        use std::io::Write;
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        encoder.write_all(plain).unwrap();
+        Bytes::from(encoder.finish().unwrap())
+    }
+
+    /// Runs the body filter over `chunks` as Pingora would, returning what the client gets.
+    fn sent(ctx: &mut CompressionCtx, chunks: &[Bytes]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let mut body = Some(chunk.clone());
+            on_downstream_body(ctx, &mut body, i + 1 == chunks.len()).unwrap();
+            out.extend_from_slice(&body.unwrap_or_default());
+        }
+        out
+    }
+
+    #[test]
+    fn a_small_stored_body_is_decoded_whole_with_its_length() {
+        let plain = b"lacquer ".repeat(500);
+        let coded = gzip(&plain);
+        let (first, rest) = coded.split_at(coded.len() / 2);
+        let chunks = [Bytes::copy_from_slice(first), Bytes::copy_from_slice(rest)];
+        let mut ctx = CompressionCtx::default();
+        let mut head = resp(&[("content-encoding", "gzip"), ("content-length", "9")]);
+        on_downstream_head(&mut ctx, &req(None), &mut head, Some(&chunks));
+        let length = plain.len().to_string();
+        assert_eq!(head.headers.get("content-length").unwrap(), &length[..]);
+        assert!(head.headers.get("transfer-encoding").is_none());
+        assert!(head.headers.get("content-encoding").is_none());
+        assert_eq!(sent(&mut ctx, &chunks), plain);
+        assert!(ctx.decoding.is_none());
+    }
+
+    #[test]
+    fn any_other_body_is_decoded_as_it_passes_chunked() {
+        let plain = b"lacquer ".repeat(500);
+        let coded = gzip(&plain);
+        let corrupt = Bytes::from(coded[..coded.len() - 4].to_vec());
+        for stored in [None, Some(&[corrupt][..])] {
+            let mut ctx = CompressionCtx::default();
+            let mut head = resp(&[("content-encoding", "gzip"), ("content-length", "9")]);
+            on_downstream_head(&mut ctx, &req(None), &mut head, stored);
+            assert!(head.headers.get("content-length").is_none());
+            assert_eq!(head.headers.get("transfer-encoding").unwrap(), "chunked");
+            assert!(matches!(ctx.decoding, Some(Decoding::Streaming(_))));
+        }
+        // a HEAD request gets neither, and no length it could not check
+        let mut ctx = CompressionCtx::default();
+        let mut head = resp(&[("content-encoding", "gzip"), ("content-length", "9")]);
+        let mut head_req = req(None);
+        head_req.set_method(http::Method::HEAD);
+        on_downstream_head(&mut ctx, &head_req, &mut head, Some(&[coded]));
+        assert!(head.headers.get("content-length").is_none());
+        assert!(ctx.decoding.is_none());
     }
 }

@@ -504,10 +504,12 @@ impl LacquerProxy {
         let mut status = CacheStatus::classify(phase, &ctx.seen, ctx.upstream.status(), ttl);
         partial_content::on_cache_status(&ctx.partial, &mut status);
         partial_content::on_downstream_head(&ctx.partial, upstream_response)?;
+        let stored_body = whole_stored_body_to_decode(session, upstream_response);
         compression::on_downstream_head(
             &mut ctx.compression,
             session.req_header(),
             upstream_response,
+            stored_body.as_deref(),
         );
         let live = self.settings(ctx);
         self.finish_response_head(&live, upstream_response, session.req_header(), status, ctx)
@@ -543,6 +545,34 @@ impl LacquerProxy {
         overrides.wait_timeout = Some(live.config.cache.lock_timeout);
         overrides
     }
+}
+
+/// The whole stored body of the hit `session` is serving, when `resp` must be decoded for its
+/// client and the body is small enough to decode at once (`compression::decode`): a standard-path
+/// hit then goes out with its decoded length, as the fast path sends it. `None` otherwise (no hit
+/// in this phase, an in-flight fill, a range, a larger body).
+fn whole_stored_body_to_decode(
+    session: &mut Session,
+    resp: &ResponseHeader,
+) -> Option<Vec<bytes::Bytes>> {
+    use pingora_cache::CachePhase;
+    // the phase first: a miss or a pass pays no header lookup here
+    let serves_stored_body = matches!(
+        session.cache.phase(),
+        CachePhase::Hit
+            | CachePhase::Stale
+            | CachePhase::StaleUpdating
+            | CachePhase::Revalidated
+            | CachePhase::RevalidatedNoCache(_)
+    );
+    if !serves_stored_body {
+        return None;
+    }
+    compression::needs_decoding(session.req_header(), resp)?;
+    memory::whole_body_within(
+        session.cache.hit_handler(),
+        compression::decode::WHOLE_DECODE_MAX_STORED,
+    )
 }
 
 /// The client's address as [`forwarding`] resolves it through the trusted proxies of the settings

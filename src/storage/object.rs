@@ -277,6 +277,12 @@ impl RangeCursor {
         }
     }
 
+    /// Whether the cursor has returned nothing yet of a body of `len` bytes and will return all
+    /// of it.
+    pub fn is_whole(&self, len: usize) -> bool {
+        self.pos == 0 && self.end == len
+    }
+
     /// Repositions to `[start, end)`; `end` beyond the body is clamped.
     pub fn seek(&mut self, len: usize, start: usize, end: Option<usize>) -> Result<(), String> {
         if start >= len && len > 0 {

@@ -2,8 +2,11 @@
 //! client that does not take the stored copy's coding, gzip, br or zstd, the body decoded whole;
 //! or, for a request of one range, a `206` of that part of the stored body).
 
+use crate::compression::decode::{
+    decode_complete, WHOLE_DECODE_MAX_DECODED, WHOLE_DECODE_MAX_STORED,
+};
 use crate::compression::decoded_copies::{DecodedCopies, StoredIdentity};
-use crate::compression::{self, decode::decode_complete, ContentCoding};
+use crate::compression::{self, ContentCoding};
 use crate::policy::freshness;
 use crate::proxy::cache_status::CacheStatus;
 use crate::storage::memory::CompleteObject;
@@ -17,14 +20,6 @@ use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::{RangeType, Session};
 use std::ops::Range;
 use std::time::SystemTime;
-
-/// Stored compressed bodies up to this size are decoded whole on the fast path for a client that
-/// does not take their coding; larger ones stream through the decoder on the standard path.
-pub const WHOLE_DECODE_MAX_STORED: usize = 64 * 1024;
-
-/// The most a body decoded whole on the fast path may decode to (a bound on the buffer a small,
-/// highly compressed body could become).
-pub const WHOLE_DECODE_MAX_DECODED: usize = 1024 * 1024;
 
 /// A hit the fast path answers: the stored head (built for the client with `Age` and framing,
 /// which the proxy completes with `Cache-Status` and `Via`, or sent in its kept wire form, see

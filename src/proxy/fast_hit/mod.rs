@@ -48,7 +48,6 @@ use pingora_cache::CacheKey;
 use pingora_http::RequestHeader;
 use std::time::SystemTime;
 
-pub use answer::{WHOLE_DECODE_MAX_DECODED, WHOLE_DECODE_MAX_STORED};
 pub use lookup::variant_is_current;
 
 /// Request fields whose presence means the standard path must decide.

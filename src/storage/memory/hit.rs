@@ -108,6 +108,22 @@ pub fn tier_of(handler: &HitHandler) -> Tier {
     }
 }
 
+/// The chunks of the whole body `handler` is about to serve, when it serves a complete object
+/// (this tier's or a detached shared-tier read) from its start to its end and the body is no
+/// longer than `max`: for the standard path to decode a small compressed hit at once, with its
+/// length, as the fast path does (`compression::on_downstream_head`). `None` for an in-flight
+/// fill, a seeked handler and a longer body.
+pub fn whole_body_within(handler: &HitHandler, max: usize) -> Option<Vec<Bytes>> {
+    match handler.as_any().downcast_ref::<MemoryHit>() {
+        Some(MemoryHit::Complete(hit))
+            if hit.object.body.len() <= max && hit.cursor.is_whole(hit.object.body.len()) =>
+        {
+            Some(hit.object.body.chunks().to_vec())
+        }
+        _ => None,
+    }
+}
+
 /// Serves a hit from a complete object.
 struct CompleteHit {
     object: Arc<MemoryObject>,

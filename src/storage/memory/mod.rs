@@ -37,7 +37,7 @@ mod mapped;
 mod scopes;
 mod variants;
 
-pub use hit::{owner_holds_back_origin, tier_of, CompleteObject};
+pub use hit::{owner_holds_back_origin, tier_of, whole_body_within, CompleteObject};
 
 use super::object::{Body, StoredMeta};
 use super::partial::PartialObject;
