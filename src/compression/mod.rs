@@ -28,6 +28,7 @@ pub mod accept;
 pub mod coding;
 pub mod decode;
 pub mod decoded_copies;
+pub mod decoding_reader;
 pub mod encode_on_store;
 
 pub use coding::{content_coding, ContentCoding};
@@ -104,8 +105,13 @@ pub struct CompressionCtx {
 
 /// A compressed response's body on its way to a client that does not take its coding.
 enum Decoding {
-    /// Decoded chunk by chunk as it passes (boxed: the context is built for every request).
+    /// Decoded as it passes (boxed: the context is built for every request): by the body filter
+    /// ([`on_downstream_body`]), or in bounded pieces by a caller that writes each
+    /// ([`on_downstream_body_in_pieces`]).
     Streaming(Box<Decoder>),
+    /// Decoded by the body reader the response is sent from ([`decode_in_reader`]): the filter
+    /// passes its pieces on.
+    InReader,
     /// Decoded whole before its head went out (a small stored body, see
     /// [`decode::WHOLE_DECODE_MAX_STORED`]): sent in place of the first chunk of the stored body,
     /// and the stored chunks dropped (`None` once sent).
@@ -175,32 +181,43 @@ pub fn rewrite_head_for_decoded_body(resp: &mut ResponseHeader) {
 /// `storage::memory::whole_body_within`): such a body is decoded now and its head given the
 /// decoded `Content-Length`, as the fast path sends the same hit. Any other body, or one that
 /// does not decode within [`decode::WHOLE_DECODE_MAX_DECODED`], is decoded as it passes, chunked.
+/// A stored body found not valid in its coding before anything was sent is a `502` for this
+/// client (never a `200` cut short, which a client reading to the close cannot tell from a whole
+/// one); clients that take the coding still get it as it is.
 pub fn on_downstream_head(
     ctx: &mut CompressionCtx,
     req: &RequestHeader,
     resp: &mut ResponseHeader,
     stored_body: Option<&[Bytes]>,
-) {
+) -> Result<()> {
     ctx.decoding = None;
     let Some(coding) = needs_decoding(req, resp) else {
-        return;
+        return Ok(());
     };
     rewrite_head_for_decoded_body(resp);
     let has_body =
         !matches!(resp.status.as_u16(), 204 | 304 | 100..=199) && req.method != http::Method::HEAD;
     if !has_body {
-        return;
+        return Ok(());
     }
-    let whole = stored_body.and_then(|chunks| {
-        decode::decode_complete(coding, chunks, decode::WHOLE_DECODE_MAX_DECODED)
-    });
+    let whole = match stored_body {
+        Some(chunks) => decode::decode_whole(coding, chunks, decode::WHOLE_DECODE_MAX_DECODED)
+            .or_else(|e| {
+                Error::e_because(
+                    ErrorType::HTTPStatus(502),
+                    "the stored body is not valid in its coding",
+                    e,
+                )
+            })?,
+        None => None,
+    };
     if let Some(plain) = whole {
         if resp
             .insert_header(http::header::CONTENT_LENGTH, plain.len())
             .is_ok()
         {
             ctx.decoding = Some(Decoding::Whole(Some(plain)));
-            return;
+            return Ok(());
         }
     }
     if req.version == http::Version::HTTP_11 {
@@ -208,30 +225,101 @@ pub fn on_downstream_head(
         let _ = resp.insert_header(http::header::TRANSFER_ENCODING, "chunked");
     }
     ctx.decoding = Decoder::new(coding).map(|decoder| Decoding::Streaming(Box::new(decoder)));
+    Ok(())
 }
 
+/// The most one call of the body filter may decode one chunk to. The filter returns one piece
+/// per chunk, so what a chunk decodes to is held at once: beyond this (a ratio of 128 to 1 for the
+/// 64 KiB an origin's read gives) the body is taken for a decompression bomb and the response is
+/// cut. Bodies read from storage are decoded in the reader instead ([`decode_in_reader`]), and
+/// Lacquer's own relays write pieces ([`on_downstream_body_in_pieces`]): neither has this bound.
+pub const FILTER_DECODE_MAX: usize = 8 * 1024 * 1024;
+
 /// `response_body_filter`: decodes the body when [`on_downstream_head`] started a decoder, or
-/// sends the body it decoded whole in place of the stored chunks.
+/// sends the body it decoded whole in place of the stored chunks. All of a chunk is decoded in
+/// the call (at most [`FILTER_DECODE_MAX`]).
 pub fn on_downstream_body(
     ctx: &mut CompressionCtx,
     body: &mut Option<Bytes>,
     end: bool,
 ) -> Result<()> {
     match ctx.decoding.as_mut() {
-        None => return Ok(()),
+        None | Some(Decoding::InReader) => return Ok(()),
         Some(Decoding::Whole(plain)) => *body = plain.take(),
         Some(Decoding::Streaming(decoder)) => {
-            let input = body.take().unwrap_or_default();
-            let plain = decoder
-                .feed(&input, end)
-                .map_err(|e| Error::because(ErrorType::InternalError, "decoding for client", e))?;
-            *body = Some(plain);
+            decoder.push(body.take().unwrap_or_default(), end);
+            let mut pieces = Vec::new();
+            let mut decoded = 0;
+            loop {
+                let piece = decoder.pull(decoding_reader::PIECE).map_err(|e| {
+                    Error::because(ErrorType::InternalError, "decoding for client", e)
+                })?;
+                if piece.is_empty() {
+                    break;
+                }
+                decoded += piece.len();
+                if decoded > FILTER_DECODE_MAX {
+                    return Error::e_explain(
+                        ErrorType::InternalError,
+                        "decoding for client: one chunk decodes to more than 8 MiB",
+                    );
+                }
+                pieces.push(piece);
+            }
+            *body = Some(match pieces.len() {
+                0 => Bytes::new(),
+                1 => pieces.pop().expect("one piece"),
+                _ => Bytes::from(pieces.concat()),
+            });
         }
     }
     if end {
         ctx.decoding = None;
     }
     Ok(())
+}
+
+/// The body filter for a caller that writes each piece itself (Lacquer's own relays): gives the
+/// decoder `body` (the next chunk, or `None` to go on with the last) and puts in its place the
+/// next decoded piece, of at most [`decoding_reader::PIECE`] bytes. `true` while more pieces
+/// follow from what was given: the caller writes this one, then calls again with `None`, and
+/// writes the end of the body only with the last piece. Responses not decoded piece by piece go
+/// through [`on_downstream_body`] once (`false`).
+pub fn on_downstream_body_in_pieces(
+    ctx: &mut CompressionCtx,
+    body: &mut Option<Bytes>,
+    end: bool,
+) -> Result<bool> {
+    let Some(Decoding::Streaming(decoder)) = ctx.decoding.as_mut() else {
+        on_downstream_body(ctx, body, end)?;
+        return Ok(false);
+    };
+    if let Some(chunk) = body.take() {
+        decoder.push(chunk, end);
+    } else if end {
+        decoder.push(Bytes::new(), true);
+    }
+    let piece = decoder
+        .pull(decoding_reader::PIECE)
+        .map_err(|e| Error::because(ErrorType::InternalError, "decoding for client", e))?;
+    let more = !piece.is_empty();
+    *body = more.then_some(piece);
+    if !more && end {
+        ctx.decoding = None;
+    }
+    Ok(more)
+}
+
+/// `response_filter`, after [`on_downstream_head`]: a body sent from `reader` (a hit's, or a
+/// filling miss's) is decoded there, in bounded pieces ([`decoding_reader`]), instead of by the
+/// body filter.
+pub fn decode_in_reader(ctx: &mut CompressionCtx, reader: &mut pingora_cache::storage::HitHandler) {
+    if let Some(Decoding::Streaming(_)) = ctx.decoding {
+        let Some(Decoding::Streaming(decoder)) = ctx.decoding.replace(Decoding::InReader) else {
+            unreachable!("matched above");
+        };
+        decoding_reader::DecodingReader::wrap(reader, *decoder);
+    }
 }
 
 #[cfg(test)]
@@ -324,7 +412,7 @@ mod tests {
         let chunks = [Bytes::copy_from_slice(first), Bytes::copy_from_slice(rest)];
         let mut ctx = CompressionCtx::default();
         let mut head = resp(&[("content-encoding", "gzip"), ("content-length", "9")]);
-        on_downstream_head(&mut ctx, &req(None), &mut head, Some(&chunks));
+        on_downstream_head(&mut ctx, &req(None), &mut head, Some(&chunks)).unwrap();
         let length = plain.len().to_string();
         assert_eq!(head.headers.get("content-length").unwrap(), &length[..]);
         assert!(head.headers.get("transfer-encoding").is_none());
@@ -338,10 +426,15 @@ mod tests {
         let plain = b"lacquer ".repeat(500);
         let coded = gzip(&plain);
         let corrupt = Bytes::from(coded[..coded.len() - 4].to_vec());
-        for stored in [None, Some(&[corrupt][..])] {
+        let mut ctx = CompressionCtx::default();
+        let mut head = resp(&[("content-encoding", "gzip"), ("content-length", "9")]);
+        let refused = on_downstream_head(&mut ctx, &req(None), &mut head, Some(&[corrupt]));
+        assert_eq!(refused.unwrap_err().etype(), &ErrorType::HTTPStatus(502));
+        let large = gzip(&vec![b'x'; decode::WHOLE_DECODE_MAX_DECODED + 1]);
+        for stored in [None, Some(&[large][..])] {
             let mut ctx = CompressionCtx::default();
             let mut head = resp(&[("content-encoding", "gzip"), ("content-length", "9")]);
-            on_downstream_head(&mut ctx, &req(None), &mut head, stored);
+            on_downstream_head(&mut ctx, &req(None), &mut head, stored).unwrap();
             assert!(head.headers.get("content-length").is_none());
             assert_eq!(head.headers.get("transfer-encoding").unwrap(), "chunked");
             assert!(matches!(ctx.decoding, Some(Decoding::Streaming(_))));
@@ -351,7 +444,7 @@ mod tests {
         let mut head = resp(&[("content-encoding", "gzip"), ("content-length", "9")]);
         let mut head_req = req(None);
         head_req.set_method(http::Method::HEAD);
-        on_downstream_head(&mut ctx, &head_req, &mut head, Some(&[coded]));
+        on_downstream_head(&mut ctx, &head_req, &mut head, Some(&[coded])).unwrap();
         assert!(head.headers.get("content-length").is_none());
         assert!(ctx.decoding.is_none());
     }

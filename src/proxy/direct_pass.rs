@@ -438,7 +438,7 @@ impl LacquerProxy {
                     self.on_upstream_body(ctx, &mut data, end)
                         .map(|()| (data, end))
                 });
-            let mut data = match chunk {
+            let data = match chunk {
                 Ok((data, end)) => {
                     ended = end;
                     data
@@ -448,10 +448,7 @@ impl LacquerProxy {
                     break;
                 }
             };
-            let written = match self.on_downstream_body(ctx, &mut data, ended) {
-                Ok(()) => session.write_response_body(data, ended).await,
-                Err(e) => Err(e),
-            };
+            let written = self.write_downstream_body(session, ctx, data, ended).await;
             relayed.client_failed = written.err();
         }
         relayed

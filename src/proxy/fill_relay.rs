@@ -349,11 +349,22 @@ impl LacquerProxy {
                     chunk_queued.notified().await;
                     continue;
                 };
-                // the lock is let go before the write's await (the reader takes it meanwhile)
-                let filtered = self.on_downstream_body(&mut lock_ctx(&ctx), &mut data, ended);
-                let written = match filtered {
-                    Ok(()) => session.write_response_body(data, ended).await,
-                    Err(e) => Err(e),
+                // the lock is let go before each write's await (the reader takes it meanwhile);
+                // a body decoded for the client goes in bounded pieces
+                let written = loop {
+                    let filtered =
+                        self.on_downstream_body_in_pieces(&mut lock_ctx(&ctx), &mut data, ended);
+                    let more = match filtered {
+                        Ok(more) => more,
+                        Err(e) => break Err(e),
+                    };
+                    let piece = session.write_response_body(data.take(), ended && !more);
+                    if let Err(e) = piece.await {
+                        break Err(e);
+                    }
+                    if !more {
+                        break Ok(());
+                    }
                 };
                 if let Err(e) = written {
                     // nothing more is written to it: it sees the end of what it was sent now,
@@ -407,10 +418,10 @@ impl LacquerProxy {
             fill.finish().await;
         }
         if relayed.client_failed.is_none() {
-            relayed.client_failed = match self.on_downstream_body(ctx, &mut data, true) {
-                Ok(()) => session.write_response_body(data, true).await.err(),
-                Err(e) => Some(e),
-            };
+            relayed.client_failed = self
+                .write_downstream_body(session, ctx, data, true)
+                .await
+                .err();
         }
         relayed
     }

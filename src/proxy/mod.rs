@@ -332,6 +332,41 @@ impl LacquerProxy {
         Ok(())
     }
 
+    /// Writes `data`, the body's next chunk (`ended`: its last), to the client through the body
+    /// filter: for Lacquer's own relays, a body decoded for the client in bounded pieces.
+    async fn write_downstream_body(
+        &self,
+        session: &mut Session,
+        ctx: &mut RequestCtx,
+        mut data: Option<bytes::Bytes>,
+        ended: bool,
+    ) -> Result<()> {
+        loop {
+            let more = self.on_downstream_body_in_pieces(ctx, &mut data, ended)?;
+            session
+                .write_response_body(data.take(), ended && !more)
+                .await?;
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+
+    /// [`Self::on_downstream_body`] for Lacquer's own relays, which write each piece of a body
+    /// decoded for the client themselves (`compression::on_downstream_body_in_pieces`): `true`
+    /// while more pieces follow (call again with `None`; write the end only with the last).
+    fn on_downstream_body_in_pieces(
+        &self,
+        ctx: &mut RequestCtx,
+        body: &mut Option<bytes::Bytes>,
+        end_of_stream: bool,
+    ) -> Result<bool> {
+        let more =
+            compression::on_downstream_body_in_pieces(&mut ctx.compression, body, end_of_stream)?;
+        partial_content::on_downstream_body(&mut ctx.partial, body);
+        Ok(more)
+    }
+
     /// Builds the proxy around already created storage (shared with the admin endpoint): the
     /// memory tier, and the tiered store in front of memcached when one is configured.
     pub fn new(
@@ -510,7 +545,11 @@ impl LacquerProxy {
             session.req_header(),
             upstream_response,
             stored_body.as_deref(),
-        );
+        )?;
+        if let Some(reader) = body_reader(session) {
+            // a body sent from storage is decoded in its reader, in bounded pieces
+            compression::decode_in_reader(&mut ctx.compression, reader);
+        }
         let live = self.settings(ctx);
         self.finish_response_head(&live, upstream_response, session.req_header(), status, ctx)
     }
@@ -573,6 +612,47 @@ fn whole_stored_body_to_decode(
         session.cache.hit_handler(),
         compression::decode::WHOLE_DECODE_MAX_STORED,
     )
+}
+
+/// The reader the standard path sends this response's body from, when it sends it from storage:
+/// a hit's (or a stale or revalidated one's), or a filling miss's own reader of its fill.
+fn body_reader(session: &mut Session) -> Option<&mut pingora_cache::storage::HitHandler> {
+    use pingora_cache::CachePhase;
+    match session.cache.phase() {
+        CachePhase::Hit
+        | CachePhase::Stale
+        | CachePhase::StaleUpdating
+        | CachePhase::Revalidated
+        | CachePhase::RevalidatedNoCache(_) => Some(session.cache.hit_handler()),
+        CachePhase::Miss | CachePhase::Expired => session.cache.miss_body_reader(),
+        _ => None,
+    }
+}
+
+/// A request that ended in an error after its answer's head went out, in an answer delimited by
+/// the connection's close (no `Content-Length`, and not chunked: an HTTP/1.0 client's decoded
+/// body, an origin's close-delimited answer): the connection is reset when it closes, not ended
+/// with a FIN, which would tell the client its answer was whole (RFC 9112 §8). Answers framed by
+/// a length or by chunks show their cut themselves; HTTP/2 streams are reset by Pingora.
+fn reset_if_cut_short_by_close(session: &Session) {
+    let Some(head) = session.response_written() else {
+        return;
+    };
+    let client = session.req_header().version;
+    if client == http::Version::HTTP_2 || head.headers.contains_key(http::header::CONTENT_LENGTH) {
+        return;
+    }
+    let chunked = head.headers.contains_key(http::header::TRANSFER_ENCODING);
+    if chunked && client != http::Version::HTTP_10 {
+        return;
+    }
+    let socket = session
+        .downstream_session
+        .digest()
+        .and_then(|digest| digest.socket_digest.as_ref());
+    if let Some(socket) = socket {
+        let _ = socket.reset_on_close();
+    }
 }
 
 /// The client's address as [`forwarding`] resolves it through the trusted proxies of the settings
@@ -1251,6 +1331,9 @@ impl ProxyHttp for LacquerProxy {
         e: Option<&pingora_error::Error>,
         ctx: &mut Self::CTX,
     ) {
+        if e.is_some() {
+            reset_if_cut_short_by_close(session);
+        }
         if let Some(kept) = ctx.post_reuse.take() {
             // boxed: every other request's logging future stays as small as it was
             let key = ctx.key.get(session.req_header());

@@ -127,6 +127,33 @@ impl SocketDigest {
         }
     }
 
+    /// LACQUER PATCH (an answer cut short is reset): makes the socket's close reset the
+    /// connection (`SO_LINGER` with a zero timeout: an RST, what is not yet sent discarded), so
+    /// that a client reading an answer delimited by the close sees an error, not an end.
+    #[cfg(unix)]
+    pub fn reset_on_close(&self) -> std::io::Result<()> {
+        let linger = libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        };
+        // SAFETY: setsockopt(2) reads `linger` (of the size given) during the call, on the
+        // descriptor this digest was made for, which the stream it came from still owns
+        let rc = unsafe {
+            libc::setsockopt(
+                self.raw_fd,
+                libc::SOL_SOCKET,
+                libc::SO_LINGER,
+                (&linger as *const libc::linger).cast(),
+                std::mem::size_of::<libc::linger>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+
     /// Return the kernel socket cookie for this connection.
     ///
     /// This is backed by Linux's `SO_COOKIE` socket option. On other Unix
