@@ -118,6 +118,14 @@ fn thousandths_digits(weight: i32) -> String {
     format!("{weight:03}").trim_end_matches('0').to_string()
 }
 
+/// Whether a stored response varies: its `Vary` names a field [`variance_key`] counts, so every
+/// stored copy of it carries a variance. An entry read from memcached whose variance disagrees
+/// (a planted one) is refused: served without a variance, it would answer every request alike.
+pub fn varies(resp: &ResponseHeader) -> bool {
+    vary_names(resp)
+        .any(|name| !(name == "accept-encoding" && crate::compression::serves_every_client(resp)))
+}
+
 /// The variance hash for `req` against a stored response's `Vary`, or `None` without `Vary`.
 pub fn variance_key(resp: &ResponseHeader, req: &RequestHeader) -> Option<HashBinary> {
     let mut builder = VarianceBuilder::new();

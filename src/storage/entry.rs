@@ -278,6 +278,10 @@ fn read_meta(reader: &mut Reader<'_>, value: &Bytes) -> Result<StoredMeta, Entry
     };
     let status = reader.u16()?;
     let count = reader.u16()?;
+    if usize::from(count) > MAX_STORED_FIELDS {
+        // a head no origin can send (and a map the fields Lacquer adds to it would overflow)
+        return Err(EntryError::Malformed("too many header fields"));
+    }
     // The head is built as `ResponseHeader::build_no_case(status, hint)` builds it, and its
     // fields appended as `append_header` appends them to a head without a case map, but on the
     // field map itself: through `append_header`, each field paid about 70 instructions of
@@ -292,7 +296,8 @@ fn read_meta(reader: &mut Reader<'_>, value: &Bytes) -> Result<StoredMeta, Entry
         let name_len = reader.u16()? as usize;
         let name = field_name(reader.take(name_len)?)?;
         let value_len = reader.u32()? as usize;
-        let field = http::HeaderValue::from_maybe_shared(reader.slice_of(value, value_len)?)
+        let raw = without_surrounding_whitespace(reader.slice_of(value, value_len)?);
+        let field = http::HeaderValue::from_maybe_shared(raw)
             .map_err(|_| EntryError::Malformed("bad header value"))?;
         // fails only past the map's largest size
         parts
@@ -311,6 +316,28 @@ fn read_meta(reader: &mut Reader<'_>, value: &Bytes) -> Result<StoredMeta, Entry
         header,
         wire_head: Default::default(),
     })
+}
+
+/// The most header fields an entry's head may have: Pingora reads an origin's head of at most
+/// 256 fields, and Lacquer adds a few; room to spare for an application's own entries. A planted
+/// head of 24,576 fields made every node panic on adding `Content-Length` or `Age` to its map
+/// (past `http`'s largest map), on every request of its URL.
+pub const MAX_STORED_FIELDS: usize = 1024;
+
+/// A field value without the spaces and tabs around it, as an HTTP/1 parser reads a field line
+/// (RFC 9110 §5.5): a value from an entry, written by anyone with access to memcached, must be
+/// one an HTTP/2 client accepts too (RFC 9113 §8.2.1 makes surrounding whitespace malformed).
+fn without_surrounding_whitespace(mut value: Bytes) -> Bytes {
+    let is_ows = |b: &u8| *b == b' ' || *b == b'\t';
+    if value.first().is_some_and(is_ows) || value.last().is_some_and(is_ows) {
+        let start = value.iter().position(|b| !is_ows(b)).unwrap_or(value.len());
+        let end = value
+            .iter()
+            .rposition(|b| !is_ows(b))
+            .map_or(start, |i| i + 1);
+        value = value.slice(start..end);
+    }
+    value
 }
 
 /// The most fields a decoded head's map reserves room for, as `pingora_http` bounds a size

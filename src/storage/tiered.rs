@@ -27,6 +27,7 @@ use super::memory::{CompleteObject, MemoryMiss, MemoryTier, SharedWriteInFlight}
 use super::object::{with_room_for_hit_fields, Body, StoredMeta};
 use super::shared_counters::{BackgroundTask, SharedCounters};
 use super::shared_framing;
+use crate::policy::vary;
 use crate::config::memcached::MemcachedConfig;
 use crate::storage::ban_list::scope::EntryScopes;
 use crate::storage::ban_list::{ms_after, BanList, Verdict, SHORT_RETENTION};
@@ -404,10 +405,24 @@ impl TieredStorage {
         mut meta: StoredMeta,
         body: EntryBody,
     ) -> Option<(StoredMeta, Body, Option<Box<EntryScopes>>)> {
+        if meta.variance.is_some() != vary::varies(&meta.header) {
+            // a variance without a `Vary` that makes one, or a `Vary` without its variance (a
+            // planted entry): the standard path would never match it, the fast path would serve
+            // it to every request
+            log::debug!("memcached value for {logical} rejected: variance and Vary disagree");
+            self.counters.rejected.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
         // judged before the chunks are fetched: a purged entry costs no more round trips
         let scopes = self.judge(key, logical, &mut meta)?;
         let body = match body {
             EntryBody::Inline(bytes) => Some(Body::from_chunks(vec![bytes])),
+            // a body over `max_object_size` (this node's, though another wrote it) is never
+            // fetched: every request of it would hold it whole
+            EntryBody::Chunked(list) if list.body_len > self.memory.max_object_size() as u64 => {
+                log::debug!("memcached value for {logical} rejected: over max_object_size");
+                None
+            }
             EntryBody::Chunked(list) => self.fetch_chunks(mc_key, logical, &list).await,
         };
         let Some(body) = body else {

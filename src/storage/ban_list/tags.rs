@@ -29,12 +29,17 @@ impl TagField {
         &self.name
     }
 
-    /// The tags `header` carries, in order, each once.
+    /// The tags `header` carries, in order, each once. A field value is split as bytes: a tag
+    /// that is not UTF-8 is skipped alone, not the field with it (a value holding `café` once
+    /// hid every tag beside it from bans; `café` itself, in UTF-8, is a tag like any other).
     pub fn tags<'a>(&self, header: &'a ResponseHeader) -> Vec<&'a str> {
         let mut tags: Vec<&str> = Vec::new();
         for value in header.headers.get_all(&self.name) {
-            let Ok(value) = value.to_str() else { continue };
-            for tag in value.split(|c: char| c.is_ascii_whitespace() || c == ',') {
+            for tag in value
+                .as_bytes()
+                .split(|&b| b.is_ascii_whitespace() || b == b',')
+                .filter_map(|tag| std::str::from_utf8(tag).ok())
+            {
                 if !tag.is_empty() && !tags.contains(&tag) {
                     tags.push(tag);
                 }
@@ -71,5 +76,16 @@ mod tests {
         );
         assert_eq!(field.hashes(&head).len(), 4);
         assert_eq!(field.hashes(&head)[3], scope_hash("Sale"));
+    }
+
+    #[test]
+    fn a_tag_that_is_not_ascii_hides_none_beside_it() {
+        let field = TagField::new("surrogate-key").unwrap();
+        let mut head = ResponseHeader::build(200, None).unwrap();
+        let value = http::HeaderValue::from_bytes("product-7 café".as_bytes()).unwrap();
+        head.append_header("surrogate-key", value).unwrap();
+        let latin1 = http::HeaderValue::from_bytes(b"caf\xe9 home").unwrap();
+        head.append_header("surrogate-key", latin1).unwrap();
+        assert_eq!(field.tags(&head), vec!["product-7", "café", "home"]);
     }
 }

@@ -333,6 +333,11 @@ impl MemoryTier {
         self.local_ttl.is_some()
     }
 
+    /// `cache.max_object_size`: the largest body this node caches, read from memcached too.
+    pub fn max_object_size(&self) -> usize {
+        self.index.max_object_size()
+    }
+
     /// Whether shared-tier hits are kept here at all (not with a `local_ttl` of zero).
     pub fn promotes(&self) -> bool {
         !self.local_ttl.is_some_and(|ttl| ttl.is_zero())
