@@ -494,6 +494,10 @@ impl LacquerProxy {
             connecting: false,
             reused,
         };
+        // the session takes the peer's response head deadline (`upstream::timeouts::bound`):
+        // a head that trickles in, or interim responses sent forever, end at
+        // `balancer.timeouts.total` (a `ReadTimedout`, answered 504), which the per-read timer
+        // below, reset by every byte, would never reach
         let mut upstream = Box::new(UpstreamSession::new_with_options(stream, peer));
         upstream.read_timeout = peer.options.read_timeout;
         upstream.write_timeout = peer.options.write_timeout;

@@ -307,6 +307,11 @@ impl LacquerProxy {
     ) -> Result<()> {
         let live = self.settings(ctx);
         live.upstream.on_body(&ctx.upstream)?;
+        if end_of_stream {
+            // the origin is done with this request: its `max_in_flight` slot is free now, not
+            // once the client has taken the rest
+            live.upstream.on_body_end(&mut ctx.upstream);
+        }
         post_reuse::on_upstream_body(
             &mut ctx.post_reuse,
             body,

@@ -27,8 +27,8 @@ use super::memory::{CompleteObject, MemoryMiss, MemoryTier, SharedWriteInFlight}
 use super::object::{with_room_for_hit_fields, Body, StoredMeta};
 use super::shared_counters::{BackgroundTask, SharedCounters};
 use super::shared_framing;
-use crate::policy::vary;
 use crate::config::memcached::MemcachedConfig;
+use crate::policy::vary;
 use crate::storage::ban_list::scope::EntryScopes;
 use crate::storage::ban_list::{ms_after, BanList, Verdict, SHORT_RETENTION};
 use async_trait::async_trait;

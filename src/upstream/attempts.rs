@@ -12,8 +12,10 @@
 //!   `balancer.retries` nor reported to passive health, as Varnish retries once a request whose
 //!   recycled backend connection failed before the response began. Once per request
 //!   ([`DEAD_POOLED_RETRIES`]): the new connection cannot be a pooled one.
-//! * No attempt starts after `balancer.timeouts.total`, and each one's timers are cut to what is
-//!   left of it (`super::timeouts`).
+//! * No attempt starts after `balancer.timeouts.total`: neither before nor after a wait for a
+//!   `max_in_flight` slot, and that wait ends at the deadline ([`acquire_by`]); each attempt's
+//!   timers are cut to what is left of it and its response heads must be read by then
+//!   (`super::timeouts`).
 //! * A timeout towards the origin is answered `504 Gateway Timeout` (RFC 9110 §15.6.5), any
 //!   other failure of the origin `502 Bad Gateway` ([`failure_status`]).
 //!
@@ -106,9 +108,10 @@ impl RequestUpstream {
 impl Upstream {
     /// `upstream_peer`: starts this attempt's clock (and the request's `total` deadline on the
     /// first attempt) and picks its backend; on a backend with `max_in_flight`, waits for a slot
-    /// (503 when the queue is full or the wait ends). `key` gives the cache key's text, asked for
-    /// only by `consistent` hashing, so that a request no cache work needs (a POST) does not
-    /// build it for the balancer alone.
+    /// (503 when the queue is full or its timeout ends the wait, 504 when `total` does). Then
+    /// the attempt's peer is bounded by what is left of `total`. `key` gives the cache key's
+    /// text, asked for only by `consistent` hashing, so that a request no cache work needs (a
+    /// POST) does not build it for the balancer alone.
     pub async fn on_peer<'k>(
         &self,
         request: &mut RequestUpstream,
@@ -123,9 +126,9 @@ impl Upstream {
         let deadline = *request
             .deadline
             .get_or_insert_with(|| TotalDeadline::start(total));
-        let Some(remaining) = deadline.remaining() else {
+        if deadline.expired() {
             return Error::e_explain(ErrorType::HTTPStatus(504), TOTAL_EXCEEDED);
-        };
+        }
         // over a new connection (vendored pingora-core's `fresh_connection`)
         let again = std::mem::take(&mut request.again)
             .then(|| request.backend().map(|backend| self.selection_of(backend)))
@@ -150,11 +153,18 @@ impl Upstream {
                 selection
             }
         };
-        timeouts::clamp(&mut selection.peer, remaining);
         // a retry gives up the slot of the attempt before it first
         request.slot = None;
         if let Some(limit) = &selection.in_flight.backend().limit {
-            request.slot = Some(limit.acquire().await?);
+            request.slot = Some(acquire_by(limit, deadline).await?);
+        }
+        // after the wait for a slot, which took some of the time left: a request that came out
+        // of the queue with none left does not reach the origin (before 2026-12-07 it did, its
+        // timers clamped to what had been left before the wait: a POST was applied, its client
+        // answered with a cut body, `tests/retry_idempotency_attacks.rs`)
+        if !timeouts::bound(&mut selection.peer, deadline) {
+            request.slot = None;
+            return Error::e_explain(ErrorType::HTTPStatus(504), TOTAL_EXCEEDED);
         }
         request.current = Some(selection.in_flight);
         Ok(Box::new(selection.peer))
@@ -247,10 +257,45 @@ impl Upstream {
         }
         Ok(())
     }
+
+    /// For `upstream_response_body_filter` (the proxy's `on_upstream_body`, which every path's
+    /// relay runs) at the end of the body (`end_of_stream`): the origin has
+    /// sent its whole answer, so the request's `max_in_flight` slot on it is given back now,
+    /// not when the request ends. The request's end comes after the last write to the client
+    /// (and its flush, and logging): a client reading its answer to the end, then sending its
+    /// next request, found the replica still full, and with `queue.length = 0` was answered
+    /// 503 by a replica that was idle (`tests/retry_idempotency_attacks.rs`,
+    /// `a_full_replica_does_not_turn_requests_away_while_another_is_idle`). An answer without a
+    /// body (`HEAD`, `204`, `304`) keeps its slot until the request ends, as before.
+    pub fn on_body_end(&self, request: &mut RequestUpstream) {
+        request.slot = None;
+    }
 }
 
 /// Why a request's upstream exchange was ended by its deadline.
 const TOTAL_EXCEEDED: &str = "balancer.timeouts.total exceeded";
+
+/// A slot on a backend at its `max_in_flight`, waiting in its queue at most until `deadline`
+/// (and at most `balancer.queue.timeout`, the queue's own 503): the wait counts against
+/// `balancer.timeouts.total` like any other part of the exchange, so a request whose time ran
+/// out in the queue is answered 504 there, never sent late. The queue's waiter count is given
+/// back when the wait is cut (`concurrency`'s guard, dropped with the wait).
+async fn acquire_by(
+    limit: &super::concurrency::ConcurrencyLimit,
+    deadline: TotalDeadline,
+) -> Result<super::concurrency::Slot> {
+    let Some(left) = deadline.remaining() else {
+        return Error::e_explain(ErrorType::HTTPStatus(504), TOTAL_EXCEEDED);
+    };
+    match tokio::time::timeout(left, limit.acquire()).await {
+        Ok(slot) => slot,
+        Err(_) => Error::e_explain(
+            ErrorType::HTTPStatus(504),
+            "balancer.timeouts.total exceeded while waiting for a slot on a backend at \
+             max_in_flight",
+        ),
+    }
+}
 
 /// Whether an error is a timer running out (connecting, reading, writing, a TLS handshake).
 fn is_timeout(etype: &ErrorType) -> bool {
@@ -285,6 +330,45 @@ pub fn failure_status(e: &Error) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::upstream::concurrency::ConcurrencyLimit;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_queue_wait_ends_at_the_total_deadline() {
+        let limit = ConcurrencyLimit::new(1, 4, Duration::from_secs(30));
+        let held = acquire_by(&limit, TotalDeadline::start(Duration::from_secs(5)))
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let late = acquire_by(&limit, TotalDeadline::start(Duration::from_millis(100)))
+            .await
+            .unwrap_err();
+        assert_eq!(late.etype(), &ErrorType::HTTPStatus(504));
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(limit.queued(), 0, "the cut waiter left the queue");
+        let passed = acquire_by(&limit, TotalDeadline::start(Duration::ZERO))
+            .await
+            .unwrap_err();
+        assert_eq!(passed.etype(), &ErrorType::HTTPStatus(504));
+        drop(held);
+        assert!(
+            acquire_by(&limit, TotalDeadline::start(Duration::from_secs(5)))
+                .await
+                .is_ok()
+        );
+    }
+
+    #[tokio::test]
+    async fn the_slot_is_given_back_at_the_end_of_the_body() {
+        let list = "[[upstreams]]\naddress = \"127.0.0.1:1\"\nmax_in_flight = 1\n";
+        let up = Upstream::new(&crate::config::Config::from_toml(list).unwrap());
+        let mut request = RequestUpstream::default();
+        let _peer = up.on_peer(&mut request, || &[]).await.unwrap();
+        let backend = up.replicas().load().backends[0].clone();
+        assert!(backend.is_full());
+        up.on_body_end(&mut request);
+        assert!(!backend.is_full(), "free for the next request");
+    }
 
     #[test]
     fn timeouts_towards_the_origin_are_504_and_other_origin_failures_502() {

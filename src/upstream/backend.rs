@@ -107,6 +107,11 @@ impl Backend {
         backend
     }
 
+    /// Whether this backend has `max_in_flight` and all its slots are taken.
+    pub fn is_full(&self) -> bool {
+        self.limit.as_ref().is_some_and(|l| l.is_full())
+    }
+
     /// Requests waiting for a slot under `max_in_flight`.
     pub fn queued(&self) -> usize {
         self.limit.as_ref().map_or(0, |l| l.queued())

@@ -54,6 +54,11 @@ impl ConcurrencyLimit {
         self.queued.load(Ordering::Relaxed)
     }
 
+    /// Whether every slot is taken now (a request would wait in the queue, or be refused).
+    pub fn is_full(&self) -> bool {
+        self.slots.available_permits() == 0
+    }
+
     /// A slot: at once when one is free, else after waiting in the queue; a 503 error when the
     /// queue is full or the wait ends.
     pub async fn acquire(&self) -> Result<Slot> {

@@ -127,7 +127,9 @@ impl Upstream {
     /// every one was tried (one backend, say, whose pooled connection was reset), all are
     /// candidates again, the retry budget bounding the attempts. Among those, healthy backends
     /// are preferred; when none is healthy, any is used rather than failing outright (a
-    /// checker can be wrong, an error is certain). `None` only for an empty pool.
+    /// checker can be wrong, an error is certain). Then, except for `consistent`, backends at
+    /// their `max_in_flight` are passed over while another candidate has a free slot
+    /// ([`with_free_slots`]). `None` only for an empty pool.
     pub fn select(&self, key: &[u8], tried: &[std::net::SocketAddr]) -> Option<Selection> {
         self.select_in(None, key, tried)
     }
@@ -162,6 +164,7 @@ impl Upstream {
             .filter(|&i| backends[i].is_available(now))
             .collect();
         let candidates = if healthy.is_empty() { untried } else { healthy };
+        let candidates = with_free_slots(backends, candidates, pool.config.algorithm);
         let pos = match pool.config.algorithm {
             Algorithm::RoundRobin => set.round_robin.pick(backends, &candidates),
             Algorithm::LeastLoaded => {
@@ -203,6 +206,38 @@ impl Upstream {
     }
 }
 
+/// `candidates` less the backends at their `max_in_flight`, when that leaves any; all of them
+/// when every one is full (the chosen one's queue then decides: wait, or 503).
+///
+/// Before 2026-12-07 a full replica was chosen as any other: with `queue.length = 0`, round
+/// robin sent every other request to it, answered 503 at once while the other replica sat idle
+/// (with a queue, it waited there instead); the 503 is decided before anything is sent, but not
+/// retried elsewhere (`tests/retry_idempotency_attacks.rs`). nginx's round robin likewise skips
+/// a server at its `max_conns`. `consistent` keeps its choice: the key's replica holds its
+/// cached state, and moving keys each time it is busy would scatter them; its queue is the tool
+/// there. A
+/// slot seen free here may be taken before this request asks for it; it then queues as before.
+/// Costs nothing when no candidate is full (no backend with `max_in_flight`, say).
+fn with_free_slots(
+    backends: &[Arc<Backend>],
+    candidates: Vec<usize>,
+    algorithm: Algorithm,
+) -> Vec<usize> {
+    if algorithm == Algorithm::Consistent || !candidates.iter().any(|&i| backends[i].is_full()) {
+        return candidates;
+    }
+    let free: Vec<usize> = candidates
+        .iter()
+        .copied()
+        .filter(|&i| !backends[i].is_full())
+        .collect();
+    if free.is_empty() {
+        candidates
+    } else {
+        free
+    }
+}
+
 /// Whether `backend` serves requests sent to `group` (see [`Upstream::select_in`]).
 fn in_group(set: &ReplicaSet, backend: &Backend, group: Option<&str>) -> bool {
     match group {
@@ -231,6 +266,37 @@ mod tests {
         assert_ne!(a, second);
         // both tried: a third attempt still gets a backend
         assert!(up.select(b"k", &[a, second]).is_some());
+    }
+
+    #[tokio::test]
+    async fn a_full_backend_is_passed_over_while_another_has_a_free_slot() {
+        let list = "[[upstreams]]\naddress = \"127.0.0.1:1\"\nmax_in_flight = 1\n\
+                    [[upstreams]]\naddress = \"127.0.0.1:2\"\nmax_in_flight = 1\n\
+                    [balancer]\nalgorithm = \"round_robin\"\n";
+        let up = Upstream::new(&Config::from_toml(list).unwrap());
+        let first = up.replicas().load().backends[0].clone();
+        let _held = first.limit.as_ref().unwrap().acquire().await.unwrap();
+        for _ in 0..6 {
+            let chosen = up.select(b"k", &[]).unwrap().in_flight.backend().addr;
+            assert_eq!(chosen.port(), 2, "round robin skips the full replica");
+        }
+        let second = up.replicas().load().backends[1].clone();
+        let _also = second.limit.as_ref().unwrap().acquire().await.unwrap();
+        let ports: std::collections::HashSet<u16> = (0..4)
+            .map(|_| {
+                up.select(b"k", &[])
+                    .unwrap()
+                    .in_flight
+                    .backend()
+                    .addr
+                    .port()
+            })
+            .collect();
+        assert_eq!(
+            ports.len(),
+            2,
+            "all full: every replica is a candidate again"
+        );
     }
 
     #[test]

@@ -565,6 +565,11 @@ pub struct PeerOptions {
     /// peer may be dead too). Not part of the reuse hash: the connection goes back to the same
     /// pool afterwards.
     pub fresh_connection: bool,
+    /// LACQUER PATCH (response head deadline): the moment by which an HTTP/1 session made for
+    /// this peer must have read each response head (`v1::client::HttpSession::
+    /// response_head_deadline`): a bound on the whole wait for a head, where `read_timeout` is
+    /// one on each read. Not part of the reuse hash.
+    pub response_head_deadline: Option<std::time::Instant>,
     /// Hook that allows returning an optional `SslDigestExtension`.
     /// Any returned value will be saved into the `SslDigest`.
     ///
@@ -616,6 +621,8 @@ impl PeerOptions {
             proxy_digest_user_data_hook: None,
             // LACQUER PATCH (fresh connection)
             fresh_connection: false,
+            // LACQUER PATCH (response head deadline)
+            response_head_deadline: None,
             #[cfg(feature = "openssl_derived")]
             upstream_tls_handshake_complete_hook: None,
         }

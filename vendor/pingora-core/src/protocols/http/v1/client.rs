@@ -55,6 +55,14 @@ pub struct HttpSession {
     /// The timeout is reset on every write. This is not a timeout on the overall duration of the
     /// request.
     pub write_timeout: Option<Duration>,
+    /// LACQUER PATCH (response head deadline): the moment by which every response head must
+    /// have been read, interim (1xx) heads included: each read of a head waits at most until
+    /// then (and at most `read_timeout`), and none starts once it has passed. The read timer is
+    /// reset on every read, so without this an upstream sending its head a byte at a time, or
+    /// `102 Processing` after `102 Processing`, was never cut. Taken from
+    /// [`PeerOptions::response_head_deadline`](crate::upstreams::peer::PeerOptions) by
+    /// [`Self::new_with_options`].
+    pub response_head_deadline: Option<std::time::Instant>,
     keepalive_timeout: KeepaliveStatus,
     pub(crate) digest: Box<Digest>,
     response_header: Option<Box<ResponseHeader>>,
@@ -98,6 +106,8 @@ impl HttpSession {
             request_written: None,
             read_timeout: None,
             write_timeout: None,
+            // LACQUER PATCH (response head deadline)
+            response_head_deadline: None,
             digest,
             bytes_sent: 0,
             body_recv: 0,
@@ -115,6 +125,8 @@ impl HttpSession {
             session.set_allow_h1_response_invalid_content_length(
                 options.allow_h1_response_invalid_content_length,
             );
+            // LACQUER PATCH (response head deadline)
+            session.response_head_deadline = options.response_head_deadline;
         }
         session
     }
@@ -466,10 +478,24 @@ impl HttpSession {
                 self.response_header_read_buf.reserve(INIT_HEADER_BUF_SIZE);
             }
 
+            // LACQUER PATCH (response head deadline): the read waits at most until the deadline
+            let read_limit = match self.response_head_deadline {
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        return self.fail_response_header_read(Error::explain(
+                            ReadTimedout,
+                            "while reading response headers: response head deadline passed",
+                        ));
+                    }
+                    Some(self.read_timeout.map_or(left, |t| t.min(left)))
+                }
+                None => self.read_timeout,
+            };
             let read_fut = self
                 .underlying_stream
                 .read_buf(&mut self.response_header_read_buf);
-            let read_result = match self.read_timeout {
+            let read_result = match read_limit {
                 Some(t) => match timeout(t, read_fut).await {
                     Ok(res) => res,
                     Err(_) => {
