@@ -279,6 +279,12 @@ pub fn on_downstream_body(
     Ok(())
 }
 
+/// Whether the response's body is decoded as it passes, for a caller that writes each piece
+/// itself to take [`on_downstream_body_in_pieces`]'s way (every other body takes the filter's).
+pub fn decodes_in_pieces(ctx: &CompressionCtx) -> bool {
+    matches!(ctx.decoding, Some(Decoding::Streaming(_)))
+}
+
 /// The body filter for a caller that writes each piece itself (Lacquer's own relays): gives the
 /// decoder `body` (the next chunk, or `None` to go on with the last) and puts in its place the
 /// next decoded piece, of at most [`decoding_reader::PIECE`] bytes. `true` while more pieces

@@ -448,7 +448,16 @@ impl LacquerProxy {
                     break;
                 }
             };
-            let written = self.write_downstream_body(session, ctx, data, ended).await;
+            let written = if crate::compression::decodes_in_pieces(&ctx.compression) {
+                // boxed: the pieces' loop would otherwise make every relay's future larger
+                Box::pin(self.write_decoded_body(session, ctx, data, ended)).await
+            } else {
+                let mut data = data;
+                match self.on_downstream_body(ctx, &mut data, ended) {
+                    Ok(()) => session.write_response_body(data, ended).await,
+                    Err(e) => Err(e),
+                }
+            };
             relayed.client_failed = written.err();
         }
         relayed

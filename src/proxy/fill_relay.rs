@@ -418,10 +418,16 @@ impl LacquerProxy {
             fill.finish().await;
         }
         if relayed.client_failed.is_none() {
-            relayed.client_failed = self
-                .write_downstream_body(session, ctx, data, true)
-                .await
-                .err();
+            relayed.client_failed = if crate::compression::decodes_in_pieces(&ctx.compression) {
+                Box::pin(self.write_decoded_body(session, ctx, data, true))
+                    .await
+                    .err()
+            } else {
+                match self.on_downstream_body(ctx, &mut data, true) {
+                    Ok(()) => session.write_response_body(data, true).await.err(),
+                    Err(e) => Some(e),
+                }
+            };
         }
         relayed
     }

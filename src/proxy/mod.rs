@@ -337,9 +337,10 @@ impl LacquerProxy {
         Ok(())
     }
 
-    /// Writes `data`, the body's next chunk (`ended`: its last), to the client through the body
-    /// filter: for Lacquer's own relays, a body decoded for the client in bounded pieces.
-    async fn write_downstream_body(
+    /// For Lacquer's own relays: writes `data`, the body's next chunk (`ended`: its last), of a
+    /// body decoded for the client as it passes (`compression::decodes_in_pieces`), piece by
+    /// piece, each of a bounded size. Any other body is written as the filter returns it.
+    async fn write_decoded_body(
         &self,
         session: &mut Session,
         ctx: &mut RequestCtx,
