@@ -10,10 +10,10 @@
 
 use lacquer_test_support as support;
 
-use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 use support::*;
 
@@ -24,154 +24,6 @@ const PATHS: [(&str, &str); 2] = [("direct", ""), ("standard", STANDARD)];
 /// `DEAD_POOLED_RETRIES` in `src/upstream/attempts.rs`: the most dead pooled connections one
 /// request may go on after (the attempt after one connects anew, so it meets no other).
 const DEAD_POOLED_RETRIES: usize = 1;
-
-/// One request as the origin read it.
-#[derive(Clone, Debug)]
-struct Seen {
-    /// Its rank on that connection (1: the connection's first request; more: a reused one).
-    nth: usize,
-    method: String,
-    path: String,
-    body: Vec<u8>,
-}
-
-/// What the origin does with the connection after its handler ran.
-enum Then {
-    KeepAlive,
-    Close,
-}
-
-type Handler = dyn Fn(&Seen, &mut TcpStream) -> Then + Send + Sync + 'static;
-
-/// A keep-alive HTTP/1.1 origin: each connection on its own thread, requests read one after
-/// the other (head, then a `Content-Length` body), each handed to the handler, which writes what
-/// it likes and says whether the connection stays open.
-struct Origin {
-    addr: SocketAddr,
-    accepted: Arc<AtomicUsize>,
-    seen: Arc<Mutex<Vec<Seen>>>,
-    stop: Arc<AtomicBool>,
-}
-
-impl Origin {
-    fn start(handler: impl Fn(&Seen, &mut TcpStream) -> Then + Send + Sync + 'static) -> Origin {
-        let handler: Arc<Handler> = Arc::new(handler);
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind origin");
-        listener.set_nonblocking(true).expect("nonblocking");
-        let addr = listener.local_addr().unwrap();
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (count, log, halt) = (accepted.clone(), seen.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !halt.load(Ordering::SeqCst) {
-                match listener.accept() {
-                    Ok((stream, _)) => {
-                        count.fetch_add(1, Ordering::SeqCst);
-                        let (handler, log, halt) = (handler.clone(), log.clone(), halt.clone());
-                        std::thread::spawn(move || serve(stream, &*handler, &log, &halt));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
-                }
-            }
-        });
-        Origin {
-            addr,
-            accepted,
-            seen,
-            stop,
-        }
-    }
-
-    fn accepted(&self) -> usize {
-        self.accepted.load(Ordering::SeqCst)
-    }
-
-    fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
-    }
-
-    /// The requests read for `path`.
-    fn seen_for(&self, path: &str) -> Vec<Seen> {
-        self.seen().into_iter().filter(|s| s.path == path).collect()
-    }
-}
-
-impl Drop for Origin {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-    }
-}
-
-/// Serves one connection until the peer closes it, the handler closes it or the origin stops.
-fn serve(mut stream: TcpStream, handler: &Handler, log: &Mutex<Vec<Seen>>, halt: &AtomicBool) {
-    let _ = stream.set_nonblocking(false);
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
-    let mut buf: Vec<u8> = Vec::new();
-    let mut nth = 0;
-    loop {
-        let head_end = loop {
-            if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break at + 4;
-            }
-            if !read_more(&mut stream, &mut buf, halt) {
-                return;
-            }
-        };
-        let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-        buf.drain(..head_end);
-        let length = content_length(&head);
-        while buf.len() < length {
-            if !read_more(&mut stream, &mut buf, halt) {
-                return;
-            }
-        }
-        let body: Vec<u8> = buf.drain(..length).collect();
-        nth += 1;
-        let mut words = head.split_whitespace();
-        let seen = Seen {
-            nth,
-            method: words.next().unwrap_or("").to_string(),
-            path: words.next().unwrap_or("").to_string(),
-            body,
-        };
-        log.lock().unwrap().push(seen.clone());
-        match handler(&seen, &mut stream) {
-            Then::KeepAlive => {}
-            Then::Close => {
-                let _ = stream.shutdown(Shutdown::Both);
-                return;
-            }
-        }
-    }
-}
-
-/// Reads what the socket has onto `buf`; false when the peer closed or the origin stopped.
-fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>, halt: &AtomicBool) -> bool {
-    let mut chunk = [0u8; 4096];
-    loop {
-        if halt.load(Ordering::SeqCst) {
-            return false;
-        }
-        match stream.read(&mut chunk) {
-            Ok(0) => return false,
-            Ok(n) => {
-                buf.extend_from_slice(&chunk[..n]);
-                return true;
-            }
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => continue,
-            Err(_) => return false,
-        }
-    }
-}
-
-fn content_length(head: &str) -> usize {
-    head.lines()
-        .filter_map(|line| line.split_once(':'))
-        .find(|(name, _)| name.trim().eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, value)| value.trim().parse().ok())
-        .unwrap_or(0)
-}
 
 /// A whole `200` with `body`, never stored, keep-alive.
 fn answer_ok(stream: &mut TcpStream, body: &str) {
@@ -189,8 +41,8 @@ fn answer_ok(stream: &mut TcpStream, body: &str) {
 /// connection and keeps the connection open, but closes it unanswered when a second request
 /// arrives on it. Every pooled connection the proxy takes is dead, and nothing tells it so while
 /// the connection sits idle.
-fn reused_connections_die() -> Origin {
-    Origin::start(|seen, stream| {
+fn reused_connections_die() -> KeepAliveOrigin {
+    KeepAliveOrigin::start(|seen, stream| {
         if seen.nth > 1 {
             return Then::Close;
         }
@@ -250,9 +102,9 @@ async fn settle() {
 /// [`reused_connections_die`], except that a connection's first request for `/fill/...` is held
 /// until `n` such requests arrived (5 s at most), so that [`fill_the_pool`] makes `n` origin
 /// connections at once.
-fn barrier_then_die(n: usize) -> Origin {
+fn barrier_then_die(n: usize) -> KeepAliveOrigin {
     let arrived = Arc::new(AtomicUsize::new(0));
-    Origin::start(move |seen, stream| {
+    KeepAliveOrigin::start(move |seen, stream| {
         if seen.nth > 1 {
             return Then::Close;
         }
@@ -462,7 +314,7 @@ async fn a_post_over_a_dead_pooled_connection_is_never_sent_again() {
     for (name, path) in PATHS {
         for backends in [1, 2] {
             let dying = reused_connections_die();
-            let healthy = Origin::start(|_, stream| {
+            let healthy = KeepAliveOrigin::start(|_, stream| {
                 answer_ok(stream, "ok");
                 Then::KeepAlive
             });
@@ -567,7 +419,7 @@ async fn a_post_over_a_dead_pooled_connection_is_never_sent_again() {
 async fn a_head_then_a_close_on_a_reused_connection_is_not_replayed() {
     for (name, path) in PATHS {
         for sent in [0usize, 100] {
-            let origin = Origin::start(move |seen, stream| {
+            let origin = KeepAliveOrigin::start(move |seen, stream| {
                 if !seen.path.starts_with("/victim/") {
                     answer_ok(stream, "ok");
                     return Then::KeepAlive;
@@ -655,14 +507,14 @@ async fn dead_pooled_connections_alone_never_eject_a_backend() {
     for (name, path) in PATHS {
         let broken = Arc::new(AtomicBool::new(false));
         let flag = broken.clone();
-        let dying = Origin::start(move |seen, stream| {
+        let dying = KeepAliveOrigin::start(move |seen, stream| {
             if seen.nth > 1 || flag.load(Ordering::SeqCst) {
                 return Then::Close;
             }
             answer_ok(stream, "dying");
             Then::KeepAlive
         });
-        let healthy = Origin::start(|_, stream| {
+        let healthy = KeepAliveOrigin::start(|_, stream| {
             answer_ok(stream, "healthy");
             Then::KeepAlive
         });
@@ -741,7 +593,7 @@ async fn a_pool_of_dead_idle_connections_is_not_charged_to_the_backend() {
     let mut wrong = Vec::new();
     for (name, path) in PATHS {
         let dying = barrier_then_die(POOLED);
-        let healthy = Origin::start(|_, stream| {
+        let healthy = KeepAliveOrigin::start(|_, stream| {
             answer_ok(stream, "ok");
             Then::KeepAlive
         });
@@ -794,7 +646,7 @@ async fn the_total_deadline_bounds_slow_dead_pooled_connections() {
     const POOLED: usize = 4;
     for (name, path) in PATHS {
         let arrived = Arc::new(AtomicUsize::new(0));
-        let origin = Origin::start(move |seen, stream| {
+        let origin = KeepAliveOrigin::start(move |seen, stream| {
             if seen.path == "/slow" {
                 std::thread::sleep(Duration::from_millis(700));
                 return Then::Close;
@@ -847,7 +699,7 @@ async fn the_total_deadline_bounds_slow_dead_pooled_connections() {
 /// every reused connection unanswered. `retries = 1`, round robin, 40 GETs. Returns how many
 /// requests A cut and B's dead pooled connection then met, and the answers other than 200.
 async fn cut_head_then_dead_pooled(path: &str) -> (usize, Vec<String>) {
-    let cutting = Origin::start(|_, stream| {
+    let cutting = KeepAliveOrigin::start(|_, stream| {
         let _ = stream.write_all(
             b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\nCache-Control: max-age=3600\r\n\r\n",
         );

@@ -62,9 +62,7 @@
 use lacquer_test_support as support;
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::time::Instant;
 use support::raw_text::{find, request_line};
 use support::*;
@@ -77,182 +75,6 @@ const PATHS: [(&str, &str); 2] = [("direct", ""), ("standard", STANDARD)];
 const HANG_GUARD: Duration = Duration::from_secs(8);
 
 // --- origins ------------------------------------------------------------------------------------
-
-/// One request as a [`KeepOrigin`] read it.
-#[derive(Clone, Debug)]
-struct Seen {
-    /// Its rank on its connection (1: the connection's first; more: a reused one).
-    nth: usize,
-    method: String,
-    path: String,
-    head: String,
-    body: Vec<u8>,
-}
-
-/// What a [`KeepOrigin`] does with the connection after its handler ran.
-enum Then {
-    KeepAlive,
-    Close,
-}
-
-type Handler = dyn Fn(&Seen, &mut TcpStream) -> Then + Send + Sync + 'static;
-
-/// A keep-alive HTTP/1.1 origin: each connection on its own thread, requests read one after
-/// the other (head, then a `Content-Length` or chunked body), logged, each handed to the handler.
-struct KeepOrigin {
-    addr: SocketAddr,
-    seen: Arc<Mutex<Vec<Seen>>>,
-    stop: Arc<AtomicBool>,
-}
-
-impl KeepOrigin {
-    fn start(handler: impl Fn(&Seen, &mut TcpStream) -> Then + Send + Sync + 'static) -> Self {
-        let handler: Arc<Handler> = Arc::new(handler);
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind origin");
-        listener.set_nonblocking(true).expect("nonblocking");
-        let addr = listener.local_addr().unwrap();
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (log, halt) = (seen.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !halt.load(Ordering::SeqCst) {
-                match listener.accept() {
-                    Ok((stream, _)) => {
-                        let (handler, log, halt) = (handler.clone(), log.clone(), halt.clone());
-                        std::thread::spawn(move || serve(stream, &*handler, &log, &halt));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
-                }
-            }
-        });
-        KeepOrigin { addr, seen, stop }
-    }
-
-    fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
-    }
-
-    /// The requests read whose path starts with `prefix`.
-    fn seen_under(&self, prefix: &str) -> Vec<Seen> {
-        self.seen()
-            .into_iter()
-            .filter(|s| s.path.starts_with(prefix))
-            .collect()
-    }
-}
-
-impl Drop for KeepOrigin {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-    }
-}
-
-fn serve(mut stream: TcpStream, handler: &Handler, log: &Mutex<Vec<Seen>>, halt: &AtomicBool) {
-    let _ = stream.set_nonblocking(false);
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
-    let mut buf: Vec<u8> = Vec::new();
-    let mut nth = 0;
-    loop {
-        let head_end = loop {
-            if let Some(at) = find(&buf, b"\r\n\r\n") {
-                break at + 4;
-            }
-            if !read_more(&mut stream, &mut buf, halt) {
-                return;
-            }
-        };
-        let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-        buf.drain(..head_end);
-        let lower = head.to_ascii_lowercase();
-        let body = if lower.contains("transfer-encoding: chunked") {
-            loop {
-                if let Some((body, used)) = dechunk(&buf) {
-                    buf.drain(..used);
-                    break body;
-                }
-                if !read_more(&mut stream, &mut buf, halt) {
-                    return;
-                }
-            }
-        } else {
-            let length = content_length(&head);
-            while buf.len() < length {
-                if !read_more(&mut stream, &mut buf, halt) {
-                    return;
-                }
-            }
-            buf.drain(..length).collect()
-        };
-        nth += 1;
-        let (method, path) = request_line(&head);
-        let seen = Seen {
-            nth,
-            method,
-            path,
-            head,
-            body,
-        };
-        log.lock().unwrap().push(seen.clone());
-        match handler(&seen, &mut stream) {
-            Then::KeepAlive => {}
-            Then::Close => {
-                let _ = stream.shutdown(Shutdown::Both);
-                return;
-            }
-        }
-    }
-}
-
-/// The whole chunked body at the start of `buf`, once it is all there: its payload and the
-/// bytes it took.
-fn dechunk(buf: &[u8]) -> Option<(Vec<u8>, usize)> {
-    let mut pos = 0;
-    let mut body = Vec::new();
-    loop {
-        let eol = find(&buf[pos..], b"\r\n")?;
-        let line = String::from_utf8_lossy(&buf[pos..pos + eol]).into_owned();
-        let size = usize::from_str_radix(line.split(';').next()?.trim(), 16).ok()?;
-        pos += eol + 2;
-        if size == 0 {
-            // no trailers here: the empty line ends the body
-            if buf.len() < pos + 2 {
-                return None;
-            }
-            return Some((body, pos + 2));
-        }
-        if buf.len() < pos + size + 2 {
-            return None;
-        }
-        body.extend_from_slice(&buf[pos..pos + size]);
-        pos += size + 2;
-    }
-}
-
-fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>, halt: &AtomicBool) -> bool {
-    let mut chunk = [0u8; 16 * 1024];
-    loop {
-        if halt.load(Ordering::SeqCst) {
-            return false;
-        }
-        match stream.read(&mut chunk) {
-            Ok(0) => return false,
-            Ok(n) => {
-                buf.extend_from_slice(&chunk[..n]);
-                return true;
-            }
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => continue,
-            Err(_) => return false,
-        }
-    }
-}
-
-fn content_length(head: &str) -> usize {
-    head.lines()
-        .filter_map(|line| line.split_once(':'))
-        .find(|(name, _)| name.trim().eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, value)| value.trim().parse().ok())
-        .unwrap_or(0)
-}
 
 /// A whole `200` with `body`, never stored, keep-alive.
 fn ok_no_store(body: &str) -> String {
@@ -604,8 +426,8 @@ const DOUBLES: [(&str, &str); 6] = [
     ("GET", "/double/short"),
 ];
 
-fn double_answering_origin() -> KeepOrigin {
-    KeepOrigin::start(|seen, stream| {
+fn double_answering_origin() -> KeepAliveOrigin {
+    KeepAliveOrigin::start(|seen, stream| {
         match seen.path.as_str() {
             "/double/later" => {
                 write(stream, ok_no_store("first").as_bytes());
@@ -809,7 +631,7 @@ fn endless_interim_responses_are_cut_at_the_total_deadline() {
 #[test]
 fn a_request_queued_past_its_total_deadline_never_reaches_the_origin() {
     on_both_paths(|path_name, path| {
-        let origin = KeepOrigin::start(|seen, stream| {
+        let origin = KeepAliveOrigin::start(|seen, stream| {
             if seen.path.starts_with("/big") {
                 let body = vec![b'z'; 16 * 1024 * 1024];
                 let head = format!(
@@ -870,7 +692,7 @@ fn a_request_queued_past_its_total_deadline_never_reaches_the_origin() {
 fn a_full_replica_does_not_turn_requests_away_while_another_is_idle() {
     on_both_paths(|path_name, path| {
         let hung = RawOrigin::hanging();
-        let idle = KeepOrigin::start(|seen, stream| {
+        let idle = KeepAliveOrigin::start(|seen, stream| {
             write(
                 stream,
                 ok_no_store(&format!("answer to {}", seen.path)).as_bytes(),
@@ -987,7 +809,7 @@ fn every_replica_hostile_gives_a_bounded_clean_5xx() {
 /// (not even a POST, which would not be retried) is sent to it. GETs meanwhile are retried.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_passing_health_checks_but_failing_requests_is_ejected() {
-    let liar = KeepOrigin::start(|seen, stream| {
+    let liar = KeepAliveOrigin::start(|seen, stream| {
         if seen.path == "/health" {
             write(stream, ok_no_store("fine").as_bytes());
             return Then::Close;
@@ -1033,7 +855,7 @@ async fn a_replica_passing_health_checks_but_failing_requests_is_ejected() {
 /// are still forwarded rather than refused ("a checker can be wrong, an error is certain").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hanging_health_endpoint_takes_a_replica_out_and_all_down_still_serves() {
-    let hanging_health = KeepOrigin::start(|seen, stream| {
+    let hanging_health = KeepAliveOrigin::start(|seen, stream| {
         if seen.path == "/health" {
             std::thread::sleep(Duration::from_secs(3));
             return Then::Close;
@@ -1278,7 +1100,7 @@ fn an_answer_sent_before_the_request_body_is_relayed_once() {
 fn a_replayed_request_is_exactly_the_clients_request() {
     on_both_paths(|path_name, path| {
         let resetting = RawOrigin::closing();
-        let recording = KeepOrigin::start(|seen, stream| {
+        let recording = KeepAliveOrigin::start(|seen, stream| {
             write(
                 stream,
                 ok_no_store(&format!("answer to {}", seen.path)).as_bytes(),

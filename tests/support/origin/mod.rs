@@ -21,10 +21,13 @@
 //! - [`raw`]: [`RawOrigin`], an origin that misbehaves at the socket level.
 //! - [`tls_front`]: [`TlsFront`], TLS in front of an origin (an `https` origin).
 //! - [`capture`]: [`CaptureOrigin`], which keeps every byte the proxy sent it.
+//! - [`keep_alive`]: [`KeepAliveOrigin`], raw answers on connections it keeps open or closes,
+//!   every request logged with its rank on its connection.
 //! - `wire`: the HTTP/1.1 server loop behind [`TestOrigin`].
 
 pub mod capture;
 pub mod counting;
+pub mod keep_alive;
 pub mod raw;
 pub mod replica;
 pub mod request;
@@ -35,6 +38,7 @@ mod wire;
 
 pub use capture::*;
 pub use counting::*;
+pub use keep_alive::{KeepAliveOrigin, Seen, Then};
 pub use raw::*;
 pub use replica::*;
 pub use request::*;
