@@ -46,6 +46,9 @@ pub struct Decoder {
     ended: bool,
     /// The end was checked (nothing more comes out).
     finished: bool,
+    /// Some input was given: an empty body is an empty stream in any coding (an origin's
+    /// `Content-Encoding: gzip` on a `Content-Length: 0` answer), not a stream cut short.
+    took_input: bool,
 }
 
 // (the gzip decoder is the largest: a decoder is boxed where it is kept, `CompressionCtx` and
@@ -104,11 +107,13 @@ impl Decoder {
             input: Bytes::new(),
             ended: false,
             finished: false,
+            took_input: false,
         })
     }
 
     /// Gives the decoder the body's next `chunk`; `end`: it is the last.
     pub fn push(&mut self, chunk: Bytes, end: bool) {
+        self.took_input |= !chunk.is_empty();
         if self.input.is_empty() {
             self.input = chunk;
         } else if !chunk.is_empty() {
@@ -211,6 +216,9 @@ impl Decoder {
     /// At the end of the input: more of what the decoder holds into `out`; `true` once nothing
     /// more comes and the coded stream was found complete.
     fn finish(&mut self, out: &mut Vec<u8>) -> io::Result<bool> {
+        if !self.took_input {
+            return Ok(true);
+        }
         match &mut self.inner {
             Inner::Gzip(d) => {
                 d.try_finish()?;
@@ -340,7 +348,8 @@ pub fn decode_whole(
         }
     }
     if chunks.is_empty() {
-        return Ok(None);
+        // an empty body: an empty stream in any coding (see `Decoder::took_input`)
+        return Ok(Some(Bytes::new()));
     }
     Ok(Some(match pieces.len() {
         1 => pieces.pop().expect("one piece"),
@@ -398,6 +407,20 @@ mod tests {
                 }
                 assert_eq!(out, plain, "{coding:?}, chunk size {size}");
             }
+        }
+    }
+
+    #[test]
+    fn an_empty_body_is_an_empty_stream_in_every_coding() {
+        for coding in ContentCoding::DECODABLE {
+            let mut decoder = Decoder::new(coding).unwrap();
+            assert_eq!(decoder.feed(b"", true).unwrap(), Bytes::new(), "{coding:?}");
+            assert_eq!(decode_whole(coding, &[], 10).unwrap(), Some(Bytes::new()));
+            let empty = [Bytes::new()];
+            assert_eq!(
+                decode_whole(coding, &empty, 10).unwrap(),
+                Some(Bytes::new())
+            );
         }
     }
 

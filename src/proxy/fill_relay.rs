@@ -369,7 +369,15 @@ impl LacquerProxy {
                 if let Err(e) = written {
                     // nothing more is written to it: it sees the end of what it was sent now,
                     // not a stall until the fill ends (vendored pingora-core 0023)
-                    session.downstream_session.abort();
+                    match super::client_socket_of_a_close_delimited_answer(session) {
+                        // an answer delimited by the close is reset, not ended with a FIN that
+                        // would make it look whole (vendored pingora-core 0040)
+                        Some(socket) => {
+                            let _ = socket.reset_now();
+                            session.downstream_session.set_keepalive(None);
+                        }
+                        None => session.downstream_session.abort(),
+                    }
                     let mut s = lock(&shared);
                     s.relayed.client_failed = Some(e);
                     s.clear();

@@ -636,29 +636,35 @@ fn body_reader(session: &mut Session) -> Option<&mut pingora_cache::storage::Hit
 }
 
 /// A request that ended in an error after its answer's head went out, in an answer delimited by
-/// the connection's close (no `Content-Length`, and not chunked: an HTTP/1.0 client's decoded
-/// body, an origin's close-delimited answer): the connection is reset when it closes, not ended
-/// with a FIN, which would tell the client its answer was whole (RFC 9112 §8). Answers framed by
-/// a length or by chunks show their cut themselves; HTTP/2 streams are reset by Pingora.
+/// the connection's close (see [`client_socket_of_a_close_delimited_answer`]): the connection is
+/// reset when it closes, not ended with a FIN, which would tell the client its answer was whole
+/// (RFC 9112 §8). Answers framed by a length or by chunks show their cut themselves; HTTP/2
+/// streams are reset by Pingora.
 fn reset_if_cut_short_by_close(session: &Session) {
-    let Some(head) = session.response_written() else {
-        return;
-    };
+    if let Some(socket) = client_socket_of_a_close_delimited_answer(session) {
+        let _ = socket.reset_on_close();
+    }
+}
+
+/// The client's socket, when the answer whose head went out to it is delimited by the
+/// connection's close (no `Content-Length`, and not chunked: an HTTP/1.0 client's decoded body,
+/// an origin's close-delimited answer), so that a cut of it must be a reset.
+pub(crate) fn client_socket_of_a_close_delimited_answer(
+    session: &Session,
+) -> Option<&pingora_core::protocols::SocketDigest> {
+    let head = session.response_written()?;
     let client = session.req_header().version;
     if client == http::Version::HTTP_2 || head.headers.contains_key(http::header::CONTENT_LENGTH) {
-        return;
+        return None;
     }
     let chunked = head.headers.contains_key(http::header::TRANSFER_ENCODING);
     if chunked && client != http::Version::HTTP_10 {
-        return;
+        return None;
     }
-    let socket = session
+    session
         .downstream_session
         .digest()
-        .and_then(|digest| digest.socket_digest.as_ref());
-    if let Some(socket) = socket {
-        let _ = socket.reset_on_close();
-    }
+        .and_then(|digest| digest.socket_digest.as_deref())
 }
 
 /// The client's address as [`forwarding`] resolves it through the trusted proxies of the settings

@@ -127,6 +127,33 @@ impl SocketDigest {
         }
     }
 
+    /// LACQUER PATCH (a cut answer reset at once): resets the connection now, while its
+    /// stream is still held (an RST, what is not yet sent discarded; later reads and writes on it
+    /// fail): a `connect` to `AF_UNSPEC` disconnects a TCP socket, and Linux sends an RST for an
+    /// established one. For an answer delimited by the close that must end now, as
+    /// [`Self::shutdown_now`] ends others, where its FIN would tell the client the answer was
+    /// whole.
+    #[cfg(target_os = "linux")]
+    pub fn reset_now(&self) -> std::io::Result<()> {
+        self.reset_on_close()?;
+        // SAFETY: a zeroed sockaddr with family AF_UNSPEC, of the size given, read during the
+        // call, on the descriptor this digest was made for, which its stream still owns
+        let rc = unsafe {
+            let mut unspec: libc::sockaddr = std::mem::zeroed();
+            unspec.sa_family = libc::AF_UNSPEC as libc::sa_family_t;
+            libc::connect(
+                self.raw_fd,
+                &unspec,
+                std::mem::size_of::<libc::sockaddr>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+
     /// LACQUER PATCH (an answer cut short is reset): makes the socket's close reset the
     /// connection (`SO_LINGER` with a zero timeout: an RST, what is not yet sent discarded), so
     /// that a client reading an answer delimited by the close sees an error, not an end.
