@@ -20,6 +20,21 @@ const MIN_WINDOW_LOG: u32 = 10;
 /// Bytes the brotli encoder works through at a time (its default).
 const BROTLI_BUFFER: usize = 4096;
 
+/// Whether the coded copy of `resp` is sure to fit `max_object_size`: an incompressible body
+/// grows a little when coded (gzip's stored blocks, brotli's and zstd's raw blocks: well under
+/// 0.2 % and a few dozen bytes of framing), so a body within [`coded_growth`] of the limit is
+/// stored as it came. Coded, a page the cache keeps whole would be over the limit and never
+/// kept. A body of unknown length is coded, and judged by its coded length as it streams.
+pub fn coded_copy_fits(resp: &ResponseHeader, max_object_size: usize) -> bool {
+    content_length(resp)
+        .is_none_or(|len| len.saturating_add(coded_growth(max_object_size)) <= max_object_size)
+}
+
+/// The most a body of up to `max_object_size` grows when coded (see [`coded_copy_fits`]).
+pub fn coded_growth(max_object_size: usize) -> usize {
+    max_object_size / 512 + 1024
+}
+
 /// Whether an origin response should be coded on store: compression is enabled, the response is
 /// a 200 in identity coding, not marked `no-transform` (RFC 9110 §7.7), of a listed type, and not
 /// known to be smaller than `min_size`.
@@ -272,5 +287,39 @@ mod tests {
         assert!(r.headers.get("content-length").is_none());
         assert_eq!(r.headers.get("etag").unwrap(), "W/\"e\"");
         assert_eq!(r.headers.get("vary").unwrap(), "Accept-Encoding");
+    }
+    #[test]
+    fn a_body_near_the_size_limit_is_not_coded_and_its_coded_copy_would_fit() {
+        let limit = 1 << 20;
+        let with_length = |len: usize| {
+            let mut resp = ResponseHeader::build(200, None).unwrap();
+            resp.insert_header("content-length", len).unwrap();
+            resp
+        };
+        assert!(!coded_copy_fits(&with_length(limit), limit));
+        assert!(!coded_copy_fits(&with_length(limit - 100), limit));
+        let fits = limit - coded_growth(limit);
+        assert!(coded_copy_fits(&with_length(fits), limit));
+        assert!(coded_copy_fits(
+            &ResponseHeader::build(200, None).unwrap(),
+            limit
+        ));
+        // and what fits does fit, coded in every coding, however incompressible
+        let noise: Vec<u8> = (0..fits as u64)
+            .map(|i| {
+                (i.wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407)
+                    >> 33) as u8
+            })
+            .collect();
+        for coding in ContentCoding::DECODABLE {
+            let mut encoder = StoreEncoder::new(coding, 5, Some(fits)).unwrap();
+            let coded = encoder.feed(&noise, true).unwrap();
+            assert!(
+                coded.len() <= limit,
+                "{coding:?}: {} coded bytes",
+                coded.len()
+            );
+        }
     }
 }

@@ -129,13 +129,19 @@ pub fn on_upstream_response(
     ctx: &mut CompressionCtx,
     req: &RequestHeader,
     resp: &mut ResponseHeader,
-    will_store: bool,
+    stored_up_to: Option<usize>,
 ) {
     if content_coding(resp).decodable() {
         add_vary_accept_encoding(resp);
     }
     ctx.store_encoder = None;
-    if will_store && req.method != http::Method::HEAD && encode_on_store::wants(config, resp) {
+    let Some(max_object_size) = stored_up_to else {
+        return;
+    };
+    if req.method != http::Method::HEAD
+        && encode_on_store::wants(config, resp)
+        && encode_on_store::coded_copy_fits(resp, max_object_size)
+    {
         let length = encode_on_store::content_length(resp);
         if let Some(encoder) = StoreEncoder::new(config.coding, config.level, length) {
             encode_on_store::adjust_head(resp, config.coding);

@@ -1196,7 +1196,7 @@ impl ProxyHttp for LacquerProxy {
             &mut ctx.compression,
             session.req_header(),
             upstream_response,
-            will_store,
+            will_store.then(|| live.policy.max_object_size()),
         );
         if let Some(partial) = &self.partial {
             let req = session.req_header();
