@@ -40,6 +40,7 @@ use crate::config::invalidation::InvalidationConfig;
 use crate::storage::ban_list::scope::Scope;
 use crate::storage::ban_list::{at, ms_after, past_the_stamp, BanList};
 use crate::storage::memory::{MemoryTier, Touched};
+use crate::storage::object::CLOCK_SKEW_ALLOWED;
 use crate::storage::tiered::TieredStorage;
 use bytes::Bytes;
 use cluster_log::{Heartbeat, SharedLog};
@@ -572,8 +573,21 @@ impl Invalidator {
         } else {
             self.counters.failed_polls.fetch_add(1, Ordering::Relaxed);
         }
+        let latest_trusted_ms = began_ms + CLOCK_SKEW_ALLOWED.as_millis() as u64;
         for record in records {
             if record.id.issuer == self.instance {
+                continue;
+            }
+            if record.issued_ms > latest_trusted_ms {
+                // dated ahead of every node's clock (planted by whoever else can write to
+                // memcached): applied, it would refuse every fill until its date and be kept
+                // until then, so the node would cache nothing; refused, as entries dated ahead are
+                log::debug!(
+                    "invalidation {:016x}-{}: dated {} ms ahead, refused",
+                    record.id.issuer,
+                    record.id.seq,
+                    record.issued_ms - began_ms
+                );
                 continue;
             }
             let scope = record.target.scope();

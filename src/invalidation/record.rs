@@ -80,30 +80,48 @@ impl Record {
     }
 }
 
-/// The records in `log` from byte `from` on, and the offset after the last whole one: a reader
-/// that keeps the offset reads only what was appended since. Damaged records are skipped; a
-/// record cut short (still being appended) ends the read before it.
+/// The records in `log` from byte `from` on, and the offset after the last one found: a reader
+/// that keeps the offset reads only what was appended since.
+///
+/// memcached's `append` is atomic, so a record is never half there: bytes that do not frame a
+/// record (a length running past the end, a body without the magic or with a bad CRC) are
+/// damaged or planted by whoever else can write to memcached, and the next record may start at
+/// any later byte, so the read goes on one byte further. Before, such bytes were taken for a
+/// record still being appended and ended the read: two bytes planted in a bucket's key before
+/// its first record hid every record appended after them from every node. A well-framed record
+/// this node cannot use (another version, kind or host) is skipped whole.
 pub fn decode_from(log: &[u8], from: usize) -> (Vec<Record>, usize) {
     let mut records = Vec::new();
     let mut pos = from.min(log.len());
+    let mut read_to = pos;
     while let Some(len_bytes) = log.get(pos..pos + 2) {
         let len = usize::from(u16::from_be_bytes([len_bytes[0], len_bytes[1]]));
-        let Some(body) = log.get(pos + 2..pos + 2 + len) else {
-            break;
-        };
-        if let Some(record) = decode_one(body) {
-            records.push(record);
+        match log
+            .get(pos + 2..pos + 2 + len)
+            .filter(|body| well_framed(body))
+        {
+            Some(body) => {
+                records.extend(decode_one(body));
+                pos += 2 + len;
+                read_to = pos;
+            }
+            None => pos += 1,
         }
-        pos += 2 + len;
     }
-    (records, pos)
+    (records, read_to)
 }
 
+/// Whether `body` is a record's frame: the magic first and its CRC-32 last.
+fn well_framed(body: &[u8]) -> bool {
+    let Some((payload, crc)) = body.len().checked_sub(4).map(|at| body.split_at(at)) else {
+        return false;
+    };
+    payload.starts_with(MAGIC) && crc32fast::hash(payload).to_be_bytes() == crc
+}
+
+/// The record in a well-framed `body` ([`well_framed`]), if this node can use it.
 fn decode_one(body: &[u8]) -> Option<Record> {
-    let (payload, crc) = body.split_at_checked(body.len().checked_sub(4)?)?;
-    if crc32fast::hash(payload) != u32::from_be_bytes(crc.try_into().ok()?) {
-        return None;
-    }
+    let payload = &body[..body.len() - 4];
     let mut r = Reader(payload);
     if r.take(2)? != MAGIC || r.u8()? != VERSION {
         return None;
@@ -231,6 +249,32 @@ mod tests {
         let (records, end) = decode_from(&log, 0);
         assert_eq!(records, vec![record(3, Target::Tag("c".into()))]);
         assert_eq!(end, log.len());
+    }
+
+    #[test]
+    fn bytes_planted_before_or_between_records_hide_none_appended_after() {
+        let wanted = [
+            record(1, Target::Tag("a".into())),
+            record(2, Target::Tag("b".into())),
+        ];
+        // a length that runs past the end, then records appended after it
+        let mut log = vec![0xff, 0xff];
+        assert_eq!(decode_from(&log, 0), (vec![], 0));
+        log.extend_from_slice(&wanted[0].encode());
+        let (found, end) = decode_from(&log, 0);
+        assert_eq!(found, wanted[..1]);
+        assert_eq!(end, log.len());
+        // junk between two records, with the magic in it, and junk left at the end
+        log.extend_from_slice(b"\x00\x07LIjunk!");
+        log.extend_from_slice(&wanted[1].encode());
+        log.extend_from_slice(&[0x00, 0x40, b'L']);
+        let (found, end) = decode_from(&log, 0);
+        assert_eq!(found, wanted);
+        assert_eq!(
+            end,
+            log.len() - 3,
+            "the junk at the end is read again next time"
+        );
     }
 
     #[test]

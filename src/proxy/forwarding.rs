@@ -81,7 +81,11 @@ pub fn client_ip(session: &Session, trusted: &[AddressRange]) -> Option<IpAddr> 
         return peer;
     }
     // (a trusted peer: its report is read only now, for PURGE, fairness and the log)
-    reported_client(session.req_header(), trusted).or(peer)
+    match reported_client(session.req_header(), trusted) {
+        Reported::Nothing => peer,
+        Reported::Client(ip) => Some(ip),
+        Reported::Unknown => None,
+    }
 }
 
 /// The scheme a trusted peer reports: `X-Forwarded-Proto`, else `Forwarded: proto=`; the first
@@ -98,28 +102,62 @@ fn reported_https(req: &RequestHeader) -> Option<bool> {
 }
 
 /// The client a trusted peer reports: walking `X-Forwarded-For` (else `Forwarded: for=`) from the
-/// right, the first address that is not a trusted proxy; the leftmost if all are.
-fn reported_client(req: &RequestHeader, trusted: &[AddressRange]) -> Option<IpAddr> {
-    let mut chain: Vec<IpAddr> = req
-        .headers
-        .get_all(X_FORWARDED_FOR)
+/// right, the first address that is not a trusted proxy (the leftmost if all are); `None` when
+/// that entry cannot be read (an obfuscated or `unknown` node, bytes that are not an address):
+/// the client is then unknown, never the trusted peer itself. Only a peer that reports no chain
+/// at all is its own client ([`client_ip`]).
+///
+/// Each field value is split as bytes: a value holding a byte past ASCII (which `to_str`
+/// refuses) once dropped the whole line, the entry the trusted proxy appended with it, and the
+/// client became the `Forwarded` field it wrote itself, or the proxy: a PURGE through nginx's
+/// `$proxy_add_x_forwarded_for` from anywhere was taken for one from the proxy's host.
+fn reported_client(req: &RequestHeader, trusted: &[AddressRange]) -> Reported {
+    let mut chain: Vec<Option<IpAddr>> = field_entries(req, &X_FORWARDED_FOR)
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|entry| parse_node(entry.trim()))
+        .map(|entry| parse_node(entry))
         .collect();
     if chain.is_empty() {
         chain = forwarded_params(req, "for")
             .iter()
-            .filter_map(|node| parse_node(node))
+            .map(|node| parse_node(node))
             .collect();
     }
-    chain
+    if chain.is_empty() {
+        return Reported::Nothing;
+    }
+    for entry in chain.iter().rev() {
+        match entry {
+            Some(ip) if trusted.iter().any(|range| range.contains(*ip)) => continue,
+            Some(ip) => return Reported::Client(*ip),
+            None => return Reported::Unknown,
+        }
+    }
+    match chain[0] {
+        Some(ip) => Reported::Client(ip),
+        None => Reported::Unknown,
+    }
+}
+
+/// What a trusted peer's forwarding fields say of the client ([`reported_client`]).
+#[derive(Debug, PartialEq)]
+enum Reported {
+    /// No chain: the peer is its own client.
+    Nothing,
+    Client(IpAddr),
+    /// A client the chain names but that cannot be read.
+    Unknown,
+}
+
+/// The comma-separated entries of every `name` field, in order, trimmed, each read from its
+/// bytes (an entry that is not UTF-8 comes out unreadable, not dropped with its line).
+fn field_entries(req: &RequestHeader, name: &http::HeaderName) -> Vec<String> {
+    req.headers
+        .get_all(name)
         .iter()
-        .rev()
-        .find(|ip| !trusted.iter().any(|range| range.contains(**ip)))
-        .or(chain.first())
-        .copied()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .map(|entry| String::from_utf8_lossy(entry).trim().to_string())
+        .filter(|entry| !entry.is_empty())
+        .collect()
 }
 
 /// An address as forwarding fields write it: `192.0.2.1`, `192.0.2.1:4711`, `[2001:db8::1]`,
@@ -139,11 +177,8 @@ fn parse_node(text: &str) -> Option<IpAddr> {
 /// The values of one parameter (`for`, `proto`) in every element of the `Forwarded` fields
 /// (RFC 7239), in order.
 fn forwarded_params(req: &RequestHeader, name: &str) -> Vec<String> {
-    req.headers
-        .get_all(header::FORWARDED)
+    field_entries(req, &header::FORWARDED)
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
         .flat_map(|element| element.split(';'))
         .filter_map(|pair| pair.split_once('='))
         .filter(|(key, _)| key.trim().eq_ignore_ascii_case(name))
@@ -198,12 +233,47 @@ mod tests {
         ]);
         assert_eq!(
             reported_client(&req, &trusted),
-            Some("198.51.100.7".parse().unwrap())
+            Reported::Client("198.51.100.7".parse().unwrap())
         );
         let all_trusted = request(&[("x-forwarded-for", "10.0.0.1, 10.0.0.2")]);
         assert_eq!(
             reported_client(&all_trusted, &trusted),
-            Some("10.0.0.1".parse().unwrap())
+            Reported::Client("10.0.0.1".parse().unwrap())
+        );
+        assert_eq!(reported_client(&request(&[]), &trusted), Reported::Nothing);
+    }
+
+    #[test]
+    fn an_entry_that_cannot_be_read_makes_the_client_unknown_never_the_proxy() {
+        let trusted = ranges(&["127.0.0.0/8"]);
+        // a client's own line with a byte past ASCII, the trusted proxy's entry appended to it
+        let mut req = RequestHeader::build("PURGE", b"/", None).unwrap();
+        let line = http::HeaderValue::from_bytes(b"203.0.113.5\x80, 198.51.100.7").unwrap();
+        req.append_header("x-forwarded-for", line).unwrap();
+        req.append_header("forwarded", "for=127.0.0.1").unwrap();
+        assert_eq!(
+            reported_client(&req, &trusted),
+            Reported::Client("198.51.100.7".parse().unwrap())
+        );
+        // the entry reached walking from the right is not an address: unknown
+        for chain in [
+            "127.0.0.1, 203.0.113.5\u{e9}",
+            "127.0.0.1, unknown, 127.0.0.2",
+        ] {
+            let req = request(&[("x-forwarded-for", chain)]);
+            assert_eq!(
+                reported_client(&req, &trusted),
+                Reported::Unknown,
+                "{chain}"
+            );
+        }
+        let obfuscated = request(&[("forwarded", "for=_hidden, for=127.0.0.1")]);
+        assert_eq!(reported_client(&obfuscated, &trusted), Reported::Unknown);
+        // an empty entry (a stray comma) is no entry
+        let sloppy = request(&[("x-forwarded-for", "198.51.100.7,")]);
+        assert_eq!(
+            reported_client(&sloppy, &trusted),
+            Reported::Client("198.51.100.7".parse().unwrap())
         );
     }
 
@@ -216,7 +286,7 @@ mod tests {
         )]);
         assert_eq!(
             reported_client(&req, &trusted),
-            Some("2001:db8::7".parse().unwrap())
+            Reported::Client("2001:db8::7".parse().unwrap())
         );
         assert_eq!(reported_https(&req), Some(true));
         assert_eq!(reported_https(&request(&[])), None);
