@@ -55,8 +55,8 @@ pub struct ProxyConfig {
     pub read_timeout: Duration,
     pub write_timeout: Duration,
     pub idle_timeout: Duration,
-    /// An upgraded connection (a WebSocket tunnel) is closed when either side has sent nothing
-    /// for this long.
+    /// An upgraded connection (a WebSocket tunnel) is closed when neither side has sent anything
+    /// for this long (one side talking keeps it open: server-push WebSockets stay up).
     pub tunnel_idle_timeout: Duration,
     /// Peers whose `X-Forwarded-*` / `Forwarded` are believed: the client address, scheme and
     /// host they report are used and passed on. Empty (the default): nobody's are.

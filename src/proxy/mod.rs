@@ -1002,8 +1002,9 @@ impl ProxyHttp for LacquerProxy {
         }
         let live = self.settings(ctx);
         match &live.fairness {
-            // a tunnel would hold its client's slot for as long as it stays open
-            Some(_) if ctx.upgrade.requested() => Ok(true),
+            // an upgrade too: a field alone exempted a request, though it went on as an ordinary
+            // one, or the origin refused the switch (a slot of a tunnel that opens is given back
+            // at its 101, in `upstream_response_filter`)
             Some(cap) => {
                 cap.on_upstream_request(session, client_ip(session, &live), &mut ctx.upstream)
                     .await
@@ -1161,6 +1162,9 @@ impl ProxyHttp for LacquerProxy {
         headers::settle_length_fields(upstream_response);
         if let Some(protocol) = switched {
             upgrade::restore_switch_fields(upstream_response, protocol);
+            // the request is over at the origin's side: the tunnel now open does not hold its
+            // client's fairness slot for as long as it lasts
+            ctx.upstream.admission = None;
         }
         headers::add_date_if_missing(upstream_response);
         rules::on_upstream_response(&ctx.rules, upstream_response);

@@ -20,8 +20,10 @@
 //! * [`on_upstream_response`] (`upstream_response_filter`) keeps a 101's `Upgrade` and
 //!   `Connection: upgrade` (every other hop-by-hop field is still removed).
 //!
-//! The tunnel's idle timeout (`proxy.tunnel_idle_timeout`) bounds each direction: a side that
-//! sends nothing for that long ends the tunnel, as nginx's `proxy_read_timeout` does. The access
+//! The tunnel's idle timeout (`proxy.tunnel_idle_timeout`) ends a tunnel in which neither side
+//! has sent anything for that long (Pingora's tunnel loop restarts its timer on traffic either
+//! way): a WebSocket where only the server pushes, or only the client sends, stays up. (nginx's
+//! `proxy_read_timeout` bounds the origin's side alone, and cuts a client-only stream.) The access
 //! log writes one line when the tunnel ends, status 101, cache word `tunnel`.
 //!
 //! HTTP/2 clients: WebSockets over HTTP/2 need extended CONNECT (RFC 8441). Pingora 0.9.1 cannot
