@@ -40,29 +40,71 @@ pub fn vary_names(resp: &ResponseHeader) -> impl Iterator<Item = String> + '_ {
 /// field never matches a present one, not even an empty one (RFC 9111 §4.1).
 const ABSENT: &[u8] = b"\0absent";
 
-/// Normalizes one request field's values: trimmed, comma lists re-joined with ", ".
+/// Normalizes one request field's values, as bytes: split into list items at commas outside
+/// quoted strings, each item trimmed of spaces and tabs and its runs of them made one space, empty
+/// items dropped, the rest joined with ", ". Only HTTP's whitespace (space, tab) is whitespace
+/// and only a comma outside quotes separates (RFC 9110 §5.6.1, §5.6.3, §5.6.4); every other byte
+/// is kept as sent. Read as lossy UTF-8 and split on Unicode whitespace, values the origin saw
+/// as different shared a variant: `\xc2\xa0v2` was the ordinary `v2`'s, every byte that is not
+/// UTF-8 the same U+FFFD, `p="a,b"` the same as `p="a, b"`.
 fn normalized_value(req: &RequestHeader, name: &str) -> Vec<u8> {
     if !req.headers.contains_key(name) {
         return ABSENT.to_vec();
     }
-    if name == "accept-language" {
+    if name == "accept-language"
+        && req
+            .headers
+            .get_all(name)
+            .iter()
+            .all(|value| value.as_bytes().is_ascii())
+    {
         return normalized_accept_language(req);
     }
-    let mut out = String::new();
+    let mut out = Vec::new();
     for value in req.headers.get_all(name) {
-        let text = String::from_utf8_lossy(value.as_bytes());
-        for item in text.split(',') {
-            let item = item.split_whitespace().collect::<Vec<_>>().join(" ");
-            if item.is_empty() {
+        for item in list_items(value.as_bytes()) {
+            let mut words = item
+                .split(|&b| b == b' ' || b == b'\t')
+                .filter(|word| !word.is_empty())
+                .peekable();
+            if words.peek().is_none() {
                 continue;
             }
             if !out.is_empty() {
-                out.push_str(", ");
+                out.extend_from_slice(b", ");
             }
-            out.push_str(&item);
+            let mut first = true;
+            for word in words {
+                if !first {
+                    out.push(b' ');
+                }
+                out.extend_from_slice(word);
+                first = false;
+            }
         }
     }
-    out.into_bytes()
+    out
+}
+
+/// The items of a comma-separated field value: split at commas outside quoted strings (a
+/// backslash inside quotes escapes the next byte).
+fn list_items(value: &[u8]) -> Vec<&[u8]> {
+    let mut items = Vec::new();
+    let (mut start, mut quoted, mut escaped) = (0, false, false);
+    for (i, &b) in value.iter().enumerate() {
+        if escaped {
+            escaped = false;
+        } else if quoted && b == b'\\' {
+            escaped = true;
+        } else if b == b'"' {
+            quoted = !quoted;
+        } else if b == b',' && !quoted {
+            items.push(&value[start..i]);
+            start = i + 1;
+        }
+    }
+    items.push(&value[start..]);
+    items
 }
 
 /// `Accept-Language` in normal form (see the module doc): `lang;q=0.xyz` entries, lowercased,
@@ -151,6 +193,33 @@ mod tests {
         let mut r = ResponseHeader::build(200, None).unwrap();
         r.insert_header("vary", vary).unwrap();
         r
+    }
+
+    #[test]
+    fn only_http_whitespace_and_unquoted_commas_are_structure() {
+        let r = resp("X-V");
+        let key = |value: &[u8]| {
+            let mut req = RequestHeader::build("GET", b"/", None).unwrap();
+            req.insert_header("x-v", http::HeaderValue::from_bytes(value).unwrap())
+                .unwrap();
+            variance_key(&r, &req)
+        };
+        assert_eq!(key(b" v2 ,\tw "), key(b"v2, w"));
+        assert_ne!(key("\u{a0}v2".as_bytes()), key(b"v2"));
+        assert_ne!(key(b"caf\xe9"), key(b"caf\xe8"));
+        assert_ne!(key(br#"t;p="a,b""#), key(br#"t;p="a, b""#));
+        assert_eq!(key(br#"t;p="a,b", u"#), key(br#"t;p="a,b",u"#));
+        let fr = |value: &[u8]| {
+            let mut req = RequestHeader::build("GET", b"/", None).unwrap();
+            req.insert_header(
+                "accept-language",
+                http::HeaderValue::from_bytes(value).unwrap(),
+            )
+            .unwrap();
+            variance_key(&resp("Accept-Language"), &req)
+        };
+        assert_ne!(fr(b"fr\xe9"), fr(b"fr\xe8"));
+        assert_eq!(fr(b"FR ; q=1"), fr(b"fr"));
     }
 
     #[test]
