@@ -16,7 +16,7 @@ use http::header;
 /// Rebuilds the framing of `meta`'s head for a body of `body_len` bytes: every `Content-Length`,
 /// `Transfer-Encoding` and hop-by-hop field goes, and one `Content-Length` equal to the body's
 /// length is set (none on a 204, which must have no body). An entry with a status this cache
-/// never stores (1xx, 206, 304, out of range), or a 204 with a body, is rejected.
+/// never stores (1xx, 206, 304, out of range), or a 204 or 205 with a body, is rejected.
 pub fn reframe(meta: &mut StoredMeta, body_len: usize) -> Result<(), EntryError> {
     let head = &mut meta.header;
     if !storable_status(head.status) {
@@ -25,6 +25,10 @@ pub fn reframe(meta: &mut StoredMeta, body_len: usize) -> Result<(), EntryError>
     let no_content = head.status == http::StatusCode::NO_CONTENT;
     if no_content && body_len > 0 {
         return Err(EntryError::Malformed("a body on a 204"));
+    }
+    if head.status == http::StatusCode::RESET_CONTENT && body_len > 0 {
+        // RFC 9110 §15.3.6: a 205 MUST NOT carry content (a planted one did, and was served)
+        return Err(EntryError::Malformed("a body on a 205"));
     }
     crate::proxy::headers::strip_hop_by_hop(head);
     if !no_content && framed_as(head, body_len) {
@@ -137,10 +141,12 @@ mod tests {
     }
 
     #[test]
-    fn statuses_never_stored_and_a_204_with_a_body_are_rejected() {
+    fn statuses_never_stored_and_a_204_or_205_with_a_body_are_rejected() {
         for status in [100, 101, 206, 304] {
             assert!(reframe(&mut meta_with(status, &[]), 0).is_err(), "{status}");
         }
         assert!(reframe(&mut meta_with(204, &[]), 3).is_err());
+        assert!(reframe(&mut meta_with(205, &[]), 3).is_err());
+        assert!(reframe(&mut meta_with(205, &[]), 0).is_ok());
     }
 }
