@@ -351,10 +351,16 @@ pub fn decode_whole(
         // an empty body: an empty stream in any coding (see `Decoder::took_input`)
         return Ok(Some(Bytes::new()));
     }
-    Ok(Some(match pieces.len() {
+    Ok(Some(joined(pieces)))
+}
+
+/// `pieces` of a decoded body as one `Bytes`: a lone piece as it is, several copied together.
+pub fn joined(mut pieces: Vec<Bytes>) -> Bytes {
+    match pieces.len() {
+        0 => Bytes::new(),
         1 => pieces.pop().expect("one piece"),
         _ => Bytes::from(pieces.concat()),
-    }))
+    }
 }
 
 #[cfg(test)]

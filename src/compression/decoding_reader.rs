@@ -16,7 +16,7 @@ use bytes::Bytes;
 use pingora_cache::storage::{HandleHit, HitHandler, Storage};
 use pingora_cache::trace::SpanHandle;
 use pingora_cache::CacheKey;
-use pingora_error::{Error, ErrorType, Result};
+use pingora_error::Result;
 use std::any::Any;
 
 /// The most a decoded body's piece holds (one decoder step more at most): a size the downstream
@@ -47,10 +47,7 @@ impl DecodingReader {
 impl HandleHit for DecodingReader {
     async fn read_body(&mut self) -> Result<Option<Bytes>> {
         loop {
-            let piece = self
-                .decoder
-                .pull(PIECE)
-                .map_err(|e| Error::because(ErrorType::InternalError, "decoding for client", e))?;
+            let piece = super::pull_for_client(&mut self.decoder, PIECE)?;
             if !piece.is_empty() {
                 return Ok(Some(piece));
             }

@@ -187,9 +187,10 @@ pub fn rewrite_head_for_decoded_body(resp: &mut ResponseHeader) {
 /// `storage::memory::whole_body_within`): such a body is decoded now and its head given the
 /// decoded `Content-Length`, as the fast path sends the same hit. Any other body, or one that
 /// does not decode within [`decode::WHOLE_DECODE_MAX_DECODED`], is decoded as it passes, chunked.
-/// A stored body found not valid in its coding before anything was sent is a `502` for this
-/// client (never a `200` cut short, which a client reading to the close cannot tell from a whole
-/// one); clients that take the coding still get it as it is.
+/// A stored body found not valid in its coding before anything was sent fails the request before
+/// its head (an error answer: Pingora's hit path sends it as a `500`), never a `200` cut short,
+/// which a client reading to the close cannot tell from a whole one; clients that take the
+/// coding still get it as it is.
 pub fn on_downstream_head(
     ctx: &mut CompressionCtx,
     req: &RequestHeader,
@@ -257,9 +258,7 @@ pub fn on_downstream_body(
             let mut pieces = Vec::new();
             let mut decoded = 0;
             loop {
-                let piece = decoder.pull(decoding_reader::PIECE).map_err(|e| {
-                    Error::because(ErrorType::InternalError, "decoding for client", e)
-                })?;
+                let piece = pull_for_client(decoder, decoding_reader::PIECE)?;
                 if piece.is_empty() {
                     break;
                 }
@@ -272,17 +271,20 @@ pub fn on_downstream_body(
                 }
                 pieces.push(piece);
             }
-            *body = Some(match pieces.len() {
-                0 => Bytes::new(),
-                1 => pieces.pop().expect("one piece"),
-                _ => Bytes::from(pieces.concat()),
-            });
+            *body = Some(decode::joined(pieces));
         }
     }
     if end {
         ctx.decoding = None;
     }
     Ok(())
+}
+
+/// The decoder's next piece for a client ([`Decoder::pull`]), its failure the request's error.
+fn pull_for_client(decoder: &mut Decoder, max: usize) -> Result<Bytes> {
+    decoder
+        .pull(max)
+        .map_err(|e| Error::because(ErrorType::InternalError, "decoding for client", e))
 }
 
 /// Whether the response's body is decoded as it passes, for a caller that writes each piece
@@ -311,9 +313,7 @@ pub fn on_downstream_body_in_pieces(
     } else if end {
         decoder.push(Bytes::new(), true);
     }
-    let piece = decoder
-        .pull(decoding_reader::PIECE)
-        .map_err(|e| Error::because(ErrorType::InternalError, "decoding for client", e))?;
+    let piece = pull_for_client(decoder, decoding_reader::PIECE)?;
     let more = !piece.is_empty();
     *body = more.then_some(piece);
     if !more && end {

@@ -600,17 +600,8 @@ fn whole_stored_body_to_decode(
     session: &mut Session,
     resp: &ResponseHeader,
 ) -> Option<Vec<bytes::Bytes>> {
-    use pingora_cache::CachePhase;
     // the phase first: a miss or a pass pays no header lookup here
-    let serves_stored_body = matches!(
-        session.cache.phase(),
-        CachePhase::Hit
-            | CachePhase::Stale
-            | CachePhase::StaleUpdating
-            | CachePhase::Revalidated
-            | CachePhase::RevalidatedNoCache(_)
-    );
-    if !serves_stored_body {
+    if !serves_a_stored_hit(&session.cache.phase()) {
         return None;
     }
     compression::needs_decoding(session.req_header(), resp)?;
@@ -620,16 +611,26 @@ fn whole_stored_body_to_decode(
     )
 }
 
+/// Whether a response in cache `phase` is a stored object's, sent from its hit handler: a hit,
+/// a stale one, or one revalidated.
+fn serves_a_stored_hit(phase: &pingora_cache::CachePhase) -> bool {
+    use pingora_cache::CachePhase;
+    matches!(
+        phase,
+        CachePhase::Hit
+            | CachePhase::Stale
+            | CachePhase::StaleUpdating
+            | CachePhase::Revalidated
+            | CachePhase::RevalidatedNoCache(_)
+    )
+}
+
 /// The reader the standard path sends this response's body from, when it sends it from storage:
 /// a hit's (or a stale or revalidated one's), or a filling miss's own reader of its fill.
 fn body_reader(session: &mut Session) -> Option<&mut pingora_cache::storage::HitHandler> {
     use pingora_cache::CachePhase;
     match session.cache.phase() {
-        CachePhase::Hit
-        | CachePhase::Stale
-        | CachePhase::StaleUpdating
-        | CachePhase::Revalidated
-        | CachePhase::RevalidatedNoCache(_) => Some(session.cache.hit_handler()),
+        phase if serves_a_stored_hit(&phase) => Some(session.cache.hit_handler()),
         CachePhase::Miss | CachePhase::Expired => session.cache.miss_body_reader(),
         _ => None,
     }
