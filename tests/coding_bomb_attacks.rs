@@ -304,14 +304,6 @@ fn proxy(origin: &RawOrigin, extra: &str) -> LacquerProcess {
     LacquerProcess::start_simple(origin.addr, &format!("[log]\naccess = \"off\"\n{extra}"))
 }
 
-/// The peak resident memory of process `pid` so far (`VmHWM`).
-fn peak_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kb * 1024
-}
-
 // ---------------------------------------------------------------------------------------------
 // A client that streams what it reads (a bomb's 128 MiB are counted, not kept).
 

@@ -381,13 +381,6 @@ fn proxy(site: &Site, extra: &str) -> LacquerProcess {
     )
 }
 
-fn peak_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kb * 1024
-}
-
 // ---------------------------------------------------------------------------------------------
 // The raw client.
 

@@ -320,14 +320,6 @@ fn panics_of(node: &LacquerProcess) -> Vec<String> {
     found
 }
 
-/// The peak resident memory of process `pid` so far (`VmHWM`).
-fn peak_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kb * 1024
-}
-
 // ---------------------------------------------------------------------------------------------
 // Heads.
 

@@ -290,13 +290,6 @@ impl Drop for Victim {
     }
 }
 
-/// The kB count of a `/proc/<pid>/status` line.
-fn proc_status_kb(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with(field)).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
-
 /// A raw request head: `line`, `Host: test`, then `fields` (each ending in CRLF).
 fn head(line: &str, fields: &str) -> String {
     format!("{line}\r\nHost: test\r\n{fields}\r\n")
@@ -883,7 +876,7 @@ fn a_tunnel_whose_reader_stalls_holds_bounded_memory() {
     let flood = TunnelOrigin::start(SWITCH, Mode::Flood);
     let lacquer = LacquerProcess::start_simple(flood.addr, "[log]\naccess = \"off\"");
     let pid = lacquer.pid();
-    let before = proc_status_kb(pid, "VmHWM:");
+    let before = status_kb(pid, "VmHWM:");
 
     // origin floods, client never reads
     let stalled = open_tunnel(lacquer.addr(), "/ws/flood");
@@ -894,7 +887,7 @@ fn a_tunnel_whose_reader_stalls_holds_bounded_memory() {
     let sink = TunnelOrigin::start(SWITCH, Mode::Stall);
     let sink_proxy = LacquerProcess::start_simple(sink.addr, "[log]\naccess = \"off\"");
     let sink_pid = sink_proxy.pid();
-    let sink_before = proc_status_kb(sink_pid, "VmHWM:");
+    let sink_before = status_kb(sink_pid, "VmHWM:");
     let mut flooder = open_tunnel(sink_proxy.addr(), "/ws/sink");
     let _ = flooder
         .stream()
@@ -909,8 +902,8 @@ fn a_tunnel_whose_reader_stalls_holds_bounded_memory() {
             Err(_) => break,
         }
     }
-    let after = proc_status_kb(pid, "VmHWM:");
-    let sink_after = proc_status_kb(sink_pid, "VmHWM:");
+    let after = status_kb(pid, "VmHWM:");
+    let sink_after = status_kb(sink_pid, "VmHWM:");
     drop(stalled);
     let _ = flooder.try_send(b"");
     let grew = after.saturating_sub(before);

@@ -120,10 +120,20 @@ pub fn send_signal(pid: u32, sig: &str) -> bool {
 
 /// Resident set size of a process in bytes, from /proc.
 pub fn rss_bytes(pid: u32) -> u64 {
+    status_kb(pid, "VmRSS:") * 1024
+}
+
+/// The peak resident memory of process `pid` so far (`VmHWM`), in bytes: what a request that
+/// allocated and freed again still shows.
+pub fn peak_rss(pid: u32) -> u64 {
+    status_kb(pid, "VmHWM:") * 1024
+}
+
+/// A field of `/proc/PID/status` given in kB (`field` with its colon, `VmHWM:`).
+pub fn status_kb(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kb * 1024
+    let line = status.lines().find(|l| l.starts_with(field)).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
 /// A file's contents as (lossy) text; empty if it cannot be read. For a child's log.

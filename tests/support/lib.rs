@@ -65,7 +65,10 @@ pub mod websocket;
 
 pub use self::h2::*;
 pub use assertions::*;
-pub use child::{read_lossy, rss_bytes, run_with_timeout, send_signal, stderr_text, OwnedChild};
+pub use child::{
+    peak_rss, read_lossy, rss_bytes, run_with_timeout, send_signal, status_kb, stderr_text,
+    OwnedChild,
+};
 pub use client::*;
 pub use cluster::*;
 pub use coding::{decode, encode, lists_coding};
