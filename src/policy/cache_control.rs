@@ -318,8 +318,9 @@ fn for_each_directive<'a>(line: &'a [u8], mut f: impl FnMut(&'a [u8], Option<&'a
 }
 
 /// The end (past the closing quote) of the quoted string opening at `line[open]`, if it closes:
-/// `"(?:[^"\\]|\\.)*"`, where `.` is any byte but LF.
-fn quoted_string_end(line: &[u8], open: usize) -> Option<usize> {
+/// `"(?:[^"\\]|\\.)*"`, where `.` is any byte but LF. Also how `vary` finds the commas of a list
+/// that are not inside one.
+pub(super) fn quoted_string_end(line: &[u8], open: usize) -> Option<usize> {
     let mut i = open + 1;
     while i < line.len() {
         match line[i] {

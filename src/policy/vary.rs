@@ -86,21 +86,23 @@ fn normalized_value(req: &RequestHeader, name: &str) -> Vec<u8> {
     out
 }
 
-/// The items of a comma-separated field value: split at commas outside quoted strings (a
-/// backslash inside quotes escapes the next byte).
+/// The items of a comma-separated field value: split at commas outside quoted strings
+/// ([`super::cache_control::quoted_string_end`]; an unclosed one runs to the end).
 fn list_items(value: &[u8]) -> Vec<&[u8]> {
     let mut items = Vec::new();
-    let (mut start, mut quoted, mut escaped) = (0, false, false);
-    for (i, &b) in value.iter().enumerate() {
-        if escaped {
-            escaped = false;
-        } else if quoted && b == b'\\' {
-            escaped = true;
-        } else if b == b'"' {
-            quoted = !quoted;
-        } else if b == b',' && !quoted {
-            items.push(&value[start..i]);
-            start = i + 1;
+    let (mut start, mut i) = (0, 0);
+    while i < value.len() {
+        match value[i] {
+            b'"' => match super::cache_control::quoted_string_end(value, i) {
+                Some(end) => i = end,
+                None => break,
+            },
+            b',' => {
+                items.push(&value[start..i]);
+                start = i + 1;
+                i += 1;
+            }
+            _ => i += 1,
         }
     }
     items.push(&value[start..]);
