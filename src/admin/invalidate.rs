@@ -221,7 +221,7 @@ fn purge_targets(body: &PurgeBody) -> Result<Vec<Target>, String> {
             };
             Ok(schemes
                 .iter()
-                .map(|&https| Target::url(&crate::proxy::cache_key::keyed_host(https, host), path))
+                .map(|&https| Target::page(https, host, path))
                 .collect())
         }
         _ => purge_target(body).map(|target| vec![target]),
@@ -251,10 +251,7 @@ fn purge_target(body: &PurgeBody) -> Result<Target, String> {
             };
             // the cache key has the scheme: an https URL names the https page
             let https = uri.scheme_str() == Some("https");
-            Ok(Target::url(
-                &crate::proxy::cache_key::keyed_host(https, host),
-                &path,
-            ))
+            Ok(Target::page(https, host, &path))
         }
         _ => Err("give \"url\", or \"host\" and \"path\"".into()),
     }

@@ -34,6 +34,22 @@ impl Target {
         }
     }
 
+    /// The URL target of one page: `host` (as a request or an operator wrote it) and `path`,
+    /// reached over `https` or not, keyed as [`cache_key::keyed_host`] keys it. The same as
+    /// `Target::url(&keyed_host(https, host), path)`, with the keyed host written lowercase
+    /// once rather than formatted and then copied: every successful POST names two pages.
+    pub fn page(https: bool, host: &str, path: &str) -> Target {
+        let prefix = if https { cache_key::HTTPS_PREFIX } else { "" };
+        let mut keyed = String::with_capacity(prefix.len() + host.len());
+        keyed.push_str(prefix);
+        keyed.push_str(host);
+        keyed.make_ascii_lowercase();
+        Target::Url {
+            host: keyed,
+            path: path.to_string(),
+        }
+    }
+
     /// Why the target's host cannot be one a cache key holds, if it cannot: an empty host, or
     /// one that is not `host[:port]` in RFC 3986 syntax (a request with such a `Host` is refused
     /// with a 400 before it is keyed). Such a target names nothing; worse, a host holding `/`
@@ -99,6 +115,22 @@ mod tests {
     use super::*;
     use crate::storage::ban_list::scope::{host_and_path, EntryScopes};
     use pingora_cache::key::CacheHashKey;
+
+    #[test]
+    fn a_page_target_is_the_url_target_of_its_keyed_host() {
+        for https in [false, true] {
+            for host in ["Shop.Example:8080", "a.test", "A.TEST."] {
+                assert_eq!(
+                    Target::page(https, host, "/a/B?c=D"),
+                    Target::url(&cache_key::keyed_host(https, host), "/a/B?c=D")
+                );
+            }
+        }
+        assert_eq!(
+            Target::page(true, "A.test", "/").describe(),
+            "url https://a.test/"
+        );
+    }
 
     #[test]
     fn a_url_target_covers_the_entry_of_that_key_and_the_key_text_splits_back() {

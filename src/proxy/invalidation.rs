@@ -42,9 +42,8 @@ async fn purge(
     // the resource changed whichever scheme it was reached by: both pages go
     for path in targets(host, req, resp) {
         for https in [false, true] {
-            let keyed = cache_key::keyed_host(https, host);
             let request = Request {
-                target: Target::url(&keyed, &path),
+                target: Target::page(https, host, &path),
                 soft: false,
                 asked_by: asked_by.clone(),
                 wait: false,
@@ -54,7 +53,7 @@ async fn purge(
                 log::warn!(
                     "invalidation of {} refused: {}",
                     // the request took its target: described again only when refused
-                    Target::url(&keyed, &path).describe(),
+                    Target::page(https, host, &path).describe(),
                     refused.0
                 );
             }

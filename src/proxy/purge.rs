@@ -104,7 +104,7 @@ pub async fn carry_out(
         let path = req.uri.path_and_query().map_or("/", |pq| pq.as_str());
         let host = cache_key::request_host(&req);
         let request_for = |https: bool| Request {
-            target: Target::url(&cache_key::keyed_host(https, host), path),
+            target: Target::page(https, host, path),
             soft,
             asked_by: format!(
                 "{} (PURGE)",
