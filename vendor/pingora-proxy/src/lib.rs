@@ -1433,8 +1433,14 @@ where
             };
 
             let final_error = if let Some((reuse, stale_cache_error)) = serve_stale_result {
-                // don't reuse server conn if serve stale polluted it
-                server_reuse = server_reuse && reuse;
+                // LACQUER PATCH (keep the client after an origin failure): the failed attempt
+                // left `server_reuse` false, which closed the client's connection after a stale
+                // answer served whole. The stale answer is the only one written (it is served
+                // only when nothing was), so the connection is as reusable as after any hit once
+                // the request's body has been read to its end (none of it can be taken for a next
+                // request) and the request was no upgrade; `finish` applies the keep-alive rules.
+                server_reuse =
+                    reuse && !session.is_upgrade_req() && session.downstream_session.is_body_done();
                 stale_cache_error
             } else {
                 proxy_error
@@ -1451,6 +1457,10 @@ where
                     session.cache.disable(reason);
                 }
                 let res = self.inner.fail_to_proxy(&mut session, e, &mut ctx).await;
+                // LACQUER PATCH (keep the client after an origin failure): whether the client's
+                // connection outlives the error answer is `fail_to_proxy`'s to say, as in
+                // `handle_error` (Pingora ignored it here, so every error answer closed it)
+                server_reuse = res.can_reuse_downstream;
 
                 // final error will have > 0 status unless downstream connection is dead
                 if !self.inner.suppress_error_log(&session, &ctx, e) {
