@@ -41,7 +41,8 @@
 //! `logging` (by Pingora, after `request_filter` answered). The client is watched while the
 //! origin prepares its answer (`read_body_or_idle`, as Pingora's relay does): one that closes
 //! ends the request at once. A failure is returned as the standard path's would be, so `fail_to_proxy` answers it
-//! (502, 504) and the client connection is closed.
+//! (502, 504), and keeps the client's connection only when it is between messages
+//! ([`super::error_answer`]: the body read whole before any attempt makes that the common case).
 //!
 //! A miss asks the origin as the standard path's miss does (`Accept-Encoding` for the coding
 //! stored, compression on store), and streams a storable answer into the storage's miss

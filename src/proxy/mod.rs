@@ -41,6 +41,7 @@ pub mod access_record;
 pub mod cache_key;
 pub mod cache_status;
 pub mod direct_pass;
+pub mod error_answer;
 pub mod fast_hit;
 pub mod fill_relay;
 pub mod forwarding;
@@ -1070,15 +1071,26 @@ impl ProxyHttp for LacquerProxy {
         _ctx: &mut Self::CTX,
     ) -> FailToProxy {
         let code = crate::upstream::attempts::failure_status(e);
-        if code > 0 {
-            if let Err(write_error) = session.respond_error(code).await {
-                log::debug!("could not send the {code} error response: {write_error}");
-            }
+        if code == 0 {
+            return FailToProxy {
+                error_code: 0,
+                can_reuse_downstream: false,
+            };
+        }
+        // decided before the answer is written: its `Connection` field says whether it is kept
+        let keep = error_answer::keeps_connection(session, e, code).await;
+        let written = if keep {
+            error_answer::write_keeping_connection(session, code).await
+        } else {
+            // Pingora's answer turns keep-alive off: the connection may be mid-message
+            session.respond_error(code).await
+        };
+        if let Err(write_error) = &written {
+            log::debug!("could not send the {code} error response: {write_error}");
         }
         FailToProxy {
             error_code: code,
-            // as Pingora's default: the connection may be mid-message
-            can_reuse_downstream: false,
+            can_reuse_downstream: keep && written.is_ok(),
         }
     }
 
@@ -1141,7 +1153,8 @@ impl ProxyHttp for LacquerProxy {
         {
             // a switch the client never asked for would make the client's connection a tunnel
             // to whatever the origin sends next, answers to later requests included: refused,
-            // as `direct_pass` refuses it (502, and the client's connection closed)
+            // as `direct_pass` refuses it (502; nothing of the origin's answer reaches the
+            // client, and the origin's connection is dropped)
             let e = pingora_error::Error::explain(
                 pingora_error::ErrorType::InvalidHTTPHeader,
                 "101 Switching Protocols to a request that asked for no upgrade",
