@@ -874,10 +874,12 @@ fn an_origin_that_refuses_connections_is_answered_502() {
     });
     for view in [&post_view, &get_view] {
         assert_eq!(view.answer(0).status, 502, "{view:?}");
-        // the error answer is whole and says the connection ends with it
+        // the error answer is whole and the connection, between messages (the POST's body
+        // read to its end), carries the next request (until 2026-12-08 it was closed, as
+        // Pingora closed after every error answer; tests/error_answer_keepalive.rs)
         let answer = view.answer(0);
-        assert_eq!(answer.field("connection"), Some("close"), "{answer:?}");
-        assert!(!view.usable, "{view:?}");
+        assert_eq!(answer.field("connection"), None, "{answer:?}");
+        assert!(view.usable, "{view:?}");
     }
     assert_direct_passes(&nodes, 1);
 }

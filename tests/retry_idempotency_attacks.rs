@@ -743,8 +743,8 @@ fn a_full_replica_does_not_turn_requests_away_while_another_is_idle() {
 // --- 6. every replica hostile: a bounded, clean 5xx ---------------------------------------------
 
 /// Every replica fails the same way: refuses connections, resets, answers garbage, sends a head
-/// without end, or hangs. A GET gets a 502 or 504 within the configured timeouts, on a
-/// connection that is then closed (nothing else arrives on it), on both paths.
+/// without end, or hangs. A GET gets a 502 or 504 within the configured timeouts, nothing else
+/// arrives on its connection, which carries the next request, on both paths.
 #[test]
 fn every_replica_hostile_gives_a_bounded_clean_5xx() {
     for (path_name, path) in PATHS {
@@ -784,11 +784,6 @@ fn every_replica_hostile_gives_a_bounded_clean_5xx() {
                 panic!("{path_name}, {mode}: no whole answer: {outcome:?}");
             };
             assert!(matches!(r.status, 502 | 504), "{path_name}, {mode}: {r:?}");
-            assert!(
-                conn.is_closed(Duration::from_secs(3)),
-                "{path_name}, {mode}: the client connection was kept open after the error, or \
-                 more bytes followed it"
-            );
             // a hang is not replayed to the replica that hung, and nothing is asked a third time
             for origin in &origins {
                 assert!(
@@ -797,6 +792,18 @@ fn every_replica_hostile_gives_a_bounded_clean_5xx() {
                     origin.accepted()
                 );
             }
+            // nothing of the hostile answers follows the error answer, and the connection,
+            // between messages, carries the next request (until 2026-12-08 it was closed after
+            // every error answer, Pingora's default: tests/error_answer_keepalive.rs)
+            let _ = conn.try_send(&get_bytes(&format!("/all/{mode}/again")));
+            let again = read_one(&mut conn, false);
+            let Outcome::Complete(again) = &again else {
+                panic!("{path_name}, {mode}: more bytes followed the error, or no next answer: {again:?}");
+            };
+            assert!(
+                matches!(again.status, 502 | 504),
+                "{path_name}, {mode}: {again:?}"
+            );
             lacquer.assert_no_panic();
         }
     }
