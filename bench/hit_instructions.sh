@@ -15,6 +15,8 @@
 #   bench/hit_instructions.sh --rules 100              # with 100 request rules (bench/rules_config.py)
 #   ORIGIN=... bench/hit_instructions.sh --config br.toml --path /plain8k.html   # more config
 #   bench/hit_instructions.sh --h2 10                  # hits over h2c, 10 streams at once (h2load)
+#   bench/hit_instructions.sh --memcached --h1-clients 32   # HTTP/1.1 hits from 32 connections at
+#                                                      # once (h2load --h1): memcached gets batched
 #   bench/hit_instructions.sh --cache-sim              # also simulated I1 misses and mispredicted branches
 #   bench/hit_instructions.sh --annotate               # also the 40 costliest functions (inclusive)
 #   DUMP_TO=/tmp/h2.callgrind bench/hit_instructions.sh --h2 10   # keep the dump for callgrind_annotate
@@ -41,6 +43,7 @@ PLAIN=0
 RULES=0
 EXTRA_CONFIG=
 H2_STREAMS=0
+H1_CLIENTS=0
 ANNOTATE=0
 while [ $# -gt 0 ]; do
   case $1 in
@@ -55,6 +58,7 @@ while [ $# -gt 0 ]; do
     --rules) RULES=$2; shift 2 ;;
     --config) EXTRA_CONFIG=$(realpath "$2"); shift 2 ;;
     --h2) H2_STREAMS=$2; shift 2 ;;
+    --h1-clients) H1_CLIENTS=$2; shift 2 ;;
     --annotate) ANNOTATE=1; shift ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
@@ -89,7 +93,7 @@ if [ "$MEMCACHED" = 1 ]; then
   PIDS+=($!)
   printf '[cache.memcached]\nservers = ["127.0.0.1:%s"]\nlocal_ttl = "0s"\n' "$MC_PORT" >>"$WORK/lacquer.toml"
 fi
-if [ "$H2_STREAMS" -gt 0 ]; then
+if [ "$H2_STREAMS" -gt 0 ] || [ "$H1_CLIENTS" -gt 0 ]; then
   # (h2c prior knowledge is on by default on plain listeners)
   command -v h2load >/dev/null || apt-get install -y -q nghttp2-client >/dev/null
 fi
@@ -145,6 +149,11 @@ hits() {
     for x in "${HEADERS[@]}"; do h+=(-H "$x"); done
     out=$(h2load -n "$1" -c 1 -m "$H2_STREAMS" "${h[@]}" "http://127.0.0.1:$PORT$REQ_PATH")
     grep -q "$1 succeeded" <<<"$out" || { echo "h2load: not every request succeeded: $out" >&2; exit 1; }
+  elif [ "$H1_CLIENTS" -gt 0 ]; then
+    local h=() out
+    for x in "${HEADERS[@]}"; do h+=(-H "$x"); done
+    out=$(h2load --h1 -n "$1" -c "$H1_CLIENTS" "${h[@]}" "http://127.0.0.1:$PORT$REQ_PATH")
+    grep -q "$1 succeeded" <<<"$out" || { echo "h2load: not every request succeeded: $out" >&2; exit 1; }
   else
     python3 "$WORK/client.py" "$PORT" "$1" "$REQ_PATH" "${HEADERS[@]}"
   fi
@@ -158,6 +167,7 @@ TOTAL=$(callgrind_annotate "$DUMP" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",
 [ -n "${DUMP_TO:-}" ] && cp "$DUMP" "$DUMP_TO"
 PROTOCOL=HTTP/1.1
 [ "$H2_STREAMS" -gt 0 ] && PROTOCOL="h2c, $H2_STREAMS streams"
+[ "$H1_CLIENTS" -gt 0 ] && PROTOCOL="HTTP/1.1, $H1_CLIENTS connections"
 echo "$(basename "$BIN") $REQ_PATH ($PROTOCOL): $((TOTAL / REQUESTS)) user-space instructions per hit ($REQUESTS hits)"
 cache_sim_report "$DUMP" "$REQUESTS"
 if [ "$ANNOTATE" = 1 ]; then
