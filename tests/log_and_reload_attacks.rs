@@ -611,7 +611,6 @@ async fn a_log_server_restarted_empty_and_another_killed_for_good_lose_no_purge_
 /// reached or not confirmed (B is running and polling: an answer that names no node reports a
 /// purge complete that B may not have yet), and once it says B has it, B never serves it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "KNOWN: after every memcached server restarted, a waiting purge answers complete naming no node (members list lost until the 30 s re-join)"]
 async fn a_waiting_purge_after_every_log_server_restarted_still_accounts_for_the_other_node() {
     let mut cluster = MemcachedCluster::start(2);
     let origin = scripted_origin();

@@ -16,7 +16,8 @@
 //!   from its start), so only what was appended since is decoded. At start the range is the whole
 //!   retention (catch-up). Records are idempotent (see [`crate::storage::ban_list`]), so reading one twice,
 //!   or from several servers, is harmless.
-//! * **Presence.** Each node lists itself once in `{namespace}:inval:nodes` and, after every
+//! * **Presence.** Each node lists itself in `{namespace}:inval:nodes` (checked before every
+//!   read, and added again to a server whose list lost it in a restart) and, after every
 //!   read, writes a heartbeat `{namespace}:inval:node:{instance}` (its name and, per issuing
 //!   node, the newest record it has applied) that expires a few polls later: a node issuing a
 //!   purge reads them to report which nodes have it.

@@ -56,7 +56,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 use target::Target;
 
-/// How often the members list and the ban list are tidied.
+/// How often the ban list is tidied.
 const HOUSEKEEPING: Duration = Duration::from_secs(30);
 /// The most publications and deletes kept for retrying; older ones are given up (and logged).
 const MAX_PENDING: usize = 10_000;
@@ -750,9 +750,12 @@ impl Invalidator {
             }
             if let (Some(log), Some(shared)) = (&self.log, self.shared) {
                 let started = Instant::now();
-                if first {
-                    log.join(self.instance).await;
-                }
+                // listed again on every read, not only at start: a server restarted (or one
+                // that evicted the list) forgets its members, and a waiting purge reads the
+                // heartbeats of listed nodes only, so until this node is listed again it would
+                // answer "complete" without it (`tests/log_and_reload_attacks.rs`). One `get`
+                // per server and read; an `append` only when the server's list lacks this node
+                log.join(self.instance).await;
                 self.poll(log).await;
                 if first {
                     self.bans.caught_up();
@@ -771,9 +774,6 @@ impl Invalidator {
                 };
                 let ttl = (self.poll_interval * 4).max(Duration::from_secs(2));
                 log.heartbeat(self.instance, &beat, ttl).await;
-                if tidied.elapsed() >= HOUSEKEEPING {
-                    log.join(self.instance).await;
-                }
             }
             if tidied.elapsed() >= HOUSEKEEPING {
                 self.bans.prune(SystemTime::now());
