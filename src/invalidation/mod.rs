@@ -524,24 +524,36 @@ impl Invalidator {
     }
 
     /// Waits until every live node's heartbeat shows `id` applied (at most three bounds, and at
-    /// least [`MIN_WAIT`]); reports who did and who did not.
+    /// least [`MIN_WAIT`]); reports who did and who did not. A heartbeat claiming a record of
+    /// this node newer than any it issued confirms nothing (a planted record's sequence).
     async fn await_nodes(&self, log: &SharedLog, id: RecordId) -> NodesReport {
         let deadline = Instant::now() + (self.bound() * 3).max(MIN_WAIT);
+        let mut warned = false;
         loop {
             let beats = log.heartbeats().await;
             let (mut reached, mut not_confirmed) = (Vec::new(), Vec::new());
+            // the newest sequence this node has issued: a node claiming more applied a record
+            // under this node's id that this node never wrote (anyone who can write to memcached
+            // can plant one, and the CRC is no signature), so its claim confirms nothing
+            let issued = self.next_seq.load(Ordering::Relaxed).saturating_sub(1);
             for (instance, beat) in &beats {
                 if *instance == self.instance {
                     continue;
                 }
-                if beat
-                    .applied
-                    .get(&id.issuer)
-                    .is_some_and(|seq| *seq >= id.seq)
-                {
-                    reached.push(beat.name.clone());
-                } else {
-                    not_confirmed.push(beat.name.clone());
+                match beat.applied.get(&id.issuer) {
+                    Some(&seq) if seq >= id.seq && seq <= issued => {
+                        reached.push(beat.name.clone());
+                    }
+                    Some(&seq) if seq > issued => {
+                        if !std::mem::replace(&mut warned, true) {
+                            log::warn!(
+                            "invalidation: node {} says it applied record {seq} of this node,                              which has issued {issued}: a record under this node's id was                              planted in the log; its confirmations are not taken",
+                            beat.name
+                            );
+                        }
+                        not_confirmed.push(beat.name.clone());
+                    }
+                    _ => not_confirmed.push(beat.name.clone()),
                 }
             }
             if not_confirmed.is_empty() || Instant::now() >= deadline {
