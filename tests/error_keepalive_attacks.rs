@@ -909,7 +909,6 @@ fn repeated_kept_failures_give_fairness_and_backend_slots_back() {
 /// waiting out the drain, as it was before connections were kept. The control run without the
 /// limits shows the wait is the slot's.
 #[test]
-#[ignore = "KNOWN: the error answer's body drain (up to 1 s) holds the failed attempt's backend max_in_flight slot and the client's fairness slot"]
 fn a_drain_does_not_hold_the_slots_of_a_failed_attempt() {
     let limits = [
         ("no limit (control)", ""),

@@ -1068,8 +1068,14 @@ impl ProxyHttp for LacquerProxy {
         &self,
         session: &mut Session,
         e: &pingora_error::Error,
-        _ctx: &mut Self::CTX,
+        ctx: &mut Self::CTX,
     ) -> FailToProxy {
+        // the request is done with the origin: its backend's `max_in_flight` slot and the
+        // client's fairness slot go back now, not when the session ends, so that the wait for
+        // the rest of a request body (below, at most `error_answer::BODY_DRAIN_WAIT`) holds
+        // neither (`tests/error_keepalive_attacks.rs`)
+        ctx.upstream.slot = None;
+        ctx.upstream.admission = None;
         let code = crate::upstream::attempts::failure_status(e);
         if code == 0 {
             return FailToProxy {
