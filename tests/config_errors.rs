@@ -53,6 +53,19 @@ fn invalid_values_name_the_key_and_reason() {
             "listen",
             "unknown listen option",
         ),
+        // a PROXY-protocol listener that a connection's local address cannot tell from a plain
+        // one: a direct client of the plain listener could name any address in a PROXY header
+        // (tests/proxy_protocol_and_health_attacks.rs)
+        (
+            "upstream = \"127.0.0.1:1\"\nlisten = [\"0.0.0.0:18080 proxy_protocol\", \"[::1]:18080\"]",
+            "listen",
+            "share port 18080",
+        ),
+        (
+            "upstream = \"127.0.0.1:1\"\nlisten = [\"127.0.0.1:18080\", \"[::]:18080 proxy_protocol\"]",
+            "listen",
+            "share port 18080",
+        ),
         (
             "upstream = \"localhost:1\"\n[balancer]\nresolve_interval = \"often\"",
             "balancer.resolve_interval",

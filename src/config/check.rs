@@ -165,6 +165,38 @@ pub fn listen_addrs(
     Ok((all, proxy_protocol))
 }
 
+/// Refuses a listener set in which a connection's local address would not tell a
+/// `proxy_protocol` listener from a plain one: the two on one port, one of them a wildcard
+/// (`0.0.0.0`, `[::]`) or both on the same address. Lacquer knows which kind a connection came
+/// through only by its local address (`crate::proxy_protocol`), so such a set let a direct
+/// client of the plain listener name any address in a PROXY header, or refused its plain
+/// requests (found 2026-12-08, `tests/proxy_protocol_and_health_attacks.rs`). `listeners` are
+/// `(key, address, expects the header)`; listeners on separate ports, or on distinct specific
+/// addresses, are told apart exactly.
+pub fn listeners_told_apart(listeners: &[(&str, SocketAddr, bool)]) -> Result<(), ConfigError> {
+    for (i, &(key, a, a_proxied)) in listeners.iter().enumerate() {
+        for &(other_key, b, b_proxied) in &listeners[i + 1..] {
+            if a_proxied == b_proxied || a.port() != b.port() {
+                continue;
+            }
+            if a.ip().is_unspecified() || b.ip().is_unspecified() || a.ip() == b.ip() {
+                let (proxied, plain) = if a_proxied { (a, b) } else { (b, a) };
+                let key = if a_proxied { key } else { other_key };
+                return Err(ConfigError::new(
+                    key,
+                    format!(
+                        "\"{proxied} proxy_protocol\" and the plain listener \"{plain}\" share \
+                         port {}: a connection could not be told to come through one or the \
+                         other (give them separate ports, or distinct specific addresses)",
+                        a.port()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `IP:PORT` or `HOSTNAME:PORT`, resolved once, at start-up, to its first address (memcached
 /// servers; origins are `super::origin_address`, looked up again while running).
 pub fn resolved_addr(key: &str, text: &str) -> Result<SocketAddr, ConfigError> {

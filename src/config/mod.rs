@@ -156,6 +156,19 @@ impl Config {
         let first_listen_port = server.listen.first().map(|a| a.port());
         let backends = balancing::validate_backends(&file.upstream, &file.upstreams)?;
         let tls = tls::validate(&file.tls)?;
+        let mut listeners: Vec<(&str, SocketAddr, bool)> = server
+            .listen
+            .iter()
+            .map(|a| ("listen", *a, server.proxy_protocol.contains(a)))
+            .collect();
+        if let Some(tls) = &tls {
+            listeners.extend(
+                tls.listen
+                    .iter()
+                    .map(|a| ("tls.listen", *a, tls.proxy_protocol.contains(a))),
+            );
+        }
+        check::listeners_told_apart(&listeners)?;
         let proxy = proxy::validate(&file.proxy)?;
         let cache = cache::validate(&file.cache)?;
         let groups = rules::backend_groups(&backends);
@@ -204,6 +217,27 @@ mod tests {
         assert!(c.cache.enabled);
         assert_eq!(c.cache.memory_size, 256 << 20);
         assert!(c.threads >= 1);
+    }
+
+    #[test]
+    fn a_proxy_protocol_listener_must_be_told_apart_from_a_plain_one() {
+        for listen in [
+            r#"["0.0.0.0:8080 proxy_protocol", "[::1]:8080"]"#,
+            r#"["127.0.0.1:8080", "[::]:8080 proxy_protocol"]"#,
+        ] {
+            let e = err(&format!("upstream = \"127.0.0.1:1\"\nlisten = {listen}"));
+            assert_eq!(e.key, "listen", "{listen}");
+            assert!(e.reason.contains("share port 8080"), "{e}");
+        }
+        // distinct specific addresses, or separate ports, are told apart exactly
+        for listen in [
+            r#"["10.0.0.1:8080 proxy_protocol", "127.0.0.1:8080"]"#,
+            r#"["0.0.0.0:8081 proxy_protocol", "0.0.0.0:8080"]"#,
+            r#"["0.0.0.0:8080 proxy_protocol", "[::]:8080 proxy_protocol"]"#,
+        ] {
+            Config::from_toml(&format!("upstream = \"127.0.0.1:1\"\nlisten = {listen}"))
+                .unwrap_or_else(|e| panic!("{listen}: {e}"));
+        }
     }
 
     #[test]
