@@ -1323,58 +1323,10 @@ async fn a_fleet_wide_health_failure_does_not_take_the_site_down() {
     lb.assert_no_panic();
 }
 
-/// Attack: a plain listener on `[::1]:P` beside a `proxy_protocol` listener on the IPv4
-/// wildcard `0.0.0.0:P` (the load balancer comes over IPv4, local clients over IPv6). A direct
-/// client of the plain listener sends a plain request, then a PROXY header naming the address
-/// it likes. Promise (README: a header on a listener not marked `proxy_protocol` is no client
-/// address): the plain listener serves plain HTTP, and a PROXY line there is a bad request,
-/// never the client's address.
-#[test]
-#[ignore = "KNOWN: a 0.0.0.0:P proxy_protocol listener makes a plain [::1]:P listener expect (and believe) PROXY headers"]
-fn a_wildcard_proxy_protocol_listener_does_not_claim_a_plain_ipv6_listener() {
-    if TcpListener::bind("[::1]:0").is_err() {
-        eprintln!("no IPv6 loopback here: nothing to attack");
-        return;
-    }
-    let origin = xff_origin();
-    let lacquer = LacquerProcess::start_on_free_port(|port| {
-        format!(
-            "listen = [\"0.0.0.0:{port} proxy_protocol\", \"[::1]:{port}\"]\nupstream = \"{}\"\n\
-             threads = 2\n",
-            origin.addr()
-        )
-    });
-    let plain: SocketAddr = format!("[::1]:{}", lacquer.port()).parse().unwrap();
-    assert!(
-        poll_until(WAIT, || TcpStream::connect(plain).is_ok()),
-        "the plain IPv6 listener never opened"
-    );
-    let mut spoof = v1("198.51.100.120", lacquer.port());
-    spoof.extend_from_slice(&get_req("/ipv6-spoof"));
-    let spoofed = answer_to(plain, &spoof);
-    let direct = answer_to(plain, &get_req("/ipv6-plain"));
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(
-        !logged_as(&lacquer, "198.51.100.120"),
-        "a client of the plain listener chose its address: {}",
-        lacquer.stdout_log()
-    );
-    assert_eq!(
-        origin.hits_for("/ipv6-spoof"),
-        0,
-        "the spoofed request was served"
-    );
-    assert_eq!(
-        spoofed.map(|r| r.status),
-        Some(400),
-        "a PROXY line on the plain listener was not a bad request"
-    );
-    assert_eq!(
-        direct.map(|r| r.status),
-        Some(200),
-        "the plain listener did not serve a plain request"
-    );
-}
+// A plain listener and a `proxy_protocol` one on the same port with a wildcard between them
+// (`0.0.0.0:P proxy_protocol` beside `[::1]:P`) let a direct client of the plain listener name
+// any address in a PROXY header (found by this file, 2026-12-08): such a listener set is now
+// refused at start-up, `tests/config_errors.rs` (`share port`).
 
 /// Attack: slowloris on a `proxy_protocol` listener with `server.header_read_timeout = "2s"`:
 /// a connection that sends nothing, and one that dribbles its PROXY header for about 5 s and
@@ -1464,7 +1416,8 @@ fn a_client_that_leaves_gives_back_its_fairness_slot() {
             "{name} never went upstream"
         );
         drop(conn);
-        let admitted = poll_until(Duration::from_secs(3), || {
+        // well inside the origin's 6 s: a slot kept until the origin answers fails this
+        let admitted = poll_until(Duration::from_millis(4500), || {
             RawConn::connect(lb.addr()).get("/next", &[]).status == 200
         });
         assert!(admitted, "{name}: the slot of a client that left was kept");
