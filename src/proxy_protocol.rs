@@ -30,24 +30,33 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 const V1_MAX: usize = 107;
 /// The v2 signature.
 const V2_SIGNATURE: [u8; 12] = *b"\r\n\r\n\0\r\nQUIT\n";
-/// How long a client may take to send the header.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The listener addresses whose connections start with a PROXY header.
+/// The listener addresses whose connections start with a PROXY header, and how long a client
+/// may take to send it.
 #[derive(Debug, Clone, Default)]
-pub struct ProxyProtocolListeners(Vec<SocketAddr>);
+pub struct ProxyProtocolListeners {
+    addrs: Vec<SocketAddr>,
+    header_timeout: Duration,
+}
 
 impl ProxyProtocolListeners {
-    /// The listeners marked `proxy_protocol` in `listen` and `tls.listen`.
-    pub fn new(addrs: Vec<SocketAddr>) -> Self {
-        ProxyProtocolListeners(addrs)
+    /// The listeners marked `proxy_protocol` in `listen` and `tls.listen`, whose header must be
+    /// in within `header_timeout` of the connection's opening: `server.header_read_timeout`, the
+    /// bound of a request head (the request head then has its own, so a connection's first
+    /// request is complete within twice it). Before 2026-12-08 the header had a fixed 10 s of
+    /// its own (`tests/proxy_protocol_and_health_attacks.rs`).
+    pub fn new(addrs: Vec<SocketAddr>, header_timeout: Duration) -> Self {
+        ProxyProtocolListeners {
+            addrs,
+            header_timeout,
+        }
     }
 
     /// Whether a connection accepted on `local` (its socket's local address) came through one of
     /// them: same port, and the same address unless the listener is a wildcard.
     fn expects_header(&self, local: Option<SocketAddr>) -> bool {
         let Some(local) = local else { return false };
-        self.0.iter().any(|listener| {
+        self.addrs.iter().any(|listener| {
             listener.port() == local.port()
                 && (listener.ip().is_unspecified() || listener.ip() == local.ip())
         })
@@ -55,7 +64,7 @@ impl ProxyProtocolListeners {
 
     /// Whether no listener expects the header (then no connection is looked at).
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.addrs.is_empty()
     }
 
     fn expects_header_on(&self, digest: Option<Arc<SocketDigest>>) -> bool {
@@ -69,8 +78,11 @@ impl ProxyProtocolListeners {
 
 /// Reads one PROXY header, v1 or v2, and nothing after it; returns the client it names (`None`
 /// for `LOCAL` / `UNKNOWN`).
-pub async fn read_header<S: AsyncRead + Unpin>(stream: &mut S) -> Result<Option<SocketAddr>> {
-    let bytes = tokio::time::timeout(HEADER_TIMEOUT, read_header_bytes(stream))
+pub async fn read_header<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    timeout: Duration,
+) -> Result<Option<SocketAddr>> {
+    let bytes = tokio::time::timeout(timeout, read_header_bytes(stream))
         .await
         .map_err(|_| invalid("no PROXY header in time"))??;
     parse(&bytes)
@@ -167,7 +179,7 @@ impl ServerApp for ProxyProtocolApp {
         {
             // boxed: inline, its timer and reads sized this future, which every connection
             // keeps for its life (3.9 KB of an idle one), header or not
-            match Box::pin(read_header(&mut stream)).await {
+            match Box::pin(read_header(&mut stream, self.listeners.header_timeout)).await {
                 Ok(Some(client)) => {
                     let fd = stream.id();
                     stream.set_socket_digest(digest_with_peer(fd, client));
@@ -196,7 +208,7 @@ impl PreTlsProcess for PreTlsHeader {
         if self.0.is_empty() || !self.0.expects_header_on(stream.get_socket_digest()) {
             return Ok(());
         }
-        if let Some(client) = read_header(stream).await? {
+        if let Some(client) = read_header(stream, self.0.header_timeout).await? {
             let fd = stream.id();
             stream.set_socket_digest(digest_with_peer(fd, client));
         }
@@ -210,7 +222,7 @@ mod tests {
 
     async fn read(bytes: &[u8]) -> (Result<Option<SocketAddr>>, Vec<u8>) {
         let mut input = bytes;
-        let result = read_header(&mut input).await;
+        let result = read_header(&mut input, Duration::from_secs(10)).await;
         (result, input.to_vec())
     }
 
@@ -247,10 +259,13 @@ mod tests {
 
     #[test]
     fn wildcard_listeners_match_by_port() {
-        let listeners = ProxyProtocolListeners::new(vec![
-            "0.0.0.0:8443".parse().unwrap(),
-            "127.0.0.1:8080".parse().unwrap(),
-        ]);
+        let listeners = ProxyProtocolListeners::new(
+            vec![
+                "0.0.0.0:8443".parse().unwrap(),
+                "127.0.0.1:8080".parse().unwrap(),
+            ],
+            Duration::from_secs(10),
+        );
         assert!(listeners.expects_header(Some("10.0.0.1:8443".parse().unwrap())));
         assert!(listeners.expects_header(Some("127.0.0.1:8080".parse().unwrap())));
         assert!(!listeners.expects_header(Some("127.0.0.2:8080".parse().unwrap())));

@@ -259,6 +259,7 @@ fn serve(
             .chain(config.tls.iter().flat_map(|tls| &tls.proxy_protocol))
             .copied()
             .collect(),
+        config.client_limits.header_read_timeout,
     );
     if !expecting_header.is_empty() {
         listeners.set_pre_tls_callback(Arc::new(PreTlsHeader(expecting_header.clone())));
