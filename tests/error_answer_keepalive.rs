@@ -8,8 +8,8 @@
 
 use lacquer_test_support as support;
 
-use std::io::{ErrorKind, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::ErrorKind;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -39,7 +39,7 @@ fn failing_origin() -> RawOrigin {
     RawOrigin::answering(|head, stream| {
         let path = path_of(head);
         if path.starts_with("/ok") {
-            write(
+            write_quietly(
                 stream,
                 b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nCache-Control: no-store\r\n\
                   Connection: close\r\n\r\nok",
@@ -57,32 +57,13 @@ fn failing_origin() -> RawOrigin {
                 }
             }
         } else if path.starts_with("/cut") {
-            write(
+            write_quietly(
                 stream,
                 b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\nCache-Control: no-store\r\n\r\nhello",
             );
             std::thread::sleep(Duration::from_millis(100));
         }
     })
-}
-
-fn write(stream: &mut TcpStream, bytes: &[u8]) {
-    let _ = stream.write_all(bytes);
-    let _ = stream.flush();
-}
-
-/// The target of a request head (`GET /a HTTP/1.1` → `/a`).
-fn path_of(head: &str) -> &str {
-    head.split_whitespace().nth(1).unwrap_or("")
-}
-
-/// The request lines the origin read (the first line of each head), in order.
-fn request_lines(origin: &RawOrigin) -> Vec<String> {
-    origin
-        .heads()
-        .iter()
-        .map(|head| head.lines().next().unwrap_or("").to_string())
-        .collect()
 }
 
 fn start(backend: SocketAddr, path: &str) -> LacquerProcess {
@@ -226,7 +207,7 @@ fn a_failed_posts_body_is_never_taken_for_a_request() {
         let rest = conn.read_rest();
         assert!(rest.is_empty(), "{name}: a third answer: {:?}", text(&rest));
         assert_eq!(
-            request_lines(&origin),
+            origin.request_lines(),
             ["POST /reset HTTP/1.1", "GET /ok/after HTTP/1.1"],
             "{name}"
         );
@@ -266,7 +247,7 @@ fn a_body_still_arriving_when_the_origin_fails_closes_the_connection() {
     rest.extend_from_slice(&get("/ok/after"));
     let _ = conn.try_send(&rest);
     assert!(conn.read_rest().is_empty());
-    assert_eq!(request_lines(&origin), ["POST /reset HTTP/1.1"]);
+    assert_eq!(origin.request_lines(), ["POST /reset HTTP/1.1"]);
     lacquer.assert_no_panic();
 }
 
@@ -337,13 +318,13 @@ fn a_stale_answer_after_an_origin_failure_keeps_the_connection_for_a_pipelined_r
     let origin = RawOrigin::answering(move |head, stream| {
         let path = path_of(head);
         if path.starts_with("/ok") {
-            write(
+            write_quietly(
                 stream,
                 b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nCache-Control: no-store\r\n\
                   Connection: close\r\n\r\nok",
             );
         } else if count.fetch_add(1, Ordering::SeqCst) == 0 {
-            write(
+            write_quietly(
                 stream,
                 b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\
                   Cache-Control: max-age=1, stale-if-error=600\r\nConnection: close\r\n\r\nstale",

@@ -53,28 +53,28 @@ fn origin() -> RawOrigin {
             let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
             let _ = stream.read(&mut [0u8; 100]);
         } else if path.starts_with("/early") {
-            write(
+            write_quietly(
                 stream,
                 b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n",
             );
             std::thread::sleep(Duration::from_millis(50));
         } else if path.starts_with("/continue") {
-            write(stream, b"HTTP/1.1 100 Continue\r\n\r\n");
+            write_quietly(stream, b"HTTP/1.1 100 Continue\r\n\r\n");
             std::thread::sleep(Duration::from_millis(50));
         } else if path.starts_with("/o502") {
-            write(
+            write_quietly(
                 stream,
                 b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 5\r\nCache-Control: no-store\r\n\
                   Connection: close\r\n\r\nhello",
             );
         } else if path.starts_with("/c502") {
-            write(
+            write_quietly(
                 stream,
                 b"HTTP/1.1 502 Bad Gateway\r\nCache-Control: no-store\r\n\
                   Connection: close\r\n\r\nhello",
             );
         } else if path.starts_with("/cut502") {
-            write(
+            write_quietly(
                 stream,
                 b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 10\r\nCache-Control: no-store\r\n\
                   \r\nhello",
@@ -90,7 +90,7 @@ fn ok_answer(stream: &mut TcpStream, path: &str) {
          Connection: close\r\n\r\n{path}",
         path.len()
     );
-    write(stream, answer.as_bytes());
+    write_quietly(stream, answer.as_bytes());
 }
 
 /// Until the proxy gives up (closes its side) or 30 s pass.
@@ -110,28 +110,9 @@ fn hang(stream: &mut TcpStream) {
     }
 }
 
-fn write(stream: &mut TcpStream, bytes: &[u8]) {
-    let _ = stream.write_all(bytes);
-    let _ = stream.flush();
-}
-
-/// The target of a request head (`GET /a HTTP/1.1` → `/a`).
-fn path_of(head: &str) -> &str {
-    head.split_whitespace().nth(1).unwrap_or("")
-}
-
-/// The request lines the origin read, in order.
-fn request_lines(origin: &RawOrigin) -> Vec<String> {
-    origin
-        .heads()
-        .iter()
-        .map(|head| head.lines().next().unwrap_or("").to_string())
-        .collect()
-}
-
 /// No request head the origin read came out of a request body.
 fn assert_nothing_smuggled(origin: &RawOrigin, why: &str) {
-    let lines = request_lines(origin);
+    let lines = origin.request_lines();
     assert!(
         !lines.iter().any(|l| l.contains("/smuggled")),
         "{why}: a body's bytes reached the origin as a request: {lines:?}"
@@ -322,7 +303,7 @@ fn malformed_chunked_bodies_close_the_connection_after_the_error() {
                 assert!(says_close(r), "{why}: kept after a malformed body: {r:?}");
             }
         }
-        let lines = request_lines(&origin);
+        let lines = origin.request_lines();
         assert!(
             !lines.iter().any(|l| l.contains("/ok/after-malformed")),
             "{name}: a request after a malformed body was forwarded: {lines:?}"
@@ -431,7 +412,7 @@ fn a_slowloris_body_inside_the_drain_is_cut_off_within_bounds() {
             sent.elapsed()
         );
         assert!(conn.read_rest().is_empty(), "{why}: a second answer");
-        assert_eq!(request_lines(&origin), ["POST /reset HTTP/1.1"], "{why}");
+        assert_eq!(origin.request_lines(), ["POST /reset HTTP/1.1"], "{why}");
         lacquer.assert_no_panic();
     }
 }
@@ -534,7 +515,7 @@ fn posts_pipelined_around_a_failing_post_get_their_own_answers_in_order() {
             }
         }
         assert!(conn.read_rest().is_empty(), "{name}: an answer too many");
-        let mut lines = request_lines(&origin);
+        let mut lines = origin.request_lines();
         lines.sort();
         assert_eq!(
             lines,
@@ -625,7 +606,8 @@ fn expect_100_continue_with_and_without_its_body() {
         next_is_answered_or_closed(&mut conn, &r, "/ok/after", &why);
         assert_nothing_smuggled(&origin, name);
         assert!(
-            !request_lines(&origin)
+            !origin
+                .request_lines()
                 .iter()
                 .any(|l| l.contains("/ok/late")),
             "{name}"
@@ -745,7 +727,7 @@ fn stale_if_error_with_bodies_and_heads_stays_in_step() {
         if path.starts_with("/ok") {
             ok_answer(stream, &path);
         } else if seen.lock().unwrap().insert(path) {
-            write(
+            write_quietly(
                 stream,
                 b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\
                   Cache-Control: max-age=1, stale-if-error=600\r\nConnection: close\r\n\r\nstale",
@@ -815,7 +797,8 @@ fn stale_if_error_with_bodies_and_heads_stays_in_step() {
     }
     assert_nothing_smuggled(&origin, "stale-if-error");
     assert!(
-        !request_lines(&origin)
+        !origin
+            .request_lines()
             .iter()
             .any(|l| l.contains("/ok/after-c")),
         "the request after an unread half was forwarded"
@@ -1283,7 +1266,8 @@ fn lacquers_own_503_with_an_unread_body_stays_in_step() {
         );
         assert_nothing_smuggled(&origin, name);
         assert!(
-            !request_lines(&origin)
+            !origin
+                .request_lines()
                 .iter()
                 .any(|l| l.contains("/ok/refused")),
             "{name}: a refused request reached the origin"

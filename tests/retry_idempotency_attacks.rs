@@ -62,7 +62,7 @@
 use lacquer_test_support as support;
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::{Shutdown, SocketAddr};
 use std::time::Instant;
 use support::raw_text::{find, request_line};
 use support::*;
@@ -82,11 +82,6 @@ fn ok_no_store(body: &str) -> String {
         "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nCache-Control: no-store\r\n\r\n{body}",
         body.len()
     )
-}
-
-fn write(stream: &mut TcpStream, bytes: &[u8]) {
-    let _ = stream.write_all(bytes);
-    let _ = stream.flush();
 }
 
 /// The answer every desync test must never see anywhere.
@@ -239,14 +234,14 @@ fn failing(mode: &'static str) -> RawOrigin {
     RawOrigin::answering(move |_head, stream| match mode {
         // closed before any byte of the answer
         "reset" => {}
-        "half-head" => write(stream, b"HTTP/1.1 200 OK\r\nContent-Le"),
-        "garbage" => write(stream, b"SSH-2.0-OpenSSH_9.6\r\n\r\n"),
+        "half-head" => write_quietly(stream, b"HTTP/1.1 200 OK\r\nContent-Le"),
+        "garbage" => write_quietly(stream, b"SSH-2.0-OpenSSH_9.6\r\n\r\n"),
         "cut-body" => {
             let mut bytes =
                 b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\nCache-Control: no-store\r\n\r\n"
                     .to_vec();
             bytes.extend_from_slice(&[b'x'; 10]);
-            write(stream, &bytes);
+            write_quietly(stream, &bytes);
         }
         // past `first_byte` (300ms)
         "hang" => std::thread::sleep(Duration::from_millis(1500)),
@@ -347,14 +342,14 @@ fn a_get_cut_mid_body_is_never_spliced_stored_or_left_open() {
                     bytes.extend_from_slice(&[b'x'; 100]);
                     bytes.extend_from_slice(b"\r\n");
                 }
-                write(stream, &bytes);
+                write_quietly(stream, &bytes);
             });
             let whole = RawOrigin::answering(|_, stream| {
                 let mut bytes = b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\
                                   Cache-Control: max-age=3600\r\n\r\n"
                     .to_vec();
                 bytes.extend_from_slice(&[b'y'; 1000]);
-                write(stream, &bytes);
+                write_quietly(stream, &bytes);
             });
             let lacquer = start_balancer(
                 &[(cutting.addr, 1), (whole.addr, 1)],
@@ -430,18 +425,18 @@ fn double_answering_origin() -> KeepAliveOrigin {
     KeepAliveOrigin::start(|seen, stream| {
         match seen.path.as_str() {
             "/double/later" => {
-                write(stream, ok_no_store("first").as_bytes());
+                write_quietly(stream, ok_no_store("first").as_bytes());
                 std::thread::sleep(Duration::from_millis(20));
-                write(stream, SMUGGLED.as_bytes());
+                write_quietly(stream, SMUGGLED.as_bytes());
             }
             "/double/now" => {
-                write(
+                write_quietly(
                     stream,
                     format!("{}{SMUGGLED}", ok_no_store("first")).as_bytes(),
                 );
             }
             "/double/head" => {
-                write(
+                write_quietly(
                     stream,
                     format!(
                         "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nCache-Control: no-store\r\n\r\n",
@@ -450,30 +445,30 @@ fn double_answering_origin() -> KeepAliveOrigin {
                     .as_bytes(),
                 );
                 std::thread::sleep(Duration::from_millis(20));
-                write(stream, SMUGGLED.as_bytes());
+                write_quietly(stream, SMUGGLED.as_bytes());
             }
             "/double/204" => {
-                write(
+                write_quietly(
                     stream,
                     b"HTTP/1.1 204 No Content\r\nCache-Control: no-store\r\n\r\n",
                 );
                 std::thread::sleep(Duration::from_millis(20));
-                write(stream, SMUGGLED.as_bytes());
+                write_quietly(stream, SMUGGLED.as_bytes());
             }
             "/double/304" => {
-                write(
+                write_quietly(
                     stream,
                     b"HTTP/1.1 304 Not Modified\r\nCache-Control: no-store\r\n\r\n",
                 );
                 std::thread::sleep(Duration::from_millis(20));
-                write(stream, SMUGGLED.as_bytes());
+                write_quietly(stream, SMUGGLED.as_bytes());
             }
             "/double/short" => {
                 let first =
                     "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nCache-Control: no-store\r\n\r\n";
-                write(stream, format!("{first}first{SMUGGLED}").as_bytes());
+                write_quietly(stream, format!("{first}first{SMUGGLED}").as_bytes());
             }
-            other => write(
+            other => write_quietly(
                 stream,
                 ok_no_store(&format!("answer to {other}")).as_bytes(),
             ),
@@ -638,11 +633,11 @@ fn a_request_queued_past_its_total_deadline_never_reaches_the_origin() {
                     "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nCache-Control: no-store\r\n\r\n",
                     body.len()
                 );
-                write(stream, head.as_bytes());
-                write(stream, &body);
+                write_quietly(stream, head.as_bytes());
+                write_quietly(stream, &body);
                 return Then::Close;
             }
-            write(stream, ok_no_store("done").as_bytes());
+            write_quietly(stream, ok_no_store("done").as_bytes());
             Then::KeepAlive
         });
         let lacquer = LacquerProcess::start_on_free_port(|port| {
@@ -693,7 +688,7 @@ fn a_full_replica_does_not_turn_requests_away_while_another_is_idle() {
     on_both_paths(|path_name, path| {
         let hung = RawOrigin::hanging();
         let idle = KeepAliveOrigin::start(|seen, stream| {
-            write(
+            write_quietly(
                 stream,
                 ok_no_store(&format!("answer to {}", seen.path)).as_bytes(),
             );
@@ -818,7 +813,7 @@ fn every_replica_hostile_gives_a_bounded_clean_5xx() {
 async fn a_replica_passing_health_checks_but_failing_requests_is_ejected() {
     let liar = KeepAliveOrigin::start(|seen, stream| {
         if seen.path == "/health" {
-            write(stream, ok_no_store("fine").as_bytes());
+            write_quietly(stream, ok_no_store("fine").as_bytes());
             return Then::Close;
         }
         Then::Close
@@ -867,7 +862,7 @@ async fn a_hanging_health_endpoint_takes_a_replica_out_and_all_down_still_serves
             std::thread::sleep(Duration::from_secs(3));
             return Then::Close;
         }
-        write(stream, ok_no_store("from hanging-health").as_bytes());
+        write_quietly(stream, ok_no_store("from hanging-health").as_bytes());
         Then::KeepAlive
     });
     let good = Replica::start("good");
@@ -989,7 +984,7 @@ fn a_100_continue_then_a_reset_is_a_clean_final_answer() {
     for (path_name, path) in PATHS {
         let continuing = || {
             RawOrigin::answering(|_, stream| {
-                write(stream, b"HTTP/1.1 100 Continue\r\n\r\n");
+                write_quietly(stream, b"HTTP/1.1 100 Continue\r\n\r\n");
                 std::thread::sleep(Duration::from_millis(50));
             })
         };
@@ -1045,7 +1040,7 @@ fn an_answer_sent_before_the_request_body_is_relayed_once() {
     for (path_name, path) in PATHS {
         let early = || {
             RawOrigin::answering(|_, stream| {
-                write(
+                write_quietly(
                     stream,
                     b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\n\
                       Connection: close\r\n\r\ntoo big!",
@@ -1108,7 +1103,7 @@ fn a_replayed_request_is_exactly_the_clients_request() {
     on_both_paths(|path_name, path| {
         let resetting = RawOrigin::closing();
         let recording = KeepAliveOrigin::start(|seen, stream| {
-            write(
+            write_quietly(
                 stream,
                 ok_no_store(&format!("answer to {}", seen.path)).as_bytes(),
             );

@@ -31,10 +31,6 @@ fn whole_cacheable(stream: &mut TcpStream, max_age: u32) {
 }
 
 /// The path of a request head (`GET /a HTTP/1.1` → `/a`).
-fn path_of(head: &str) -> &str {
-    head.split_whitespace().nth(1).unwrap_or("")
-}
-
 const NO_PASSIVE: &str = "[balancer.passive]\nenabled = false\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

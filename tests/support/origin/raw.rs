@@ -104,6 +104,28 @@ impl RawOrigin {
     pub fn heads(&self) -> Vec<String> {
         self.heads.lock().unwrap().clone()
     }
+
+    /// The request lines read so far (the first line of each head), in arrival order: what a
+    /// desync test compares with what the client sent.
+    pub fn request_lines(&self) -> Vec<String> {
+        self.heads()
+            .iter()
+            .map(|head| head.lines().next().unwrap_or("").to_string())
+            .collect()
+    }
+}
+
+/// The target of a request head (`GET /a HTTP/1.1` → `/a`), for an origin script that answers
+/// by path.
+pub fn path_of(head: &str) -> &str {
+    head.split_whitespace().nth(1).unwrap_or("")
+}
+
+/// Writes `bytes` to a client and flushes, ignoring a client that has gone: what a scripted
+/// origin does when its peer's disappearance is part of the test.
+pub fn write_quietly(stream: &mut TcpStream, bytes: &[u8]) {
+    let _ = stream.write_all(bytes);
+    let _ = stream.flush();
 }
 
 /// Reads up to the end of a request head (2 s of silence or a closed connection end it early).
