@@ -258,22 +258,13 @@ fn path(req: &RequestHeader) -> &str {
         .unwrap_or("/")
 }
 
-/// The host as the key's text of a scheme starts with it: `https://` + host for `https`, the host
-/// alone for `http`. [`of_url`] of it (and a purge's URL target naming it) is that scheme's key.
-pub fn keyed_host(https: bool, host: &str) -> std::borrow::Cow<'_, str> {
-    if https {
-        format!("{HTTPS_PREFIX}{host}").into()
-    } else {
-        host.into()
-    }
-}
-
 /// What an `https` key starts with (an `http` key has no prefix: keys stored before the scheme
 /// was part of the key stay valid).
 pub const HTTPS_PREFIX: &str = "https://";
 
 /// The primary cache key for a host (a checked authority, as the request sent it; with
-/// [`HTTPS_PREFIX`] in front for the `https` page, see [`keyed_host`]) and a path with its query
+/// [`HTTPS_PREFIX`] in front for the `https` page, as `invalidation::target::Target::page`
+/// writes it) and a path with its query
 /// (starting with `/`), with its primary hash computed.
 pub fn of_url(host: &str, path_and_query: &str) -> CacheKey {
     let parts = KeyParts::of_url(host, path_and_query);
@@ -554,7 +545,7 @@ mod tests {
         assert_eq!(hashed_first.primary_bin(&req), unhashed.primary_bin());
         assert_ne!(http.primary_bin(&req), unhashed.primary_bin());
         assert_eq!(
-            of_url(&keyed_host(true, "a.test"), "/x?y").primary_bin(),
+            of_url(&format!("{HTTPS_PREFIX}a.test"), "/x?y").primary_bin(),
             unhashed.primary_bin()
         );
     }
