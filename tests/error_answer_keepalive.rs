@@ -9,27 +9,15 @@
 use lacquer_test_support as support;
 
 use std::io::ErrorKind;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use support::*;
 
-/// Lacquer's own exchange forwards everything when nothing is cached.
-const DIRECT: &str = "[cache]\nenabled = false\n";
-/// Pingora's proxy phases for every request.
-const STANDARD: &str = "[proxy]\ndirect_passes = false\ndirect_misses = false\n";
-const PATHS: [(&str, &str); 2] = [("direct", DIRECT), ("standard", STANDARD)];
-
-/// One attempt per request and a backend that keeps failing stays in the rotation; short timers
-/// so that a hang is a 504 quickly.
-const COMMON: &str = "[log]\naccess = \"off\"\n\
-    [balancer.passive]\nenabled = false\n\
-    [balancer.retries]\nattempts = 1\n\
-    [balancer.timeouts]\nconnect = \"1s\"\nfirst_byte = \"500ms\"\nidle = \"500ms\"\n";
-
-/// A guard for reads that should not wait: only a hang reaches it.
-const HANG_GUARD: Duration = Duration::from_secs(10);
+mod error_answer_common;
+use error_answer_common::{
+    answer, connect, get, says_close, start, text, PATHS, SMUGGLED, STANDARD,
+};
 
 /// `/ok...`: a whole `200` (`ok`), never stored. `/hang...`: read, never answered (until the
 /// origin is dropped or 30 s pass). `/cut...`: a head promising 1000 bytes, 5 sent, closed.
@@ -66,34 +54,9 @@ fn failing_origin() -> RawOrigin {
     })
 }
 
-fn start(backend: SocketAddr, path: &str) -> LacquerProcess {
-    start_balancer(&[(backend, 1)], &format!("{COMMON}{path}"))
-}
-
-fn get(path: &str) -> Vec<u8> {
-    format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").into_bytes()
-}
-
-fn connect(lacquer: &LacquerProcess) -> RawConn {
-    let mut conn = RawConn::connect(lacquer.addr());
-    conn.read_timeout = HANG_GUARD;
-    conn
-}
-
-/// Reads one whole answer, panicking with `why` when none comes.
-fn answer(conn: &mut RawConn, why: &str) -> RawResponse {
-    conn.try_read_response(false)
-        .unwrap_or_else(|e| panic!("{why}: no whole answer: {e}"))
-}
-
 /// An error answer that keeps its connection does not say it closes it.
 fn assert_kept(r: &RawResponse, why: &str) {
-    assert!(
-        !r.header_all("connection")
-            .iter()
-            .any(|v| v.eq_ignore_ascii_case("close")),
-        "{why}: {r:?}"
-    );
+    assert!(!says_close(r), "{why}: {r:?}");
 }
 
 // --- an origin that refuses connections: 502, then the next request on the connection --------
@@ -181,9 +144,6 @@ fn a_pipelined_pair_whose_first_request_fails_gets_both_answers_in_order() {
 }
 
 // --- a request body that looks like a request ---------------------------------------------------
-
-/// A body made of a request: parsed as one, it would reach the origin as `GET /smuggled`.
-const SMUGGLED: &[u8] = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n";
 
 #[test]
 fn a_failed_posts_body_is_never_taken_for_a_request() {
@@ -349,8 +309,4 @@ fn a_stale_answer_after_an_origin_failure_keeps_the_connection_for_a_pipelined_r
         "the origin was asked again"
     );
     lacquer.assert_no_panic();
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }

@@ -12,28 +12,15 @@ use lacquer_test_support as support;
 
 use std::collections::HashSet;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::{Shutdown, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use support::*;
 
-/// Lacquer's own exchange forwards everything when nothing is cached.
-const DIRECT: &str = "[cache]\nenabled = false\n";
-/// Pingora's proxy phases for every request.
-const STANDARD: &str = "[proxy]\ndirect_passes = false\ndirect_misses = false\n";
-const PATHS: [(&str, &str); 2] = [("direct", DIRECT), ("standard", STANDARD)];
-
-/// One attempt per request, a failing backend kept in the rotation, short timers.
-const COMMON: &str = "[log]\naccess = \"off\"\n\
-    [balancer.passive]\nenabled = false\n\
-    [balancer.retries]\nattempts = 1\n\
-    [balancer.timeouts]\nconnect = \"1s\"\nfirst_byte = \"500ms\"\nidle = \"500ms\"\n";
-
-/// A guard for reads that should not wait: only a hang reaches it.
-const HANG_GUARD: Duration = Duration::from_secs(10);
-
-/// A body made of a request: parsed as one, it would reach the origin as `GET /smuggled`.
-const SMUGGLED: &[u8] = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n";
+mod error_answer_common;
+use error_answer_common::{
+    answer, connect, get, says_close, start, text, COMMON, HANG_GUARD, PATHS, SMUGGLED, STANDARD,
+};
 
 /// An origin whose answers name the request they answer. `/ok...`: `200`, its body the request
 /// target. `/hang...`: never answered (until the proxy gives up). `/partial...`: 100 bytes of the
@@ -119,14 +106,6 @@ fn assert_nothing_smuggled(origin: &RawOrigin, why: &str) {
     );
 }
 
-fn start(backend: SocketAddr, extra: &str) -> LacquerProcess {
-    start_balancer(&[(backend, 1)], &format!("{COMMON}{extra}"))
-}
-
-fn get(path: &str) -> Vec<u8> {
-    format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").into_bytes()
-}
-
 fn post(path: &str, body: &[u8]) -> Vec<u8> {
     let mut bytes = format!(
         "POST {path} HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\n\r\n",
@@ -158,23 +137,6 @@ fn smuggling_body(len: usize) -> Vec<u8> {
     SMUGGLED.iter().copied().cycle().take(len).collect()
 }
 
-fn connect(lacquer: &LacquerProcess) -> RawConn {
-    let mut conn = RawConn::connect(lacquer.addr());
-    conn.read_timeout = HANG_GUARD;
-    conn
-}
-
-fn answer(conn: &mut RawConn, why: &str) -> RawResponse {
-    conn.try_read_response(false)
-        .unwrap_or_else(|e| panic!("{why}: no whole answer: {e}"))
-}
-
-fn says_close(r: &RawResponse) -> bool {
-    r.header_all("connection")
-        .iter()
-        .any(|v| v.eq_ignore_ascii_case("close"))
-}
-
 /// After an error answer `r` with a request `next` (answered `/ok...` by its target) queued
 /// behind it: a connection the answer keeps carries `next` to its own answer; one it closes is
 /// closed, nothing more answered. Either way nothing follows.
@@ -198,10 +160,6 @@ fn next_is_answered_or_closed(conn: &mut RawConn, r: &RawResponse, next: &str, w
             "{why}: the next request's answer: {n:?}"
         );
     }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// Sends `bytes` one slice at a time with `pause` between them, on a thread; stops at the first
