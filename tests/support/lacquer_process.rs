@@ -403,6 +403,25 @@ impl LacquerProcess {
                 self.port
             ));
         }
+        // The admin listener is another Pingora service, bound by its own thread: the proxy
+        // port accepting says nothing of it, and a test's first admin call would be refused.
+        let admin = self
+            .config_path
+            .as_ref()
+            .and_then(|path| admin_port_from(&std::fs::read_to_string(path).unwrap_or_default()));
+        if let Some(admin) = admin {
+            if !poll_until(LACQUER_START_TIMEOUT, || {
+                process_listens_on(self.pid, admin) || self.exit_status().is_some()
+            }) || !process_listens_on(self.pid, admin)
+            {
+                let stderr = self.stderr_log();
+                self.kill();
+                return Err(format!(
+                    "lacquer never held its admin port {admin} (in use by another process?); \
+                     stderr:\n{stderr}"
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -601,6 +620,23 @@ pub fn listen_port_from(config_toml: &str, args: &[&str]) -> Option<u16> {
                 .unwrap_or(false)
         })
         .and_then(port_in)
+}
+
+/// The port of the `[admin]` table's `listen = "127.0.0.1:PORT"` line, if the config has one.
+pub fn admin_port_from(config_toml: &str) -> Option<u16> {
+    let mut in_admin = false;
+    for line in config_toml.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_admin = line == "[admin]";
+        } else if in_admin
+            && line
+                .strip_prefix("listen")
+                .is_some_and(|rest| rest.trim_start().starts_with('='))
+        {
+            return port_in(line);
+        }
+    }
+    None
 }
 
 fn port_in(s: &str) -> Option<u16> {
