@@ -972,6 +972,12 @@ impl FillLeases {
         Some(self.lease.saturating_sub(held)).filter(|left| !left.is_zero())
     }
 
+    /// Whether a claim begun at `started` has waited on this node's own marks as long as it may
+    /// (`op_timeout`, what one memcached operation, the `add` or delete it waits for, is given).
+    fn waited_enough(&self, started: Instant) -> bool {
+        started.elapsed() > self.cluster.op_timeout()
+    }
+
     /// Claims the fill of `key` for this node, unless another node or another request here has.
     async fn claim(&self, key: &CacheKey) -> FillClaim {
         self.claim_by(key, Taking::Anew).await
@@ -995,15 +1001,31 @@ impl FillLeases {
         // one claim per URL per node: a request arriving while another local request's `add` is
         // out waits for its outcome (at most op_timeout), then follows it
         let started = Instant::now();
+        // this node's own claim whose lease may still be in memcached though its fill is over:
+        // found by the `add`, it is waited out, not taken for another claim's
+        let mut own_lease = None;
         loop {
             {
                 let mut fills = self.local_fills.lock();
                 match fills.get(&primary) {
                     Some(LocalFill::Held(..)) => return FillClaim::ThisNode,
-                    Some(LocalFill::Claiming) => {}
+                    Some(LocalFill::Claiming) => {
+                        if self.waited_enough(started) {
+                            return FillClaim::Uncoordinated;
+                        }
+                    }
+                    // a fill stored here whose write is not in yet: its lease is deleted when
+                    // it is, so the write is waited for (as long as a claim is). Claimed over at
+                    // once, the `add` found that lease, took it for another node's, and the
+                    // request's fill (another variant of the URL) was refused as fetched
+                    // elsewhere (`range_and_variant_attacks::back_to_back_variants_...`)
+                    Some(LocalFill::Writing(_, claim)) if !self.waited_enough(started) => {
+                        own_lease = Some(claim.holder);
+                    }
                     // a claim of this node whose fill is over (stored, refused, or its lease
-                    // lost): its lease guards nothing now, so this request claims anew (one
-                    // whose write is not in yet finds the lease and waits for that write)
+                    // lost): its lease guards nothing now, so this request claims anew (after
+                    // a write that outlasted the wait, its lease is found and taken for
+                    // another claim's, as before)
                     Some(
                         LocalFill::Writing(..)
                         | LocalFill::Lost(_)
@@ -1011,13 +1033,13 @@ impl FillLeases {
                         | LocalFill::Refused(_),
                     )
                     | None => {
+                        if let Some(LocalFill::Released(holder, _)) = fills.get(&primary) {
+                            own_lease = Some(*holder);
+                        }
                         fills.insert(primary, LocalFill::Claiming);
                         break;
                     }
                 }
-            }
-            if started.elapsed() > self.cluster.op_timeout() {
-                return FillClaim::Uncoordinated;
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
@@ -1027,10 +1049,29 @@ impl FillLeases {
             primary,
         };
         let holder = self.next_holder.fetch_add(1, Ordering::Relaxed);
-        let taken = match taking {
+        let mut taken = match taking {
             Taking::Anew => self.add_lease(key, holder).await,
             Taking::Over(stale) => self.take_over(key, stale, holder).await,
         };
+        // the lease found may be this node's own, its delete (after its fill's write) still out:
+        // claimed again once it is gone
+        if let (Taken::Held, Some(own)) = (&taken, own_lease) {
+            let deleting = Instant::now();
+            while !self.waited_enough(deleting) {
+                match self.holder_now(key).await {
+                    LeaseHolder::Claim(holder) if holder == own => {
+                        tokio::time::sleep(Duration::from_millis(1)).await
+                    }
+                    // gone since the `add` found it
+                    LeaseHolder::Nobody => {}
+                    _ => break,
+                }
+                taken = self.add_lease(key, holder).await;
+                if !matches!(taken, Taken::Held) {
+                    break;
+                }
+            }
+        }
         match taken {
             Taken::Claimed(token) => {
                 std::mem::forget(pending);
