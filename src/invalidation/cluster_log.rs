@@ -8,10 +8,14 @@
 //!   (purges whose entry was deleted and that found no fill lease, see
 //!   [`crate::storage::ban_list::SHORT_RETENTION`]) go to buckets of
 //!   their own, `{namespace}:inval:s:{bucket}`, that expire after minutes, so that purging many
-//!   URLs does not fill memcached with a day of log.
+//!   URLs does not fill memcached with a day of log. A bucket's value that takes no more
+//!   (memcached refuses an append past its item size limit, 1 MiB by default: about ten thousand
+//!   records; or a co-tenant filled the key with junk) goes on in overflow parts of its own,
+//!   `{bucket key}.1`, `.2`, ... up to [`PARTS`] in all.
 //! * **Reading.** Every node reads, every `poll_interval`, the buckets from the one before its
 //!   last successful read of a server to the one after now (normally three keys, one pipelined
-//!   round trip per server), from every server it can reach, and keeps how far it has parsed
+//!   round trip per server, each bucket's first overflow part asked with it, and one more round
+//!   trip for each further part found), from every server it can reach, and keeps how far it has parsed
 //!   each value (and a checksum of those bytes, so a value begun again after a restart is read
 //!   from its start), so only what was appended since is decoded. At start the range is the whole
 //!   retention (catch-up). Records are idempotent (see [`crate::storage::ban_list`]), so reading one twice,
@@ -27,7 +31,7 @@
 use super::record::{decode_from, Record};
 use crate::storage::ban_list::SHORT_RETENTION;
 use bytes::Bytes;
-use lacquer_memcached::Cluster;
+use lacquer_memcached::{Appended, Cluster};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -38,6 +42,11 @@ use tokio::task::JoinSet;
 const BUCKET_MS: u64 = 10_000;
 /// The most bucket keys asked for in one round trip (a catch-up asks for thousands).
 const KEYS_PER_READ: usize = 128;
+/// How many values one bucket may take on each server: its key, then overflow parts. Until
+/// 2026-12-08 a bucket was one value, and once full (memcached's item size limit, or a
+/// co-tenant's junk) every append failed: purges answered 503 and reached no node until the next
+/// bucket began (`log_and_reload_attacks::log_buckets_filled_to_the_item_limit_...`).
+pub const PARTS: u32 = 16;
 
 /// What a node's heartbeat says.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -88,8 +97,12 @@ pub struct SharedLog {
     retention: Duration,
     /// Per server: the time (ms) of its last successful read, where the next read starts.
     read_since: Mutex<Vec<Option<u64>>>,
-    /// Per (server, bucket key): how far the value has been parsed.
+    /// Per (server, bucket key or part's key): how far the value has been parsed.
     parsed: Mutex<HashMap<(usize, Vec<u8>), Parsed>>,
+    /// Per (server, bucket key): the first part of the current buckets this node has not found
+    /// full, where its next append goes (so that a full part costs one refused append, not one
+    /// per record).
+    open_part: Mutex<HashMap<(usize, Vec<u8>), u32>>,
 }
 
 impl SharedLog {
@@ -102,6 +115,7 @@ impl SharedLog {
             retention,
             read_since: Mutex::new(vec![None; servers]),
             parsed: Mutex::default(),
+            open_part: Mutex::default(),
         }
     }
 
@@ -123,6 +137,14 @@ impl SharedLog {
     fn bucket_key(&self, bucket: u64, short_lived: bool) -> Vec<u8> {
         let class = if short_lived { "s:" } else { "" };
         format!("{}:{class}{bucket}", self.prefix).into_bytes()
+    }
+
+    /// The key of part `part` of the bucket whose key is `bucket_key` (part 0: that key).
+    fn part_key(bucket_key: &[u8], part: u32) -> Vec<u8> {
+        match part {
+            0 => bucket_key.to_vec(),
+            _ => [bucket_key, format!(".{part}").as_bytes()].concat(),
+        }
     }
 
     /// How long records of each kind matter.
@@ -149,7 +171,8 @@ impl SharedLog {
     }
 
     /// Appends `record` (as [`Record::encode`] made it; short-lived or not) to the bucket of
-    /// `now_ms` on each of `servers` at once; returns the servers that stored it.
+    /// `now_ms` on each of `servers` at once; returns the servers that stored it. A server whose
+    /// part of the bucket refuses it (full) is asked the next part, up to [`PARTS`].
     pub async fn publish(
         &self,
         record: &Bytes,
@@ -159,16 +182,50 @@ impl SharedLog {
     ) -> Vec<usize> {
         let key = self.bucket_key(now_ms / BUCKET_MS, short_lived);
         let ttl = self.ttl(short_lived);
+        let first_parts: Vec<u32> = {
+            let mut open = self.open_part.lock();
+            // a bucket of the past takes no more appends from this node
+            let current = [
+                self.bucket_key(now_ms / BUCKET_MS, false),
+                self.bucket_key(now_ms / BUCKET_MS, true),
+            ];
+            open.retain(|(_, bucket), _| current.contains(bucket));
+            servers
+                .iter()
+                .map(|&index| open.get(&(index, key.clone())).copied().unwrap_or_default())
+                .collect()
+        };
         let mut appends = JoinSet::new();
-        for &index in servers {
+        for (&index, first) in servers.iter().zip(first_parts) {
             let (cluster, key, record) = (self.cluster.clone(), key.clone(), record.clone());
-            appends
-                .spawn(async move { (index, cluster.append_on(index, &key, record, ttl).await) });
+            appends.spawn(async move {
+                for part in first..PARTS {
+                    let part_key = SharedLog::part_key(&key, part);
+                    match cluster
+                        .append_on(index, &part_key, record.clone(), ttl)
+                        .await
+                    {
+                        Appended::Stored => return (index, Some(part)),
+                        Appended::Refused => {}
+                        Appended::Unanswered => return (index, None),
+                    }
+                }
+                log::warn!(
+                    "invalidation: memcached {} took no record in any of the {PARTS} parts of \
+                     log bucket {}",
+                    cluster.server_name(index),
+                    String::from_utf8_lossy(&key)
+                );
+                (index, None)
+            });
         }
         let mut stored = Vec::new();
         while let Some(done) = appends.join_next().await {
-            if let Ok((index, true)) = done {
+            if let Ok((index, Some(part))) = done {
                 stored.push(index);
+                if part > 0 {
+                    self.open_part.lock().insert((index, key.clone()), part);
+                }
             }
         }
         stored.sort_unstable();
@@ -197,15 +254,48 @@ impl SharedLog {
                 .collect()
         };
         let mut reads = JoinSet::new();
-        for (index, keys) in ranges {
+        for (index, buckets) in ranges {
             let cluster = self.cluster.clone();
             reads.spawn(async move {
+                // each bucket with its first overflow part; a further part only after the one
+                // before it was found
+                let mut keys: Vec<Vec<u8>> = buckets
+                    .iter()
+                    .flat_map(|bucket| [bucket.clone(), SharedLog::part_key(bucket, 1)])
+                    .collect();
                 let mut values = Vec::with_capacity(keys.len());
                 for batch in keys.chunks(KEYS_PER_READ) {
                     match cluster.get_multi_on(index, batch).await {
                         Some(found) => values.extend(found),
                         None => return (index, keys, None),
                     }
+                }
+                let mut asked: Vec<(usize, u32)> = (0..buckets.len())
+                    .filter(|b| values[2 * b + 1].is_some())
+                    .map(|b| (b, 2))
+                    .collect();
+                while !asked.is_empty() {
+                    asked.retain(|&(_, part)| part < PARTS);
+                    let batch: Vec<Vec<u8>> = asked
+                        .iter()
+                        .map(|&(b, part)| SharedLog::part_key(&buckets[b], part))
+                        .collect();
+                    if batch.is_empty() {
+                        break;
+                    }
+                    let Some(found) = cluster.get_multi_on(index, &batch).await else {
+                        return (index, keys, None);
+                    };
+                    let mut next = Vec::new();
+                    for ((b, part), (key, value)) in asked.iter().zip(batch.into_iter().zip(found))
+                    {
+                        if value.is_some() {
+                            next.push((*b, part + 1));
+                        }
+                        keys.push(key);
+                        values.push(value);
+                    }
+                    asked = next;
                 }
                 (index, keys, Some(values))
             });
@@ -239,9 +329,13 @@ impl SharedLog {
                 ]
             })
             .collect();
-        self.parsed
-            .lock()
-            .retain(|(_, key), _| recent.contains(key));
+        let of_recent = |key: &[u8]| {
+            recent.iter().any(|bucket| {
+                key.strip_prefix(bucket.as_slice())
+                    .is_some_and(|rest| rest.is_empty() || rest[0] == b'.')
+            })
+        };
+        self.parsed.lock().retain(|(_, key), _| of_recent(key));
         answered.sort_unstable();
         (records, answered)
     }

@@ -29,7 +29,7 @@ pub struct Node {
 impl MemcachedCluster {
     /// Whether the cluster's invalidation log on server `server` holds a record naming `path`
     /// among the long-lived records (`short: false`) or the short-lived ones, in the buckets of
-    /// the last minute.
+    /// the last minute (their overflow parts included).
     pub fn log_names(&self, server: usize, path: &str, short: bool) -> bool {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -38,18 +38,31 @@ impl MemcachedCluster {
             / 10_000;
         let class = if short { "s:" } else { "" };
         (now.saturating_sub(6)..=now + 1).any(|bucket| {
-            self.servers[server]
-                .get_raw(&format!("lq:inval:{class}{bucket}"))
-                .is_some_and(|value| value.windows(path.len()).any(|w| w == path.as_bytes()))
+            (0..lacquer::invalidation::cluster_log::PARTS).any(|part| {
+                let suffix = match part {
+                    0 => String::new(),
+                    _ => format!(".{part}"),
+                };
+                self.servers[server]
+                    .get_raw(&format!("lq:inval:{class}{bucket}{suffix}"))
+                    .is_some_and(|value| value.windows(path.len()).any(|w| w == path.as_bytes()))
+            })
         })
     }
 
     /// `n` servers.
     pub fn start(n: usize) -> MemcachedCluster {
+        MemcachedCluster::start_with(n, &[])
+    }
+
+    /// `n` servers, each started with `extra_args` (a smaller item size limit, say).
+    pub fn start_with(n: usize, extra_args: &[&str]) -> MemcachedCluster {
         let dir = TempDir::new("cluster");
         dir.write("admin.token", format!("{ADMIN_TOKEN}\n"));
         MemcachedCluster {
-            servers: (0..n).map(|_| MemcachedProcess::start()).collect(),
+            servers: (0..n)
+                .map(|_| MemcachedProcess::start_with(extra_args))
+                .collect(),
             dir,
         }
     }

@@ -538,27 +538,54 @@ impl Cluster {
     }
 
     /// Appends `value` to the value under `key` on server `index`, creating it (with
-    /// `ttl_secs`) when absent; returns whether the bytes were stored. Concurrent writers each
-    /// get their bytes in whole: memcached appends atomically, and a writer that loses the race
-    /// to create the key appends instead.
-    pub async fn append_on(&self, index: usize, key: &[u8], value: Bytes, ttl_secs: u32) -> bool {
+    /// `ttl_secs`) when absent; says whether the bytes were stored ([`Appended`]). Concurrent
+    /// writers each get their bytes in whole: memcached appends atomically, and a writer that
+    /// loses the race to create the key appends instead.
+    pub async fn append_on(
+        &self,
+        index: usize,
+        key: &[u8],
+        value: Bytes,
+        ttl_secs: u32,
+    ) -> Appended {
         if !self.usable(index) {
-            return false;
+            return Appended::Unanswered;
         }
         let client = &self.nodes[index].client;
         for _ in 0..2 {
-            match self.record(index, client.append(key, value.clone()).await) {
-                Some(true) => return true,
+            let appended = client.append(key, value.clone()).await;
+            let refused = matches!(appended, Err(McError::ServerError(_)));
+            match self.record(index, appended) {
+                Some(true) => return Appended::Stored,
                 Some(false) => {}
-                None => return false,
+                None if refused => return Appended::Refused,
+                None => return Appended::Unanswered,
             }
-            match self.record(index, client.add(key, value.clone(), ttl_secs).await) {
-                Some(true) => return true,
+            let added = client.add(key, value.clone(), ttl_secs).await;
+            let refused = matches!(added, Err(McError::ServerError(_)));
+            match self.record(index, added) {
+                Some(true) => return Appended::Stored,
                 // another writer created it meanwhile: append to theirs
                 Some(false) => {}
-                None => return false,
+                None if refused => return Appended::Refused,
+                None => return Appended::Unanswered,
             }
         }
-        false
+        // the key is there and takes no more (memcached answers `NOT_STORED` to an append that
+        // would pass its item size limit)
+        Appended::Refused
     }
+}
+
+/// What an append to one server did ([`Cluster::append_on`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Appended {
+    /// The bytes are stored.
+    Stored,
+    /// The server answered and did not store them: the value would pass its item size limit
+    /// (`NOT_STORED` to the append while the key is there), or it answered `SERVER_ERROR`
+    /// (out of memory, too large).
+    Refused,
+    /// The server did not answer (or is ejected, and was not asked).
+    Unanswered,
 }

@@ -49,7 +49,7 @@ pub mod server_stats;
 pub use cas_token::{usable_cas_token, CasToken, ServerInstance};
 pub use client::ServerClient;
 pub use cluster::{
-    Cluster, ClusterConfig, ClusterCounters, ClusterServer, DeleteOutcome, ServerReport,
+    Appended, Cluster, ClusterConfig, ClusterCounters, ClusterServer, DeleteOutcome, ServerReport,
 };
 pub use error::McError;
 pub use pool::ServerConfig;

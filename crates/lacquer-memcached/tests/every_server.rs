@@ -5,7 +5,7 @@
 mod support;
 
 use bytes::Bytes;
-use lacquer_memcached::{Cluster, ClusterConfig, DeleteOutcome};
+use lacquer_memcached::{Appended, Cluster, ClusterConfig, DeleteOutcome};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,13 +27,16 @@ fn cluster(addrs: &[SocketAddr], failure_limit: u32) -> Cluster {
 async fn append_creates_the_key_and_keeps_every_concurrent_writers_bytes() {
     let mc = Memcached::start();
     let cluster = Arc::new(cluster(&[mc.addr()], 3));
-    assert!(within(cluster.append_on(0, b"log", Bytes::from_static(b"a;"), 60)).await);
+    assert_eq!(
+        within(cluster.append_on(0, b"log", Bytes::from_static(b"a;"), 60)).await,
+        Appended::Stored
+    );
     let writers: Vec<_> = (0..20)
         .map(|i| {
             let cluster = cluster.clone();
             tokio::spawn(async move {
                 let record = Bytes::from(format!("w{i};"));
-                within(cluster.append_on(0, b"log", record, 60)).await
+                within(cluster.append_on(0, b"log", record, 60)).await == Appended::Stored
             })
         })
         .collect();
@@ -58,6 +61,7 @@ async fn append_creates_the_key_and_keeps_every_concurrent_writers_bytes() {
             let cluster = cluster.clone();
             tokio::spawn(async move {
                 within(cluster.append_on(0, b"fresh", Bytes::from(format!("{i},")), 60)).await
+                    == Appended::Stored
             })
         })
         .collect();
@@ -69,6 +73,26 @@ async fn append_creates_the_key_and_keeps_every_concurrent_writers_bytes() {
         .unwrap();
     let fresh = String::from_utf8(fresh[0].clone().unwrap().to_vec()).unwrap();
     assert_eq!(fresh.matches(',').count(), 10, "{fresh}");
+}
+
+/// An append that would pass memcached's item size limit (1 MiB by default) is refused, told
+/// apart from a server that does not answer: the invalidation log then writes to another key.
+#[tokio::test]
+async fn an_append_past_the_item_size_limit_is_refused_not_unanswered() {
+    let mc = Memcached::start();
+    let cluster = cluster(&[mc.addr()], 3);
+    let nearly_full = Bytes::from(vec![b'#'; 1024 * 1024 - 512]);
+    assert!(within(cluster.set_on(0, b"log", nearly_full, 60)).await);
+    assert_eq!(
+        within(cluster.append_on(0, b"log", Bytes::from(vec![b'x'; 4096]), 60)).await,
+        Appended::Refused
+    );
+    // the server still answers, and takes what fits
+    assert_eq!(
+        within(cluster.append_on(0, b"log", Bytes::from_static(b"x"), 60)).await,
+        Appended::Stored
+    );
+    assert!(cluster.is_usable(0));
 }
 
 #[tokio::test]
@@ -105,6 +129,9 @@ async fn a_delete_reports_deleted_not_found_failed_and_skipped() {
     assert!(within(cluster.get_multi_on(0, &[b"k".to_vec()]))
         .await
         .is_none());
-    assert!(!within(cluster.append_on(0, b"k", Bytes::from_static(b"x"), 60)).await);
+    assert_eq!(
+        within(cluster.append_on(0, b"k", Bytes::from_static(b"x"), 60)).await,
+        Appended::Unanswered
+    );
     assert!(!within(cluster.set_on(0, b"k", Bytes::from_static(b"x"), 60)).await);
 }
