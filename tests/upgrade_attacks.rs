@@ -594,6 +594,60 @@ fn the_upstream_connection_of_a_tunnel_is_never_reused() {
     }
 }
 
+/// 640 tunnels, each opened by a bodyless GET and used at once: every one carries the client's
+/// bytes to the origin and its answer back. Found 2026-12-08 (one run in about fifteen of the
+/// test above, in CI): the end of the GET's own (empty) body, handed to the upstream side before
+/// the 101 came back, was read there after the 101 and taken for the end of the tunnel, which
+/// was closed before a byte went through (vendored pingora-proxy patch 0020).
+#[test]
+fn every_tunnel_carries_its_first_bytes_whenever_its_101_comes_back() {
+    let origin = KeepAliveOrigin::start(|seen, stream| {
+        if seen
+            .head
+            .to_ascii_lowercase()
+            .contains("upgrade: websocket")
+        {
+            let _ = stream.write_all(SWITCH);
+        } else {
+            let body = format!("{} #{}", seen.path, seen.nth);
+            let _ = stream.write_all(
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nCache-Control: no-store\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+        }
+        Then::KeepAlive
+    });
+    let lacquer = LacquerProcess::start_simple(origin.addr, "[log]\naccess = \"off\"");
+    // sixteen clients at once, so that the proxy's two workers have other work between a
+    // tunnel's steps
+    let addr = lacquer.addr();
+    let clients: Vec<_> = (0..16)
+        .map(|client| {
+            std::thread::spawn(move || {
+                let mut cut = Vec::new();
+                for n in (0..40).map(|i| client * 40 + i) {
+                    let mut tunnel = open_tunnel(addr, &format!("/ws/{n}"));
+                    tunnel.send(head(&format!("GET /inside/{n} HTTP/1.1"), "").as_bytes());
+                    match tunnel.try_read_response(false) {
+                        Ok(inside) if inside.text() == format!("/inside/{n} #2") => {}
+                        other => cut.push(format!("tunnel {n}: {other:?}")),
+                    }
+                }
+                cut
+            })
+        })
+        .collect();
+    let cut: Vec<String> = clients
+        .into_iter()
+        .flat_map(|client| client.join().unwrap())
+        .collect();
+    assert!(cut.is_empty(), "{} of 640 tunnels: {cut:#?}", cut.len());
+    lacquer.assert_no_panic();
+}
+
 // ---------------------------------------------------------------------------------------------
 // caching
 

@@ -332,9 +332,14 @@ where
                 },
 
                 body = rx.recv(), if !request_done => {
+                    // LACQUER PATCH (a tunnel's request end read after its 101): the end of the
+                    // request's own body (a `Body` task, sent before the downstream knew of the
+                    // upgrade) can reach this loop after the 101 was read; it ends that body,
+                    // not the tunnel, whose end comes as an `UpgradedBody` task
+                    let before_upgrade = upgraded && matches!(body, Some(HttpTask::Body(..)));
                     match send_body_to1(client_session, body).await {
                         Ok(send_done) => {
-                            request_done = send_done;
+                            request_done = send_done && !before_upgrade;
                             // An upgraded request is terminated when either side is done
                             if request_done && client_session.was_upgraded() {
                                 response_done = true;
