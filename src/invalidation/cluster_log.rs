@@ -20,7 +20,7 @@
 //!   from its start), so only what was appended since is decoded. At start the range is the whole
 //!   retention (catch-up). Records are idempotent (see [`crate::storage::ban_list`]), so reading one twice,
 //!   or from several servers, is harmless.
-//! * **Presence.** Each node lists itself in `{namespace}:inval:nodes` (checked before every
+//! * **Presence.** Each node lists itself in `{namespace}:inval:nodes` (checked in every
 //!   read, and added again to a server whose list lost it in a restart) and, after every
 //!   read, writes a heartbeat `{namespace}:inval:node:{instance}` (its name and, per issuing
 //!   node, the newest record it has applied) that expires a few polls later: a node issuing a
@@ -233,8 +233,18 @@ impl SharedLog {
     }
 
     /// Reads what every reachable server's copy gained since this node last read it (at start:
-    /// everything within the retention). Returns the records and the servers that answered.
-    pub async fn read_new(&self, now_ms: u64) -> (Vec<Record>, Vec<usize>) {
+    /// everything within the retention), and lists `member` (this node's instance id) in the
+    /// members list of every server whose copy lacks it. Returns the records and the servers that
+    /// answered.
+    ///
+    /// The list is read in the same round trip as the buckets: it is checked on every read, not
+    /// only at start, because a server restarted (or one that evicted the list) forgets its
+    /// members, and a waiting purge reads the heartbeats of listed nodes only, so until this node
+    /// is listed again it would answer "complete" without it (`tests/log_and_reload_attacks.rs`).
+    /// (Until 2026-12-08 that was a `get` of its own per server before each read, one server
+    /// after the other: a frozen server that was not yet ejected cost each poll its `op_timeout`
+    /// twice.)
+    pub async fn read_new(&self, now_ms: u64, member: u64) -> (Vec<Record>, Vec<usize>) {
         let keys_to_read = |since: Option<u64>, short_lived: bool| {
             let oldest = now_ms.saturating_sub(self.lifetime(short_lived).as_millis() as u64);
             let from = since.unwrap_or(oldest).max(oldest) / BUCKET_MS;
@@ -253,15 +263,21 @@ impl SharedLog {
                 })
                 .collect()
         };
+        let listing = format!("{member:016x}");
+        let members_ttl = self.ttl(false);
         let mut reads = JoinSet::new();
         for (index, buckets) in ranges {
-            let cluster = self.cluster.clone();
+            let (cluster, nodes_key, listing) =
+                (self.cluster.clone(), self.nodes_key(), listing.clone());
             reads.spawn(async move {
-                // each bucket with its first overflow part; a further part only after the one
-                // before it was found
-                let mut keys: Vec<Vec<u8>> = buckets
-                    .iter()
-                    .flat_map(|bucket| [bucket.clone(), SharedLog::part_key(bucket, 1)])
+                // the members list, then each bucket with its first overflow part; a further
+                // part only after the one before it was found
+                let mut keys: Vec<Vec<u8>> = std::iter::once(nodes_key.clone())
+                    .chain(
+                        buckets
+                            .iter()
+                            .flat_map(|bucket| [bucket.clone(), SharedLog::part_key(bucket, 1)]),
+                    )
                     .collect();
                 let mut values = Vec::with_capacity(keys.len());
                 for batch in keys.chunks(KEYS_PER_READ) {
@@ -269,6 +285,17 @@ impl SharedLog {
                         Some(found) => values.extend(found),
                         None => return (index, keys, None),
                     }
+                }
+                keys.remove(0);
+                let members = values.remove(0);
+                let listed = members.as_deref().is_some_and(|list| {
+                    String::from_utf8_lossy(list).lines().any(|l| l == listing)
+                });
+                if !listed {
+                    let line = Bytes::from(format!("{listing}\n"));
+                    cluster
+                        .append_on(index, &nodes_key, line, members_ttl)
+                        .await;
                 }
                 let mut asked: Vec<(usize, u32)> = (0..buckets.len())
                     .filter(|b| values[2 * b + 1].is_some())
@@ -351,25 +378,6 @@ impl SharedLog {
             writes.spawn(async move { cluster.set_on(index, &key, value, ttl).await });
         }
         while writes.join_next().await.is_some() {}
-    }
-
-    /// Lists this node in the members list of every server whose copy lacks it.
-    pub async fn join(&self, instance: u64) {
-        let line = format!("{instance:016x}\n");
-        let ttl = self.ttl(false);
-        for index in (0..self.server_count()).filter(|&i| self.cluster.is_usable(i)) {
-            let listed = self.cluster.get_multi_on(index, &[self.nodes_key()]).await;
-            let Some(values) = listed else { continue };
-            let present = values[0]
-                .as_ref()
-                .is_some_and(|v| String::from_utf8_lossy(v).lines().any(|l| l == line.trim()));
-            if !present {
-                let value = Bytes::from(line.clone());
-                self.cluster
-                    .append_on(index, &self.nodes_key(), value, ttl)
-                    .await;
-            }
-        }
     }
 
     /// The heartbeats of every listed node that has one now (a node without one has stopped),

@@ -572,7 +572,8 @@ impl Invalidator {
     async fn poll(&self, log: &SharedLog) {
         let started = Instant::now();
         let began_ms = ms_after(SystemTime::now());
-        let (records, answered) = log.read_new(began_ms).await;
+        // (which also lists this node again where a server lost it)
+        let (records, answered) = log.read_new(began_ms, self.instance).await;
         log::trace!(
             "invalidation: log read in {:?}: {} records from {} servers",
             started.elapsed(),
@@ -762,12 +763,6 @@ impl Invalidator {
             }
             if let (Some(log), Some(shared)) = (&self.log, self.shared) {
                 let started = Instant::now();
-                // listed again on every read, not only at start: a server restarted (or one
-                // that evicted the list) forgets its members, and a waiting purge reads the
-                // heartbeats of listed nodes only, so until this node is listed again it would
-                // answer "complete" without it (`tests/log_and_reload_attacks.rs`). One `get`
-                // per server and read; an `append` only when the server's list lacks this node
-                log.join(self.instance).await;
                 self.poll(log).await;
                 if first {
                     self.bans.caught_up();
