@@ -266,13 +266,13 @@ impl Upstream {
     /// next request, found the replica still full, and with `queue.length = 0` was answered
     /// 503 by a replica that was idle (`tests/retry_idempotency_attacks.rs`,
     /// `a_full_replica_does_not_turn_requests_away_while_another_is_idle`). An answer without a
-    /// body (`HEAD`, `204`, `304`) keeps its slot until the request ends, as before.
+    /// body ends so too: Pingora runs the filter with `end_of_stream` after a `HEAD`'s head.
     ///
     /// The client's fairness slot (`[fairness]`, a cap on its requests going upstream) goes
     /// back too, for the same reason: a client at its cap that sent its next request on a new
     /// connection as soon as it had the answer was answered `429` (`tests/fairness.rs`,
-    /// `a_client_at_a_cap_of_one_sending_one_request_after_another_is_never_refused`: 26 of 300
-    /// before).
+    /// `a_client_at_a_cap_of_one_sending_one_request_after_another_is_never_refused`, `GET`s
+    /// and `HEAD`s: 26 of 300 before).
     pub fn on_body_end(&self, request: &mut RequestUpstream) {
         request.slot = None;
         request.admission = None;
