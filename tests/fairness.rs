@@ -168,3 +168,28 @@ fn a_client_at_a_cap_of_one_sending_one_request_after_another_is_never_refused()
     assert!(refused.is_empty(), "refused: {refused:?}");
     assert_eq!(r.max_in_flight(), 1);
 }
+
+/// A client dribbling a small request body (a POST of 1,000 bytes, ten a second) holds no
+/// fairness slot before the request goes upstream: the same client's other requests are not
+/// refused meanwhile, and the POST, once whole, is answered. (Before 2026-12-08 the direct
+/// path took the slot first and then read the body, so the cap counted a request that had
+/// not reached the origin.)
+#[test]
+fn a_body_still_arriving_holds_no_fairness_slot() {
+    let r = Replica::start("a");
+    let lb = start_balancer(&[(r.addr(), 1)], "[fairness]\nmax_in_flight = 1\n");
+    let mut slow = RawConn::connect(lb.addr());
+    slow.send(b"POST /slow-upload HTTP/1.1\r\nHost: test\r\nContent-Length: 1000\r\n\r\n");
+    let mut statuses = Vec::new();
+    for i in 0..10 {
+        slow.send(&[b'x'; 100]);
+        let mut conn = RawConn::connect(lb.addr());
+        statuses.push(conn.get(&format!("/meanwhile/{i}"), &[]).status);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        statuses.iter().all(|s| *s == 200),
+        "the same client's requests while its body arrived: {statuses:?}"
+    );
+    assert_eq!(slow.read_response(false).status, 200);
+}

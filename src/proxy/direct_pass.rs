@@ -251,6 +251,10 @@ impl LacquerProxy {
             Pass::Method => ctx.seen.method_not_cacheable = true,
             Pass::Rule | Pass::RememberedUncacheable | Pass::Miss => {}
         }
+        // the body (at most `BUFFERED_BODY_MAX`) is read before the client's fairness slot is
+        // taken: a client dribbling it held the slot, a cap on requests going upstream, before
+        // anything went upstream (and a `429` leaves the connection between messages)
+        let body = read_whole_body(session).await?;
         if let Some(cap) = &live.fairness {
             let client = client_ip(session, live);
             if !cap
@@ -260,7 +264,6 @@ impl LacquerProxy {
                 return Ok(true);
             }
         }
-        let body = read_whole_body(session).await?;
         let (peer, answered) = loop {
             let peer = live
                 .upstream
