@@ -11,6 +11,7 @@
 //! connection on such a listener without a valid header is closed. `LOCAL` (v2) and `UNKNOWN`
 //! (v1) headers, which health checks send, keep the socket's own peer.
 
+use crate::config::listener_takes;
 use crate::proxy::LacquerProxy;
 use async_trait::async_trait;
 use pingora_core::apps::ServerApp;
@@ -56,10 +57,9 @@ impl ProxyProtocolListeners {
     /// them: same port, and the same address unless the listener is a wildcard.
     fn expects_header(&self, local: Option<SocketAddr>) -> bool {
         let Some(local) = local else { return false };
-        self.addrs.iter().any(|listener| {
-            listener.port() == local.port()
-                && (listener.ip().is_unspecified() || listener.ip() == local.ip())
-        })
+        self.addrs
+            .iter()
+            .any(|listener| listener_takes(*listener, local))
     }
 
     /// Whether no listener expects the header (then no connection is looked at).

@@ -179,7 +179,7 @@ pub fn listeners_told_apart(listeners: &[(&str, SocketAddr, bool)]) -> Result<()
             if a_proxied == b_proxied || a.port() != b.port() {
                 continue;
             }
-            if a.ip().is_unspecified() || b.ip().is_unspecified() || a.ip() == b.ip() {
+            if listener_takes(a, b) || listener_takes(b, a) {
                 let (proxied, plain) = if a_proxied { (a, b) } else { (b, a) };
                 let key = if a_proxied { key } else { other_key };
                 return Err(ConfigError::new(
@@ -195,6 +195,15 @@ pub fn listeners_told_apart(listeners: &[(&str, SocketAddr, bool)]) -> Result<()
         }
     }
     Ok(())
+}
+
+/// Whether a connection whose local address is `local` may have come through `listener`: the
+/// same port, and the same address unless the listener is a wildcard. How Lacquer tells which
+/// listener (one expecting a PROXY header, or a plain one) a connection came through
+/// (`crate::proxy_protocol`), and so which listener sets it refuses ([`listeners_told_apart`]).
+pub fn listener_takes(listener: SocketAddr, local: SocketAddr) -> bool {
+    listener.port() == local.port()
+        && (listener.ip().is_unspecified() || listener.ip() == local.ip())
 }
 
 /// `IP:PORT` or `HOSTNAME:PORT`, resolved once, at start-up, to its first address (memcached

@@ -43,6 +43,7 @@ use std::path::Path;
 use std::time::Duration;
 
 pub use cache::{CacheConfig, TtlOverride};
+pub use check::listener_takes;
 pub use cli::Cli;
 pub use logging::{AccessLogFormat, AccessLogTarget, LogConfig};
 pub use proxy::{ForwardedHeaders, ProxyConfig};
