@@ -435,9 +435,11 @@ fn an_upgrade_with_both_framings_is_framed_by_chunks_alone() {
     assert_eq!(up.body, b"0123456789");
 }
 
-/// The origin accepts an upgrade whose request carried a body: the body reaches the origin
-/// once, in the framing the forwarded head announces, followed by the tunnel's bytes; nothing
-/// doubled, dropped or reframed.
+/// The origin accepts an upgrade whose request carried a body of a known length: the body
+/// reaches the origin once, followed by the tunnel's bytes; nothing doubled, dropped or
+/// reframed. A chunked body's upgrade is not forwarded (since 2026-12-08: a 101 back before the
+/// body's end cut its framing, `tunnel_flaky_attacks::a_body_cut_by_an_early_101_...`): the
+/// origin gets an ordinary request, and its 101 is refused with a 502.
 #[test]
 fn the_body_of_an_accepted_upgrade_reaches_the_origin_once() {
     let origin = TunnelOrigin::start(SWITCH, Mode::Read);
@@ -453,6 +455,27 @@ fn the_body_of_an_accepted_upgrade_reaches_the_origin_once() {
         bytes.extend_from_slice(body);
         conn.send(&bytes);
         let answer = conn.read_response(false);
+        if framing.starts_with("Transfer-Encoding") {
+            assert_eq!(answer.status, 502, "{answer:?}");
+            let forwarded = poll_until(Duration::from_secs(5), || {
+                origin
+                    .served()
+                    .iter()
+                    .any(|s| s.head.contains(&format!("/ws/{i} ")))
+            });
+            assert!(forwarded, "the origin never got the request");
+            let served = origin
+                .served()
+                .into_iter()
+                .find(|s| s.head.contains(&format!("/ws/{i} ")))
+                .unwrap();
+            assert!(
+                !served.head.to_ascii_lowercase().contains("upgrade:"),
+                "forwarded as an upgrade: {}",
+                served.head
+            );
+            continue;
+        }
         assert_eq!(answer.status, 101, "{answer:?}");
         conn.send(b"TUNNEL");
         let whole = poll_until(Duration::from_secs(5), || {

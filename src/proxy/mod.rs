@@ -1155,15 +1155,17 @@ impl ProxyHttp for LacquerProxy {
             return Ok(());
         }
         if upstream_response.status == http::StatusCode::SWITCHING_PROTOCOLS
-            && !ctx.upgrade.requested()
+            && !(ctx.upgrade.requested()
+                && upgrade::switch_was_offered(session.req_header(), upstream_response))
         {
-            // a switch the client never asked for would make the client's connection a tunnel
-            // to whatever the origin sends next, answers to later requests included: refused,
-            // as `direct_pass` refuses it (502; nothing of the origin's answer reaches the
-            // client, and the origin's connection is dropped)
+            // a switch the client never asked for (no upgrade at all, or to a protocol it did
+            // not offer, `h2c` among them) would make the client's connection a tunnel to
+            // whatever the origin sends next, answers to later requests included: refused, as
+            // `direct_pass` refuses it (502; nothing of the origin's answer reaches the client,
+            // and the origin's connection is dropped)
             let e = pingora_error::Error::explain(
                 pingora_error::ErrorType::InvalidHTTPHeader,
-                "101 Switching Protocols to a request that asked for no upgrade",
+                "101 Switching Protocols to a protocol the request did not offer",
             );
             return Err(e.into_up());
         }

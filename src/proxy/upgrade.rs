@@ -16,7 +16,14 @@
 //!   Pingora then skips: fields the client's `Connection` nominates are removed, `Upgrade` keeps
 //!   the protocols offered (but `h2c`, which is HTTP/2 itself, not a protocol to tunnel) and
 //!   `Connection: upgrade` carries it. An `Upgrade` the client did not nominate in `Connection`
-//!   (RFC 9110 §7.8 requires it) is not forwarded: the origin sees an ordinary request.
+//!   (RFC 9110 §7.8 requires it) is not forwarded: the origin sees an ordinary request. Nor is
+//!   the upgrade of a request with a chunked body (a server may ignore an `Upgrade`): a 101 that
+//!   came back before that body's end switched both sides to raw bytes mid-chunk, and the origin
+//!   read the rest of the client's chunk framing as chunk data (found 2026-12-08,
+//!   `tests/tunnel_flaky_attacks.rs`; a body of a known length is forwarded whole, then the
+//!   tunnel's bytes, and stays an upgrade).
+//! * [`switch_was_offered`] (`upstream_response_filter`) refuses a 101 to anything the forwarded
+//!   request did not offer.
 //! * [`on_upstream_response`] (`upstream_response_filter`) keeps a 101's `Upgrade` and
 //!   `Connection: upgrade` (every other hop-by-hop field is still removed).
 //!
@@ -101,6 +108,7 @@ pub fn on_peer(peer: &mut HttpPeer, idle: Duration) {
 /// offered protocols (less `h2c`) stay in `Upgrade`, announced by `Connection: upgrade`. Returns
 /// whether the request still asks for an upgrade.
 pub fn on_upstream_request(req: &mut RequestHeader) -> bool {
+    let chunked_body = req.headers.contains_key(header::TRANSFER_ENCODING);
     let mut nominates_upgrade = false;
     let nominated: Vec<HeaderName> = req
         .headers
@@ -129,7 +137,7 @@ pub fn on_upstream_request(req: &mut RequestHeader) -> bool {
     let protocols = offered_protocols(req);
     req.remove_header(&header::UPGRADE);
     match protocols {
-        Some(protocols) if nominates_upgrade => {
+        Some(protocols) if nominates_upgrade && !chunked_body => {
             let _ = req.insert_header(header::UPGRADE, protocols);
             let _ = req.insert_header(header::CONNECTION, HeaderValue::from_static("upgrade"));
             true
@@ -154,6 +162,48 @@ fn offered_protocols(req: &RequestHeader) -> Option<HeaderValue> {
         return None;
     }
     HeaderValue::from_str(&kept.join(", ")).ok()
+}
+
+/// Whether a 101 switches to what the client's request `req` offered, as forwarded
+/// ([`on_upstream_request`]: nominated in `Connection`, `h2c` left out): the 101 names the new
+/// protocol(s) in `Upgrade` (RFC 9110 §15.2.2), each of them one the request offered (§7.8: a
+/// server must not switch to a protocol the client did not ask for). A name without a version
+/// matches an offer of that name with one. Any other 101 (none named, one never offered, or
+/// `h2c`, which Lacquer never forwards) is refused: it would turn the client's connection into a
+/// tunnel the client did not ask for (found 2026-12-08, `tests/tunnel_flaky_attacks.rs`).
+pub fn switch_was_offered(req: &RequestHeader, resp: &ResponseHeader) -> bool {
+    let nominated = req
+        .headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"upgrade"));
+    let chunked_body = req.headers.contains_key(header::TRANSFER_ENCODING);
+    let Some(offered) = offered_protocols(req).filter(|_| nominated && !chunked_body) else {
+        return false;
+    };
+    let offered: Vec<&str> = offered
+        .to_str()
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .collect();
+    let mut named = resp
+        .headers
+        .get_all(header::UPGRADE)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .map(|token| token.trim_ascii())
+        .filter(|token| !token.is_empty())
+        .peekable();
+    named.peek().is_some()
+        && named.all(|protocol| {
+            offered.iter().any(|offer| {
+                let offer = offer.as_bytes();
+                let offer_name = offer.split(|&b| b == b'/').next().unwrap_or_default();
+                protocol.eq_ignore_ascii_case(offer) || protocol.eq_ignore_ascii_case(offer_name)
+            })
+        })
 }
 
 /// `upstream_response_filter`, before the hop-by-hop fields are stripped: the `Upgrade` of a 101,
@@ -234,6 +284,46 @@ mod tests {
         let mut req = request(&[("upgrade", "websocket")]);
         assert!(!on_upstream_request(&mut req));
         assert!(req.headers.get("upgrade").is_none());
+    }
+
+    #[test]
+    fn a_101_must_name_a_protocol_the_request_offered() {
+        let switch = |upgrade: Option<&str>| {
+            let mut resp = ResponseHeader::build(101, None).unwrap();
+            if let Some(upgrade) = upgrade {
+                resp.insert_header("upgrade", upgrade).unwrap();
+            }
+            resp
+        };
+        let ws = request(&[
+            ("connection", "Upgrade"),
+            ("upgrade", "websocket, foo/2, h2c"),
+        ]);
+        assert!(switch_was_offered(&ws, &switch(Some("websocket"))));
+        assert!(switch_was_offered(&ws, &switch(Some("WebSocket"))));
+        assert!(switch_was_offered(&ws, &switch(Some("foo/2"))));
+        assert!(switch_was_offered(&ws, &switch(Some("foo"))));
+        assert!(!switch_was_offered(&ws, &switch(Some("foo/3"))));
+        assert!(!switch_was_offered(&ws, &switch(Some("h2c"))));
+        assert!(!switch_was_offered(&ws, &switch(Some("websocket, bar"))));
+        assert!(!switch_was_offered(&ws, &switch(Some(""))));
+        assert!(!switch_was_offered(&ws, &switch(None)));
+        // an upgrade the request did not nominate in `Connection` was not forwarded
+        let not_nominated = request(&[("upgrade", "websocket")]);
+        assert!(!switch_was_offered(
+            &not_nominated,
+            &switch(Some("websocket"))
+        ));
+        // nor one with a chunked body
+        let chunked = request(&[
+            ("connection", "upgrade"),
+            ("upgrade", "websocket"),
+            ("transfer-encoding", "chunked"),
+        ]);
+        assert!(!switch_was_offered(&chunked, &switch(Some("websocket"))));
+        let mut forwarded = chunked.clone();
+        assert!(!on_upstream_request(&mut forwarded));
+        assert!(forwarded.headers.get("upgrade").is_none());
     }
 
     #[test]
