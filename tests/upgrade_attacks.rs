@@ -295,6 +295,15 @@ fn head(line: &str, fields: &str) -> String {
     format!("{line}\r\nHost: test\r\n{fields}\r\n")
 }
 
+/// An uncacheable `200` an origin answers with `body`; `extra`: more fields, each ending in CRLF.
+fn plain_answer(body: &str, extra: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nCache-Control: no-store\r\n{extra}\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
 /// Opens a WebSocket tunnel through `lacquer` to `path`, returning the connection once the 101
 /// was read.
 fn open_tunnel(lacquer: SocketAddr, path: &str) -> RawConn {
@@ -348,13 +357,7 @@ fn a_refused_upgrade_leaves_the_pipelined_request_an_http_request() {
             Then::KeepAlive
         } else {
             let body = format!("answer to {}", seen.path);
-            let _ = stream.write_all(
-                format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nCache-Control: no-store\r\n\r\n{body}",
-                    body.len()
-                )
-                .as_bytes(),
-            );
+            let _ = stream.write_all(&plain_answer(&body, ""));
             Then::KeepAlive
         }
     });
@@ -396,13 +399,7 @@ fn a_refused_upgrade_leaves_the_pipelined_request_an_http_request() {
 fn an_upgrade_with_both_framings_is_framed_by_chunks_alone() {
     let origin = KeepAliveOrigin::start(|seen, stream| {
         let body = format!("{} {} {}", seen.method, seen.path, seen.body.len());
-        let _ = stream.write_all(
-            format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nCache-Control: no-store\r\n\r\n{body}",
-                body.len()
-            )
-            .as_bytes(),
-        );
+        let _ = stream.write_all(&plain_answer(&body, ""));
         Then::KeepAlive
     });
     let lacquer = LacquerProcess::start_simple(origin.addr, "[log]\naccess = \"off\"");
@@ -581,14 +578,7 @@ fn the_upstream_connection_of_a_tunnel_is_never_reused() {
             } else {
                 ""
             };
-            let _ = stream.write_all(
-                format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nCache-Control: no-store\r\n\
-                     {close}\r\n{body}",
-                    body.len()
-                )
-                .as_bytes(),
-            );
+            let _ = stream.write_all(&plain_answer(&body, close));
             if seen.path.starts_with("/after") {
                 return Then::Close;
             }
@@ -633,13 +623,7 @@ fn every_tunnel_carries_its_first_bytes_whenever_its_101_comes_back() {
             let _ = stream.write_all(SWITCH);
         } else {
             let body = format!("{} #{}", seen.path, seen.nth);
-            let _ = stream.write_all(
-                format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nCache-Control: no-store\r\n\r\n{body}",
-                    body.len()
-                )
-                .as_bytes(),
-            );
+            let _ = stream.write_all(&plain_answer(&body, ""));
         }
         Then::KeepAlive
     });
@@ -740,13 +724,7 @@ fn connect_and_absolute_form_targets_open_no_tunnel_elsewhere() {
     let victim = Victim::start();
     let origin = KeepAliveOrigin::start(|seen, stream| {
         let body = format!("{} {}", seen.method, seen.path);
-        let _ = stream.write_all(
-            format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nCache-Control: no-store\r\n\r\n{body}",
-                body.len()
-            )
-            .as_bytes(),
-        );
+        let _ = stream.write_all(&plain_answer(&body, ""));
         Then::KeepAlive
     });
     let lacquer = LacquerProcess::start_simple(origin.addr, "[log]\naccess = \"off\"");

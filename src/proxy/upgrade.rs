@@ -110,13 +110,7 @@ pub fn on_peer(peer: &mut HttpPeer, idle: Duration) {
 pub fn on_upstream_request(req: &mut RequestHeader) -> bool {
     let chunked_body = req.headers.contains_key(header::TRANSFER_ENCODING);
     let mut nominates_upgrade = false;
-    let nominated: Vec<HeaderName> = req
-        .headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-        .map(|token| token.trim_ascii())
-        .filter(|token| !token.is_empty())
+    let nominated: Vec<HeaderName> = list_items(&req.headers, header::CONNECTION)
         .filter_map(|token| {
             if token.eq_ignore_ascii_case(b"upgrade") {
                 nominates_upgrade = true;
@@ -172,12 +166,8 @@ fn offered_protocols(req: &RequestHeader) -> Option<HeaderValue> {
 /// `h2c`, which Lacquer never forwards) is refused: it would turn the client's connection into a
 /// tunnel the client did not ask for (found 2026-12-08, `tests/tunnel_flaky_attacks.rs`).
 pub fn switch_was_offered(req: &RequestHeader, resp: &ResponseHeader) -> bool {
-    let nominated = req
-        .headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-        .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"upgrade"));
+    let nominated = list_items(&req.headers, header::CONNECTION)
+        .any(|token| token.eq_ignore_ascii_case(b"upgrade"));
     let chunked_body = req.headers.contains_key(header::TRANSFER_ENCODING);
     let Some(offered) = offered_protocols(req).filter(|_| nominated && !chunked_body) else {
         return false;
@@ -188,14 +178,7 @@ pub fn switch_was_offered(req: &RequestHeader, resp: &ResponseHeader) -> bool {
         .split(',')
         .map(str::trim)
         .collect();
-    let mut named = resp
-        .headers
-        .get_all(header::UPGRADE)
-        .iter()
-        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-        .map(|token| token.trim_ascii())
-        .filter(|token| !token.is_empty())
-        .peekable();
+    let mut named = list_items(&resp.headers, header::UPGRADE).peekable();
     named.peek().is_some()
         && named.all(|protocol| {
             offered.iter().any(|offer| {
@@ -204,6 +187,17 @@ pub fn switch_was_offered(req: &RequestHeader, resp: &ResponseHeader) -> bool {
                 protocol.eq_ignore_ascii_case(offer) || protocol.eq_ignore_ascii_case(offer_name)
             })
         })
+}
+
+/// The items of every `name` field of `headers`, a comma-separated list (`Connection`,
+/// `Upgrade`), trimmed, empty ones left out.
+fn list_items(headers: &http::HeaderMap, name: HeaderName) -> impl Iterator<Item = &[u8]> {
+    headers
+        .get_all(name)
+        .into_iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .map(|item| item.trim_ascii())
+        .filter(|item| !item.is_empty())
 }
 
 /// `upstream_response_filter`, before the hop-by-hop fields are stripped: the `Upgrade` of a 101,
