@@ -99,9 +99,9 @@ pub struct SharedLog {
     read_since: Mutex<Vec<Option<u64>>>,
     /// Per (server, bucket key or part's key): how far the value has been parsed.
     parsed: Mutex<HashMap<(usize, Vec<u8>), Parsed>>,
-    /// Per (server, bucket key): the first part of the current buckets this node has not found
-    /// full, where its next append goes (so that a full part costs one refused append, not one
-    /// per record).
+    /// Per (server, bucket key): the part of the current buckets this node last appended to
+    /// ([`PARTS`]: every part was full), where its next append goes if the part is still there
+    /// ([`SharedLog::publish`]); none: the first.
     open_part: Mutex<HashMap<(usize, Vec<u8>), u32>>,
 }
 
@@ -171,8 +171,19 @@ impl SharedLog {
     }
 
     /// Appends `record` (as [`Record::encode`] made it; short-lived or not) to the bucket of
-    /// `now_ms` on each of `servers` at once; returns the servers that stored it. A server whose
-    /// part of the bucket refuses it (full) is asked the next part, up to [`PARTS`].
+    /// `now_ms` on each of `servers` at once; returns the servers that stored it.
+    ///
+    /// A bucket's parts are filled in order, so that a reader, which asks for part `p + 1` only
+    /// once it found part `p`, finds every record: a server's part that refuses the record
+    /// (full) passes it to the next, up to [`PARTS`]. The part a server last took records in is
+    /// remembered for the bucket, and appended to only if it is still there: gone (the server
+    /// restarted, and forgot the parts before it too), the record goes through the parts from the
+    /// first again. Until 2026-12-08 it was appended to that part, created anew, where no reader
+    /// looked: the purge answered `complete` and reached no node
+    /// (`log_overflow_attacks::a_purge_after_a_restart_mid_overflow_reaches_b`). A server found
+    /// with every part full is not asked again for the bucket (each try cost four round trips a
+    /// part, and retried publications, one after another, held the node's log reads back for
+    /// seconds: `purges_pending_for_a_server_whose_parts_are_all_full_...`).
     pub async fn publish(
         &self,
         record: &Bytes,
@@ -182,7 +193,7 @@ impl SharedLog {
     ) -> Vec<usize> {
         let key = self.bucket_key(now_ms / BUCKET_MS, short_lived);
         let ttl = self.ttl(short_lived);
-        let first_parts: Vec<u32> = {
+        let last_parts: Vec<u32> = {
             let mut open = self.open_part.lock();
             // a bucket of the past takes no more appends from this node
             let current = [
@@ -196,40 +207,79 @@ impl SharedLog {
                 .collect()
         };
         let mut appends = JoinSet::new();
-        for (&index, first) in servers.iter().zip(first_parts) {
+        for (&index, last) in servers.iter().zip(last_parts) {
             let (cluster, key, record) = (self.cluster.clone(), key.clone(), record.clone());
             appends.spawn(async move {
-                for part in first..PARTS {
-                    let part_key = SharedLog::part_key(&key, part);
-                    match cluster
-                        .append_on(index, &part_key, record.clone(), ttl)
-                        .await
-                    {
-                        Appended::Stored => return (index, Some(part)),
-                        Appended::Refused => {}
-                        Appended::Unanswered => return (index, None),
-                    }
-                }
-                log::warn!(
-                    "invalidation: memcached {} took no record in any of the {PARTS} parts of \
-                     log bucket {}",
-                    cluster.server_name(index),
-                    String::from_utf8_lossy(&key)
-                );
-                (index, None)
+                let taken = SharedLog::append_in_order(&cluster, index, &key, record, ttl, last);
+                (index, taken.await)
             });
         }
         let mut stored = Vec::new();
         while let Some(done) = appends.join_next().await {
-            if let Ok((index, Some(part))) = done {
-                stored.push(index);
-                if part > 0 {
-                    self.open_part.lock().insert((index, key.clone()), part);
+            let Ok((index, taken)) = done else { continue };
+            let mut open = self.open_part.lock();
+            match taken {
+                PartTaken::In(part) => {
+                    stored.push(index);
+                    match part {
+                        0 => open.remove(&(index, key.clone())),
+                        _ => open.insert((index, key.clone()), part),
+                    };
                 }
+                PartTaken::AllFull => {
+                    open.insert((index, key.clone()), PARTS);
+                }
+                PartTaken::Unanswered => {}
             }
         }
         stored.sort_unstable();
         stored
+    }
+
+    /// One server's part of [`Self::publish`]: `record` appended to the part of `bucket` this
+    /// node last appended to (`last`; [`PARTS`]: every part was full), if it is still there, else
+    /// to the first of its parts, in order, that takes it.
+    async fn append_in_order(
+        cluster: &Cluster,
+        index: usize,
+        bucket: &[u8],
+        record: Bytes,
+        ttl: u32,
+        last: u32,
+    ) -> PartTaken {
+        if last >= PARTS {
+            return PartTaken::AllFull;
+        }
+        if last > 0 {
+            let part_key = SharedLog::part_key(bucket, last);
+            match cluster
+                .append_if_present_on(index, &part_key, record.clone())
+                .await
+            {
+                Appended::Stored => return PartTaken::In(last),
+                Appended::Unanswered => return PartTaken::Unanswered,
+                // full, or gone: the parts are gone through from the first
+                Appended::Refused => {}
+            }
+        }
+        for part in 0..PARTS {
+            let part_key = SharedLog::part_key(bucket, part);
+            match cluster
+                .append_on(index, &part_key, record.clone(), ttl)
+                .await
+            {
+                Appended::Stored => return PartTaken::In(part),
+                Appended::Refused => {}
+                Appended::Unanswered => return PartTaken::Unanswered,
+            }
+        }
+        log::warn!(
+            "invalidation: memcached {} took no record in any of the {PARTS} parts of log \
+             bucket {}",
+            cluster.server_name(index),
+            String::from_utf8_lossy(bucket)
+        );
+        PartTaken::AllFull
     }
 
     /// Reads what every reachable server's copy gained since this node last read it (at start:
@@ -419,6 +469,16 @@ impl SharedLog {
         }
         beats
     }
+}
+
+/// Where one server took a record ([`SharedLog::append_in_order`]).
+enum PartTaken {
+    /// In this part of the bucket.
+    In(u32),
+    /// Nowhere: every part refused it.
+    AllFull,
+    /// The server did not answer.
+    Unanswered,
 }
 
 /// How much of one log value a node has parsed: the length, and a checksum of those bytes.

@@ -89,11 +89,16 @@ impl Record {
 /// any later byte, so the read goes on one byte further. Before, such bytes were taken for a
 /// record still being appended and ended the read: two bytes planted in a bucket's key before
 /// its first record hid every record appended after them from every node. A well-framed record
-/// this node cannot use (another version, kind or host) is skipped whole.
+/// this node cannot use (another kind or host) is skipped whole.
+///
+/// The offset returned is the end of `log`: every record in it is whole, and the next one
+/// appended starts there. (Until 2026-12-08 it was the end of the last record found, so a value
+/// holding only junk was scanned again from its start at every poll: with a crafted megabyte
+/// of candidate frames, each asking for a 64 KiB CRC, a node read no log for minutes,
+/// `tests/log_overflow_attacks.rs`.)
 pub fn decode_from(log: &[u8], from: usize) -> (Vec<Record>, usize) {
     let mut records = Vec::new();
     let mut pos = from.min(log.len());
-    let mut read_to = pos;
     while let Some(len_bytes) = log.get(pos..pos + 2) {
         let len = usize::from(u16::from_be_bytes([len_bytes[0], len_bytes[1]]));
         match log
@@ -103,20 +108,46 @@ pub fn decode_from(log: &[u8], from: usize) -> (Vec<Record>, usize) {
             Some(body) => {
                 records.extend(decode_one(body));
                 pos += 2 + len;
-                read_to = pos;
             }
             None => pos += 1,
         }
     }
-    (records, read_to)
+    (records, log.len())
 }
 
-/// Whether `body` is a record's frame: the magic first and its CRC-32 last.
+/// Whether `body` is a record's frame: the magic and this version first, field lengths that
+/// add up to the body's (each text at most [`MAX_TARGET_TEXT`]), and its CRC-32 last. The
+/// lengths are checked before the CRC, which costs the whole body: junk rarely gets that far.
+/// (A record of another version is not framed: its bytes are stepped through one by one.)
 fn well_framed(body: &[u8]) -> bool {
     let Some((payload, crc)) = body.len().checked_sub(4).map(|at| body.split_at(at)) else {
         return false;
     };
-    payload.starts_with(MAGIC) && crc32fast::hash(payload).to_be_bytes() == crc
+    payload.starts_with(MAGIC)
+        && payload.get(2) == Some(&VERSION)
+        && fields_fill(payload)
+        && crc32fast::hash(payload).to_be_bytes() == crc
+}
+
+/// Whether a record payload's length fields (two texts, then `asked_by`) end exactly at its end.
+fn fields_fill(payload: &[u8]) -> bool {
+    // magic, version, kind, flags, issued, issuer, seq
+    const FIXED: usize = 2 + 1 + 1 + 1 + 8 + 8 + 8;
+    let text_end = |at: usize| {
+        let len = usize::from(u16::from_be_bytes(
+            payload.get(at..at + 2)?.try_into().ok()?,
+        ));
+        (len <= MAX_TARGET_TEXT).then_some(at + 2 + len)
+    };
+    let Some(second) = text_end(FIXED) else {
+        return false;
+    };
+    let Some(asked_by) = text_end(second) else {
+        return false;
+    };
+    payload
+        .get(asked_by)
+        .is_some_and(|&len| asked_by + 1 + usize::from(len) == payload.len())
 }
 
 /// The record in a well-framed `body` ([`well_framed`]), if this node can use it.
@@ -227,11 +258,9 @@ mod tests {
         let (first, offset) = decode_from(&log, 0);
         assert_eq!(first, all[..3]);
         assert_eq!(offset, log.len());
-        // a record half appended is left for the next read
-        let fourth = all[3].encode();
-        log.extend_from_slice(&fourth[..10]);
-        assert_eq!(decode_from(&log, offset), (vec![], offset));
-        log.extend_from_slice(&fourth[10..]);
+        // records appended since are read from where the last read ended (memcached appends
+        // whole: no record is ever half there)
+        log.extend_from_slice(&all[3].encode());
         log.extend_from_slice(&all[4].encode());
         let (rest, end) = decode_from(&log, offset);
         assert_eq!(rest, all[3..]);
@@ -259,22 +288,37 @@ mod tests {
         ];
         // a length that runs past the end, then records appended after it
         let mut log = vec![0xff, 0xff];
-        assert_eq!(decode_from(&log, 0), (vec![], 0));
+        assert_eq!(decode_from(&log, 0), (vec![], 2));
         log.extend_from_slice(&wanted[0].encode());
         let (found, end) = decode_from(&log, 0);
         assert_eq!(found, wanted[..1]);
         assert_eq!(end, log.len());
+        assert_eq!(decode_from(&log, 2), (wanted[..1].to_vec(), log.len()));
         // junk between two records, with the magic in it, and junk left at the end
         log.extend_from_slice(b"\x00\x07LIjunk!");
         log.extend_from_slice(&wanted[1].encode());
         log.extend_from_slice(&[0x00, 0x40, b'L']);
         let (found, end) = decode_from(&log, 0);
         assert_eq!(found, wanted);
-        assert_eq!(
-            end,
-            log.len() - 3,
-            "the junk at the end is read again next time"
-        );
+        assert_eq!(end, log.len(), "junk is scanned once, not at every read");
+    }
+
+    #[test]
+    fn junk_framed_like_records_costs_no_crc_unless_its_lengths_add_up() {
+        let real = record(1, Target::Tag("a".into())).encode();
+        // candidates asking for the largest body at every fourth byte (`\xff\xffLI`)
+        let mut log: Vec<u8> = b"\xff\xffLI".repeat(64 * 1024);
+        log.extend_from_slice(&real);
+        let (found, end) = decode_from(&log, 0);
+        assert_eq!(found, vec![record(1, Target::Tag("a".into()))]);
+        assert_eq!(end, log.len());
+        let body = &real[2..];
+        assert!(well_framed(body));
+        // the same record with a length field that does not add up is not framed
+        let mut bad = body.to_vec();
+        bad[2 + 1 + 1 + 1 + 24] ^= 0x01;
+        assert!(!fields_fill(&bad[..bad.len() - 4]));
+        assert!(!well_framed(&bad));
     }
 
     #[test]

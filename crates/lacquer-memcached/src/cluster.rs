@@ -537,6 +537,23 @@ impl Cluster {
         self.record(index, result).is_some()
     }
 
+    /// Appends `value` to the value under `key` on server `index` only if the key is there
+    /// (never creating it): [`Appended::Refused`] when it is not stored, the key being absent
+    /// or its value full (memcached answers `NOT_STORED` to both).
+    pub async fn append_if_present_on(&self, index: usize, key: &[u8], value: Bytes) -> Appended {
+        if !self.usable(index) {
+            return Appended::Unanswered;
+        }
+        let appended = self.nodes[index].client.append(key, value).await;
+        let refused = matches!(appended, Err(McError::ServerError(_)));
+        match self.record(index, appended) {
+            Some(true) => Appended::Stored,
+            Some(false) => Appended::Refused,
+            None if refused => Appended::Refused,
+            None => Appended::Unanswered,
+        }
+    }
+
     /// Appends `value` to the value under `key` on server `index`, creating it (with
     /// `ttl_secs`) when absent; says whether the bytes were stored ([`Appended`]). Concurrent
     /// writers each get their bytes in whole: memcached appends atomically, and a writer that
