@@ -360,9 +360,13 @@ impl SharedLog {
                     if batch.is_empty() {
                         break;
                     }
-                    let Some(found) = cluster.get_multi_on(index, &batch).await else {
-                        return (index, keys, None);
-                    };
+                    let mut found = Vec::with_capacity(batch.len());
+                    for chunk in batch.chunks(KEYS_PER_READ) {
+                        match cluster.get_multi_on(index, chunk).await {
+                            Some(values) => found.extend(values),
+                            None => return (index, keys, None),
+                        }
+                    }
                     let mut next = Vec::new();
                     for ((b, part), (key, value)) in asked.iter().zip(batch.into_iter().zip(found))
                     {
