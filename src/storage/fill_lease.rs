@@ -1433,10 +1433,9 @@ impl FillLeases {
     /// would never see it, so the URL's lease is deleted (in the background) and they fetch for
     /// themselves. `leased`: the claim the fill was the lease's ([`Self::holds`] when it
     /// finished), whose lease is deleted only if it is still that claim's; without one, whoever
-    /// holds the lease, the worst this does is one more origin fetch. Not attempted while the
-    /// URL's server is failing (the waiters stop on their own then), unless the claim's `add`
-    /// went unanswered (its own timeout counted the server failing: tried all the same), nor
-    /// when this node's lease was lost (it may be another node's claim by now).
+    /// holds the lease, the worst this does is one more origin fetch. Without a claim of this
+    /// node's, not attempted while the URL's server is failing (the waiters stop on their own
+    /// then); nor when this node's lease was lost (it may be another node's claim by now).
     pub fn on_write_failed(&'static self, key: &CacheKey, leased: Option<Claim>) {
         if self.lease.is_zero() {
             return;
@@ -1444,10 +1443,14 @@ impl FillLeases {
         let Ok(claim) = self.release_local(&key.primary_bin(), leased) else {
             return;
         };
-        // an unanswered claim's own timeout counted its server failing, and on a quiet node
-        // nothing may have answered since: its late lease is released all the same (bounded by
-        // `op_timeout`, out of any request's path), or the nodes that found it would wait it out
-        if self.server_failing(key) && !claim.is_some_and(|claim| claim.unanswered) {
+        // a claim of this node is released all the same when its server counts as failing (the
+        // delete is bounded by `op_timeout`, out of any request's path): the failure may be this
+        // write's own timeout (or an unanswered claim's), with nothing answered since on a quiet
+        // node. Left, its lease held this node's next fills of the URL, which took it for another
+        // node's, refused (`fill-elsewhere`) until memcached expired it, and the nodes that found
+        // it waited it out (`fill_claim_wait_attacks::after_a_write_outlasting_op_timeout_...`).
+        // Without a claim here, whoever holds the lease, the waiters stop on their own.
+        if self.server_failing(key) && claim.is_none() {
             return;
         }
         let key = key.clone();
