@@ -34,6 +34,27 @@ struct ClientSlots {
     waiting: AtomicUsize,
 }
 
+/// A request's place in its client's queue, given back however its wait ends (a slot, the
+/// timeout, or the request dropped: its client left).
+struct QueuePlace<'a>(&'a AtomicUsize);
+
+impl Drop for QueuePlace<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Resolves when the client of `session`, whose request body is all read, closes its
+/// connection (or it fails); bytes of a pipelined request are kept for it (Pingora's
+/// `read_body_or_idle`), and then this waits for ever.
+async fn client_gone(session: &mut pingora_proxy::Session) -> Box<pingora_error::Error> {
+    loop {
+        if let Err(e) = session.downstream_session.read_body_or_idle(true).await {
+            return e;
+        }
+    }
+}
+
 /// A request's slot; given back when dropped.
 #[derive(Debug)]
 pub struct Admission {
@@ -107,9 +128,10 @@ impl Fairness {
             slots.waiting.fetch_sub(1, Ordering::SeqCst);
             return refused(slots, Refusal::OverCap);
         }
+        let place = QueuePlace(&slots.waiting);
         let waited =
             tokio::time::timeout(config.queue_timeout, slots.permits.clone().acquire_owned()).await;
-        slots.waiting.fetch_sub(1, Ordering::SeqCst);
+        drop(place);
         match waited {
             Ok(Ok(permit)) => Ok(admitted(permit)),
             _ => refused(slots, Refusal::QueueTimeout),
@@ -125,7 +147,20 @@ impl Fairness {
         request: &mut super::RequestUpstream,
     ) -> pingora_error::Result<bool> {
         let key = client_key(session, self.key_header(), client);
-        match self.admit(key).await {
+        // a request waiting in its client's queue gives its place up when its client leaves
+        // (before 2026-12-08 a gone client's request kept it until a slot came or
+        // `queue_timeout` passed, and the client's next requests were refused meanwhile:
+        // `tests/fairness_attacks.rs`). Watched only when the request's body is all read (the
+        // watch reads the connection: a GET's, or a direct pass's, whose body is read first).
+        let admitted = if session.downstream_session.is_body_done() {
+            tokio::select! {
+                admitted = self.admit(key) => admitted,
+                gone = client_gone(session) => return Err(gone),
+            }
+        } else {
+            self.admit(key).await
+        };
+        match admitted {
             Ok(admission) => {
                 request.admission = Some(admission);
                 Ok(true)
