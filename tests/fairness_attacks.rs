@@ -713,3 +713,72 @@ fn a_client_hanging_up_does_not_free_its_slot_while_the_origin_still_works() {
     );
     lb.assert_no_panic();
 }
+
+/// Queue mode, and the watch on a queued request's client (`fairness::client_gone`, added for
+/// [`a_waiter_whose_client_left_frees_its_place`]): two requests pipelined on one connection
+/// behind a held slot are both answered, each with its own body and in order. The watch reads
+/// the connection while the first waits, and the start of the second must be kept for it, not
+/// taken for a closed or broken client.
+#[test]
+fn pipelined_requests_queued_for_a_slot_are_each_answered_in_order() {
+    let origin = Origin::start();
+    let lb = start_balancer(
+        &[(origin.addr, 1)],
+        &fairness(
+            "max_in_flight = 1\non_excess = \"queue\"\nqueue_size = 4\nqueue_timeout = \"10s\"\n",
+        ),
+    );
+    let mut hold = open(&lb, &get_req("/pipelined-hold?ms=1500", &[]));
+    assert!(origin.wait_for("pipelined-hold"));
+    let mut conn = open(
+        &lb,
+        &format!(
+            "{}{}",
+            get_req("/pipelined-first?ms=10", &[]),
+            get_req("/pipelined-second?ms=10", &[])
+        ),
+    );
+    assert_eq!(hold.read_response(false).status, 200);
+    let first = conn.read_response(false);
+    let second = conn.read_response(false);
+    assert_eq!(
+        (first.status, first.text()),
+        (200, "/pipelined-first?ms=10 answered".to_string())
+    );
+    assert_eq!(
+        (second.status, second.text()),
+        (200, "/pipelined-second?ms=10 answered".to_string())
+    );
+    assert!(origin.max_in_flight() <= 1);
+    lb.assert_no_panic();
+}
+
+/// Queue mode over HTTP/2: streams of one connection queued behind a held slot are not taken
+/// for gone (their client closed its side of each stream with the request, which is not a
+/// reset): all are answered, one at a time at the origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_streams_queued_for_a_slot_are_all_answered() {
+    let origin = Origin::start();
+    let lb = start_balancer(
+        &[(origin.addr, 1)],
+        &fairness(
+            "max_in_flight = 1\non_excess = \"queue\"\nqueue_size = 8\nqueue_timeout = \"10s\"\n",
+        ),
+    );
+    let client = h2c_client();
+    let tasks: Vec<_> = (0..4)
+        .map(|i| {
+            let client = client.clone();
+            let url = lb.url(&format!("/h2-queued-{i}?ms=300"));
+            tokio::spawn(async move { send(&client, "GET", &url, &[], None).await.unwrap() })
+        })
+        .collect();
+    for (i, task) in tasks.into_iter().enumerate() {
+        let answer = task.await.unwrap();
+        assert_eq!(answer.version, reqwest::Version::HTTP_2);
+        assert_eq!(answer.status, 200, "stream {i}");
+        assert_eq!(answer.text(), format!("/h2-queued-{i}?ms=300 answered"));
+    }
+    assert_eq!(origin.max_in_flight(), 1);
+    lb.assert_no_panic();
+}
