@@ -154,6 +154,8 @@ impl Fairness {
         // watch reads the connection: a GET's, or a direct pass's, whose body is read first).
         let admitted = if session.downstream_session.is_body_done() {
             tokio::select! {
+                // a slot free at once is taken without a read of the client's connection
+                biased;
                 admitted = self.admit(key) => admitted,
                 gone = client_gone(session) => return Err(gone),
             }
