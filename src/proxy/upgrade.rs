@@ -108,16 +108,10 @@ pub fn on_peer(peer: &mut HttpPeer, idle: Duration) {
 /// offered protocols (less `h2c`) stay in `Upgrade`, announced by `Connection: upgrade`. Returns
 /// whether the request still asks for an upgrade.
 pub fn on_upstream_request(req: &mut RequestHeader) -> bool {
-    let chunked_body = req.headers.contains_key(header::TRANSFER_ENCODING);
-    let mut nominates_upgrade = false;
+    let forwarded = forwarded_protocols(req);
     let nominated: Vec<HeaderName> = list_items(&req.headers, header::CONNECTION)
-        .filter_map(|token| {
-            if token.eq_ignore_ascii_case(b"upgrade") {
-                nominates_upgrade = true;
-                return None;
-            }
-            HeaderName::from_bytes(token).ok()
-        })
+        .filter(|token| !token.eq_ignore_ascii_case(b"upgrade"))
+        .filter_map(|token| HeaderName::from_bytes(token).ok())
         .collect();
     for name in nominated {
         if !PROTECTED.contains(&name.as_str()) {
@@ -128,16 +122,25 @@ pub fn on_upstream_request(req: &mut RequestHeader) -> bool {
         req.remove_header(name);
     }
     req.remove_header(&header::CONNECTION);
-    let protocols = offered_protocols(req);
     req.remove_header(&header::UPGRADE);
-    match protocols {
-        Some(protocols) if nominates_upgrade && !chunked_body => {
+    match forwarded {
+        Some(protocols) => {
             let _ = req.insert_header(header::UPGRADE, protocols);
             let _ = req.insert_header(header::CONNECTION, HeaderValue::from_static("upgrade"));
             true
         }
         _ => false,
     }
+}
+
+/// The protocols a request goes on with as an upgrade ([`on_upstream_request`]): its offered
+/// ones ([`offered_protocols`]) when its `Connection` nominates `upgrade` and its body is not
+/// chunked; `None`: it goes on as an ordinary request.
+fn forwarded_protocols(req: &RequestHeader) -> Option<HeaderValue> {
+    let nominated = list_items(&req.headers, header::CONNECTION)
+        .any(|token| token.eq_ignore_ascii_case(b"upgrade"));
+    let chunked_body = req.headers.contains_key(header::TRANSFER_ENCODING);
+    offered_protocols(req).filter(|_| nominated && !chunked_body)
 }
 
 /// The protocols of the request's `Upgrade` fields, in order, without `h2c`; `None` if none is
@@ -166,10 +169,7 @@ fn offered_protocols(req: &RequestHeader) -> Option<HeaderValue> {
 /// `h2c`, which Lacquer never forwards) is refused: it would turn the client's connection into a
 /// tunnel the client did not ask for (found 2026-12-08, `tests/tunnel_flaky_attacks.rs`).
 pub fn switch_was_offered(req: &RequestHeader, resp: &ResponseHeader) -> bool {
-    let nominated = list_items(&req.headers, header::CONNECTION)
-        .any(|token| token.eq_ignore_ascii_case(b"upgrade"));
-    let chunked_body = req.headers.contains_key(header::TRANSFER_ENCODING);
-    let Some(offered) = offered_protocols(req).filter(|_| nominated && !chunked_body) else {
+    let Some(offered) = forwarded_protocols(req) else {
         return false;
     };
     let offered: Vec<&str> = offered
