@@ -22,198 +22,17 @@ use lacquer_test_support as support;
 
 use lacquer::invalidation::record::{Record, RecordId};
 use lacquer::invalidation::target::Target;
-use serde_json::Value;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 use support::*;
 
-/// The site both nodes serve.
-const HOST: &str = "shop.example";
-const SITE: [(&str, &str); 1] = [("host", HOST)];
+mod cluster_log_common;
+use cluster_log_common::*;
+
 /// Local copies are trusted for 30 s: a node that stops serving a copy sooner stopped because
 /// the purge or ban reached it.
 const NODE: &str = "local_ttl = \"30s\"";
-/// The nodes' `cache.memcached.op_timeout` ([`MemcachedCluster::node`] sets 200 ms).
-const OP_TIMEOUT: Duration = Duration::from_millis(200);
-/// What a request may take because of a frozen or dead memcached: `op_timeout` (once) plus a
-/// generous margin for a busy 2-core machine.
-const REQUEST_BOUND: Duration = Duration::from_millis(200 + 2_300);
-/// How long a purge may take to reach the other node through a live server: `poll_interval`
-/// (250 ms) plus one read, plus a frozen server's `op_timeout` in the same poll, generously.
-const REACH_BOUND: Duration = Duration::from_secs(5);
-/// A wait for anything that should happen at once; reached only by a hang.
-const BOUND: Duration = Duration::from_secs(20);
-
-fn json(resp: &Resp) -> Value {
-    serde_json::from_slice(&resp.body)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", resp.status, resp.text()))
-}
-
-/// The memcached key of `path` on the site.
-fn key_of(path: &str) -> String {
-    MemcachedCluster::key_of(HOST, path)
-}
-
-/// Waits (bounded) until the entry of `path` is in memcached.
-async fn wait_for_entry(cluster: &MemcachedCluster, path: &str) {
-    let key = key_of(path);
-    let server = &cluster.servers[cluster.server_for(&key)];
-    let written = poll_until_async(Duration::from_secs(5), || server.get_raw(&key).is_some()).await;
-    assert!(written, "{path} was not written to memcached");
-}
-
-/// Stores `path` through `a` (written to memcached) and makes `b` hold a copy; returns the body.
-async fn stored_on_both(cluster: &MemcachedCluster, a: &Node, b: &Node, path: &str) -> Bytes {
-    let first = get(&a.proxy.url(path), &SITE).await;
-    assert!(first.is_stored(), "{path}: {:?}", first.cache_status());
-    wait_for_entry(cluster, path).await;
-    let from_b = get(&b.proxy.url(path), &SITE).await;
-    assert!(from_b.is_hit(), "{path} on B: {:?}", from_b.cache_status());
-    assert_eq!(from_b.body, first.body);
-    let again = get(&b.proxy.url(path), &SITE).await;
-    assert!(again.is_hit() && again.body == first.body, "{path} on B");
-    first.body
-}
-
-/// Polls `node` for `path` until it serves something other than `old` (a 200); returns how
-/// long that took, or fails after `bound` naming `what`.
-async fn stops_serving(
-    node: &Node,
-    path: &str,
-    old: &Bytes,
-    bound: Duration,
-    what: &str,
-) -> Duration {
-    let started = Instant::now();
-    loop {
-        let answer = get(&node.proxy.url(path), &SITE).await;
-        assert_eq!(answer.status, 200, "{what}: {path} on {}", node.name);
-        if answer.body != *old {
-            return started.elapsed();
-        }
-        assert!(
-            started.elapsed() < bound,
-            "{what}: {} still serves the old {path} after {bound:?} ({:?})",
-            node.name,
-            answer.cache_status()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Asserts, over about two seconds of repeated reads, that none of `nodes` serves `old` for
-/// `path` (a copy read again from memcached, or promoted late, shows on a later read only).
-async fn none_serves_for_a_while(nodes: &[&Node], path: &str, old: &Bytes, what: &str) {
-    for _ in 0..8 {
-        for node in nodes {
-            let answer = get(&node.proxy.url(path), &SITE).await;
-            assert_eq!(answer.status, 200, "{what}: {path} on {}", node.name);
-            assert_ne!(
-                answer.body,
-                *old,
-                "{what}: {} served the old {path} ({:?})",
-                node.name,
-                answer.cache_status()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// Requests to a set of nodes on their own URLs (stored ones, each read through both nodes, and
-/// misses), until stopped: every answer must be a 200 within [`REQUEST_BOUND`].
-struct Load {
-    stop: Arc<AtomicBool>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-    failures: Arc<Mutex<Vec<String>>>,
-    slowest: Arc<Mutex<(Duration, String)>>,
-    done: Arc<AtomicU64>,
-}
-
-impl Load {
-    fn start(bases: Vec<String>, tag: &str) -> Load {
-        let stop = Arc::new(AtomicBool::new(false));
-        let failures = Arc::new(Mutex::new(Vec::new()));
-        let slowest = Arc::new(Mutex::new((Duration::ZERO, String::new())));
-        let done = Arc::new(AtomicU64::new(0));
-        let tasks = (0..4)
-            .map(|t| {
-                let (stop, bases, failures, slowest, done) = (
-                    stop.clone(),
-                    bases.clone(),
-                    failures.clone(),
-                    slowest.clone(),
-                    done.clone(),
-                );
-                let tag = tag.to_string();
-                tokio::spawn(async move {
-                    let client = http_client();
-                    for n in 0usize.. {
-                        if stop.load(Ordering::Relaxed) {
-                            break;
-                        }
-                        let path = if n % 4 == 3 {
-                            format!("/{tag}/miss/{t}/{n}?cc=max-age%3D300")
-                        } else {
-                            format!("/{tag}/load/{}?cc=max-age%3D300", (n * 7 + t) % 40)
-                        };
-                        let url = format!(
-                            "{}{path}",
-                            bases[(n + t) % bases.len()].trim_end_matches('/')
-                        );
-                        let started = Instant::now();
-                        let answer =
-                            tokio::time::timeout(BOUND, send(&client, "GET", &url, &SITE, None))
-                                .await;
-                        let took = started.elapsed();
-                        match answer {
-                            Ok(Ok(r)) if r.status == 200 => {}
-                            Ok(Ok(r)) => failures.lock().unwrap().push(format!(
-                                "{url}: {} {:?}",
-                                r.status,
-                                r.cache_status()
-                            )),
-                            Ok(Err(e)) => failures.lock().unwrap().push(format!("{url}: {e}")),
-                            Err(_) => failures.lock().unwrap().push(format!("{url}: hung")),
-                        }
-                        done.fetch_add(1, Ordering::Relaxed);
-                        let mut slow = slowest.lock().unwrap();
-                        if took > slow.0 {
-                            *slow = (took, url);
-                        }
-                    }
-                })
-            })
-            .collect();
-        Load {
-            stop,
-            tasks,
-            failures,
-            slowest,
-            done,
-        }
-    }
-
-    /// Stops the load; fails on any failed or too slow request.
-    async fn stop(self, what: &str) {
-        self.stop.store(true, Ordering::Relaxed);
-        for task in self.tasks {
-            task.await.unwrap();
-        }
-        let failures = self.failures.lock().unwrap().clone();
-        let (slowest, url) = self.slowest.lock().unwrap().clone();
-        let done = self.done.load(Ordering::Relaxed);
-        eprintln!("{what}: {done} requests, slowest {slowest:?} ({url})");
-        assert!(done > 0, "{what}: the load sent nothing");
-        assert!(failures.is_empty(), "{what}: requests failed: {failures:?}");
-        assert!(
-            slowest <= REQUEST_BOUND,
-            "{what}: a request took {slowest:?} ({url}), more than op_timeout ({OP_TIMEOUT:?}) \
-             plus a generous margin"
-        );
-    }
-}
 
 /// A `PURGE` of `path` through `node`'s proxy, timed: it is a client request too, bounded like
 /// any other while a server is frozen.
@@ -227,28 +46,6 @@ async fn purge_request(node: &Node, path: &str) -> Resp {
         node.name
     );
     answer
-}
-
-/// An admin API call through `node`, bounded.
-async fn admin(node: &Node, path: &str, body: &str) -> Resp {
-    within(
-        BOUND,
-        &format!("admin {path} through {}", node.name),
-        admin_post(node.admin, path, Some(ADMIN_TOKEN), body),
-    )
-    .await
-}
-
-/// The names in a report's `nodes.reached` (empty when absent).
-fn reached(report: &Value) -> Vec<String> {
-    report["nodes"]["reached"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|v| v.as_str().unwrap_or("").to_string())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// A path (with `query`) of the site whose memcached key the cluster places on `server`.
@@ -288,7 +85,13 @@ async fn a_purge_and_a_ban_while_a_log_server_is_frozen_reach_the_other_node_and
     let old_purged = stored_on_both(&cluster, &a, &b, &purged).await;
     let old_banned = stored_on_both(&cluster, &a, &b, &banned).await;
     let old_by_request = stored_on_both(&cluster, &a, &b, &by_request).await;
-    let load = Load::start(vec![a.proxy.url(""), b.proxy.url("")], "frozen");
+    let load = Load::start(
+        vec![a.proxy.url(""), b.proxy.url("")],
+        "frozen",
+        4,
+        40,
+        Duration::ZERO,
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     cluster.servers[0].freeze();
@@ -405,7 +208,13 @@ async fn purges_while_the_log_servers_freeze_in_turn_across_bs_polls_all_reach_b
     for page in &pages {
         old.push(stored_on_both(&cluster, &a, &b, page).await);
     }
-    let load = Load::start(vec![a.proxy.url(""), b.proxy.url("")], "flapping");
+    let load = Load::start(
+        vec![a.proxy.url(""), b.proxy.url("")],
+        "flapping",
+        4,
+        40,
+        Duration::ZERO,
+    );
 
     let stop = Arc::new(AtomicBool::new(false));
     let flapper = {
@@ -492,7 +301,13 @@ async fn a_log_server_restarted_empty_and_another_killed_for_good_lose_no_purge_
     let warm = admin(&a, "/ban", r#"{"tag": "warm-up", "wait": true}"#).await;
     assert_eq!(warm.status, 200, "{}", warm.text());
     assert_eq!(reached(&json(&warm)), vec!["B".to_string()]);
-    let load = Load::start(vec![a.proxy.url(""), b.proxy.url("")], "restart");
+    let load = Load::start(
+        vec![a.proxy.url(""), b.proxy.url("")],
+        "restart",
+        4,
+        40,
+        Duration::ZERO,
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     cluster.servers[0].restart();

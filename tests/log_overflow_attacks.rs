@@ -22,163 +22,24 @@ use lacquer_test_support as support;
 
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 use support::*;
 
-/// The site every node serves.
-const HOST: &str = "shop.example";
-const SITE: [(&str, &str); 1] = [("host", HOST)];
+mod cluster_log_common;
+use cluster_log_common::*;
+
 /// Local copies are trusted for 60 s: a node that stops serving a copy sooner stopped because
 /// the purge or ban reached it.
 const NODE: &str = "local_ttl = \"60s\"";
 /// Servers whose item size limit is 4 KiB: a log value takes a couple of long records.
 const SMALL_ITEMS: [&str; 4] = ["-I", "4k", "-o", "slab_chunk_max=4096"];
-/// What a request may take because of a frozen or dead memcached: `op_timeout` (200 ms, set by
-/// [`MemcachedCluster::node`]) plus a generous margin for a busy 2-core machine.
-const REQUEST_BOUND: Duration = Duration::from_millis(200 + 2_300);
-/// How long a purge may take to reach the other node through a live server: `poll_interval`
-/// (250 ms) plus one read, generously.
-const REACH_BOUND: Duration = Duration::from_secs(5);
-/// A wait for anything that should happen at once; reached only by a hang.
-const BOUND: Duration = Duration::from_secs(20);
-
-fn json(resp: &Resp) -> Value {
-    serde_json::from_slice(&resp.body)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", resp.status, resp.text()))
-}
-
-/// The memcached key of `path` on the site.
-fn key_of(path: &str) -> String {
-    MemcachedCluster::key_of(HOST, path)
-}
-
-/// Waits (bounded) until the entry of `path` is in memcached.
-async fn wait_for_entry(cluster: &MemcachedCluster, path: &str) {
-    let key = key_of(path);
-    let server = &cluster.servers[cluster.server_for(&key)];
-    let written = poll_until_async(Duration::from_secs(5), || server.get_raw(&key).is_some()).await;
-    assert!(written, "{} was not written to memcached", short(path));
-}
-
-/// `path` cut for messages.
-fn short(path: &str) -> String {
-    path.chars().take(60).collect()
-}
-
-/// Stores `path` through `a` (written to memcached) and makes `b` hold a copy; returns the body.
-async fn stored_on_both(cluster: &MemcachedCluster, a: &Node, b: &Node, path: &str) -> Bytes {
-    let first = get(&a.proxy.url(path), &SITE).await;
-    assert!(
-        first.is_stored(),
-        "{}: {:?}",
-        short(path),
-        first.cache_status()
-    );
-    wait_for_entry(cluster, path).await;
-    let from_b = get(&b.proxy.url(path), &SITE).await;
-    assert!(
-        from_b.is_hit(),
-        "{} on B: {:?}",
-        short(path),
-        from_b.cache_status()
-    );
-    assert_eq!(from_b.body, first.body);
-    let again = get(&b.proxy.url(path), &SITE).await;
-    assert!(
-        again.is_hit() && again.body == first.body,
-        "{}",
-        short(path)
-    );
-    first.body
-}
-
-/// Polls `node` for `path` until it serves something other than `old` (a 200); returns how
-/// long that took, or fails after `bound` naming `what`.
-async fn stops_serving(
-    node: &Node,
-    path: &str,
-    old: &Bytes,
-    bound: Duration,
-    what: &str,
-) -> Duration {
-    let started = Instant::now();
-    loop {
-        let answer = get(&node.proxy.url(path), &SITE).await;
-        assert_eq!(
-            answer.status,
-            200,
-            "{what}: {} on {}",
-            short(path),
-            node.name
-        );
-        if answer.body != *old {
-            return started.elapsed();
-        }
-        assert!(
-            started.elapsed() < bound,
-            "{what}: {} still serves the old {} after {bound:?} ({:?})",
-            node.name,
-            short(path),
-            answer.cache_status()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Asserts, over about two seconds of repeated reads, that none of `nodes` serves `old` for
-/// `path`.
-async fn none_serves_for_a_while(nodes: &[&Node], path: &str, old: &Bytes, what: &str) {
-    for _ in 0..8 {
-        for node in nodes {
-            let answer = get(&node.proxy.url(path), &SITE).await;
-            assert_eq!(
-                answer.status,
-                200,
-                "{what}: {} on {}",
-                short(path),
-                node.name
-            );
-            assert_ne!(
-                answer.body,
-                *old,
-                "{what}: {} served the old {} ({:?})",
-                node.name,
-                short(path),
-                answer.cache_status()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// An admin API call through `node`, bounded.
-async fn admin(node: &Node, path: &str, body: &str) -> Resp {
-    within(
-        BOUND,
-        &format!("admin {path} through {}", node.name),
-        admin_post(node.admin, path, Some(ADMIN_TOKEN), body),
-    )
-    .await
-}
 
 /// An admin purge of `path` through `node`.
 async fn purge(node: &Node, path: &str, wait: bool) -> (u16, Value) {
     let body = format!(r#"{{"url": "http://{HOST}{path}", "by": "breaker", "wait": {wait}}}"#);
     let answer = admin(node, "/purge", &body).await;
     (answer.status, json(&answer))
-}
-
-/// The names in a report's `nodes.reached` (empty when absent).
-fn reached(report: &Value) -> Vec<String> {
-    report["nodes"]["reached"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|v| v.as_str().unwrap_or("").to_string())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// How many servers a report says took the record.
@@ -470,7 +331,13 @@ async fn every_part_full_on_one_server_still_lets_purges_reach_b_through_the_oth
         fill_parts(&cluster.servers[0], n, 0..16);
     }
     assert!(log_bucket() <= bucket + 1, "filling took too long");
-    let load = Load::start(vec![a.proxy.url(""), b.proxy.url("")], "one-full");
+    let load = Load::start(
+        vec![a.proxy.url(""), b.proxy.url("")],
+        "one-full",
+        3,
+        20,
+        Duration::from_millis(10),
+    );
     for (i, page) in pages.iter().enumerate() {
         let started = Instant::now();
         let (status, report) = purge(&a, page, i == 0).await;
@@ -878,7 +745,13 @@ async fn two_nodes_flooding_through_small_items_while_a_server_freezes_reach_eac
             stored_on_both(&cluster, &b, &a, &page("b", i)).await,
         ));
     }
-    let load = Load::start(vec![a.proxy.url(""), b.proxy.url("")], "flood");
+    let load = Load::start(
+        vec![a.proxy.url(""), b.proxy.url("")],
+        "flood",
+        3,
+        20,
+        Duration::from_millis(10),
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let freezer = {
         let (cluster, stop) = (cluster.clone(), stop.clone());
@@ -943,92 +816,4 @@ async fn two_nodes_flooding_through_small_items_while_a_server_freezes_reach_eac
     load.stop("a flood from two nodes").await;
     a.proxy.assert_no_panic();
     b.proxy.assert_no_panic();
-}
-
-/// Requests to a set of nodes on their own URLs (stored ones, read through every node, and
-/// misses), until stopped: every answer must be a 200 within [`REQUEST_BOUND`].
-struct Load {
-    stop: Arc<AtomicBool>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-    failures: Arc<Mutex<Vec<String>>>,
-    slowest: Arc<Mutex<(Duration, String)>>,
-}
-
-impl Load {
-    fn start(bases: Vec<String>, tag: &str) -> Load {
-        let stop = Arc::new(AtomicBool::new(false));
-        let failures = Arc::new(Mutex::new(Vec::new()));
-        let slowest = Arc::new(Mutex::new((Duration::ZERO, String::new())));
-        let tasks = (0..3)
-            .map(|t| {
-                let (stop, bases, failures, slowest) = (
-                    stop.clone(),
-                    bases.clone(),
-                    failures.clone(),
-                    slowest.clone(),
-                );
-                let tag = tag.to_string();
-                tokio::spawn(async move {
-                    let client = http_client();
-                    for n in 0usize.. {
-                        if stop.load(Ordering::Relaxed) {
-                            break;
-                        }
-                        let path = if n % 4 == 3 {
-                            format!("/{tag}/miss/{t}/{n}?cc=max-age%3D300")
-                        } else {
-                            format!("/{tag}/load/{}?cc=max-age%3D300", (n * 7 + t) % 20)
-                        };
-                        let url = format!(
-                            "{}{path}",
-                            bases[(n + t) % bases.len()].trim_end_matches('/')
-                        );
-                        let started = Instant::now();
-                        let answer =
-                            tokio::time::timeout(BOUND, send(&client, "GET", &url, &SITE, None))
-                                .await;
-                        let took = started.elapsed();
-                        match answer {
-                            Ok(Ok(r)) if r.status == 200 => {}
-                            Ok(Ok(r)) => failures.lock().unwrap().push(format!(
-                                "{url}: {} {:?}",
-                                r.status,
-                                r.cache_status()
-                            )),
-                            Ok(Err(e)) => failures.lock().unwrap().push(format!("{url}: {e}")),
-                            Err(_) => failures.lock().unwrap().push(format!("{url}: hung")),
-                        }
-                        {
-                            let mut slow = slowest.lock().unwrap();
-                            if took > slow.0 {
-                                *slow = (took, url);
-                            }
-                        }
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                    }
-                })
-            })
-            .collect();
-        Load {
-            stop,
-            tasks,
-            failures,
-            slowest,
-        }
-    }
-
-    /// Stops the load; fails on any failed or too slow request.
-    async fn stop(self, what: &str) {
-        self.stop.store(true, Ordering::Relaxed);
-        for task in self.tasks {
-            task.await.unwrap();
-        }
-        let failures = self.failures.lock().unwrap().clone();
-        assert!(failures.is_empty(), "{what}: requests failed: {failures:?}");
-        let (slowest, url) = self.slowest.lock().unwrap().clone();
-        assert!(
-            slowest <= REQUEST_BOUND,
-            "{what}: a request took {slowest:?} ({url}), more than op_timeout plus a margin"
-        );
-    }
 }
