@@ -544,13 +544,26 @@ impl Cluster {
         if !self.usable(index) {
             return Appended::Unanswered;
         }
-        let appended = self.nodes[index].client.append(key, value).await;
-        let refused = matches!(appended, Err(McError::ServerError(_)));
-        match self.record(index, appended) {
-            Some(true) => Appended::Stored,
-            Some(false) => Appended::Refused,
-            None if refused => Appended::Refused,
-            None => Appended::Unanswered,
+        match self.flag_or_failure(index, self.nodes[index].client.append(key, value).await) {
+            Ok(true) => Appended::Stored,
+            Ok(false) => Appended::Refused,
+            Err(failed) => failed,
+        }
+    }
+
+    /// The flag a storage command on server `index` answered (counted as [`Self::record`]
+    /// does), or what its failure means for an append: `SERVER_ERROR` refused it, anything else
+    /// left it unanswered.
+    fn flag_or_failure(
+        &self,
+        index: usize,
+        result: Result<bool, McError>,
+    ) -> Result<bool, Appended> {
+        let refused = matches!(result, Err(McError::ServerError(_)));
+        match self.record(index, result) {
+            Some(flag) => Ok(flag),
+            None if refused => Err(Appended::Refused),
+            None => Err(Appended::Unanswered),
         }
     }
 
@@ -570,22 +583,16 @@ impl Cluster {
         }
         let client = &self.nodes[index].client;
         for _ in 0..2 {
-            let appended = client.append(key, value.clone()).await;
-            let refused = matches!(appended, Err(McError::ServerError(_)));
-            match self.record(index, appended) {
-                Some(true) => return Appended::Stored,
-                Some(false) => {}
-                None if refused => return Appended::Refused,
-                None => return Appended::Unanswered,
+            match self.flag_or_failure(index, client.append(key, value.clone()).await) {
+                Ok(true) => return Appended::Stored,
+                Ok(false) => {}
+                Err(failed) => return failed,
             }
-            let added = client.add(key, value.clone(), ttl_secs).await;
-            let refused = matches!(added, Err(McError::ServerError(_)));
-            match self.record(index, added) {
-                Some(true) => return Appended::Stored,
+            match self.flag_or_failure(index, client.add(key, value.clone(), ttl_secs).await) {
+                Ok(true) => return Appended::Stored,
                 // another writer created it meanwhile: append to theirs
-                Some(false) => {}
-                None if refused => return Appended::Refused,
-                None => return Appended::Unanswered,
+                Ok(false) => {}
+                Err(failed) => return failed,
             }
         }
         // the key is there and takes no more (memcached answers `NOT_STORED` to an append that
